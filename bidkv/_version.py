@@ -1,0 +1,3 @@
+"""The single source of the distribution's version."""
+
+__version__ = "0.3.0"
