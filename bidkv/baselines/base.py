@@ -1,0 +1,198 @@
+"""Common types of the legacy victim strategies (the ``select_victims`` API, reference §A.4).
+
+A strategy receives the running requests of one pressure event and the number of tokens to free,
+and returns actions ordered from most to least expendable. Every strategy of one event sees the
+same candidate list, which keeps comparisons between strategies fair.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "ACTION_TYPES",
+    "BaselineContext",
+    "BaselineStrategy",
+    "CompressionAction",
+    "RequestState",
+    "latest_per_request",
+]
+
+ActionType = Literal["evict", "compress"]
+ACTION_TYPES: tuple[ActionType, ...] = ("evict", "compress")
+"""The two action types: evict the whole request, or compress part of it."""
+
+
+@dataclass(frozen=True)
+class RequestState:
+    """Snapshot of one running request, as the legacy adapters build it.
+
+    Parameters
+    ----------
+    request_id : str
+        The request.
+    current_tokens : int
+        Tokens the adapter tracks for it (prompt + generated; 0 when untracked).
+    priority : float, optional
+        Eviction order key for preempt-evict (lowest goes first); adapters set ``-arrival_ms``.
+    arrival_time_ms : float, optional
+        Arrival time, monotonic milliseconds.
+    deadline_ms : float or None, optional
+        SLO deadline, monotonic milliseconds; ``None`` when there is none.
+    token_ids : tuple of int, optional
+        The tokens, for scoring; may be empty.
+    num_prompt_tokens : int, optional
+        Prompt length.
+    num_computed_tokens : int, optional
+        Prompt plus output tokens computed so far.
+    max_output_tokens : int, optional
+        Output limit; 0 when unknown.
+    num_preemptions : int, optional
+        Times the request has been preempted.
+    private_tokens : int, optional
+        SGLang radix-tree tokens no other request shares; 0 when unknown.
+
+    Notes
+    -----
+    No field is validated: adapters pass what the engine reports, including untracked requests
+    with ``current_tokens == 0``; each strategy decides which candidates it can use.
+    """
+
+    request_id: str
+    current_tokens: int
+    priority: float = 0.0
+    arrival_time_ms: float = 0.0
+    deadline_ms: float | None = None
+    token_ids: tuple[int, ...] = ()
+    num_prompt_tokens: int = 0
+    num_computed_tokens: int = 0
+    max_output_tokens: int = 0
+    num_preemptions: int = 0
+    private_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class CompressionAction:
+    """One decision of a strategy: evict or compress one request.
+
+    Parameters
+    ----------
+    request_id : str
+        The request acted on.
+    action_type : {"evict", "compress"}
+        Evict the whole request, or compress part of it.
+    target_tokens : int
+        Tokens this action frees; must be > 0.
+    metadata : dict, optional
+        Strategy-specific details (always includes ``strategy``).
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``action_type`` or ``target_tokens <= 0``.
+    """
+
+    request_id: str
+    action_type: ActionType
+    target_tokens: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.action_type not in ACTION_TYPES:
+            raise ValueError(f"action_type must be 'evict' or 'compress', got {self.action_type!r}")
+        if not self.target_tokens > 0:
+            raise ValueError(f"target_tokens must be > 0, got {self.target_tokens}")
+
+
+@runtime_checkable
+class BaselineContext(Protocol):
+    """What a framework adapter offers a strategy driver (structural).
+
+    A driver asks it for the candidates and the KV occupancy of the current pressure event.
+    """
+
+    def get_active_requests(self) -> list[RequestState]:
+        """Return a snapshot of every running request.
+
+        Returns
+        -------
+        list of RequestState
+            The candidates of the current pressure event.
+        """
+        ...
+
+    def get_kv_stats(self) -> tuple[int, int]:
+        """Return KV occupancy.
+
+        Returns
+        -------
+        tuple of int
+            ``(used_tokens, max_tokens)``.
+        """
+        ...
+
+
+class BaselineStrategy(ABC):
+    """A victim strategy of the ``select_victims`` API.
+
+    Subclasses give a registry :attr:`name` and implement :meth:`select_victims`. Every shipped
+    strategy returns ``[]`` when ``needed_tokens <= 0`` or there are no candidates, never returns
+    a request twice, and stops adding actions once their ``target_tokens`` reach
+    ``needed_tokens``.
+    """
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Name under which the strategy is registered."""
+
+    @abstractmethod
+    def select_victims(
+        self,
+        candidates: Sequence[RequestState],
+        needed_tokens: int,
+        **kwargs: Any,
+    ) -> list[CompressionAction]:
+        """Choose the requests to act on.
+
+        Parameters
+        ----------
+        candidates : sequence of RequestState
+            Running requests of this pressure event. Should a request id appear twice, its last
+            snapshot is used, at the position of its first appearance.
+        needed_tokens : int
+            Tokens to free.
+        **kwargs
+            Strategy-specific options.
+
+        Returns
+        -------
+        list of CompressionAction
+            Ordered from most to least expendable; may free fewer tokens than needed when the
+            candidates cannot.
+        """
+
+
+def latest_per_request(candidates: Sequence[RequestState]) -> list[RequestState]:
+    """Keep one snapshot per request id: the last one, at the first one's position.
+
+    Mirrors the bid pool (a later submission replaces a request's bids) so that no strategy can
+    name the same request twice.
+
+    Parameters
+    ----------
+    candidates : sequence of RequestState
+        Possibly with repeated ids.
+
+    Returns
+    -------
+    list of RequestState
+        Unique by ``request_id``.
+    """
+    by_id: dict[str, RequestState] = {}
+    for request in candidates:
+        by_id[request.request_id] = request
+    return list(by_id.values())

@@ -1,0 +1,76 @@
+"""``preempt-evict``: the engine's default, evict the lowest-priority requests whole.
+
+Adapters set ``priority = -arrival_ms``, so the newest request goes first, which is vLLM's LIFO
+preemption. This is the lower bound every other strategy is compared with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bidkv.baselines.base import (
+    BaselineStrategy,
+    CompressionAction,
+    RequestState,
+    latest_per_request,
+)
+
+__all__ = ["PreemptEvictStrategy"]
+
+
+class PreemptEvictStrategy(BaselineStrategy):
+    """Evict whole requests in increasing ``priority`` until enough tokens are freed.
+
+    Equal priorities keep candidate order (stable sort). Candidates with ``current_tokens <= 0``
+    free nothing and are skipped; the original raised ``ValueError`` on them instead.
+    """
+
+    @property
+    def name(self) -> str:
+        """``"preempt-evict"``."""
+        return "preempt-evict"
+
+    def select_victims(
+        self,
+        candidates: Sequence[RequestState],
+        needed_tokens: int,
+        **kwargs: Any,
+    ) -> list[CompressionAction]:
+        """Evict lowest priority first until ``needed_tokens`` are freed.
+
+        Parameters
+        ----------
+        candidates : sequence of RequestState
+            Running requests.
+        needed_tokens : int
+            Tokens to free.
+        **kwargs
+            Ignored.
+
+        Returns
+        -------
+        list of CompressionAction
+            ``evict`` actions with ``target_tokens = current_tokens`` and metadata
+            ``{strategy, priority}``.
+        """
+        if needed_tokens <= 0 or not candidates:
+            return []
+        evictable = [r for r in latest_per_request(candidates) if r.current_tokens > 0]
+        evictable.sort(key=lambda request: request.priority)
+
+        actions: list[CompressionAction] = []
+        freed = 0
+        for request in evictable:
+            if freed >= needed_tokens:
+                break
+            actions.append(
+                CompressionAction(
+                    request_id=request.request_id,
+                    action_type="evict",
+                    target_tokens=request.current_tokens,
+                    metadata={"strategy": self.name, "priority": request.priority},
+                )
+            )
+            freed += request.current_tokens
+        return actions
