@@ -1,0 +1,590 @@
+"""``BidkvPreemptionPolicy``: the victim policy a vLLM-HUST host loads by qualified name.
+
+The host calls :meth:`BidkvPreemptionPolicy.select_victim` when a running request's KV allocation
+fails (``vllm.preemption-policy.v1``, reference §B). The policy returns a candidate's id or
+``None`` to abstain (the host then applies its built-in victim). Decisions follow the shipped
+0.2.1 code (V4, reference §C.2) unless ``utility_liveness_mode="barrier"`` selects the V3
+behaviour of §C.5. Log lines keep the original's formats on the ``"vllm"`` logger, because
+external analysers count them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
+from bidkv.adapters.vllm_hust.metrics import DEFAULT_STATE_LIMIT, DecisionRecorder, LruTable
+from bidkv.adapters.vllm_hust.scoring import (
+    ScanResult,
+    UtilityCandidateScore,
+    best_record_with_id,
+    default_victim,
+    last_with_id,
+    rank_candidates,
+    scan_top,
+)
+from bidkv.adapters.vllm_hust.strategies import (
+    pick_largest_first,
+    pick_random,
+    pick_sglang_default,
+    pick_slack_aware,
+)
+
+__all__ = ["BidkvPreemptionPolicy", "BidkvVictimSelector"]
+
+_LOGGER = logging.getLogger("vllm")
+
+# One decision: (candidates, scheduling policy, kv usage, now, context) -> victim object or None.
+_Decide = Callable[[Sequence[Any], Any, Any, float, Any], Any]
+
+
+class _LegacyContext:
+    """The context :meth:`BidkvPreemptionPolicy.pick_victim` builds for legacy hosts."""
+
+    __slots__ = (
+        "builtin_victim_id",
+        "candidates",
+        "kv_cache_usage",
+        "now",
+        "requesting_request_id",
+        "scheduling_policy",
+    )
+
+    def __init__(self, candidates: tuple[Any, ...], policy: str, kv: float, now: float) -> None:
+        self.candidates = candidates
+        self.scheduling_policy = policy
+        self.kv_cache_usage = kv
+        self.now = now
+        # Legacy hosts name no requester, so the cascade rule never fires on this path.
+        self.requesting_request_id = ""
+        self.builtin_victim_id = None
+
+
+def _rid(candidate: Any) -> str:
+    return str(getattr(candidate, "request_id", ""))
+
+
+class BidkvPreemptionPolicy:
+    """BidKV utility-ranked preemption victim policy.
+
+    Parameters
+    ----------
+    config
+        The settings; ``None`` reads them from the ``BIDKV_UTILITY_*`` environment. An invalid
+        configuration raises ``ValueError`` here, so the engine fails at startup.
+
+    Notes
+    -----
+    Strategies (``utility_strategy``), in force only while the main switch is on and the kill
+    switch off (otherwise ``pe``):
+
+    - ``bidkv``: victim = the candidate maximising ``U = r / (delta + epsilon)`` after the
+      gates; liveness and cascade guards abstain (``None``).
+    - ``pe`` / ``preempt-evict``, ``pe-sjf`` / ``preempt-evict-sjf``: the built-in victim.
+    - ``static-random``: uniform choice from a ``random.Random(utility_seed)``.
+    - ``largest-first``: most ``num_computed_tokens``.
+    - ``sglang-default``: SGLang's retraction order.
+    - ``slack-aware``: most slack before ``arrival_time + utility_slo_s``.
+
+    State that grows with the number of requests (liveness offsets, per-request preemption
+    counts) lives in tables that forget their least recently touched id beyond
+    :attr:`state_table_limit` ids.
+    """
+
+    # Hosts name a policy f"{type(policy).__module__}.{__qualname__}" in their stats and metric
+    # labels, and analysers match that against the --preemption-policy engines load: report the
+    # public module, as the original (defined there) did.
+    __module__ = "bidkv.adapters.vllm_hust.selector"
+
+    vllm_preemption_policy_api_version = 1
+    #: Bound of the per-request tables; below it the tables behave as unbounded dicts.
+    state_table_limit: int = DEFAULT_STATE_LIMIT
+
+    def __init__(self, config: BidkvSelectorConfig | None = None) -> None:
+        if config is None:
+            config = BidkvSelectorConfig.from_env()
+        config.validate()
+        self.config = config
+        #: The strategy in force (aliases resolved; ``pe`` when switched off).
+        self.strategy = config.resolved_strategy if config.utility_enabled else "pe"
+        strategies: dict[str, _Decide] = {
+            "bidkv": self._pick_bidkv,
+            "pe": self._pick_default,
+            "pe-sjf": self._pick_default,
+            "static-random": self._pick_random,
+            "largest-first": self._pick_largest_first,
+            "sglang-default": self._pick_sglang_default,
+            "slack-aware": self._pick_slack_aware,
+        }
+        self._decide = strategies[self.strategy]
+        # Our own generator: reproducible, and never disturbs the process-wide ``random`` state.
+        self._rng = random.Random(config.utility_seed)
+        # Settings read on every call, copied out of the dataclass once.
+        self._wc = config.utility_completion_weight
+        self._wp = config.utility_preempt_weight
+        self._eps = config.utility_epsilon
+        self._default_max_tokens = config.utility_default_max_tokens
+        self._kv_gate = config.utility_kv_gate
+        self._cooldown_s = config.utility_cooldown_s
+        self._min_running = config.utility_min_running
+        self._liveness = config.utility_liveness_preemptions
+        self._gain_ratio = config.utility_cascade_gain_ratio
+        self._barrier = config.utility_liveness_mode == "barrier"
+        self._slo_s = config.utility_slo_s
+        self._snapshots = config.utility_snapshot_enabled
+        self._top_k = config.utility_snapshot_top_k
+        self._last_utility_pick_ts = -math.inf
+        self._liveness_offsets = LruTable(self.state_table_limit)
+        self._metrics = DecisionRecorder(
+            config.utility_snapshot_history_size,
+            config.utility_snapshot_enabled,
+            config.utility_snapshot_top_k,
+            self.state_table_limit,
+        )
+        _LOGGER.info(
+            "[BidKV] INIT | enabled=%s | strategy=%s | kv_gate=%.2f | min_running=%d | "
+            "completion_w=%.2f | preempt_w=%.2f | liveness_preemptions=%d | "
+            "cascade_gain_ratio=%.2f",
+            config.enable_utility_victim_selection,
+            config.utility_strategy,
+            config.utility_kv_gate,
+            config.utility_min_running,
+            config.utility_completion_weight,
+            config.utility_preempt_weight,
+            config.utility_liveness_preemptions,
+            config.utility_cascade_gain_ratio,
+        )
+
+    # -- host entry points ------------------------------------------------------------------
+
+    @classmethod
+    def from_vllm_config(cls, vllm_config: Any) -> BidkvPreemptionPolicy:
+        """Build the policy from a vLLM config (environment, then ``additional_config``).
+
+        Parameters
+        ----------
+        vllm_config
+            Any object; its ``additional_config`` attribute overrides the environment.
+
+        Returns
+        -------
+        BidkvPreemptionPolicy
+            A policy of the class this is called on.
+
+        Raises
+        ------
+        ValueError
+            For an invalid setting (the engine fails at startup).
+        """
+        return cls(BidkvSelectorConfig.from_vllm_config(vllm_config))
+
+    def select_victim(self, context: Any) -> str | None:
+        """Choose the victim for one failed KV allocation, or abstain.
+
+        Parameters
+        ----------
+        context
+            A ``PreemptionContext`` or any object with ``candidates`` (host order),
+            ``scheduling_policy``, ``kv_cache_usage``, ``now`` and optionally
+            ``requesting_request_id``.
+
+        Returns
+        -------
+        str or None
+            A candidate's ``request_id``; ``None`` only from the ``bidkv`` strategy's liveness
+            and cascade guards in ``abstain`` mode.
+
+        Raises
+        ------
+        ValueError
+            If there are no candidates (the host never calls with none).
+        """
+        candidates = context.candidates
+        if not candidates:
+            raise ValueError("running is empty, cannot pick victim")
+        now = context.now
+        now = time.monotonic() if now is None else float(now)
+        victim = self._decide(
+            candidates, context.scheduling_policy, context.kv_cache_usage, now, context
+        )
+        return None if victim is None else victim.request_id
+
+    def pick_victim(
+        self,
+        running: Sequence[Any],
+        policy: Any,
+        *,
+        kv_utilization: float | None = None,
+        now_s: float | None = None,
+    ) -> Any:
+        """Legacy ``VictimSelector`` entry point (reference §B.7).
+
+        Parameters
+        ----------
+        running
+            The running requests, in queue order.
+        policy
+            A ``SchedulingPolicy`` enum (its ``value``) or a name such as ``"FCFS"``.
+        kv_utilization
+            KV usage in [0, 1]; ``None`` counts as ``0.0``.
+        now_s
+            Decision time; ``time.monotonic()`` when ``None``.
+
+        Returns
+        -------
+        object
+            The victim request object itself; on an abstention, the policy's own default victim.
+        """
+        policy_value = getattr(policy, "value", None)
+        if policy_value is None:
+            policy_value = str(getattr(policy, "name", policy)).lower()
+        now = time.monotonic() if now_s is None else float(now_s)
+        context = _LegacyContext(tuple(running), policy_value, kv_utilization or 0.0, now)
+        selected = self.select_victim(context)
+        if selected is None:
+            return default_victim(running, policy_value)
+        return next(c for c in running if c.request_id == selected)
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    def export_metrics(self) -> dict[str, Any]:
+        """Return the decision counters (reference §C.4).
+
+        Returns
+        -------
+        dict
+            ``total_preemptions, total_tokens_freed, kv_pressure_events,
+            consecutive_preempt_ratio, preemptions_per_request_p95, preempted_req_ids,
+            strategy_hit_rate, utility_strategy_hits, default_strategy_hits,
+            liveness_fallback_hits, liveness_epochs, cascade_guard_hits, policy_abstentions``.
+        """
+        return self._metrics.export()
+
+    def get_recent_snapshots(self, limit: int = 10) -> list[dict[str, Any]]:
+        """Return the last ``limit`` decision snapshots, oldest first.
+
+        Parameters
+        ----------
+        limit
+            Maximum number of snapshots; ``<= 0`` gives ``[]``.
+
+        Returns
+        -------
+        list of dict
+            Empty unless ``utility_snapshot_enabled``.
+        """
+        return self._metrics.recent_snapshots(limit)
+
+    def emit_observability_log(self, logger: logging.Logger, scheduler_name: str) -> None:
+        """Log the counters and the latest decision (legacy-protocol method, reference §C.4).
+
+        Parameters
+        ----------
+        logger
+            Where to log (INFO; the snapshot at DEBUG).
+        scheduler_name
+            Label printed in brackets.
+        """
+        self._metrics.emit_log(logger, scheduler_name)
+
+    def get_last_decision(self) -> dict[str, Any] | None:
+        """The last decision record, or ``None`` before the first decision.
+
+        Keys as reference §C.3 (``timestamp_s``, ``policy``, ``used_utility``,
+        ``kv_utilization``, ``running_size``, ``selected_victim_id``, ``default_victim_id``,
+        ``decision_reason``). Hosts and recorders read ``decision_reason`` from here.
+
+        Returns
+        -------
+        dict or None
+            A new dictionary; changing it does not change the policy.
+        """
+        return self._metrics.last_decision()
+
+    @property
+    def liveness_offsets(self) -> dict[str, int]:
+        """A copy of the liveness offsets (request id -> preemption count at its last epoch)."""
+        return dict(self._liveness_offsets)
+
+    @property
+    def preemptions_per_request(self) -> dict[str, int]:
+        """A copy of the recorded decisions per victim id (bounded like the offsets)."""
+        return dict(self._metrics.preemptions_per_request)
+
+    # -- strategies -------------------------------------------------------------------------
+
+    def _pick_default(
+        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
+    ) -> Any:
+        victim = default_victim(candidates, policy)
+        self._metrics.record(victim, False, policy, kv, now, _rid(victim), len(candidates))
+        return victim
+
+    def _pick_random(
+        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
+    ) -> Any:
+        victim = pick_random(self._rng, candidates, kv)
+        self._record_strategy_pick(victim, candidates, policy, kv, now)
+        return victim
+
+    def _pick_largest_first(
+        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
+    ) -> Any:
+        victim = pick_largest_first(candidates, kv)
+        self._record_strategy_pick(victim, candidates, policy, kv, now)
+        return victim
+
+    def _pick_sglang_default(
+        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
+    ) -> Any:
+        victim = pick_sglang_default(candidates, policy, kv)
+        self._record_strategy_pick(victim, candidates, policy, kv, now)
+        return victim
+
+    def _pick_slack_aware(
+        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
+    ) -> Any:
+        victim = pick_slack_aware(candidates, now, self._slo_s, kv)
+        self._record_strategy_pick(victim, candidates, policy, kv, now)
+        return victim
+
+    def _record_strategy_pick(
+        self, victim: Any, candidates: Sequence[Any], policy: Any, kv: Any, now: float
+    ) -> None:
+        # A non-default strategy's choice counts as a strategy ("utility") hit, as in the original.
+        default_id = _rid(default_victim(candidates, policy))
+        self._metrics.record(victim, True, policy, kv, now, default_id, len(candidates))
+
+    # -- bidkv --------------------------------------------------------------------------------
+
+    def _pick_bidkv(
+        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
+    ) -> Any:
+        metrics = self._metrics
+        gate = self._kv_gate
+        if gate > 0 and kv is not None and kv >= gate:
+            metrics.kv_pressure_events += 1
+        default = default_victim(candidates, policy)
+        n = len(candidates)
+        if (
+            n < self._min_running
+            or (gate > 0 and (kv is None or kv < gate))
+            or (
+                self._cooldown_s > 0
+                and self._last_utility_pick_ts > -math.inf
+                and now - self._last_utility_pick_ts < self._cooldown_s
+            )
+        ):
+            return self._gate_fallback(default, n, policy, kv, now)
+
+        requester = getattr(context, "requesting_request_id", "")
+        scan = scan_top(
+            candidates, self._wc, self._wp, self._eps, self._default_max_tokens, requester
+        )
+        # Full records are built (and sorted) only for snapshots.
+        ranked: Sequence[UtilityCandidateScore] = ()
+        if self._snapshots:
+            ranked = rank_candidates(
+                candidates, self._wc, self._wp, self._eps, self._default_max_tokens, self._top_k
+            )
+        if self._barrier:
+            return self._pick_bidkv_barrier(
+                candidates, policy, kv, now, default, requester, scan, ranked
+            )
+
+        _, victim, top_id, _, tokens, _, preemptions, rq_found, rq_tokens = scan
+        threshold = self._liveness
+        if threshold > 0:
+            relative = preemptions - self._liveness_offsets.touch_get(top_id, 0)
+            if relative >= threshold:
+                # A per-victim bound (V4): one abstention hands this decision to the host's
+                # built-in victim and re-arms utility for the same request right away.
+                metrics.liveness_fallback_hits += 1
+                metrics.liveness_epochs += 1
+                metrics.policy_abstentions += 1
+                self._liveness_offsets.put(top_id, preemptions)
+                _LOGGER.warning(
+                    "[BidKV] LIVENESS_ABSTAIN | utility_victim=%s | "
+                    "builtin_victim=%s | threshold=%d | epoch=%d | "
+                    "relative_preemptions=%d | kv_util=%.2f | running=%d",
+                    top_id,
+                    default.request_id,
+                    threshold,
+                    metrics.liveness_epochs,
+                    relative,
+                    kv or 0.0,
+                    n,
+                )
+                metrics.record(
+                    default, False, policy, kv, now, _rid(default), n, "liveness_abstain", ranked
+                )
+                return None
+
+        if rq_found and requester != top_id and rq_tokens * self._gain_ratio >= tokens:
+            # Selecting the requester resets its KV and may make it retry forever; a marginal
+            # gain is not worth it, so let the host apply its stable built-in order.
+            metrics.cascade_guard_hits += 1
+            metrics.policy_abstentions += 1
+            _LOGGER.info(
+                "[BidKV] CASCADE_ABSTAIN | utility_victim=%s | "
+                "builtin_victim=%s | requester=%s | gain_ratio=%.2f | "
+                "kv_util=%.2f | running=%d",
+                top_id,
+                default.request_id,
+                requester,
+                self._gain_ratio,
+                kv or 0.0,
+                n,
+            )
+            metrics.record(
+                default, False, policy, kv, now, _rid(default), n, "cascade_abstain", ranked
+            )
+            return None
+
+        self._utility_pick(victim, scan[2:7], False, _rid(default), policy, kv, now, n, ranked)
+        return victim
+
+    def _pick_bidkv_barrier(
+        self,
+        candidates: Sequence[Any],
+        policy: Any,
+        kv: Any,
+        now: float,
+        default: Any,
+        requester: Any,
+        scan: ScanResult,
+        ranked: Sequence[UtilityCandidateScore],
+    ) -> Any:
+        # V3 (reference §C.5): an epoch barrier over every candidate, and a cascade rule that
+        # selects the requester. Never abstains.
+        metrics = self._metrics
+        n = len(candidates)
+        threshold = self._liveness
+        if threshold > 0 and n > 1:
+            min_relative = self._min_relative_preemptions(candidates, threshold)
+            if min_relative is not None:
+                chosen = last_with_id(candidates, requester)
+                if chosen is None:
+                    chosen = default
+                metrics.liveness_fallback_hits += 1
+                metrics.liveness_epochs += 1
+                # Offsets advance for every candidate, written in ranking order as V3 did.
+                for s in rank_candidates(
+                    candidates, self._wc, self._wp, self._eps, self._default_max_tokens
+                ):
+                    self._liveness_offsets.put(s.request_id, s.num_preemptions)
+                _LOGGER.warning(
+                    "[BidKV] LIVENESS_FALLBACK | victim=%s (progress barrier) | "
+                    "threshold=%d | epoch=%d | min_relative_preemptions=%d | "
+                    "kv_util=%.2f | running=%d",
+                    chosen.request_id,
+                    threshold,
+                    metrics.liveness_epochs,
+                    min_relative,
+                    kv or 0.0,
+                    n,
+                )
+                metrics.record(
+                    chosen, False, policy, kv, now, _rid(default), n, "liveness_fallback", ranked
+                )
+                return chosen
+
+        _, victim, top_id, _, tokens, _, _, rq_found, rq_tokens = scan
+        summary = scan[2:7]
+        cascade = rq_found and requester != top_id and rq_tokens * self._gain_ratio >= tokens
+        if cascade:
+            # V3 prefers the requester: preempting it ends the host's retry loop after one victim.
+            metrics.cascade_guard_hits += 1
+            r = best_record_with_id(
+                candidates, requester, self._wc, self._wp, self._eps, self._default_max_tokens
+            )
+            assert r is not None  # the scan found the requester among the candidates
+            summary = (r.request_id, r.utility, r.tokens_freed, r.completion, r.num_preemptions)
+            victim = last_with_id(candidates, requester)
+        self._utility_pick(victim, summary, cascade, _rid(default), policy, kv, now, n, ranked)
+        return victim
+
+    def _utility_pick(
+        self,
+        victim: Any,
+        summary: tuple[str, float, int, float, int],
+        cascade_guard: bool,
+        default_id: str,
+        policy: Any,
+        kv: Any,
+        now: float,
+        n: int,
+        ranked: Sequence[UtilityCandidateScore],
+    ) -> None:
+        # summary = (id, U, r, completion, num_preemptions) of the ranked record picked.
+        self._last_utility_pick_ts = now  # the cooldown timer starts only on utility picks
+        _LOGGER.info(
+            "[BidKV] UTILITY_ACTIVE | victim=%s | U=%.4f | r=%d tok | "
+            "completion=%.2f | preemptions=%d | kv_util=%.2f | running=%d | "
+            "cascade_guard=%s",
+            *summary,
+            kv or 0.0,
+            n,
+            cascade_guard,
+        )
+        self._metrics.record(victim, True, policy, kv, now, default_id, n, "strategy", ranked)
+
+    def _gate_fallback(self, default: Any, n: int, policy: Any, kv: Any, now: float) -> Any:
+        reasons = []
+        if n < self._min_running:
+            reasons.append(f"running({n})<min({self._min_running})")
+        gate = self._kv_gate
+        if gate > 0 and (kv or 0) < gate:
+            # The original formatted None with :.2f and raised (reference §G.5); print it.
+            shown = "None" if kv is None else f"{kv:.2f}"
+            reasons.append(f"kv({shown})<gate({gate})")
+        _LOGGER.info(
+            "[BidKV] FALLBACK | victim=%s (default) | reason=%s | kv_util=%.2f | running=%d",
+            default.request_id,
+            ",".join(reasons) or "unknown",
+            kv or 0.0,
+            n,
+        )
+        self._metrics.record(default, False, policy, kv, now, _rid(default), n)
+        return default
+
+    def _min_relative_preemptions(self, candidates: Sequence[Any], threshold: int) -> int | None:
+        # The smallest relative preemption count, or None as soon as one is below the threshold.
+        offsets = self._liveness_offsets
+        ids = [_rid(c) for c in candidates]
+        if len(set(ids)) != len(ids):
+            # V3 kept one count per id, that of the id's last record in ranking order.
+            relative_by_id = {
+                s.request_id: max(0, s.num_preemptions - offsets.touch_get(s.request_id, 0))
+                for s in rank_candidates(
+                    candidates, self._wc, self._wp, self._eps, self._default_max_tokens
+                )
+            }
+            smallest_value = min(relative_by_id.values())
+            return smallest_value if smallest_value >= threshold else None
+        smallest: int | None = None
+        for c in candidates:
+            p = max(int(getattr(c, "num_preemptions", 0) or 0), 0)
+            relative = max(0, p - offsets.touch_get(_rid(c), 0))
+            if relative < threshold:
+                return None
+            if smallest is None or relative < smallest:
+                smallest = relative
+        return smallest
+
+
+class BidkvVictimSelector(BidkvPreemptionPolicy):
+    """The legacy-host face of :class:`BidkvPreemptionPolicy` (reference §B.7).
+
+    Identical behaviour; it also declares ``vllm_victim_selector_api_version = 1`` so that a
+    pre-0.28 host accepts it (the original's alias lacked it and could not be loaded there).
+    """
+
+    __module__ = "bidkv.adapters.vllm_hust.selector"  # see BidkvPreemptionPolicy
+
+    vllm_victim_selector_api_version = 1

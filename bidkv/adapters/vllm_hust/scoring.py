@@ -1,0 +1,387 @@
+"""Utility scoring, ranking and the built-in default victim (reference §A.3).
+
+``U = r / (delta + epsilon)`` with ``r = max(num_computed_tokens, 0)``,
+``delta = 1 + w_c * completion + w_p * num_preemptions`` and
+``completion = clamp(num_output_tokens / max_tokens, 0, 1)``. The ranking orders candidates by
+``(-U, arrival_time, request_id)``; exact ties on that key keep host order.
+
+Candidates are read duck-typed with ``getattr(candidate, name, default)`` and ``or 0`` coercion,
+as the original did, so any object with the ``PreemptionCandidate`` attribute names works.
+
+Two implementations of the ranking exist on purpose: :func:`scan_top` walks the candidates once
+and keeps only what a decision needs (it is the hot path), and :func:`rank_candidates` sorts full
+records for snapshots and tests. They must agree exactly, ties included; the property tests check
+it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+__all__ = [
+    "ScanResult",
+    "UtilityCandidateScore",
+    "best_record_with_id",
+    "default_victim",
+    "last_with_id",
+    "rank_candidates",
+    "scan_top",
+    "score_candidate",
+]
+
+# vLLM's PRIORITY victim: the largest (priority, arrival_time); max() keeps the first maximal one.
+_PRIORITY_KEY = attrgetter("priority", "arrival_time")
+
+
+@dataclass(frozen=True)
+class UtilityCandidateScore:
+    """Scoring record of one candidate (the original's public record type).
+
+    Parameters
+    ----------
+    request_id
+        The candidate's id as a string.
+    utility
+        ``U = r / (delta + epsilon)``.
+    evict_score
+        Equal to ``utility`` (kept for compatibility with the original's snapshots).
+    tokens_freed
+        ``r``, the KV tokens a preemption frees (``num_computed_tokens``, at least 0).
+    completion
+        ``num_output_tokens / max_tokens`` clamped to [0, 1].
+    num_preemptions
+        The host's cumulative preemption count of the request, at least 0.
+    arrival_time
+        The request's arrival time (``0.0`` when missing).
+    """
+
+    request_id: str
+    utility: float
+    evict_score: float
+    tokens_freed: int
+    completion: float
+    num_preemptions: int
+    arrival_time: float
+
+
+def default_victim(candidates: Sequence[Any], scheduling_policy: object) -> Any:
+    """Return the built-in victim the policy computes for itself.
+
+    Parameters
+    ----------
+    candidates
+        Non-empty, in host (running-queue) order.
+    scheduling_policy
+        ``"priority"`` selects vLLM's PRIORITY rule; anything else is FCFS.
+
+    Returns
+    -------
+    object
+        PRIORITY: the first candidate with the largest ``(priority, arrival_time)`` (larger
+        priority value = less important, ties to the latest arrival). FCFS: the last candidate
+        (vLLM pops the running tail). Like the original, the host's ``builtin_victim_id`` is not
+        consulted.
+    """
+    if scheduling_policy == "priority":
+        return max(candidates, key=_PRIORITY_KEY)
+    return candidates[-1]
+
+
+def _completion(candidate: Any, default_max_tokens: int) -> float:
+    out = int(getattr(candidate, "num_output_tokens", 0) or 0)
+    max_tokens = getattr(candidate, "max_tokens", None)
+    # ``not > 0`` also rejects NaN, which the original let through (its utility became NaN).
+    if not isinstance(max_tokens, (int, float)) or not max_tokens > 0:
+        max_tokens = default_max_tokens
+    completion = float(out) / float(max_tokens)
+    return min(max(completion, 0.0), 1.0)
+
+
+def score_candidate(
+    candidate: Any,
+    completion_weight: float,
+    preempt_weight: float,
+    epsilon: float,
+    default_max_tokens: int,
+) -> UtilityCandidateScore:
+    """Score one candidate.
+
+    Parameters
+    ----------
+    candidate
+        Any object with the ``PreemptionCandidate`` attribute names (missing ones count as 0).
+    completion_weight, preempt_weight
+        ``w_c`` and ``w_p``.
+    epsilon
+        ``epsilon`` of the utility formula.
+    default_max_tokens
+        ``max_tokens`` used when the candidate's is missing or not positive.
+
+    Returns
+    -------
+    UtilityCandidateScore
+        The candidate's record.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> c = SimpleNamespace(request_id="r1", num_computed_tokens=220, num_output_tokens=12,
+    ...                     max_tokens=128, num_preemptions=0, arrival_time=1.0)
+    >>> round(score_candidate(c, 0.5, 0.3, 1e-6, 1024).utility, 6)
+    210.149053
+    """
+    tokens_freed = max(int(getattr(candidate, "num_computed_tokens", 0) or 0), 0)
+    completion = _completion(candidate, default_max_tokens)
+    num_preemptions = max(int(getattr(candidate, "num_preemptions", 0) or 0), 0)
+    delta = 1.0 + completion_weight * completion + preempt_weight * float(num_preemptions)
+    # delta >= 1 with validated weights, so the original's max(delta + eps, eps) is always
+    # delta + eps; it is kept for documentation value in this reference implementation.
+    utility = float(tokens_freed) / max(delta + epsilon, epsilon)
+    return UtilityCandidateScore(
+        request_id=str(getattr(candidate, "request_id", "")),
+        utility=utility,
+        evict_score=utility,
+        tokens_freed=tokens_freed,
+        completion=completion,
+        num_preemptions=num_preemptions,
+        arrival_time=float(getattr(candidate, "arrival_time", 0.0) or 0.0),
+    )
+
+
+def rank_candidates(
+    candidates: Sequence[Any],
+    completion_weight: float,
+    preempt_weight: float,
+    epsilon: float,
+    default_max_tokens: int,
+    limit: int | None = None,
+) -> list[UtilityCandidateScore]:
+    """Rank candidates by ``(-U, arrival_time, request_id)``, host order on exact ties.
+
+    Parameters
+    ----------
+    candidates
+        In host order.
+    completion_weight, preempt_weight, epsilon, default_max_tokens
+        As for :func:`score_candidate`.
+    limit
+        Return only the first ``limit`` records (same result as slicing the full ranking).
+
+    Returns
+    -------
+    list of UtilityCandidateScore
+        Best (most expendable) first.
+    """
+    scores = [
+        score_candidate(c, completion_weight, preempt_weight, epsilon, default_max_tokens)
+        for c in candidates
+    ]
+    keyed = [(-s.utility, s.arrival_time, s.request_id, i) for i, s in enumerate(scores)]
+    # The host index as the last key element reproduces a stable sort exactly.
+    top = sorted(keyed) if limit is None else heapq.nsmallest(limit, keyed)
+    return [scores[k[3]] for k in top]
+
+
+def last_with_id(candidates: Sequence[Any], request_id: object) -> Any:
+    """The last candidate whose id (as a string) equals ``request_id``, or ``None``.
+
+    The original resolved ids to objects through a dict, so a duplicated id meant its last object.
+    """
+    found = None
+    for c in candidates:
+        if str(getattr(c, "request_id", "")) == request_id:
+            found = c
+    return found
+
+
+def best_record_with_id(
+    candidates: Sequence[Any],
+    request_id: object,
+    completion_weight: float,
+    preempt_weight: float,
+    epsilon: float,
+    default_max_tokens: int,
+) -> UtilityCandidateScore | None:
+    """The first record with ``request_id`` in ranking order, or ``None`` if there is none."""
+    records = [
+        score_candidate(c, completion_weight, preempt_weight, epsilon, default_max_tokens)
+        for c in candidates
+        if str(getattr(c, "request_id", "")) == request_id
+    ]
+    # min() keeps the first of equal keys, as the stable ranking does.
+    return min(records, key=lambda s: (-s.utility, s.arrival_time), default=None)
+
+
+# (top candidate object, last object sharing the top's id, top id, U, r, completion,
+#  num_preemptions, requester found, requester r)
+ScanResult = tuple[Any, Any, str, float, int, float, int, bool, int]
+
+
+def scan_top(
+    candidates: Sequence[Any],
+    completion_weight: float,
+    preempt_weight: float,
+    epsilon: float,
+    default_max_tokens: int,
+    requester_id: object,
+) -> ScanResult:
+    """Find the utility winner and the requester's record in one pass.
+
+    Equivalent to ``rank_candidates(...)[0]`` plus the first ranked record whose id equals
+    ``requester_id``, without building records or sorting. The arithmetic is
+    :func:`score_candidate`'s, inlined so that every float is bit-identical.
+
+    Parameters
+    ----------
+    candidates
+        Non-empty, in host order.
+    completion_weight, preempt_weight, epsilon, default_max_tokens
+        As for :func:`score_candidate`.
+    requester_id
+        The requesting request's id (``""`` or ``None`` when there is none).
+
+    Returns
+    -------
+    ScanResult
+        ``(top, victim, top_id, utility, tokens_freed, completion, num_preemptions,
+        requester_found, requester_tokens_freed)``. ``victim`` is the last candidate in host
+        order whose id equals the top's (the original mapped ids to objects with a dict, so a
+        duplicated id resolves to its last object); it is ``top`` when ids are unique.
+        ``requester_tokens_freed`` belongs to the best-ranked record with the requester's id.
+    """
+    try:
+        return _scan_typed(
+            candidates,
+            completion_weight,
+            preempt_weight,
+            epsilon,
+            default_max_tokens,
+            requester_id,
+        )
+    except AttributeError:
+        # Some candidate lacks an attribute: redo the scan reading with getattr defaults.
+        return _scan_duck(
+            candidates,
+            completion_weight,
+            preempt_weight,
+            epsilon,
+            default_max_tokens,
+            requester_id,
+        )
+
+
+# Fields the scan reads with one C-level call per candidate.
+_SCAN_FIELDS = attrgetter(
+    "num_computed_tokens", "num_output_tokens", "max_tokens", "num_preemptions", "request_id"
+)
+# Below 2**53 an int converts to float exactly, so ``out / m`` equals ``float(out) / float(m)``.
+_EXACT_INT = 2**53
+
+
+def _scan_typed(
+    candidates: Sequence[Any],
+    wc: float,
+    wp: float,
+    epsilon: float,
+    default_max_tokens: int,
+    requester_id: object,
+) -> ScanResult:
+    # The hot path. Every coercion of score_candidate is kept, but skipped when the value is
+    # already of the type it would produce (``int(x or 0)`` is the identity on an int, and
+    # ``float(r) / x`` equals ``r / x`` for an int r), so typed hosts pay only the type checks.
+    # Utilities are never negative, so -1.0 makes the first candidate the initial top.
+    get = _SCAN_FIELDS
+    top: Any = None
+    victim: Any = None
+    b_id = ""
+    b_u = -1.0
+    b_a = b_comp = 0.0
+    b_r = b_p = 0
+    rq_found = False
+    rq_u = rq_a = 0.0
+    rq_r = 0
+    for c in candidates:
+        r, out, m, p, rid = get(c)
+        if r.__class__ is not int:
+            r = int(r or 0)
+        if r < 0:
+            r = 0
+        if out.__class__ is not int:
+            out = int(out or 0)
+        if m.__class__ is int:
+            if m <= 0:
+                m = default_max_tokens
+            comp = out / m if m < _EXACT_INT else float(out) / float(m)
+        else:
+            if not isinstance(m, (int, float)) or not m > 0:
+                m = default_max_tokens
+            comp = float(out) / float(m)
+        if comp > 1.0:
+            comp = 1.0
+        elif comp < 0.0:
+            comp = 0.0
+        if p.__class__ is not int:
+            p = int(p or 0)
+        if p < 0:
+            p = 0
+        # ((1 + wc*comp) + wp*p) + eps: the same association as delta + epsilon.
+        u = r / (1.0 + wc * comp + wp * p + epsilon)
+        if rid.__class__ is not str:
+            rid = str(rid)
+        if u > b_u:
+            take = True
+        elif u == b_u:
+            a = float(getattr(c, "arrival_time", 0.0) or 0.0)
+            take = a < b_a or (a == b_a and rid < b_id)
+        else:
+            take = False
+        if take:
+            top = victim = c
+            b_id, b_u, b_r, b_comp, b_p = rid, u, r, comp, p
+            b_a = float(getattr(c, "arrival_time", 0.0) or 0.0)
+        elif rid == b_id:
+            victim = c
+        if rid == requester_id:
+            a = float(getattr(c, "arrival_time", 0.0) or 0.0)
+            if not rq_found or u > rq_u or (u == rq_u and a < rq_a):
+                rq_found, rq_u, rq_a, rq_r = True, u, a, r
+    return (top, victim, b_id, b_u, b_r, b_comp, b_p, rq_found, rq_r)
+
+
+def _scan_duck(
+    candidates: Sequence[Any],
+    wc: float,
+    wp: float,
+    epsilon: float,
+    default_max_tokens: int,
+    requester_id: object,
+) -> ScanResult:
+    # The same pass for candidates that miss attributes: each one is read with a default.
+    top: Any = None
+    victim: Any = None
+    b_id = ""
+    b_u = -1.0
+    b_a = b_comp = 0.0
+    b_r = b_p = 0
+    rq_found = False
+    rq_u = rq_a = 0.0
+    rq_r = 0
+    for c in candidates:
+        r = max(int(getattr(c, "num_computed_tokens", 0) or 0), 0)
+        comp = _completion(c, default_max_tokens)
+        p = max(int(getattr(c, "num_preemptions", 0) or 0), 0)
+        u = float(r) / (1.0 + wc * comp + wp * float(p) + epsilon)
+        rid = str(getattr(c, "request_id", ""))
+        a = float(getattr(c, "arrival_time", 0.0) or 0.0)
+        if u > b_u or (u == b_u and (a < b_a or (a == b_a and rid < b_id))):
+            top = victim = c
+            b_id, b_u, b_r, b_comp, b_p, b_a = rid, u, r, comp, p, a
+        elif rid == b_id:
+            victim = c
+        if rid == requester_id and (not rq_found or u > rq_u or (u == rq_u and a < rq_a)):
+            rq_found, rq_u, rq_a, rq_r = True, u, a, r
+    return (top, victim, b_id, b_u, b_r, b_comp, b_p, rq_found, rq_r)
