@@ -1,0 +1,71 @@
+"""Engine side of the victim-policy contracts, emulated with the standard library only.
+
+Two engine hosts load a victim policy (reference ``bidkv-behaviour.md`` §B, §D.2):
+
+- :mod:`tracekit.hosts.preemption_policy`: the typed ``vllm.preemption-policy.v1`` contract
+  (current vLLM-HUST). ``--preemption-policy package.module.Class`` is loaded by
+  :func:`load_policy`, and a :class:`PreemptionPolicyController` per engine process counts calls,
+  applies the built-in victim on abstention and disables a failing policy.
+- :mod:`tracekit.hosts.victim_selector`: the legacy ``VictimSelector`` contract (pre-0.28
+  vLLM-HUST), discovered by :func:`get_victim_selector` from an admitted typed Bundle v1
+  component (:mod:`tracekit.hosts.bundles`) or a ``vllm.victim_selector`` entry point, and
+  driven per decision by :class:`LegacyHost`.
+
+Both hosts satisfy :class:`HostContract` (:mod:`tracekit.hosts.contract`), the one interface the
+replay engine calls. Nothing in this package imports a third-party module, so engines and the
+embedded engine can use it without the ``tracekit`` extra.
+"""
+
+from tracekit.hosts.bundles import (
+    AdmittedComponent,
+    Bundle,
+    BundleAdmissionError,
+    resolve_admitted_bundles,
+)
+from tracekit.hosts.contract import HostContract
+from tracekit.hosts.preemption_policy import (
+    PREEMPTION_POLICY_API_VERSION,
+    PolicyOutcome,
+    PreemptionCandidate,
+    PreemptionContext,
+    PreemptionPolicy,
+    PreemptionPolicyController,
+    PreemptionPolicyStats,
+    SchedulingPolicyName,
+    builtin_victim_id,
+    load_policy,
+)
+from tracekit.hosts.victim_selector import (
+    VICTIM_SELECTOR_API_VERSION,
+    LegacyHost,
+    NoOpVictimSelector,
+    SchedulingPolicy,
+    VictimSelector,
+    VictimSelectorMaterializationError,
+    get_victim_selector,
+)
+
+__all__ = [
+    "PREEMPTION_POLICY_API_VERSION",
+    "VICTIM_SELECTOR_API_VERSION",
+    "AdmittedComponent",
+    "Bundle",
+    "BundleAdmissionError",
+    "HostContract",
+    "LegacyHost",
+    "NoOpVictimSelector",
+    "PolicyOutcome",
+    "PreemptionCandidate",
+    "PreemptionContext",
+    "PreemptionPolicy",
+    "PreemptionPolicyController",
+    "PreemptionPolicyStats",
+    "SchedulingPolicy",
+    "SchedulingPolicyName",
+    "VictimSelector",
+    "VictimSelectorMaterializationError",
+    "builtin_victim_id",
+    "get_victim_selector",
+    "load_policy",
+    "resolve_admitted_bundles",
+]
