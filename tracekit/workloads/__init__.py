@@ -1,0 +1,49 @@
+"""Workload loaders: request arrival and length traces turned into one canonical table.
+
+Each format has one loader module with a ``read_*`` function returning a checked
+:class:`Workload` (and a lazy ``scan_*`` where that helps); :func:`load_workload` detects the
+format and adds windowing, limiting, rate scaling and seeded priorities. The table's columns are
+declared once, in :mod:`tracekit.workloads.model`. Bad input raises
+:class:`tracekit.errors.WorkloadError` with a one-line message. See ``docs/workloads.md``.
+"""
+
+from tracekit.workloads.azure import read_azure, scan_azure
+from tracekit.workloads.bidkv_trace import read_bidkv_trace
+from tracekit.workloads.detect import WorkloadFormat, detect_format, parse_format
+from tracekit.workloads.load import READERS, load_workload
+from tracekit.workloads.model import (
+    OPTIONAL_SCHEMA,
+    PREFIX_HASH_IDS,
+    REQUIRED_SCHEMA,
+    Workload,
+    WorkloadRequest,
+    check_workload_frame,
+    workload_schema,
+)
+from tracekit.workloads.mooncake import read_mooncake
+from tracekit.workloads.table import read_table, scan_table
+from tracekit.workloads.vidur import read_vidur
+from tracekit.workloads.vllm_workload import read_vllm_workload
+
+__all__ = [
+    "OPTIONAL_SCHEMA",
+    "PREFIX_HASH_IDS",
+    "READERS",
+    "REQUIRED_SCHEMA",
+    "Workload",
+    "WorkloadFormat",
+    "WorkloadRequest",
+    "check_workload_frame",
+    "detect_format",
+    "load_workload",
+    "parse_format",
+    "read_azure",
+    "read_bidkv_trace",
+    "read_mooncake",
+    "read_table",
+    "read_vidur",
+    "read_vllm_workload",
+    "scan_azure",
+    "scan_table",
+    "workload_schema",
+]

@@ -1,0 +1,181 @@
+"""Workload format names and automatic detection from a file's extension and first bytes."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+
+from tracekit.workloads._errors import describe_value, workload_error
+from tracekit.workloads._readers import check_readable
+
+__all__ = ["WorkloadFormat", "detect_format", "parse_format"]
+
+
+class WorkloadFormat(str, Enum):
+    """The workload formats tracekit reads; the values are the names users pass."""
+
+    AZURE = "azure"
+    """Azure LLM inference trace 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``)."""
+    MOONCAKE = "mooncake"
+    """Mooncake trace JSONL (``timestamp`` ms, ``input_length``, ``output_length``,
+    ``hash_ids``)."""
+    BIDKV_TRACE = "bidkv-trace"
+    """Original BidKV frozen trace JSONL (``prompt_tokens`` id lists, ``arrival_offset_ms``)."""
+    VLLM_WORKLOAD = "vllm-workload"
+    """Original BidKV vLLM workload JSON document (``requests`` with ``arrival_time_ms``)."""
+    VIDUR = "vidur"
+    """vidur trace CSVs (replay, lengths-only or arrival-time shapes)."""
+    CSV = "csv"
+    """Plain canonical table as CSV (``arrival_s,prompt_tokens,output_tokens,...``)."""
+    PARQUET = "parquet"
+    """Plain canonical table as Parquet."""
+
+
+_PARQUET_MAGIC = b"PAR1"
+_SNIFF_BYTES = 1 << 20
+
+
+def parse_format(name: str | WorkloadFormat, path: str | Path) -> WorkloadFormat:
+    """Turn a user-given format name into a :class:`WorkloadFormat`.
+
+    Parameters
+    ----------
+    name
+        A format name such as ``"azure"`` (case-insensitive, ``_`` accepted for ``-``).
+    path
+        The workload file, named in the error message.
+
+    Returns
+    -------
+    WorkloadFormat
+        The matching format.
+
+    Examples
+    --------
+    >>> parse_format("BIDKV_TRACE", "t.jsonl")
+    <WorkloadFormat.BIDKV_TRACE: 'bidkv-trace'>
+    """
+    if isinstance(name, WorkloadFormat):
+        return name
+    normalised = str(name).strip().lower().replace("_", "-")
+    try:
+        return WorkloadFormat(normalised)
+    except ValueError:
+        known = ", ".join(member.value for member in WorkloadFormat)
+        raise workload_error(
+            path,
+            field="format",
+            expected=f"one of {known}",
+            found=describe_value(name),
+            fix="pass a known format name, or none to auto-detect",
+        ) from None
+
+
+def _classify_csv_header(header: list[str]) -> WorkloadFormat | None:
+    names = set(header)
+    if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= names:
+        return WorkloadFormat.AZURE
+    if {"arrival_s", "prompt_tokens", "output_tokens"} <= names:
+        return WorkloadFormat.CSV
+    if {"PromptTokenCount", "CompletionTokenCount"} <= names or names & {
+        "num_prefill_tokens",
+        "arrival_time",
+        "arrived_at",
+    }:
+        return WorkloadFormat.VIDUR
+    return None
+
+
+def _classify_json_object(keys: set[str]) -> WorkloadFormat | None:
+    if {"timestamp", "input_length", "output_length"} <= keys:
+        return WorkloadFormat.MOONCAKE
+    if {"prompt_tokens", "max_new_tokens"} <= keys or "arrival_offset_ms" in keys:
+        return WorkloadFormat.BIDKV_TRACE
+    if "requests" in keys:
+        return WorkloadFormat.VLLM_WORKLOAD
+    return None
+
+
+def _sniff_json(path: Path, head: bytes) -> WorkloadFormat:
+    text = head.decode("utf-8-sig", errors="replace")
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        value = json.loads(first)
+    except json.JSONDecodeError:
+        value = None
+    if isinstance(value, dict):
+        detected = _classify_json_object(set(value))
+        if detected is not None:
+            return detected
+        found = f"a JSON object with keys {', '.join(sorted(value)[:8])}"
+    elif first.lstrip().startswith("{") and '"requests"' in text:
+        # A pretty-printed document (the vLLM workload JSON is written with indent=2).
+        return WorkloadFormat.VLLM_WORKLOAD
+    else:
+        found = f"a first line {describe_value(first)}"
+    raise workload_error(
+        path,
+        expected=(
+            "a Mooncake line (timestamp, input_length, output_length), a BidKV trace line "
+            "(prompt_tokens, max_new_tokens, arrival_offset_ms) or a vLLM workload document "
+            "(requests)"
+        ),
+        found=found,
+        fix="pass format= explicitly or convert the file to one of these formats",
+    )
+
+
+def _sniff_csv(path: Path, head: bytes) -> WorkloadFormat:
+    text = head.decode("utf-8-sig", errors="replace")
+    first = text.splitlines()[0] if text else ""
+    header = [name.strip().strip('"').strip() for name in first.split(",")]
+    detected = _classify_csv_header(header)
+    if detected is None:
+        raise workload_error(
+            path,
+            where="line 1",
+            expected=(
+                "a known CSV header (TIMESTAMP,ContextTokens,GeneratedTokens | "
+                "arrival_s,prompt_tokens,output_tokens | a vidur header)"
+            ),
+            found=describe_value(first),
+            fix="pass format= explicitly or rename the columns",
+        )
+    return detected
+
+
+def detect_format(path: str | Path) -> WorkloadFormat:
+    """Detect a workload file's format from its extension and its first bytes.
+
+    ``.parquet``/``.pq`` files (or files starting with the Parquet magic ``PAR1``) are Parquet
+    tables. JSON files (``.jsonl``, ``.ndjson``, ``.json``, or content starting with ``{``) are
+    told apart by the keys of their first line. Everything else is read as CSV and told apart by
+    its header line.
+
+    Parameters
+    ----------
+    path
+        The workload file.
+
+    Returns
+    -------
+    WorkloadFormat
+        The detected format.
+    """
+    path = Path(path)
+    check_readable(path)
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except OSError as error:
+        raise workload_error(
+            path, expected="a readable file", found=f"a read error ({error})", fix="check the path"
+        ) from error
+    suffix = path.suffix.lower()
+    if suffix in {".parquet", ".pq"} or head.startswith(_PARQUET_MAGIC):
+        return WorkloadFormat.PARQUET
+    stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if suffix in {".jsonl", ".ndjson", ".json"} or stripped.startswith(b"{"):
+        return _sniff_json(path, head)
+    return _sniff_csv(path, head)
