@@ -1,0 +1,119 @@
+"""SGLang mode: retraction order, the policy's place in it, and end-to-end consistency."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_engine_support import make_engine, make_requests, run_checked
+
+from tracekit.engine import BuiltinHost, EngineRequest, TypedHost
+from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.engine.sglang import (
+    INIT_NEW_TOKEN_RATIO,
+    RETRACT_DECODE_STEPS,
+    SglangScheduler,
+    retraction_order,
+)
+from tracekit.hosts.preemption_policy import PreemptionContext
+
+
+def _running(scheduler: SglangScheduler, request_id: str, prompt: int, outputs: int) -> None:
+    """Install a decoding request: prompt + outputs tokens, KV for all but the last one."""
+    state = RequestState(EngineRequest(request_id, 0.0, prompt, 100, 100), 0)
+    state.num_output_tokens = outputs
+    state.num_computed_tokens = prompt + outputs - 1
+    state.num_blocks = -(-state.num_computed_tokens // 16)
+    state.status = RequestStatus.RUNNING
+    scheduler.block_pool.allocate(state.num_blocks)
+    scheduler.requests[request_id] = state
+    scheduler.running.append(state)
+
+
+def _crowded(host: object) -> tuple[SglangScheduler, list]:
+    decisions: list = []
+    scheduler = SglangScheduler(make_engine(mode="sglang"), host, decisions.append)  # type: ignore[arg-type]
+    # Each request's KV ends exactly on a block boundary, so every next decode needs a block.
+    _running(scheduler, "R1", 28, 5)  # 32 computed, 2 blocks
+    _running(scheduler, "R2", 44, 5)  # 48 computed, 3 blocks
+    _running(scheduler, "R3", 12, 5)  # 16 computed, 1 block
+    _running(scheduler, "R4", 30, 3)  # 32 computed, 2 blocks
+    _running(scheduler, "R5", 14, 3)  # 16 computed, 1 block
+    return scheduler, decisions
+
+
+def test_retraction_order_fewest_outputs_then_longest_prompt_first() -> None:
+    scheduler, _ = _crowded(BuiltinHost())
+    order = retraction_order(scheduler.running)
+    # Sorted by (outputs, -prompt) descending; the victim is popped from the end.
+    assert [r.request_id for r in order] == ["R3", "R1", "R2", "R5", "R4"]
+
+
+def test_decode_retracts_in_sglang_order_until_the_step_fits() -> None:
+    scheduler, decisions = _crowded(BuiltinHost())
+    # 9 of 10 blocks held, 5 needed for the next decode. Retract R4 (3 outputs, prompt 30):
+    # free 3 < 4 needed. Retract R5 (3 outputs, prompt 14): free 4 >= 3 needed. Stop.
+    out = scheduler.schedule(0, 0.0)
+    assert [(d.requesting_request_id, d.victim_id) for d in decisions] == [("", "R4"), ("", "R5")]
+    assert [d.builtin_victim_id for d in decisions] == ["R4", "R5"]
+    assert [c.request_id for c in decisions[0].candidates] == ["R1", "R2", "R3", "R4", "R5"]
+    assert out.num_scheduled_tokens == {"R1": 1, "R2": 1, "R3": 1}
+    assert out.num_decode_tokens == 3
+    # Retracted requests free their KV and join the back of the waiting queue for a re-prefill.
+    assert [r.request_id for r in scheduler.waiting] == ["R4", "R5"]
+    assert scheduler.requests["R4"].recomputed_tokens == 32
+    # new_token_ratio = (sum(outputs) + 20 * kept) / sum(max_new) over the kept requests.
+    assert scheduler.new_token_ratio == (15 + RETRACT_DECODE_STEPS * 3) / 300
+    scheduler.check_consistency()
+
+
+def test_policy_chooses_each_retraction_victim() -> None:
+    class LongestPromptFirst:
+        def select_victim(self, context: PreemptionContext) -> str | None:
+            return max(context.candidates, key=lambda c: c.num_prompt_tokens).request_id
+
+    scheduler, decisions = _crowded(TypedHost(LongestPromptFirst()))
+    scheduler.schedule(0, 0.0)
+    # R2 (3 blocks): free 4 >= 4 needed by R1, R3, R4, R5 -> one retraction suffices.
+    assert [(d.victim_id, d.builtin_victim_id, d.outcome) for d in decisions] == [
+        ("R2", "R4", "selected")
+    ]
+    scheduler.check_consistency()
+
+
+def test_retraction_keeps_at_least_one_request() -> None:
+    scheduler = SglangScheduler(make_engine(mode="sglang"), BuiltinHost())
+    _running(scheduler, "solo", 150, 11)  # 160 computed: all 10 blocks
+    with pytest.raises(RuntimeError):
+        # Nothing can be retracted and no block is free: the engine refuses to overcommit.
+        scheduler.schedule(0, 0.0)
+
+
+def test_prefill_first_then_decode() -> None:
+    result = run_checked(
+        make_engine(mode="sglang"), make_requests(("A", 0, 20, 3), ("B", 1, 20, 3))
+    )
+    # Step 0 prefills A; step 1 prefills B (A waits: no mixed batches); then both decode.
+    assert [s.num_scheduled_tokens for s in result.steps] == [
+        {"A": 20}, {"B": 20}, {"A": 1, "B": 1}, {"A": 1, "B": 1},
+    ]
+
+
+def _workload(seed: int) -> list[EngineRequest]:
+    rng = random.Random(seed)
+    return [
+        EngineRequest(f"r{i}", rng.uniform(0, 10), rng.randint(5, 100), rng.randint(20, 120),
+                      120)
+        for i in range(30)
+    ]
+
+
+def test_sglang_runs_are_consistent_and_deterministic() -> None:
+    config = make_engine(mode="sglang", num_blocks=30, max_num_seqs=8, max_num_batched_tokens=64)
+    first = run_checked(config, _workload(1))
+    second = run_checked(config, _workload(1))
+    assert first.steps == second.steps and first.decisions == second.decisions
+    assert len(first.requests) == 30
+    assert first.decisions, "the workload is meant to force retractions"
+    assert all(r.num_output_tokens == r.output_tokens for r in first.requests)
+    assert INIT_NEW_TOKEN_RATIO == 0.7

@@ -1,0 +1,209 @@
+"""Engine time: a fixed-length step clock, or a modelled step time from a cost model.
+
+Both clocks answer the same questions: the current step index and start time, whether a request
+that arrived at ``arrival_s`` is visible to the next step, how long a scheduled step lasts, and
+where to jump when the engine is idle.
+
+The cost model is a roofline of one forward pass (all figures are modelled, not measured)::
+
+    memory_s  = (weight_bytes + kv_bytes_per_token * kv_tokens_read) / (bandwidth * bw_eff)
+    compute_s = flops_per_token * scheduled_tokens / (peak_flops * compute_eff)
+    step_s    = overhead_s + max(memory_s, compute_s) + per_sequence_s * num_sequences
+
+``docs/engine.md`` gives the sources of every preset figure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tracekit.engine.config import EngineConfig
+
+__all__ = [
+    "COST_MODEL_PRESETS",
+    "CostModel",
+    "CostModelClock",
+    "EngineClock",
+    "StepsClock",
+    "make_clock",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """A roofline step-time model of one GPU serving one model.
+
+    Parameters
+    ----------
+    name
+        Preset name.
+    weight_bytes
+        Model weights read once per step.
+    kv_bytes_per_token
+        KV cache bytes of one token over all layers (2 x layers x kv_heads x head_dim x dtype).
+    flops_per_token
+        Dense FLOPs per processed token (2 x parameters; attention FLOPs are ignored).
+    bandwidth
+        Peak memory bandwidth, bytes per second.
+    peak_flops
+        Peak dense fp16/bf16 tensor throughput, FLOP per second.
+    bandwidth_efficiency
+        Achieved fraction of ``bandwidth``.
+    compute_efficiency
+        Achieved fraction of ``peak_flops`` (model FLOPs utilisation).
+    overhead_s
+        Fixed time per step (scheduling, kernel launches, sampling set-up).
+    per_sequence_s
+        Extra time per scheduled sequence (sampling, input preparation).
+    """
+
+    name: str
+    weight_bytes: float
+    kv_bytes_per_token: float
+    flops_per_token: float
+    bandwidth: float
+    peak_flops: float
+    bandwidth_efficiency: float
+    compute_efficiency: float
+    overhead_s: float
+    per_sequence_s: float
+
+    def step_time(
+        self, num_scheduled_tokens: int, num_sequences: int, kv_tokens_read: int
+    ) -> float:
+        """Modelled length of a step, seconds.
+
+        Parameters
+        ----------
+        num_scheduled_tokens
+            Prefill plus decode tokens of the step.
+        num_sequences
+            Requests scheduled in the step.
+        kv_tokens_read
+            Context tokens whose KV the step's attention reads (summed over sequences).
+        """
+        memory_s = (self.weight_bytes + self.kv_bytes_per_token * kv_tokens_read) / (
+            self.bandwidth * self.bandwidth_efficiency
+        )
+        compute_s = (self.flops_per_token * num_scheduled_tokens) / (
+            self.peak_flops * self.compute_efficiency
+        )
+        return self.overhead_s + max(memory_s, compute_s) + self.per_sequence_s * num_sequences
+
+
+#: Named presets; the figures and their sources are listed in ``docs/engine.md``.
+COST_MODEL_PRESETS: dict[str, CostModel] = {
+    # RTX A6000 (48 GB GDDR6, 768 GB/s, 154.8 TFLOPS dense fp16 tensor) serving
+    # Llama-3.1-8B-Instruct in bf16 (8.03 B parameters; 32 layers, 8 KV heads, head_dim 128):
+    # the hardware and model of the original BidKV experiment.
+    "a6000-llama3-8b": CostModel(
+        name="a6000-llama3-8b",
+        weight_bytes=16.06e9,
+        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+        flops_per_token=2 * 8.03e9,
+        bandwidth=768e9,
+        peak_flops=154.8e12,
+        bandwidth_efficiency=0.85,
+        compute_efficiency=0.6,
+        overhead_s=0.004,
+        per_sequence_s=0.0001,
+    ),
+    # A100-SXM4-80GB (2,039 GB/s, 312 TFLOPS dense fp16 tensor) serving Llama-2-7B in fp16
+    # (6.74 B parameters; 32 layers, 32 KV heads, head_dim 128): the reference pairing of the
+    # vidur simulator's profiles and of Sarathi-Serve's 7B experiments.
+    "a100-llama2-7b": CostModel(
+        name="a100-llama2-7b",
+        weight_bytes=13.48e9,
+        kv_bytes_per_token=2 * 32 * 32 * 128 * 2,
+        flops_per_token=2 * 6.74e9,
+        bandwidth=2039e9,
+        peak_flops=312e12,
+        bandwidth_efficiency=0.85,
+        compute_efficiency=0.6,
+        overhead_s=0.002,
+        per_sequence_s=0.00005,
+    ),
+}
+
+
+class StepsClock:
+    """Every step lasts ``step_s``; step ``k`` starts at ``k * step_s``.
+
+    A request is visible to the first step whose index is at least ``arrival_s / step_s``.
+    """
+
+    __slots__ = ("step", "step_s")
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+        self.step = 0
+
+    @property
+    def now(self) -> float:
+        """Start time of the current step (a product, so it never accumulates rounding)."""
+        return self.step * self.step_s
+
+    def visible_step(self, arrival_s: float) -> int:
+        """Index of the first step that sees a request arriving at ``arrival_s``."""
+        return math.ceil(arrival_s / self.step_s)
+
+    def is_visible(self, arrival_s: float) -> bool:
+        """Whether the current step sees a request arriving at ``arrival_s``."""
+        return self.step >= self.visible_step(arrival_s)
+
+    def duration(self, num_scheduled_tokens: int, num_sequences: int, kv_tokens_read: int) -> float:
+        """Length of a step: always ``step_s``."""
+        return self.step_s
+
+    def advance(self, duration_s: float) -> None:
+        """Move to the next step."""
+        self.step += 1
+
+    def jump_to(self, arrival_s: float) -> None:
+        """Idle until the step that sees ``arrival_s`` (never backwards)."""
+        self.step = max(self.step, self.visible_step(arrival_s))
+
+
+class CostModelClock:
+    """Steps last what the cost model says; step indices are consecutive.
+
+    A request is visible to the first step whose start time is at least ``arrival_s``.
+    """
+
+    __slots__ = ("model", "now", "step")
+
+    def __init__(self, model: CostModel) -> None:
+        self.model = model
+        self.now = 0.0
+        self.step = 0
+
+    def is_visible(self, arrival_s: float) -> bool:
+        """Whether a request arriving at ``arrival_s`` has arrived by the current step's start."""
+        return arrival_s <= self.now
+
+    def duration(self, num_scheduled_tokens: int, num_sequences: int, kv_tokens_read: int) -> float:
+        """The cost model's step time; a step with nothing scheduled takes only the overhead."""
+        if num_sequences == 0:
+            return self.model.overhead_s
+        return self.model.step_time(num_scheduled_tokens, num_sequences, kv_tokens_read)
+
+    def advance(self, duration_s: float) -> None:
+        """Move to the next step, ``duration_s`` later."""
+        self.now += duration_s
+        self.step += 1
+
+    def jump_to(self, arrival_s: float) -> None:
+        """Idle until ``arrival_s`` (never backwards); the step index does not move."""
+        if arrival_s > self.now:
+            self.now = arrival_s
+
+
+EngineClock = StepsClock | CostModelClock
+
+
+def make_clock(config: EngineConfig) -> StepsClock | CostModelClock:
+    """The clock ``config`` names."""
+    if config.clock == "steps":
+        return StepsClock(config.step_s)
+    return CostModelClock(COST_MODEL_PRESETS[config.cost_model])

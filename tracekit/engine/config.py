@@ -1,0 +1,165 @@
+"""The embedded engine's configuration: one frozen record, validated once at construction.
+
+Defaults follow vLLM 0.32.0 where vLLM has one (``vllm/config/scheduler.py``
+``SchedulerConfig``; ``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults``) and the
+original BidKV experiment otherwise (600 blocks of 16 tokens, 32 sequences, 8,192-token model
+length; reference ``bidkv-behaviour.md`` §E.8). ``docs/engine.md`` lists where each one comes from.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "CLOCKS",
+    "ENGINE_MODES",
+    "SCHEDULING_POLICIES",
+    "VLLM_VERSIONS",
+    "EngineConfig",
+]
+
+EngineMode = Literal["vllm", "sglang"]
+SchedulingPolicyName = Literal["fcfs", "priority"]
+ClockName = Literal["steps", "cost-model"]
+VllmVersion = Literal["0.32", "0.33"]
+
+#: Accepted values of :attr:`EngineConfig.mode`.
+ENGINE_MODES: tuple[str, ...] = ("vllm", "sglang")
+#: Accepted values of :attr:`EngineConfig.scheduling_policy`.
+SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
+#: Accepted values of :attr:`EngineConfig.clock`.
+CLOCKS: tuple[str, ...] = ("steps", "cost-model")
+#: vLLM releases whose scheduling rules the ``vllm`` mode reproduces.
+VLLM_VERSIONS: tuple[str, ...] = ("0.32", "0.33")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Everything that decides the embedded engine's scheduling and timing.
+
+    Parameters
+    ----------
+    mode
+        ``"vllm"`` reproduces the vLLM v1 scheduler; ``"sglang"`` models SGLang's retraction.
+    num_blocks
+        KV cache blocks, including vLLM's reserved null block: ``num_blocks - 1`` are usable.
+    block_size
+        Tokens per KV block (vLLM ``--block-size``; SGLang page size in ``sglang`` mode).
+    max_num_seqs
+        Most requests in the running queue (vLLM ``--max-num-seqs``).
+    max_num_batched_tokens
+        Token budget of one step (vLLM ``--max-num-batched-tokens``). 2048 is vLLM 0.32's default
+        for an OpenAI server on a CPU or on a GPU under 70 GiB such as the A6000.
+    watermark
+        Fraction of ``num_blocks`` kept free when admitting waiting requests. vLLM 0.32's
+        ``SchedulerConfig.watermark`` defaults to 0.0; vLLM v0 and vidur used 0.01.
+    scheduling_policy
+        ``"fcfs"`` or ``"priority"`` (vLLM ``--scheduling-policy``).
+    max_model_len
+        Longest sequence (prompt plus output). Must fit in the usable KV cache, as vLLM checks
+        at startup; longer prompts are rejected on arrival.
+    long_prefill_token_threshold
+        Per-request cap on prefill tokens in one step when more than one request is present;
+        0 disables it (vLLM default).
+    full_sequence_must_fit
+        Admit a waiting request only if its whole current sequence fits (vLLM 0.32
+        ``scheduler_reserve_full_isl``, default True).
+    vllm_version
+        ``"0.32"`` or ``"0.33"``: 0.33 lets the running scan continue after a request preempted
+        itself under PRIORITY; 0.32 stops the scan.
+    clock
+        ``"steps"`` (every step lasts ``step_s``) or ``"cost-model"`` (see ``clock.py``).
+    step_s
+        Step length of the ``steps`` clock, in seconds.
+    cost_model
+        Name of the cost-model preset used by the ``cost-model`` clock.
+    """
+
+    mode: EngineMode = "vllm"
+    num_blocks: int = 600
+    block_size: int = 16
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    watermark: float = 0.0
+    scheduling_policy: SchedulingPolicyName = "fcfs"
+    max_model_len: int = 8192
+    long_prefill_token_threshold: int = 0
+    full_sequence_must_fit: bool = True
+    vllm_version: VllmVersion = "0.32"
+    clock: ClockName = "steps"
+    step_s: float = 0.02
+    cost_model: str = "a6000-llama3-8b"
+
+    def __post_init__(self) -> None:
+        _choice("mode", self.mode, ENGINE_MODES)
+        _choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
+        _choice("clock", self.clock, CLOCKS)
+        _choice("vllm_version", self.vllm_version, VLLM_VERSIONS)
+        # The null block needs one block of its own and a request needs at least one more.
+        _integer("num_blocks", self.num_blocks, minimum=2)
+        _integer("block_size", self.block_size, minimum=1)
+        _integer("max_num_seqs", self.max_num_seqs, minimum=1)
+        _integer("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
+        _integer("max_model_len", self.max_model_len, minimum=2)
+        _integer("long_prefill_token_threshold", self.long_prefill_token_threshold, minimum=0)
+        if not isinstance(self.full_sequence_must_fit, bool):
+            raise ValueError(
+                f"full_sequence_must_fit must be a bool; found {self.full_sequence_must_fit!r}"
+            )
+        if (
+            not isinstance(self.watermark, (int, float))
+            or isinstance(self.watermark, bool)
+            or not 0.0 <= self.watermark < 1.0
+        ):
+            raise ValueError(f"watermark must be a number in [0.0, 1.0); found {self.watermark!r}")
+        if (
+            not isinstance(self.step_s, (int, float))
+            or isinstance(self.step_s, bool)
+            or not math.isfinite(self.step_s)
+            or self.step_s <= 0
+        ):
+            raise ValueError(f"step_s must be a finite number > 0; found {self.step_s!r}")
+        # vLLM refuses to start when one max-length sequence cannot fit in the KV cache; without
+        # this check a long request could wait forever at the head of the queue.
+        usable_tokens = (self.num_blocks - 1) * self.block_size
+        if self.max_model_len > usable_tokens:
+            raise ValueError(
+                f"max_model_len must be at most the usable KV cache, (num_blocks - 1) * "
+                f"block_size = {usable_tokens} tokens; found {self.max_model_len}"
+            )
+        if self.long_prefill_token_threshold > self.max_model_len:
+            raise ValueError(
+                f"long_prefill_token_threshold must be at most max_model_len "
+                f"({self.max_model_len}); found {self.long_prefill_token_threshold}"
+            )
+        if not isinstance(self.cost_model, str) or not self.cost_model:
+            raise ValueError(f"cost_model must be a preset name; found {self.cost_model!r}")
+        if self.clock == "cost-model":
+            # Imported here: clock.py imports this module for its type hints.
+            from tracekit.engine.clock import COST_MODEL_PRESETS
+
+            if self.cost_model not in COST_MODEL_PRESETS:
+                known = ", ".join(sorted(COST_MODEL_PRESETS))
+                raise ValueError(f"cost_model must be one of {known}; found {self.cost_model!r}")
+
+    @property
+    def num_usable_blocks(self) -> int:
+        """Blocks a request can hold: every block but vLLM's null block."""
+        return self.num_blocks - 1
+
+    @property
+    def watermark_blocks(self) -> int:
+        """Blocks kept free on admission: ``int(watermark * num_blocks)`` as in vLLM."""
+        return int(self.watermark * self.num_blocks)
+
+
+def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{field} must be one of {', '.join(allowed)}; found {value!r}")
+
+
+def _integer(field: str, value: object, *, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum}; found {value!r}")

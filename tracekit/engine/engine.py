@@ -1,0 +1,226 @@
+"""The embedded engine's facade: run a list of requests to completion and report every record.
+
+:func:`run_engine` feeds arrivals to the scheduler of the configured mode, runs steps on the
+configured clock, and streams one record per step, per victim decision and per finished request
+to an :class:`EngineObserver` (a trace writer, say) while keeping them for the caller.
+
+Examples
+--------
+>>> from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
+>>> config = EngineConfig(num_blocks=11, block_size=16, max_model_len=160)
+>>> requests = [EngineRequest("a", 0.0, 40, 3, 3), EngineRequest("b", 0.0, 40, 2, 2)]
+>>> result = run_engine(requests, config, BuiltinHost())
+>>> [(r.request_id, r.num_output_tokens, r.status) for r in result.requests]
+[('b', 2, 'finished_length_capped'), ('a', 3, 'finished_length_capped')]
+>>> result.num_steps
+3
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tracekit.engine.clock import make_clock
+from tracekit.engine.config import EngineConfig
+from tracekit.engine.hosts import VictimHost
+from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
+from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
+from tracekit.engine.scheduler import VllmScheduler
+from tracekit.engine.sglang import SglangScheduler
+
+__all__ = ["EngineObserver", "EngineResult", "run_engine"]
+
+
+class EngineObserver(Protocol):
+    """Receives records as the engine produces them, in engine order.
+
+    Within a step, ``on_decision`` calls come first (as victims are chosen), then
+    ``on_step``, then ``on_request`` for each request that finished in the step.
+    """
+
+    def on_step(self, record: StepRecord) -> None:
+        """One executed step."""
+        ...
+
+    def on_decision(self, record: DecisionRecord) -> None:
+        """One victim decision."""
+        ...
+
+    def on_request(self, record: RequestRecord) -> None:
+        """One finished or rejected request."""
+        ...
+
+
+@dataclass(slots=True)
+class EngineResult:
+    """Everything a run produced (the lists are empty when collection is off)."""
+
+    config: EngineConfig
+    steps: list[StepRecord] = field(default_factory=list)
+    decisions: list[DecisionRecord] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    # Executed steps and victim decisions, counted even when records are not collected.
+    num_steps: int = 0
+    num_decisions: int = 0
+    num_preemptions: int = 0
+    # Engine time when the last step ended.
+    end_s: float = 0.0
+
+
+def run_engine(
+    requests: Iterable[EngineRequest],
+    config: EngineConfig,
+    host: VictimHost,
+    observer: EngineObserver | None = None,
+    *,
+    collect: bool = True,
+    check_consistency: bool = False,
+) -> EngineResult:
+    """Run ``requests`` through the embedded engine until every one has finished.
+
+    Parameters
+    ----------
+    requests
+        The workload; arrival order is by ``arrival_s``, then input order.
+    config
+        Engine configuration.
+    host
+        Chooses preemption victims (``BuiltinHost()`` for the engine's own rule).
+    observer
+        Receives every record as it is produced.
+    collect
+        Keep the records in the returned :class:`EngineResult` (turn off for long runs that
+        stream to ``observer``).
+    check_consistency
+        After every step, re-check the block accounting and queue membership from scratch
+        (a pass over all requests; for tests and debugging).
+
+    Returns
+    -------
+    EngineResult
+        The records and run totals.
+
+    Raises
+    ------
+    ValueError
+        On duplicate request ids.
+    """
+    result = EngineResult(config)
+    states = [RequestState(request, index) for index, request in enumerate(requests)]
+    if len({s.request_id for s in states}) != len(states):
+        raise ValueError("request ids must be unique")
+    states.sort(key=lambda s: (s.arrival_s, s.index))
+
+    on_step = observer.on_step if observer is not None else None
+    on_request = observer.on_request if observer is not None else None
+    decisions = result.decisions
+
+    def record_decision(record: DecisionRecord) -> None:
+        if collect:
+            decisions.append(record)
+        if observer is not None:
+            observer.on_decision(record)
+
+    scheduler: VllmScheduler | SglangScheduler
+    if config.mode == "vllm":
+        scheduler = VllmScheduler(config, host, record_decision)
+    else:
+        scheduler = SglangScheduler(config, host, record_decision)
+    clock = make_clock(config)
+    pool = scheduler.block_pool
+    kv_blocks_total = pool.num_usable_blocks
+    max_model_len = config.max_model_len
+    steps = result.steps
+    finished_records = result.requests
+    pending = deque(states)
+    num_steps = num_preemptions = 0
+    end_s = 0.0
+
+    def finish(state: RequestState) -> None:
+        record = _request_record(state)
+        if collect:
+            finished_records.append(record)
+        if on_request is not None:
+            on_request(record)
+
+    while True:
+        # Arrivals visible to this step join the waiting queue, in arrival order.
+        while pending and clock.is_visible(pending[0].arrival_s):
+            state = pending.popleft()
+            if state.num_prompt_tokens >= max_model_len:
+                # vLLM refuses such a prompt on input; it never reaches the scheduler.
+                state.status = RequestStatus.REJECTED
+                state.finish_s = state.arrival_s
+                finish(state)
+            else:
+                scheduler.add_request(state)
+        if not scheduler.has_unfinished_requests():
+            if not pending:
+                break
+            clock.jump_to(pending[0].arrival_s)
+            continue
+
+        now = clock.now
+        out = scheduler.schedule(clock.step, now)
+        scheduled = out.num_scheduled_tokens
+        duration = clock.duration(
+            out.num_prefill_tokens + out.num_decode_tokens, len(scheduled), out.kv_tokens_read
+        )
+        end_s = now + duration
+        # The step record describes the batch as scheduled, before outputs free anything.
+        num_running = len(scheduler.running)
+        num_waiting = len(scheduler.waiting)
+        kv_blocks_used = kv_blocks_total - pool.num_free_blocks
+        finished = scheduler.update_from_output(out, end_s)
+        num_steps += 1
+        num_preemptions += out.num_preemptions
+        if collect or on_step is not None:
+            record = StepRecord(
+                out.step,
+                now,
+                duration,
+                num_running,
+                num_waiting,
+                kv_blocks_used,
+                kv_blocks_total,
+                out.num_prefill_tokens,
+                out.num_decode_tokens,
+                out.num_preemptions,
+                scheduled,
+            )
+            if collect:
+                steps.append(record)
+            if on_step is not None:
+                on_step(record)
+        for state in finished:
+            finish(state)
+        if check_consistency:
+            scheduler.check_consistency()
+        clock.advance(duration)
+
+    result.num_steps = num_steps
+    result.num_decisions = scheduler.num_decisions
+    result.num_preemptions = num_preemptions
+    result.end_s = end_s
+    return result
+
+
+def _request_record(state: RequestState) -> RequestRecord:
+    return RequestRecord(
+        request_id=state.request_id,
+        arrival_s=state.arrival_s,
+        prompt_tokens=state.num_prompt_tokens,
+        output_tokens=state.target_output_tokens,
+        max_tokens=state.max_tokens,
+        priority=state.priority,
+        num_output_tokens=state.num_output_tokens,
+        first_scheduled_s=state.first_scheduled_s,
+        first_token_s=state.first_token_s,
+        finish_s=state.finish_s,
+        status=state.status,
+        num_preemptions=state.num_preemptions,
+        recomputed_tokens=state.recomputed_tokens,
+    )

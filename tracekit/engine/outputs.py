@@ -1,0 +1,105 @@
+"""What the engine reports: plain records with no behaviour (cf. vLLM ``sched/output.py``).
+
+One :class:`StepRecord` per executed step, one :class:`DecisionRecord` per victim decision (one
+per preempted request, so a multi-victim cascade gives several), one :class:`RequestRecord` per
+request when it finishes or is rejected. Times are engine seconds from the start of the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracekit.hosts.preemption_policy import PolicyOutcome, PreemptionCandidate
+
+__all__ = ["DecisionRecord", "RequestRecord", "StepRecord"]
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One executed step, as scheduled (after admission and preemption, before outputs).
+
+    Invariants: ``num_prefill_tokens + num_decode_tokens == sum(num_scheduled_tokens.values())
+    <= max_num_batched_tokens``; ``kv_blocks_used <= kv_blocks_total``.
+    """
+
+    # Step index: consecutive under the cost-model clock; time / step_s under the steps clock.
+    step: int
+    # Engine time at the start of the step, seconds.
+    time_s: float
+    # Modelled length of the step, seconds.
+    duration_s: float
+    # Requests in the running queue after scheduling.
+    num_running: int
+    # Requests in the waiting queue after scheduling (arrived, not running, not finished).
+    num_waiting: int
+    # KV blocks held by requests after scheduling, and usable blocks (null block excluded).
+    kv_blocks_used: int
+    kv_blocks_total: int
+    # Scheduled tokens of requests still prefilling (or recomputing after a preemption).
+    num_prefill_tokens: int
+    # Scheduled tokens of requests decoding one token.
+    num_decode_tokens: int
+    # Requests preempted (vLLM) or retracted (SGLang) in this step.
+    num_preemptions: int
+    # req_id -> num_scheduled_tokens, in scheduling order (vLLM ``num_scheduled_tokens``).
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def make_empty(cls, step: int, time_s: float, kv_blocks_total: int) -> StepRecord:
+        """A step that scheduled nothing."""
+        return cls(step, time_s, 0.0, 0, 0, 0, kv_blocks_total, 0, 0, 0, {})
+
+
+@dataclass(slots=True)
+class DecisionRecord:
+    """One victim decision: the context shown to the host and what the engine applied."""
+
+    # 0, 1, 2, ... over the run.
+    seq: int
+    step: int
+    time_s: float
+    # The running request whose KV allocation failed ("" in SGLang mode, which has none).
+    requesting_request_id: str
+    # Fraction of usable KV blocks in use when the host was asked.
+    kv_cache_usage: float
+    # The running queue, in order, including the requester.
+    candidates: tuple[PreemptionCandidate, ...]
+    # The engine's own victim (vLLM FCFS tail / PRIORITY max; SGLang's retraction order).
+    builtin_victim_id: str
+    # What the policy returned (None when it abstained, was not called or is the built-in).
+    raw_result: object
+    # What the host did with the call (``PolicyOutcome``).
+    outcome: PolicyOutcome
+    # The request the engine preempted.
+    victim_id: str
+    # The policy's own explanation when it exposes one, else None.
+    decision_reason: str | None
+    # The host's cumulative counters after the call (e.g. the controller's stats), or None.
+    counters: dict[str, Any] | None
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request at the end of its life."""
+
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    # Target output length (the emulated end-of-sequence position).
+    output_tokens: int
+    max_tokens: int
+    priority: int
+    # Output tokens actually produced.
+    num_output_tokens: int
+    # Start of the first step that scheduled it; None if never scheduled.
+    first_scheduled_s: float | None
+    # End of the step that produced its first output token.
+    first_token_s: float | None
+    # End of the step that produced its last token, or arrival time when rejected.
+    finish_s: float | None
+    # ``RequestStatus`` value: finished_stopped, finished_length_capped or rejected.
+    status: str
+    num_preemptions: int
+    # Computed tokens discarded by its preemptions (to be computed again).
+    recomputed_tokens: int

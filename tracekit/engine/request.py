@@ -1,0 +1,151 @@
+"""Requests: the frozen input record and the mutable state the scheduler keeps per request.
+
+The state mirrors the fields of vLLM's ``vllm/v1/request.py`` ``Request`` that scheduling reads
+(``num_prompt_tokens``, ``num_output_tokens``, ``num_computed_tokens``, ``num_preemptions``,
+``priority``, ``arrival_time``, ``max_tokens``, ``status``) without the token ids themselves:
+with fake model outputs only their counts matter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "FINISHED_STATUSES",
+    "EngineRequest",
+    "RequestState",
+    "RequestStatus",
+]
+
+
+class RequestStatus:
+    """Request status names (vLLM ``RequestStatus`` members, lower-cased, plus ``rejected``)."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    #: Reached its target output length: the stand-in for an end-of-sequence token.
+    FINISHED_STOPPED = "finished_stopped"
+    #: Reached ``max_tokens`` or ``max_model_len`` (vLLM ``FINISHED_LENGTH_CAPPED``).
+    FINISHED_LENGTH_CAPPED = "finished_length_capped"
+    #: Never scheduled: the prompt does not fit in ``max_model_len`` (vLLM rejects it on input).
+    REJECTED = "rejected"
+
+
+#: Statuses after which a request never runs again.
+FINISHED_STATUSES = frozenset(
+    {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.REJECTED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """One request as the engine receives it.
+
+    Parameters
+    ----------
+    request_id
+        Unique id.
+    arrival_s
+        Arrival time in seconds from the start of the run (also vLLM's ``arrival_time``).
+    prompt_tokens
+        Prompt length, >= 1.
+    output_tokens
+        Target output length, >= 1: the request stops after this many tokens, as if the model
+        sampled an end-of-sequence token.
+    max_tokens
+        The request's ``max_tokens`` sampling parameter, >= 1; it also stops generation.
+    priority
+        vLLM priority: lower values run first under the PRIORITY policy.
+    """
+
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    max_tokens: int
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.request_id, str) or not self.request_id:
+            raise ValueError(f"request_id must be a non-empty string; found {self.request_id!r}")
+        where = f"request {self.request_id!r}"
+        if (
+            not isinstance(self.arrival_s, (int, float))
+            or isinstance(self.arrival_s, bool)
+            or not math.isfinite(self.arrival_s)
+            or self.arrival_s < 0
+        ):
+            raise ValueError(f"{where}: arrival_s must be a finite number >= 0; "
+                             f"found {self.arrival_s!r}")
+        for name in ("prompt_tokens", "output_tokens", "max_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{where}: {name} must be an integer >= 1; found {value!r}")
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise ValueError(f"{where}: priority must be an integer; found {self.priority!r}")
+
+
+class RequestState:
+    """The scheduler's mutable view of one request.
+
+    ``num_computed_tokens`` advances when a step is scheduled (vLLM
+    ``Scheduler._update_after_schedule``); ``num_output_tokens`` when that step's output is
+    applied (``Scheduler.update_from_output``). ``num_blocks`` counts the KV blocks it holds.
+    """
+
+    __slots__ = (
+        "arrival_s",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "index",
+        "max_tokens",
+        "num_blocks",
+        "num_computed_tokens",
+        "num_output_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "priority",
+        "recomputed_tokens",
+        "request_id",
+        "status",
+        "stop_output_tokens",
+        "target_output_tokens",
+    )
+
+    def __init__(self, request: EngineRequest, index: int) -> None:
+        self.request_id = request.request_id
+        self.arrival_s = float(request.arrival_s)
+        self.priority = request.priority
+        self.num_prompt_tokens = request.prompt_tokens
+        self.target_output_tokens = request.output_tokens
+        self.max_tokens = request.max_tokens
+        # The output length at which generation stops (vLLM ``check_stop``: ``max_tokens``; the
+        # target stands for the end-of-sequence token of a real model).
+        self.stop_output_tokens = min(request.output_tokens, request.max_tokens)
+        # Position in the input; breaks no scheduling tie, only orders records.
+        self.index = index
+        self.num_output_tokens = 0
+        self.num_computed_tokens = 0
+        self.num_blocks = 0
+        self.num_preemptions = 0
+        # Sum over preemptions of the computed tokens thrown away (to be computed again).
+        self.recomputed_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.first_scheduled_s: float | None = None
+        self.first_token_s: float | None = None
+        self.finish_s: float | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output so far (vLLM ``Request.num_tokens``)."""
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestState({self.request_id!r}, status={self.status}, "
+            f"computed={self.num_computed_tokens}/{self.num_tokens}, "
+            f"blocks={self.num_blocks}, preemptions={self.num_preemptions})"
+        )

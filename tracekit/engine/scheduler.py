@@ -1,0 +1,407 @@
+"""The vLLM v1 scheduling step, reproduced decision for decision (vLLM 0.32.0 / 0.33.0).
+
+Source of every rule: ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule``,
+``_preempt_request``, ``_update_after_schedule`` and ``update_from_output``;
+``vllm/v1/core/kv_cache_manager.py`` ``KVCacheManager.allocate_slots``. ``docs/engine.md`` maps
+each rule to its source. Modelled configuration: one full-attention KV cache group, prefix caching
+off, no speculative decoding, no KV connector, no structured output, synchronous scheduling, and
+fake model outputs (one sampled token per scheduled request whose prefill is complete).
+
+The one departure is deliberate: vLLM picks the victim itself, here the :class:`VictimHost` does
+(reference ``bidkv-behaviour.md`` §B.6). With :class:`~tracekit.engine.hosts.BuiltinHost` the
+victims are exactly vLLM's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tracekit.engine.block_pool import BlockPool
+from tracekit.engine.config import EngineConfig
+from tracekit.engine.hosts import VictimHost
+from tracekit.engine.outputs import DecisionRecord
+from tracekit.engine.queues import create_request_queue
+from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
+
+__all__ = ["ScheduledStep", "VllmScheduler", "make_candidates"]
+
+DecisionCallback = Callable[[DecisionRecord], None]
+
+
+class ScheduledStep:
+    """What one ``schedule()`` call decided (cf. vLLM ``SchedulerOutput``)."""
+
+    __slots__ = (
+        "kv_tokens_read",
+        "num_decode_tokens",
+        "num_preemptions",
+        "num_prefill_tokens",
+        "num_scheduled_tokens",
+        "step",
+        "time_s",
+    )
+
+    def __init__(self, step: int, time_s: float) -> None:
+        self.step = step
+        self.time_s = time_s
+        # req_id -> num_scheduled_tokens, in scheduling order: running queue first, then admitted.
+        self.num_scheduled_tokens: dict[str, int] = {}
+        self.num_prefill_tokens = 0
+        self.num_decode_tokens = 0
+        # Context tokens (already computed plus scheduled) whose KV the step's attention reads.
+        self.kv_tokens_read = 0
+        self.num_preemptions = 0
+
+
+def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:
+    """The running queue as the host shows it to a policy, in queue order."""
+    return tuple(
+        PreemptionCandidate(
+            r.request_id,
+            r.priority,
+            r.arrival_s,
+            r.num_prompt_tokens,
+            r.num_output_tokens,
+            r.num_computed_tokens,
+            r.num_preemptions,
+            r.max_tokens,
+        )
+        for r in running
+    )
+
+
+class VllmScheduler:
+    """vLLM's v1 ``Scheduler`` over request counts, with the victim chosen by a host.
+
+    Parameters
+    ----------
+    config
+        Engine configuration (``mode`` must be ``"vllm"``).
+    host
+        Chooses each preemption victim.
+    on_decision
+        Called with every :class:`DecisionRecord`, in order, as decisions are made.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        host: VictimHost,
+        on_decision: DecisionCallback | None = None,
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.on_decision = on_decision
+        self.policy = config.scheduling_policy
+        self.block_pool = BlockPool(config.num_blocks)
+        self.waiting = create_request_queue(config.scheduling_policy)
+        self.running: list[RequestState] = []
+        # req_id -> request, for every request added and not finished (vLLM ``self.requests``).
+        self.requests: dict[str, RequestState] = {}
+        self.num_decisions = 0
+        self._watermark_blocks = config.watermark_blocks
+        # 0.33 lets the running scan go on after a PRIORITY self-preemption; 0.32 stops it.
+        self._continue_after_self_preemption = (
+            config.vllm_version != "0.32" and config.scheduling_policy == "priority"
+        )
+        # Step-local state shared with _preempt (set by schedule()).
+        self._scheduled: dict[str, int] = {}
+        self._num_preempted = 0
+
+    # ----------------------------------------------------------------------------- queues
+    def add_request(self, request: RequestState) -> None:
+        """Queue a newly arrived request (vLLM ``Scheduler.add_request``)."""
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request_id {request.request_id!r}")
+        request.status = RequestStatus.WAITING
+        self.requests[request.request_id] = request
+        self.waiting.add_request(request)
+
+    def has_unfinished_requests(self) -> bool:
+        """Whether any request is running or waiting."""
+        return bool(self.running) or len(self.waiting) > 0
+
+    # ----------------------------------------------------------------------------- schedule
+    def schedule(self, step: int, now: float) -> ScheduledStep:
+        """Run one scheduling step (vLLM ``Scheduler.schedule``).
+
+        Schedules the running queue in order, preempting victims chosen by the host when a
+        request's KV allocation fails, then (only if nothing was preempted) admits waiting
+        requests until one does not fit. Advances ``num_computed_tokens`` of every scheduled
+        request, as vLLM does at the end of ``schedule()``.
+        """
+        config = self.config
+        out = ScheduledStep(step, now)
+        scheduled = out.num_scheduled_tokens
+        self._scheduled = scheduled
+        self._num_preempted = 0
+        pool = self.block_pool
+        running = self.running
+        waiting = self.waiting
+        block_size = config.block_size
+        max_model_len = config.max_model_len
+        token_budget = config.max_num_batched_tokens
+        # vLLM drops the long-prefill cap when only one request is present (nobody to starve).
+        long_prefill = (
+            config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
+        )
+
+        # First, the RUNNING requests, in queue order.
+        req_index = 0
+        while req_index < len(running) and token_budget > 0:
+            request = running[req_index]
+            computed = request.num_computed_tokens
+            num_new_tokens = request.num_prompt_tokens + request.num_output_tokens - computed
+            if 0 < long_prefill < num_new_tokens:
+                num_new_tokens = long_prefill
+            if num_new_tokens > token_budget:
+                num_new_tokens = token_budget
+            # Keep the input position inside max_model_len (one slot for the sampled token).
+            cap = max_model_len - computed - 1
+            if num_new_tokens > cap:
+                num_new_tokens = cap
+            if num_new_tokens <= 0:
+                # NOTE(vLLM): `continue`, not `break`: later requests may still be scheduled.
+                req_index += 1
+                continue
+
+            # allocate_slots: blocks for computed + new tokens beyond those already held. A
+            # running request never has the watermark applied (its status is RUNNING).
+            num_blocks_to_allocate = -(-(computed + num_new_tokens) // block_size) - (
+                request.num_blocks
+            )
+            if num_blocks_to_allocate > pool.num_free_blocks:
+                allocated, req_index, refund = self._allocate_or_preempt(
+                    request, num_new_tokens, req_index, step, now
+                )
+                token_budget += refund
+                if not allocated:
+                    if self._continue_after_self_preemption:
+                        # The requester preempted itself and left `running`, so `req_index`
+                        # already points at the next request.
+                        continue
+                    break
+            elif num_blocks_to_allocate > 0:
+                pool.num_free_blocks -= num_blocks_to_allocate
+                request.num_blocks += num_blocks_to_allocate
+            scheduled[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            req_index += 1
+
+        # Next, the WAITING requests, but never in a step that preempted.
+        if not self._num_preempted:
+            max_num_seqs = config.max_num_seqs
+            watermark_blocks = self._watermark_blocks
+            full_sequence_must_fit = config.full_sequence_must_fit
+            while token_budget > 0 and len(waiting) > 0:
+                if len(running) >= max_num_seqs:
+                    break
+                request = waiting.peek_request()
+                # A waiting or preempted request has no computed tokens and holds no blocks;
+                # a preempted one recomputes its prompt and all its output so far.
+                num_tokens = request.num_prompt_tokens + request.num_output_tokens
+                num_new_tokens = num_tokens
+                if 0 < long_prefill < num_new_tokens:
+                    num_new_tokens = long_prefill
+                if num_new_tokens > token_budget:
+                    num_new_tokens = token_budget
+                # The watermark applies to WAITING/PREEMPTED requests once anything is running.
+                watermark = watermark_blocks if running else 0
+                free = pool.num_free_blocks
+                if full_sequence_must_fit and (
+                    -(-min(num_tokens, max_model_len) // block_size) + watermark > free
+                ):
+                    break
+                num_blocks = -(-min(num_new_tokens, max_model_len) // block_size)
+                if num_blocks + watermark > free:
+                    break
+                waiting.pop_request()
+                running.append(request)
+                pool.num_free_blocks = free - num_blocks
+                request.num_blocks = num_blocks
+                request.status = RequestStatus.RUNNING
+                if request.first_scheduled_s is None:
+                    request.first_scheduled_s = now
+                scheduled[request.request_id] = num_new_tokens
+                token_budget -= num_new_tokens
+
+        # Invariants of every step (vLLM asserts the first two after its loops).
+        assert token_budget >= 0, "token budget overspent"
+        assert len(running) <= config.max_num_seqs, "running queue over max_num_seqs"
+        assert pool.num_free_blocks >= 0, "KV blocks overcommitted"
+
+        # _update_after_schedule: computed tokens advance when the step is scheduled.
+        requests = self.requests
+        prefill = decode = kv_read = 0
+        for request_id, num_new_tokens in scheduled.items():
+            request = requests[request_id]
+            computed = request.num_computed_tokens
+            if (
+                num_new_tokens == 1
+                and request.num_output_tokens
+                and computed + 1 == request.num_prompt_tokens + request.num_output_tokens
+            ):
+                decode += 1
+            else:
+                prefill += num_new_tokens
+            computed += num_new_tokens
+            kv_read += computed
+            request.num_computed_tokens = computed
+        out.num_prefill_tokens = prefill
+        out.num_decode_tokens = decode
+        out.kv_tokens_read = kv_read
+        out.num_preemptions = self._num_preempted
+        return out
+
+    def _allocate_or_preempt(
+        self,
+        request: RequestState,
+        num_new_tokens: int,
+        req_index: int,
+        step: int,
+        now: float,
+    ) -> tuple[bool, int, int]:
+        """The ``while True`` loop of vLLM's running scan for one request that does not fit.
+
+        Preempts one host-chosen victim per iteration until the allocation succeeds or the
+        victim is ``request`` itself. Returns ``(allocated, req_index, tokens_refunded)``.
+        """
+        pool = self.block_pool
+        block_size = self.config.block_size
+        refunded = 0
+        while True:
+            need = -(-(request.num_computed_tokens + num_new_tokens) // block_size) - (
+                request.num_blocks
+            )
+            if need <= pool.num_free_blocks:
+                if need > 0:
+                    pool.num_free_blocks -= need
+                    request.num_blocks += need
+                return True, req_index, refunded
+            victim = self._choose_victim(request, step, now)
+            req_index, refund = self._preempt(victim, req_index)
+            refunded += refund
+            if victim is request:
+                return False, req_index, refunded
+
+    def _builtin_victim(self) -> RequestState:
+        """Return vLLM's victim: PRIORITY the max ``(priority, arrival_time)``, FCFS the tail."""
+        running = self.running
+        if self.policy == "priority":
+            # max() keeps the first maximal element, as vLLM's does.
+            return max(running, key=lambda r: (r.priority, r.arrival_s))
+        return running[-1]
+
+    def _choose_victim(self, requester: RequestState, step: int, now: float) -> RequestState:
+        """Ask the host for one victim among the running queue and record the decision."""
+        running = self.running
+        candidates = make_candidates(running)
+        builtin = self._builtin_victim().request_id
+        usage = self.block_pool.get_usage()
+        context = PreemptionContext(
+            candidates, self.policy, requester.request_id, usage, now, builtin
+        )
+        choice = self.host.choose_victim(context)
+        victim = next((r for r in running if r.request_id == choice.victim_id), None)
+        if victim is None:
+            raise RuntimeError(f"host chose {choice.victim_id!r}, which is not running")
+        if self.on_decision is not None:
+            self.on_decision(
+                DecisionRecord(
+                    seq=self.num_decisions,
+                    step=step,
+                    time_s=now,
+                    requesting_request_id=requester.request_id,
+                    kv_cache_usage=usage,
+                    candidates=candidates,
+                    builtin_victim_id=builtin,
+                    raw_result=choice.raw_result,
+                    outcome=choice.outcome,
+                    victim_id=choice.victim_id,
+                    decision_reason=choice.decision_reason,
+                    counters=choice.counters,
+                )
+            )
+        self.num_decisions += 1
+        return victim
+
+    def _preempt(self, victim: RequestState, req_index: int) -> tuple[int, int]:
+        """Preempt ``victim`` and put it back in the waiting queue (vLLM ``_preempt_request``).
+
+        Precondition: ``victim`` is in ``self.running`` with status RUNNING. This removes it from
+        the running queue (moving the scan cursor back if it sat before it), withdraws what it was
+        scheduled this step (returning those tokens to the budget), frees all its blocks, resets
+        ``num_computed_tokens`` to 0 (recompute, no swap), counts the preemption, and prepends it
+        to the waiting queue. Returns ``(req_index, tokens_refunded)``.
+        """
+        assert victim.status == RequestStatus.RUNNING, "only running requests can be preempted"
+        running = self.running
+        index = next(i for i, r in enumerate(running) if r is victim)
+        del running[index]
+        if index < req_index:
+            req_index -= 1
+        # Only possible when the victim sat before the cursor (PRIORITY or a policy's choice).
+        refund = self._scheduled.pop(victim.request_id, 0)
+        self.block_pool.free(victim.num_blocks)
+        victim.num_blocks = 0
+        victim.recomputed_tokens += victim.num_computed_tokens
+        victim.num_computed_tokens = 0
+        victim.status = RequestStatus.PREEMPTED
+        victim.num_preemptions += 1
+        self.waiting.prepend_request(victim)
+        self._num_preempted += 1
+        return req_index, refund
+
+    # ----------------------------------------------------------------------------- outputs
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+        """Apply the fake model output of a step (vLLM ``Scheduler.update_from_output``).
+
+        Every scheduled request whose prefill is complete samples one token; a request stops at
+        ``max_tokens`` or ``max_model_len`` (length capped) or at its target output length
+        (stopped). Finished requests free their blocks and leave the running queue, which keeps
+        its order. Returns the finished requests in scheduling order.
+        """
+        requests = self.requests
+        max_model_len = self.config.max_model_len
+        finished: list[RequestState] = []
+        for request_id in out.num_scheduled_tokens:
+            request = requests[request_id]
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
+            if request.num_computed_tokens < num_tokens:
+                continue  # a partial (chunked) prefill samples nothing
+            output = request.num_output_tokens + 1
+            request.num_output_tokens = output
+            if output == 1:
+                request.first_token_s = end_s
+            if num_tokens + 1 >= max_model_len or output >= request.max_tokens:
+                request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+            elif output >= request.target_output_tokens:
+                request.status = RequestStatus.FINISHED_STOPPED
+            else:
+                continue
+            request.finish_s = end_s
+            self.block_pool.free(request.num_blocks)
+            request.num_blocks = 0
+            del requests[request_id]
+            finished.append(request)
+        if finished:
+            # vLLM ``remove_all``: a new list, order kept.
+            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+        return finished
+
+    def check_consistency(self) -> None:
+        """Check the block accounting and queue membership; raise ``AssertionError`` if broken.
+
+        Costs a pass over all requests; tests call it after every step.
+        """
+        pool = self.block_pool
+        held = sum(r.num_blocks for r in self.running)
+        assert held == pool.num_used_blocks, f"running hold {held} blocks, pool says {pool}"
+        for r in self.running:
+            assert r.status == RequestStatus.RUNNING, r
+            assert r.num_blocks * self.config.block_size >= r.num_computed_tokens, r
+        for r in self.waiting:
+            assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), r
+            assert r.num_blocks == 0 and r.num_computed_tokens == 0, r
+        assert len(self.running) + len(self.waiting) == len(self.requests)
