@@ -1,0 +1,99 @@
+"""Small hand-made trace bundles for the trace-format tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tracekit.hosts.preemption_policy import (
+    PreemptionCandidate,
+    PreemptionContext,
+    PreemptionPolicyStats,
+)
+from tracekit.recording.rows import candidate_rows, decision_row
+from tracekit.trace.writer import BundleWriter
+
+RUN = "run-a"
+
+
+def base_manifest(run_id: str = RUN) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "tool_version": "test",
+        "created_at": "2026-11-30T00:00:00+00:00",
+        "engine": "embedded-vllm",
+        "engine_config": {"num_blocks": 11, "block_size": 16},
+        "scheduling_policy": "fcfs",
+        "host_path": "typed",
+        "strategy": "builtin",
+        "strategy_config": None,
+        "workload": {"name": "hand", "source": None, "sha256": None},
+        "time_scaling": 1.0,
+        "window": None,
+        "seed": 0,
+        "clock": "steps",
+    }
+
+
+def cand(rid: str, computed: int, arrival: float = 0.0) -> PreemptionCandidate:
+    return PreemptionCandidate(rid, 0, arrival, computed, 0, computed, 0, 16)
+
+
+def write_bundle(out: Path, run_id: str = RUN, **overrides: Any) -> Path:
+    """Two FCFS decisions over three requests; the policy selects r0, then abstains.
+
+    ``overrides`` may replace 'decisions' rows (list of tuples) or 'requests' rows.
+    """
+    stats = PreemptionPolicyStats(policy_name="p", enabled=True)
+    contexts = [
+        PreemptionContext((cand("r0", 48), cand("r1", 32), cand("r2", 16)), "fcfs", "r2", 1.0, 1.0),
+        PreemptionContext((cand("r1", 40), cand("r2", 24)), "fcfs", "r2", 1.0, 2.0),
+    ]
+    decisions = []
+    candidates = []
+    for seq, (ctx, raw, outcome) in enumerate(
+        [(contexts[0], "r0", "selected"), (contexts[1], None, "abstained")]
+    ):
+        stats.calls += 1
+        if outcome == "selected":
+            stats.selections += 1
+        else:
+            stats.abstentions += 1
+        builtin = ctx.candidates[-1].request_id
+        applied = raw if outcome == "selected" else builtin
+        decisions.append(
+            decision_row(
+                run_id=run_id,
+                seq=seq,
+                step=seq + 3,
+                context=ctx,
+                builtin_victim_id=builtin,
+                raw=raw,
+                outcome=outcome,
+                applied_victim_id=applied,
+                decision_reason="strategy",
+                stats=stats,
+            )
+        )
+        candidates.extend(candidate_rows(run_id, seq, ctx.candidates))
+    requests = [
+        (run_id, f"r{i}", float(i), 16 + i, 4, 4, 0, 0.0, 0.1, 5.0, "finished", 4, 1 - i // 2, 16)
+        for i in range(3)
+    ]
+    steps = [
+        (run_id, s, s * 0.5, 0.5, 2, 1, 8, 10, 16, 2, 1 if s in (3, 4) else 0) for s in range(6)
+    ]
+    decisions = overrides.pop("decisions", decisions)
+    requests = overrides.pop("requests", requests)
+    candidates = overrides.pop("candidates", candidates)
+    manifest = {**base_manifest(run_id), **overrides}
+    with BundleWriter(out, manifest) as writer:
+        for table, rows in (
+            ("requests", requests),
+            ("decisions", decisions),
+            ("candidates", candidates),
+            ("steps", steps),
+        ):
+            for row in rows:
+                writer.append(table, row)
+    return out

@@ -1,0 +1,213 @@
+"""The ``tracekit`` command line: thin click commands over library functions.
+
+Each command parses its options, calls one library function, and renders the result. Library
+errors (``TracekitError``) become a one-line ``click.ClickException`` here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from bidkv._version import __version__
+from tracekit import manifests
+from tracekit.cli_options import (
+    Progress,
+    engine_options,
+    engine_settings,
+    policy_options,
+    workload_options,
+    workload_settings,
+)
+from tracekit.errors import TracekitError
+from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
+from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config, record_sim
+from tracekit.strategies import parse_policy_config, resolve_strategy
+from tracekit.trace.inspect import inspect_trace, render_inspection
+from tracekit.trace.validate import validate_trace
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+class LibraryError(click.ClickException):
+    """A library error shown as one line, with the command's chosen exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextmanager
+def library_errors(exit_code: int = 1) -> Iterator[None]:
+    """Turn a ``TracekitError`` into a one-line error and exit with ``exit_code``."""
+    try:
+        yield
+    except TracekitError as error:
+        raise LibraryError(str(error), exit_code) from error
+
+
+trace_argument = click.argument(
+    "trace", type=click.Path(exists=False, file_okay=False, path_type=Path)
+)
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, prog_name="tracekit")
+def cli() -> None:
+    """Replay, compare and qualify KV-cache preemption policies on scheduler traces."""
+
+
+@cli.group(context_settings=CONTEXT_SETTINGS)
+def manifest() -> None:
+    """Validate and render extension manifests (Extension Manifest 0.2/0.3, Bundle v1)."""
+
+
+@manifest.command("validate", context_settings=CONTEXT_SETTINGS)
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+def manifest_validate(path: Path) -> None:
+    """Check PATH against its JSON Schema and the scheduler-policy rules.
+
+    Imports the policy's implementation_ref. Prints one line per passed rule; on the first
+    problem prints it (file, JSON pointer, fix) and exits with status 1.
+    """
+    with library_errors():
+        checks = manifests.validate_manifest(path)
+    for check in checks:
+        click.echo(f"ok {check}")
+    click.echo(f"{path}: valid")
+
+
+def _key_values(
+    ctx: click.Context, param: click.Parameter, items: tuple[str, ...]
+) -> dict[str, str]:
+    """Parse repeated ``KEY=VALUE`` options into a dictionary."""
+    values = {}
+    for item in items:
+        key, separator, value = item.partition("=")
+        if not separator or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", ctx, param)
+        values[key] = value
+    return values
+
+
+@manifest.command("render", context_settings=CONTEXT_SETTINGS)
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--env",
+    "overrides",
+    metavar="KEY=VALUE",
+    multiple=True,
+    callback=_key_values,
+    help="Override a variable the manifest declares (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def manifest_render(path: Path, overrides: dict[str, str], as_json: bool) -> None:
+    """Print the engine arguments, environment and additional_config enabling PATH sets.
+
+    The manifest is validated without importing the policy.
+    """
+    with library_errors():
+        rendered = manifests.render_manifest(path, overrides)
+    click.echo(json.dumps(rendered.to_dict(), indent=2) if as_json else rendered.format_text())
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def validate(trace: Path, as_json: bool) -> None:
+    """Check every bundle of TRACE against the schema and the trace invariants.
+
+    Exit status: 0 valid, 1 an invariant fails, 2 unreadable input, 3 truncated (a recording
+    that never finished: what was flushed is readable).
+    """
+    with library_errors(exit_code=2):
+        report = validate_trace(trace)
+    if as_json:
+        payload = [
+            {
+                "path": str(b.path),
+                "run_id": b.run_id,
+                "status": b.status,
+                "rows": b.rows,
+                "problems": b.problems,
+            }
+            for b in report.bundles
+        ]
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        for bundle in report.bundles:
+            click.echo(f"{bundle.status:9} {bundle.path} ({bundle.run_id})")
+            for problem in bundle.problems:
+                click.echo(f"  - {problem}")
+    raise SystemExit(report.exit_code)
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def inspect(trace: Path, as_json: bool) -> None:
+    """Summarise TRACE: runs, decisions by outcome, preemptions per request, KV pressure."""
+    with library_errors(exit_code=2):
+        summaries = inspect_trace(trace)
+    click.echo(json.dumps(summaries, indent=2) if as_json else render_inspection(summaries))
+
+
+@cli.group(context_settings=CONTEXT_SETTINGS)
+def record() -> None:
+    """Record decision traces (from the embedded engine, or by importing existing logs)."""
+
+
+@record.command("import", context_settings=CONTEXT_SETTINGS)
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+@click.option(
+    "--kind",
+    type=click.Choice(["preemption-events", "snapshots"]),
+    default=None,
+    help="What FILE holds (default: detected from its first record).",
+)
+@click.option(
+    "--applied-strategy",
+    type=click.Choice(EVENT_STRATEGIES),
+    default="pe-lifo",
+    show_default=True,
+    help="For preemption events: the strategy the engine ran (pe-lifo = vLLM built-in).",
+)
+def record_import(file: Path, out: Path, kind: str | None, applied_strategy: str) -> None:
+    """Convert the original BidKV's preemption-event JSONL or decision snapshots to a bundle."""
+    with library_errors():
+        bundle = import_logs(file, out, kind=kind, applied_strategy=applied_strategy)
+    click.echo(f"wrote {bundle}")
+
+
+@record.command("sim", context_settings=CONTEXT_SETTINGS)
+@workload_options
+@engine_options
+@click.option(
+    "--strategy",
+    default="builtin",
+    show_default=True,
+    help="builtin, a policy strategy (bidkv, pe, static-random, ...) or module:Object.",
+)
+@policy_options
+@click.option("--record-scheduled", is_flag=True, help="Also record tokens per request per step.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+def record_sim_command(**options: object) -> None:
+    """Run a workload through the embedded engine and record a trace bundle."""
+    with library_errors():
+        workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        config = make_engine_config(**engine_settings(options))
+        policy_config = parse_policy_config(options["policy_config"])
+        strategy = resolve_strategy(options["strategy"], policy_config, seed=options["seed"])
+        run = SimRun(workload, config, strategy, options["host_path"], options["seed"])
+        bundle = record_sim(
+            run,
+            options["out"],
+            record_scheduled=bool(options["record_scheduled"]),
+            progress=Progress(f"record {strategy.name}"),
+        )
+        click.echo(render_inspection(inspect_trace(bundle)))

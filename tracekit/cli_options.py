@@ -1,0 +1,173 @@
+"""Option bundles shared by the commands that run workloads (record, replay, qualify).
+
+Each bundle is a decorator that adds the same flags, with the same names and help, to every
+command that takes them (in the way sqlite-utils shares ``output_options``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from tracekit.engine.clock import COST_MODEL_PRESETS
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["Progress", "engine_options", "policy_options", "workload_options"]
+
+
+def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(function: F) -> F:
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+def _parse_window(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    if value is None:
+        return None
+    start, sep, end = value.partition(":")
+    try:
+        return (float(start or 0), float(end) if end else None) if sep else None
+    except ValueError:
+        pass
+    raise click.BadParameter(f"expected START:END in seconds (END may be empty), got {value!r}")
+
+
+workload_options = _stack(
+    click.option(
+        "--workload",
+        "workload_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        required=True,
+        help="Workload file (Azure CSV, Mooncake JSONL, BidKV trace, vidur CSV, CSV/Parquet).",
+    ),
+    click.option("--format", "workload_format", default=None, help="Override format detection."),
+    click.option("--limit", type=int, default=None, help="Keep the first N requests."),
+    click.option(
+        "--window",
+        callback=_parse_window,
+        default=None,
+        metavar="START:END",
+        help="Keep arrivals in [START, END) seconds, re-based to 0.",
+    ),
+    click.option(
+        "--rate-scale", type=float, default=1.0, show_default=True, help="2.0 = twice the rate."
+    ),
+    click.option("--priority-seed", type=int, default=None, help="Assign seeded priorities 0..2."),
+)
+
+engine_options = _stack(
+    click.option(
+        "--engine-mode", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True
+    ),
+    click.option("--num-blocks", type=int, default=None, help="KV blocks (default 600)."),
+    click.option("--block-size", type=int, default=None, help="Tokens per block (default 16)."),
+    click.option("--max-num-seqs", type=int, default=None, help="Running limit (default 32)."),
+    click.option(
+        "--max-num-batched-tokens", type=int, default=None, help="Token budget (default 2048)."
+    ),
+    click.option("--watermark", type=float, default=None, help="Admission watermark (0.0)."),
+    click.option(
+        "--max-model-len", type=int, default=None, help="Longest sequence (default 8192)."
+    ),
+    click.option(
+        "--scheduling-policy",
+        type=click.Choice(["fcfs", "priority"]),
+        default="fcfs",
+        show_default=True,
+    ),
+    click.option(
+        "--clock",
+        type=click.Choice(["steps", "cost-model"]),
+        default="cost-model",
+        show_default=True,
+        help="steps: fixed step time; cost-model: modelled step times (see docs/engine.md).",
+    ),
+    click.option("--step-s", type=float, default=None, help="Step time of the steps clock."),
+    click.option(
+        "--cost-model",
+        type=click.Choice(sorted(COST_MODEL_PRESETS)),
+        default=None,
+        help="Cost-model preset.",
+    ),
+)
+
+policy_options = _stack(
+    click.option(
+        "--policy-config",
+        default=None,
+        metavar="JSON|@FILE",
+        help="Settings of the production policy (docs/policy.md), inline JSON or @file.",
+    ),
+    click.option(
+        "--host",
+        "host_path",
+        type=click.Choice(["typed", "legacy"]),
+        default="typed",
+        show_default=True,
+        help="Engine contract the policy is called through.",
+    ),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed of every choice."),
+)
+
+
+def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """The engine bundle's values keyed by ``EngineConfig`` field."""
+    return {
+        "mode": options["engine_mode"],
+        "num_blocks": options["num_blocks"],
+        "block_size": options["block_size"],
+        "max_num_seqs": options["max_num_seqs"],
+        "max_num_batched_tokens": options["max_num_batched_tokens"],
+        "watermark": options["watermark"],
+        "max_model_len": options["max_model_len"],
+        "scheduling_policy": options["scheduling_policy"],
+        "clock": options["clock"],
+        "step_s": options["step_s"],
+        "cost_model": options["cost_model"],
+    }
+
+
+def workload_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """The workload bundle's values keyed by ``load_run_workload`` argument."""
+    return {
+        "format": options["workload_format"],
+        "limit": options["limit"],
+        "window": options["window"],
+        "rate_scale": options["rate_scale"],
+        "priority_seed": options["priority_seed"],
+    }
+
+
+class Progress:
+    """A one-line progress bar on stderr, redrawn at most five times a second."""
+
+    def __init__(self, label: str, *, enabled: bool | None = None) -> None:
+        self.label = label
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._last = 0.0
+        self._start = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        """Show ``done`` of ``total``."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if done < total and now - self._last < 0.2:
+            return
+        self._last = now
+        width = 30
+        filled = width * done // max(total, 1)
+        bar = "#" * filled + "-" * (width - filled)
+        elapsed = now - self._start
+        click.echo(
+            f"\r{self.label} [{bar}] {done}/{total} {elapsed:5.1f}s", err=True, nl=done >= total
+        )

@@ -1,0 +1,1 @@
+"""Recorders: the live-engine recording wrappers (and, later, the simulated-run recorder)."""

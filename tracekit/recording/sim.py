@@ -1,0 +1,371 @@
+"""``tracekit record sim``: run a workload through the embedded engine and record a bundle.
+
+One run = one workload, one engine configuration, one strategy on one host path. Records stream
+from the engine straight into the bundle writer (nothing is kept in memory), and the bundle
+appears only when the run completed (atomic write).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from bidkv._version import __version__
+from tracekit.clock_utils import utc_now_iso
+from tracekit.engine import (
+    DecisionRecord,
+    EngineConfig,
+    EngineRequest,
+    RequestRecord,
+    StepRecord,
+    TypedHost,
+    run_engine,
+)
+from tracekit.engine.hosts import LegacyHost
+from tracekit.errors import ConfigError
+from tracekit.hosts.preemption_policy import PreemptionPolicyStats
+from tracekit.recording.rows import candidate_rows, decision_row
+from tracekit.strategies import HostPath, StrategySpec
+from tracekit.trace.writer import BundleWriter
+from tracekit.workloads import Workload, load_workload
+
+__all__ = [
+    "ENGINE_NAMES",
+    "SimRun",
+    "TraceObserver",
+    "engine_requests",
+    "load_run_workload",
+    "make_engine_config",
+    "make_run_id",
+    "record_sim",
+]
+
+# The policy's own log lines, kept in the bundle for analysers that count them.
+POLICY_LOG = "policy.log"
+
+ENGINE_NAMES = {"vllm": "embedded-vllm", "sglang": "embedded-sglang"}
+
+Progress = Callable[[int, int], None]
+
+# Outcome -> counters it increments (reference §B.4), for hosts that keep no counters.
+_COUNTED = {
+    "selected": ("calls", "selections"),
+    "abstained": ("calls", "abstentions"),
+    "invalid": ("calls", "failures", "invalid_selections"),
+    "exception": ("calls", "failures"),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimRun:
+    """Everything that defines one simulated run (and so its deterministic run id)."""
+
+    workload: Workload
+    engine_config: EngineConfig
+    strategy: StrategySpec
+    host_path: HostPath
+    seed: int = 0
+
+    def manifest(self, run_id: str) -> dict[str, Any]:
+        """The bundle manifest's run fields."""
+        workload = self.workload
+        return {
+            "run_id": run_id,
+            "tool_version": __version__,
+            "created_at": utc_now_iso(),
+            "engine": ENGINE_NAMES[self.engine_config.mode],
+            "engine_config": dataclasses.asdict(self.engine_config),
+            "scheduling_policy": self.engine_config.scheduling_policy,
+            "host_path": "builtin" if self.strategy.kind == "builtin" else self.host_path,
+            "strategy": self.strategy.name,
+            "strategy_config": self.strategy.settings or None,
+            "workload": {
+                "name": workload.name,
+                "source": str(workload.source),
+                "sha256": workload.sha256,
+                "format": workload.format,
+                "options": workload.options,
+                "num_requests": workload.num_requests,
+            },
+            "time_scaling": float(workload.options.get("rate_scale", 1.0)),
+            "window": workload.options.get("window"),
+            "seed": self.seed,
+            "clock": self.engine_config.clock,
+        }
+
+
+def make_run_id(run: SimRun) -> str:
+    """A stable id from everything that defines the run: same inputs, same id."""
+    identity = run.manifest("")
+    identity.pop("created_at")
+    identity.pop("tool_version")
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{run.strategy.label}-{run.host_path}-{digest[:10]}"
+
+
+class TraceObserver:
+    """Streams engine records into a :class:`BundleWriter` as schema rows."""
+
+    def __init__(
+        self,
+        writer: BundleWriter,
+        run_id: str,
+        *,
+        policy_name: str,
+        scheduling_policy: str,
+        record_scheduled: bool = False,
+        total_requests: int = 0,
+        progress: Progress | None = None,
+    ) -> None:
+        self.writer = writer
+        self.run_id = run_id
+        self.scheduling_policy = scheduling_policy
+        self.record_scheduled = record_scheduled
+        self.stats = PreemptionPolicyStats(policy_name=policy_name, enabled=True)
+        self.total = total_requests
+        self.done = 0
+        self.progress = progress
+
+    def on_decision(self, record: DecisionRecord) -> None:
+        """Write the decision and its candidates."""
+        self._update_stats(record)
+        for row in candidate_rows(self.run_id, record.seq, record.candidates):
+            self.writer.append("candidates", row)
+        context = _DecisionContext(
+            record.candidates,
+            self.scheduling_policy,
+            record.requesting_request_id,
+            record.kv_cache_usage,
+            record.time_s,
+        )
+        self.writer.append(
+            "decisions",
+            decision_row(
+                run_id=self.run_id,
+                seq=record.seq,
+                step=record.step,
+                context=context,
+                builtin_victim_id=record.builtin_victim_id,
+                raw=record.raw_result,
+                outcome=record.outcome,
+                applied_victim_id=record.victim_id,
+                decision_reason=record.decision_reason,
+                stats=self.stats,
+            ),
+        )
+
+    def _update_stats(self, record: DecisionRecord) -> None:
+        counters = record.counters or {}
+        stats = self.stats
+        if "selections" in counters:
+            # A typed host's controller keeps the real counters: record them as they are.
+            for name in ("calls", "selections", "abstentions", "failures", "invalid_selections"):
+                setattr(stats, name, int(counters[name]))
+            stats.enabled = bool(counters.get("enabled", True))
+            return
+        for name in _COUNTED.get(record.outcome, ()):
+            setattr(stats, name, getattr(stats, name) + 1)
+        if record.outcome in ("invalid", "exception"):
+            stats.enabled = False
+
+    def on_step(self, record: StepRecord) -> None:
+        """Write the step (and, if asked, its per-request scheduled tokens)."""
+        self.writer.append(
+            "steps",
+            (
+                self.run_id,
+                record.step,
+                record.time_s,
+                record.duration_s,
+                record.num_running,
+                record.num_waiting,
+                record.kv_blocks_used,
+                record.kv_blocks_total,
+                record.num_prefill_tokens,
+                record.num_decode_tokens,
+                record.num_preemptions,
+            ),
+        )
+        if self.record_scheduled:
+            for request_id, tokens in record.num_scheduled_tokens.items():
+                self.writer.append("scheduled", (self.run_id, record.step, request_id, tokens))
+
+    def on_request(self, record: RequestRecord) -> None:
+        """Write the finished request."""
+        finished = record.status.startswith("finished")
+        self.writer.append(
+            "requests",
+            (
+                self.run_id,
+                record.request_id,
+                record.arrival_s,
+                record.prompt_tokens,
+                record.output_tokens,
+                record.max_tokens,
+                record.priority,
+                record.first_scheduled_s,
+                record.first_token_s,
+                record.finish_s,
+                "finished" if finished else record.status,
+                record.num_output_tokens,
+                record.num_preemptions,
+                record.recomputed_tokens,
+            ),
+        )
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+class _DecisionContext(NamedTuple):
+    """The context fields of a decision record, as ``decision_row`` reads them."""
+
+    candidates: Any
+    scheduling_policy: str
+    requesting_request_id: str
+    kv_cache_usage: float
+    now: float
+
+
+def engine_requests(workload: Workload) -> list[EngineRequest]:
+    """The workload's requests as engine inputs, in arrival order."""
+    return [
+        EngineRequest(
+            r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens, r.priority
+        )
+        for r in workload.iter_requests()
+    ]
+
+
+def record_sim(
+    run: SimRun,
+    out: str | Path,
+    *,
+    run_id: str | None = None,
+    record_scheduled: bool = False,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Run ``run`` on the embedded engine and write its bundle to ``out``.
+
+    Parameters
+    ----------
+    run
+        Workload, engine configuration, strategy and host path.
+    out
+        The bundle folder to create; it appears only once the run completed.
+    run_id
+        Defaults to :func:`make_run_id`.
+    record_scheduled
+        Also write the optional ``scheduled`` table (tokens per request per step).
+    progress
+        Called with ``(finished requests, total requests)`` as requests finish.
+    overwrite
+        Replace an existing bundle at ``out`` (once the new one is complete).
+
+    Returns
+    -------
+    Path
+        The bundle folder.
+    """
+    run_id = run_id or make_run_id(run)
+    tables = ["requests", "decisions", "candidates", "steps"]
+    if record_scheduled:
+        tables.append("scheduled")
+    requests = engine_requests(run.workload)
+    with (
+        BundleWriter(out, run.manifest(run_id), tables=tables, overwrite=overwrite) as writer,
+        policy_log(writer.folder / POLICY_LOG),
+    ):
+        # Built inside the log context so that the policy's INIT line is kept too.
+        host = run.strategy.make_host(run.host_path)
+        observer = TraceObserver(
+            writer,
+            run_id,
+            policy_name=run.strategy.name,
+            scheduling_policy=run.engine_config.scheduling_policy,
+            record_scheduled=record_scheduled,
+            total_requests=len(requests),
+            progress=progress,
+        )
+        result = run_engine(requests, run.engine_config, host, observer, collect=False)
+        writer.manifest["final_state"] = _final_state(host, result.num_steps, result.end_s)
+    return Path(out)
+
+
+@contextlib.contextmanager
+def policy_log(path: Path) -> Iterator[None]:
+    """Send the policy's log lines (logger ``vllm``, INFO and up) to ``path`` during a run.
+
+    The lines keep the formats of reference §C, so analysers that count ``[BidKV] ...`` lines
+    work on recorded runs; they do not reach the console.
+    """
+    logger = logging.getLogger("vllm")
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+    saved = (logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+def _final_state(host: Any, num_steps: int, end_s: float) -> dict[str, Any]:
+    """Controller counters, the policy's exported metrics and snapshots at the end of the run."""
+    state: dict[str, Any] = {"num_steps": num_steps, "end_s": end_s}
+    policy = None
+    if isinstance(host, TypedHost):
+        state["controller_stats"] = host.controller.export_stats()
+        policy = host.policy
+    elif isinstance(host, LegacyHost):
+        state["controller_stats"] = {"policy_name": host.policy_name, "calls": host.calls}
+        policy = host.selector
+    if policy is not None:
+        export = getattr(policy, "export_metrics", None)
+        if callable(export):
+            state["policy_metrics"] = export()
+        snapshots = getattr(policy, "get_recent_snapshots", None)
+        if callable(snapshots):
+            state["recent_snapshots"] = snapshots(limit=20)
+    return state
+
+
+def load_run_workload(
+    path: str | Path,
+    *,
+    format: str | None = None,
+    limit: int | None = None,
+    window: tuple[float, float | None] | None = None,
+    rate_scale: float = 1.0,
+    priority_seed: int | None = None,
+) -> Workload:
+    """Load the workload of a run (see :func:`tracekit.workloads.load_workload`)."""
+    return load_workload(
+        path,
+        format=format,
+        limit=limit,
+        window=window,
+        rate_scale=rate_scale,
+        priority_seed=priority_seed,
+    )
+
+
+def make_engine_config(**settings: Any) -> EngineConfig:
+    """An :class:`EngineConfig` from option values; ``None`` values keep the defaults."""
+    given = {k: v for k, v in settings.items() if v is not None}
+    try:
+        return EngineConfig(**given)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"engine configuration: {exc}") from None

@@ -1,0 +1,183 @@
+"""Naming strategies on the command line and turning them into fresh policies and hosts.
+
+A strategy spec is ``builtin`` (the engine's own victim rule), a name the production policy
+knows (``bidkv``, ``pe``, ``static-random``, ... and their aliases) with optional settings, or
+``module:Object`` for any user policy that implements the typed contract (or, for the legacy
+host, ``pick_victim``).
+
+The production policy's settings are resolved once, from ``--policy-config`` alone: tracekit
+deliberately ignores ``BIDKV_UTILITY_*`` environment variables, so that a recorded run's manifest
+holds its complete configuration and re-running it gives the same result on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bidkv.adapters.vllm_hust.config import (
+    KNOWN_STRATEGY_NAMES,
+    STRATEGIES,
+    BidkvSelectorConfig,
+    canonical_strategy,
+)
+from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvVictimSelector
+from tracekit.engine.hosts import BuiltinHost, LegacyHost, TypedHost, VictimHost
+from tracekit.errors import ConfigError
+from tracekit.hosts.preemption_policy import resolve_qualname
+
+__all__ = [
+    "ALL_STRATEGIES",
+    "HostPath",
+    "StrategySpec",
+    "parse_policy_config",
+    "parse_strategy_list",
+    "resolve_strategy",
+]
+
+HostPath = Literal["typed", "legacy", "builtin"]
+
+# What ``--strategy all`` means: the built-in rule and every canonical production strategy.
+ALL_STRATEGIES: tuple[str, ...] = ("builtin", *STRATEGIES)
+
+
+@dataclass(frozen=True, slots=True)
+class StrategySpec:
+    """A resolved strategy: how to build a fresh policy for each run.
+
+    Attributes
+    ----------
+    name
+        ``builtin``, a canonical production strategy name, or ``module:Object``.
+    kind
+        ``builtin``, ``production`` (``BidkvPreemptionPolicy``) or ``user``.
+    settings
+        The production policy's full configuration (``to_additional_config()``); empty otherwise.
+    """
+
+    name: str
+    kind: Literal["builtin", "production", "user"]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """A short, file-name-safe label."""
+        return self.name.replace(":", "-").replace(".", "-")
+
+    def make_policy(self, host_path: HostPath = "typed") -> Any:
+        """A fresh policy object (``None`` for builtin): stateful strategies start clean."""
+        if self.kind == "builtin":
+            return None
+        if self.kind == "production":
+            config = BidkvSelectorConfig(**self.settings)
+            if host_path == "legacy":
+                return BidkvVictimSelector(config)
+            return BidkvPreemptionPolicy(config)
+        implementation = resolve_qualname(self.name)
+        factory = getattr(implementation, "from_vllm_config", None)
+        if callable(factory):
+            return factory(None)
+        return implementation() if isinstance(implementation, type) else implementation
+
+    def make_host(self, host_path: HostPath) -> VictimHost:
+        """The engine host for one run on ``host_path``, around a fresh policy."""
+        if self.kind == "builtin" or host_path == "builtin":
+            return BuiltinHost()
+        policy = self.make_policy(host_path)
+        if host_path == "legacy":
+            if not callable(getattr(policy, "pick_victim", None)):
+                raise ConfigError(
+                    f"--strategy {self.name}: the legacy host needs a pick_victim method; "
+                    "use --host typed"
+                )
+            return LegacyHost(policy)
+        return TypedHost(policy)
+
+
+def parse_policy_config(text: str | None) -> dict[str, Any]:
+    """``--policy-config`` as a dictionary: inline JSON, or ``@path`` to a JSON file."""
+    if not text:
+        return {}
+    source = "--policy-config"
+    if text.startswith("@"):
+        path = Path(text[1:])
+        source = str(path)
+        try:
+            text = path.read_text("utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"{path}: cannot read the policy configuration ({exc.strerror})"
+            ) from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{source}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
+            'pass an object such as {"utility_preempt_weight": 5.0}'
+        ) from None
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{source}: must be a JSON object of settings, got {type(value).__name__}"
+        )
+    return value
+
+
+def resolve_strategy(
+    spec: str, policy_config: Mapping[str, Any] | None = None, *, seed: int = 0
+) -> StrategySpec:
+    """Resolve one ``--strategy`` value; bad names and settings raise ``ConfigError``.
+
+    The production policy is enabled, set to the named strategy, and seeded with ``seed`` unless
+    ``policy_config`` sets ``utility_seed`` itself.
+    """
+    spec = spec.strip()
+    settings = dict(policy_config or {})
+    if spec == "builtin":
+        return StrategySpec("builtin", "builtin")
+    if ":" in spec:
+        try:
+            resolve_qualname(spec)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ConfigError(
+                f"--strategy {spec}: cannot load it ({type(exc).__name__}: {exc}); "
+                "give module:Object importable from this environment"
+            ) from None
+        return StrategySpec(spec, "user")
+    try:
+        name = canonical_strategy(spec)
+    except ValueError:
+        raise ConfigError(
+            f"--strategy {spec!r} is unknown; use builtin, all, module:Object or one of "
+            f"{', '.join(KNOWN_STRATEGY_NAMES)}"
+        ) from None
+    unknown = sorted(set(settings) - set(BidkvSelectorConfig.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(
+            f"--policy-config: unknown setting(s) {', '.join(unknown)}; see docs/policy.md"
+        )
+    settings.setdefault("utility_seed", seed)
+    settings["enable_utility_victim_selection"] = True
+    settings["utility_strategy"] = name
+    try:
+        config = BidkvSelectorConfig.from_additional_config(settings, environ={})
+    except ValueError as exc:
+        raise ConfigError(f"--policy-config: {exc}") from None
+    return StrategySpec(name, "production", config.to_additional_config())
+
+
+def parse_strategy_list(
+    text: str, policy_config: Mapping[str, Any] | None = None, *, seed: int = 0
+) -> list[StrategySpec]:
+    """``--strategy a,b,c`` or ``all`` as resolved specs, in the order given, without repeats."""
+    names = list(ALL_STRATEGIES) if text.strip() == "all" else text.split(",")
+    specs: list[StrategySpec] = []
+    for name in names:
+        if not name.strip():
+            raise ConfigError(f"--strategy {text!r} has an empty name; separate names by commas")
+        resolved = resolve_strategy(name, policy_config, seed=seed)
+        if all(s.name != resolved.name for s in specs):
+            specs.append(resolved)
+    return specs

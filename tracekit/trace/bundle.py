@@ -1,0 +1,178 @@
+"""Finding and opening trace bundles and datasets.
+
+``open_trace(path)`` accepts a bundle folder (it holds ``manifest.json``) or a dataset folder (any
+depth of bundles below it), checks every manifest's format and schema version, and scans each
+table across all bundles as one polars ``LazyFrame`` (nothing is loaded until collected).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from tracekit.errors import TraceSchemaError
+from tracekit.schema import SCHEMA_VERSION, trace_schema
+
+__all__ = ["Bundle", "TraceDataset", "find_bundle_dirs", "open_trace"]
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """One recorded run on disk."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return str(self.manifest["run_id"])
+
+    @property
+    def complete(self) -> bool:
+        """Whether the recorder closed the bundle (false: killed or still running)."""
+        return bool(self.manifest.get("complete", False))
+
+    def table_files(self, table: str) -> list[Path]:
+        """Parquet files of ``table`` (one file, or live part files), in order."""
+        single = self.path / f"{table}.parquet"
+        if single.is_file():
+            return [single]
+        folder = self.path / table
+        return sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
+
+    def has_table(self, table: str) -> bool:
+        """Whether the bundle holds ``table``."""
+        return bool(self.table_files(table))
+
+
+def find_bundle_dirs(path: Path) -> list[Path]:
+    """Bundle folders at or below ``path``, sorted for a stable order."""
+    if (path / MANIFEST).is_file():
+        return [path]
+    found = sorted(p.parent for p in path.rglob(MANIFEST) if not p.parent.name.startswith("."))
+    # Bundles never nest: a folder with a manifest is a bundle, not a dataset.
+    return [p for p in found if not any(q != p and q in p.parents for q in found)]
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    file = folder / MANIFEST
+    try:
+        manifest = json.loads(file.read_text("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TraceSchemaError(
+            f"{file}: manifest is not valid JSON (line {exc.lineno}: {exc.msg}); "
+            "re-record the bundle or restore the file"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise TraceSchemaError(f"{file}: manifest must be a JSON object; re-record the bundle")
+    if manifest.get("format") != "tracekit.trace":
+        raise TraceSchemaError(
+            f"{file}: field 'format' is {manifest.get('format')!r}, expected 'tracekit.trace'; "
+            "this is not a tracekit trace bundle"
+        )
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise TraceSchemaError(
+            f"{file}: field 'schema_version' is {version!r}, this tracekit reads version "
+            f"{SCHEMA_VERSION}; use the tracekit version that wrote it or re-record"
+        )
+    missing = [k for k in trace_schema().manifest_required if k not in manifest]
+    if missing:
+        raise TraceSchemaError(
+            f"{file}: manifest lacks required field(s) {', '.join(missing)}; re-record the bundle"
+        )
+    return manifest
+
+
+@dataclass(frozen=True, slots=True)
+class TraceDataset:
+    """One or more bundles, scanned together."""
+
+    root: Path
+    bundles: tuple[Bundle, ...]
+
+    def __iter__(self) -> Iterator[Bundle]:
+        return iter(self.bundles)
+
+    def __len__(self) -> int:
+        return len(self.bundles)
+
+    def files(self, table: str) -> list[Path]:
+        """Every Parquet file of ``table`` across the dataset."""
+        return [f for b in self.bundles for f in b.table_files(table)]
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        """All rows of ``table`` across the dataset as one lazy frame with the schema's dtypes."""
+        spec = trace_schema().table(table)
+        files = self.files(table)
+        if not files:
+            return pl.LazyFrame(schema=spec.polars_schema)
+        for file in files:
+            _check_parquet(file, spec.column_names)
+        return pl.scan_parquet(files, schema=spec.polars_schema)
+
+    def runs(self) -> pl.DataFrame:
+        """One row per run with the manifest's scalar fields (nested ones as JSON text)."""
+        rows = []
+        for bundle in self.bundles:
+            row = {}
+            for key, value in bundle.manifest.items():
+                row[key] = (
+                    json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
+                )
+            row["path"] = str(bundle.path)
+            rows.append(row)
+        return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def _check_parquet(file: Path, expected: list[str]) -> None:
+    """Fail with a one-line error if ``file`` is not readable Parquet with the schema's columns."""
+    try:
+        names = pq.read_schema(file).names
+    except Exception as exc:  # pyarrow raises several types for truncated or foreign files
+        raise TraceSchemaError(
+            f"{file}: not a readable Parquet file ({type(exc).__name__}: {exc}); "
+            "the file is truncated or corrupt: re-record the bundle"
+        ) from None
+    missing = [c for c in expected if c not in names]
+    if missing:
+        raise TraceSchemaError(
+            f"{file}: missing column(s) {', '.join(missing)}; the file does not follow trace "
+            f"schema v{SCHEMA_VERSION}: re-record it with this tracekit"
+        )
+
+
+def open_trace(path: str | Path) -> TraceDataset:
+    """Open a bundle or a dataset folder, checking every manifest."""
+    root = Path(path)
+    if not root.exists():
+        raise TraceSchemaError(f"{root}: no such file or folder; pass a trace bundle or dataset")
+    if not root.is_dir():
+        raise TraceSchemaError(
+            f"{root}: is a file; pass the bundle folder that holds {MANIFEST} and the tables"
+        )
+    dirs = find_bundle_dirs(root)
+    if not dirs:
+        raise TraceSchemaError(
+            f"{root}: no trace bundle found ({MANIFEST} missing); record one with "
+            "'tracekit record sim' or pass the right folder"
+        )
+    bundles = tuple(Bundle(d, _read_manifest(d)) for d in dirs)
+    seen: dict[str, Path] = {}
+    for bundle in bundles:
+        if bundle.run_id in seen:
+            raise TraceSchemaError(
+                f"{bundle.path / MANIFEST}: field 'run_id' {bundle.run_id!r} repeats the run in "
+                f"{seen[bundle.run_id]}; each bundle of a dataset needs its own run"
+            )
+        seen[bundle.run_id] = bundle.path
+    return TraceDataset(root, bundles)
