@@ -1,61 +1,35 @@
-"""Benchmark the embedded engine on the whole Azure LLM inference conversation trace.
+"""Benchmark the embedded engine and the recorder on the whole Azure conversation trace.
 
-Reads ``AzureLLMInferenceTrace_conv.csv`` (TIMESTAMP, ContextTokens, GeneratedTokens) with the
-standard library, runs every request through the engine with the default configuration and the
-cost-model clock, streams every record to a counting observer, and prints simulated steps per
-second, requests per second, wall time and peak memory.
+Loads the shipped ``traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv`` (19,366 requests,
+one hour) with the workload loader, then, side by side in one process:
 
-Usage: ``python benchmarks/engine.py [CSV] [--clock steps|cost-model] [--policy fcfs|priority]
-[--profile]``
+1. runs the engine alone with a counting observer (the simulation cost), and
+2. records the same run to a trace bundle (``tracekit record sim``: engine + Parquet writer),
+
+and prints simulated steps per second, requests per second, wall time, peak memory and the
+recorder's overhead as a ratio. Target (issue 4): the whole hour recorded in under 60 s.
+
+Usage: ``python benchmarks/engine.py [WORKLOAD] [--clock steps|cost-model] [--policy fcfs|priority]
+[--mode vllm|sglang] [--strategy builtin|bidkv|...] [--profile]``
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import csv
 import pstats
 import resource
+import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
-from tracekit.engine import (
-    BuiltinHost,
-    DecisionRecord,
-    EngineConfig,
-    EngineRequest,
-    RequestRecord,
-    StepRecord,
-    run_engine,
-)
+from tracekit.engine import DecisionRecord, EngineConfig, RequestRecord, StepRecord, run_engine
+from tracekit.recording.sim import SimRun, engine_requests, record_sim
+from tracekit.strategies import resolve_strategy
+from tracekit.workloads import load_workload
 
-DEFAULT_CSV = Path("/work/shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv")
-
-
-def read_azure(path: Path) -> list[EngineRequest]:
-    """Requests of an Azure trace CSV; arrival = timestamp - first timestamp."""
-    requests = []
-    first = None
-    with path.open(newline="") as handle:
-        for i, row in enumerate(csv.DictReader(handle)):
-            stamp = row["TIMESTAMP"].strip()
-            # Seven fractional digits; datetime.fromisoformat takes at most six.
-            head, _, frac = stamp.partition(".")
-            ts = datetime.fromisoformat(f"{head}.{frac[:6]}" if frac else head)
-            if first is None:
-                first = ts
-            output = int(row["GeneratedTokens"])
-            requests.append(
-                EngineRequest(
-                    request_id=f"azure-{i:05d}",
-                    arrival_s=(ts - first).total_seconds(),
-                    prompt_tokens=int(row["ContextTokens"]),
-                    output_tokens=output,
-                    max_tokens=output,
-                )
-            )
-    return requests
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WORKLOAD = ROOT / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
 class CountingObserver:
@@ -77,38 +51,60 @@ class CountingObserver:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("workload", nargs="?", type=Path, default=DEFAULT_WORKLOAD)
     parser.add_argument("--clock", default="cost-model", choices=["steps", "cost-model"])
     parser.add_argument("--policy", default="fcfs", choices=["fcfs", "priority"])
     parser.add_argument("--mode", default="vllm", choices=["vllm", "sglang"])
+    parser.add_argument("--strategy", default="builtin")
     parser.add_argument("--profile", action="store_true", help="print the top cProfile entries")
     args = parser.parse_args()
 
-    requests = read_azure(args.csv)
+    workload = load_workload(args.workload)
+    requests = engine_requests(workload)
     config = EngineConfig(mode=args.mode, clock=args.clock, scheduling_policy=args.policy)
+    strategy = resolve_strategy(args.strategy)
+
     observer = CountingObserver()
     profiler = cProfile.Profile() if args.profile else None
     start = time.perf_counter()
     if profiler is not None:
         profiler.enable()
-    result = run_engine(requests, config, BuiltinHost(), observer, collect=False)
+    result = run_engine(requests, config, strategy.make_host("typed"), observer, collect=False)
     if profiler is not None:
         profiler.disable()
-    wall = time.perf_counter() - start
+    engine_wall = time.perf_counter() - start
+
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        record_sim(SimRun(workload, config, strategy, "typed"), Path(tmp) / "bundle")
+        record_wall = time.perf_counter() - start
+        size_mib = sum(p.stat().st_size for p in (Path(tmp) / "bundle").iterdir()) / 2**20
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
-    print(f"trace            {args.csv.name}: {len(requests)} requests")
-    print(f"config           mode={config.mode} clock={config.clock}"
-          f" policy={config.scheduling_policy} blocks={config.num_blocks}x{config.block_size}"
-          f" seqs={config.max_num_seqs}"
-          f" budget={config.max_num_batched_tokens}")
-    print(f"simulated        {result.num_steps} steps, {result.end_s:.1f} s engine time,"
-          f" {observer.tokens} tokens, {result.num_preemptions} preemptions,"
-          f" {observer.requests} requests recorded")
-    print(f"wall time        {wall:.2f} s")
-    print(f"steps/s          {result.num_steps / wall:,.0f}")
-    print(f"requests/s       {len(requests) / wall:,.0f}")
+    print(f"workload         {args.workload.name}: {len(requests)} requests")
+    print(
+        f"config           mode={config.mode} clock={config.clock}"
+        f" policy={config.scheduling_policy} blocks={config.num_blocks}x{config.block_size}"
+        f" seqs={config.max_num_seqs} budget={config.max_num_batched_tokens}"
+        f" strategy={strategy.name}"
+    )
+    print(
+        f"simulated        {result.num_steps} steps, {result.end_s:.1f} s engine time,"
+        f" {observer.tokens} tokens, {result.num_preemptions} preemptions,"
+        f" {observer.decisions} decisions"
+    )
+    print(
+        f"engine only      {engine_wall:.2f} s wall, {result.num_steps / engine_wall:,.0f} steps/s,"
+        f" {len(requests) / engine_wall:,.0f} requests/s"
+    )
+    print(
+        f"record (bundle)  {record_wall:.2f} s wall, {result.num_steps / record_wall:,.0f} steps/s,"
+        f" bundle {size_mib:.1f} MiB"
+    )
+    print(f"ratio            record / engine-only time = {record_wall / engine_wall:.2f}")
     print(f"peak RSS         {peak_mib:.0f} MiB")
+    verdict = "met" if record_wall < 60 else "NOT met"
+    print(f"target           whole trace recorded in < 60 s: {verdict}")
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
 

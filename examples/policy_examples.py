@@ -8,9 +8,8 @@ This is the README's first command until ``tracekit qualify`` exists.
 
 from __future__ import annotations
 
-from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvSelectorConfig
-
 from bidkv import BaselineRegistry, BidKVConfig, BidKVStrategy, PreemptEvictStrategy
+from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvSelectorConfig
 from tracekit.hosts.preemption_policy import (
     PreemptionCandidate,
     PreemptionContext,
