@@ -24,6 +24,7 @@ from tracekit.cli_options import (
     workload_settings,
 )
 from tracekit.errors import TracekitError
+from tracekit.query import run_query, write_query_result
 from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
 from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config, record_sim
 from tracekit.strategies import parse_policy_config, resolve_strategy
@@ -211,3 +212,26 @@ def record_sim_command(**options: object) -> None:
             progress=Progress(f"record {strategy.name}"),
         )
         click.echo(render_inspection(inspect_trace(bundle)))
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@click.argument("sql")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "parquet"]),
+    default="table",
+    show_default=True,
+)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def query(trace: Path, sql: str, fmt: str, out: Path | None) -> None:
+    """Run a read-only SQL SELECT over TRACE with DuckDB.
+
+    Views: requests, decisions, candidates, steps, scheduled (each across every bundle of the
+    dataset) and runs (one row per manifest).
+    """
+    with library_errors():
+        text = write_query_result(run_query(trace, sql), fmt, out)  # type: ignore[arg-type]
+    if text is not None:
+        click.echo(text, nl=not text.endswith("\n"))

@@ -1,0 +1,77 @@
+"""``tracekit query``: DuckDB views over a bundle or dataset, read-only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from trace_helpers import write_bundle
+
+from tracekit.cli import cli
+from tracekit.errors import ConfigError
+from tracekit.query import run_query
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    write_bundle(tmp_path / "d" / "one", run_id="one")
+    write_bundle(tmp_path / "d" / "two", run_id="two")
+    return tmp_path / "d"
+
+
+def test_views_span_the_dataset_and_join_runs(dataset: Path) -> None:
+    frame = run_query(
+        dataset,
+        "select r.run_id, r.strategy, count(*) as n from decisions d join runs r using (run_id) "
+        "group by all order by 1",
+    )
+    assert frame.to_dicts() == [
+        {"run_id": "one", "strategy": "builtin", "n": 2},
+        {"run_id": "two", "strategy": "builtin", "n": 2},
+    ]
+
+
+def test_optional_table_missing_is_an_empty_view(dataset: Path) -> None:
+    assert run_query(dataset, "select count(*) as n from scheduled").item() == 0
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("delete from decisions", "only SELECT queries"),
+        ("select 1; select 2", "exactly one statement"),
+        ("select * from nope", "SQL: Catalog Error"),
+        ("copy decisions to '/tmp/x.csv'", "only SELECT queries"),
+    ],
+)
+def test_refused_statements(dataset: Path, sql: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run_query(dataset, sql)
+
+
+def test_no_file_access_outside_the_dataset(dataset: Path, tmp_path: Path) -> None:
+    other = write_bundle(tmp_path / "elsewhere", run_id="x")
+    with pytest.raises(ConfigError, match=r"disabled|Permission"):
+        run_query(dataset, f"select * from '{other}/decisions.parquet'")
+
+
+def test_cli_formats(dataset: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    sql = "select run_id, count(*) as n from candidates group by 1 order by 1"
+    csv = runner.invoke(cli, ["query", str(dataset), sql, "--format", "csv"])
+    assert csv.exit_code == 0
+    assert csv.output == "run_id,n\none,5\ntwo,5\n"
+    as_json = runner.invoke(cli, ["query", str(dataset), sql, "--format", "json"])
+    assert json.loads(as_json.output) == [{"run_id": "one", "n": 5}, {"run_id": "two", "n": 5}]
+    table = runner.invoke(cli, ["query", str(dataset), sql])
+    assert "one" in table.output and "shape: (2, 2)" in table.output
+    out = tmp_path / "r.parquet"
+    pq = runner.invoke(cli, ["query", str(dataset), sql, "--format", "parquet", "--out", str(out)])
+    assert pq.exit_code == 0
+    assert pl.read_parquet(out)["n"].to_list() == [5, 5]
+    missing = runner.invoke(cli, ["query", str(dataset), sql, "--format", "parquet"])
+    assert missing.exit_code != 0
+    assert "needs --out" in missing.output
