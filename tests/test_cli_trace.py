@@ -24,7 +24,7 @@ def test_validate_ok_exit_0(tmp_path: Path) -> None:
 
 
 def test_validate_invalid_exit_1_lists_problems(tmp_path: Path) -> None:
-    rows = [("run-a", "r0", 0.0, 16, 4, 4, 0, 0.0, 0.1, 5.0, "finished", 4, 0, 0)] * 2
+    rows = [("run-a", "r0", 0, 0.0, 16, 4, 4, 0, 0.0, 0.1, 5.0, "finished", 4, 0, 0)] * 2
     bundle = write_bundle(tmp_path / "b", requests=rows)
     result = invoke("validate", str(bundle), "--json")
     assert result.exit_code == 1

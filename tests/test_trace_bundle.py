@@ -120,7 +120,7 @@ def test_broken_invariants_are_reported(tmp_path: Path, changes: dict, problem: 
 
 
 def test_duplicate_request_ids_are_reported(tmp_path: Path) -> None:
-    rows = [(RUN, "r0", 0.0, 16, 4, 4, 0, 0.0, 0.1, 5.0, "finished", 4, 0, 0) for _ in range(2)]
+    rows = [(RUN, "r0", 0, 0.0, 16, 4, 4, 0, 0.0, 0.1, 5.0, "finished", 4, 0, 0) for _ in range(2)]
     report = validate_trace(write_bundle(tmp_path / "b", requests=rows))
     assert any("request_id is not unique" in p for p in report.bundles[0].problems)
 

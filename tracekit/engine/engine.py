@@ -223,4 +223,5 @@ def _request_record(state: RequestState) -> RequestRecord:
         status=state.status,
         num_preemptions=state.num_preemptions,
         recomputed_tokens=state.recomputed_tokens,
+        input_index=state.index,
     )

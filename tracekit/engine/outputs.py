@@ -103,3 +103,5 @@ class RequestRecord:
     num_preemptions: int
     # Computed tokens discarded by its preemptions (to be computed again).
     recomputed_tokens: int
+    # Position in the workload's input order (arrival ties are served in this order).
+    input_index: int = 0

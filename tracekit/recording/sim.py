@@ -204,6 +204,7 @@ class TraceObserver:
             (
                 self.run_id,
                 record.request_id,
+                record.input_index,
                 record.arrival_s,
                 record.prompt_tokens,
                 record.output_tokens,
