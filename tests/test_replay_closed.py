@@ -1,0 +1,97 @@
+"""Closed-mode replay: the recorded workload re-simulated once per strategy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracekit.errors import ConfigError, TraceSchemaError
+from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.replay.closed_mode import replay_closed
+from tracekit.strategies import parse_strategy_list, resolve_strategy
+from tracekit.trace import open_trace
+from tracekit.trace.validate import validate_trace
+from tracekit.workloads import load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # 120 requests on 300 blocks: KV pressure, so strategies differ (see test_record_sim.py).
+    out = tmp_path_factory.mktemp("closed") / "recorded"
+    workload = load_workload(SAMPLE, limit=120)
+    config = make_engine_config(num_blocks=300, max_model_len=4608, clock="cost-model")
+    record_sim(SimRun(workload, config, resolve_strategy("builtin"), "typed"), out)
+    return out
+
+
+def test_resimulating_the_recorded_strategy_reproduces_the_run(
+    recorded: Path, tmp_path: Path
+) -> None:
+    result = replay_closed(recorded, parse_strategy_list("builtin"), tmp_path / "out")
+    rows = result.summary.sort("strategy", descending=True)
+    assert rows["strategy"].to_list() == ["recorded", "builtin"]
+    # The engine is deterministic: same workload, configuration and strategy, same run.
+    assert rows["run_id"].n_unique() == 1
+    assert result.summary["throughput_rps_change_pct"].to_list() == [0.0, 0.0]
+    again = tmp_path / "out" / "bundles" / rows["run_id"][0] / "builtin"
+    for table in ("decisions", "candidates", "requests", "steps"):
+        assert pl.read_parquet(recorded / f"{table}.parquet").equals(
+            pl.read_parquet(again / f"{table}.parquet")
+        ), table
+
+
+def test_counterfactual_strategies_are_full_bundles_with_metrics(
+    recorded: Path, tmp_path: Path
+) -> None:
+    result = replay_closed(recorded, parse_strategy_list("bidkv,largest-first"), tmp_path / "out")
+    summary = result.summary
+    assert summary["strategy"].to_list() == ["recorded", "bidkv", "largest-first"]
+    assert summary["all_finished"].to_list() == [True, True, True]
+    for bundle in summary.filter(pl.col("strategy") != "recorded")["bundle"]:
+        assert validate_trace(bundle).status == "ok"
+    # Changes are relative to the recorded run, computed from the same metric columns.
+    recorded_row = summary.row(0, named=True)
+    for row in summary.iter_rows(named=True):
+        expected = 100 * (row["preemptions"] / recorded_row["preemptions"] - 1)
+        assert row["preemptions_change_pct"] == pytest.approx(expected)
+    on_disk = json.loads((tmp_path / "out" / "closed_summary.json").read_text())
+    assert [r["strategy"] for r in on_disk] == ["recorded", "bidkv", "largest-first"]
+    # largest-first frees the most KV per preemption, so it needs no more preemptions.
+    changes = dict(zip(summary["strategy"], summary["preemptions"], strict=True))
+    assert changes["largest-first"] <= changes["recorded"]
+
+
+def test_existing_output_is_refused(recorded: Path, tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ConfigError, match="already exists"):
+        replay_closed(recorded, parse_strategy_list("builtin"), tmp_path / "out")
+
+
+class Explodes:
+    """A legacy selector that fails: the legacy host has no failure isolation."""
+
+    def pick_victim(self, running, policy, *, kv_utilization=None, now_s=None):
+        raise RuntimeError("boom")
+
+
+def test_a_failing_run_leaves_no_output(recorded: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    spec = resolve_strategy("test_replay_closed:Explodes")
+    with pytest.raises(RuntimeError, match="boom"):
+        replay_closed(recorded, [spec], tmp_path / "out", host_path="legacy")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_runs_without_requests_cannot_be_resimulated(tmp_path: Path) -> None:
+    from trace_helpers import write_bundle
+
+    bundle = write_bundle(tmp_path / "b", requests=[])
+    with pytest.raises(TraceSchemaError, match="no requests table rows"):
+        replay_closed(bundle, parse_strategy_list("builtin"), tmp_path / "out")
+    assert open_trace(bundle)

@@ -1,0 +1,1 @@
+"""Analyses over recorded traces: serving metrics and the statistics of paired comparisons."""

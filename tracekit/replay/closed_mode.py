@@ -1,0 +1,206 @@
+"""Closed-mode replay: re-simulate each recorded run's workload once per strategy.
+
+Open mode asks "what would each policy have chosen on the recorded contexts"; closed mode asks
+"how would the run have gone": the recorded workload (every request's arrival, lengths, priority
+and input order, from the ``requests`` table) runs again on the embedded engine with the
+recorded engine configuration, once per strategy, and the counterfactual runs are compared with
+the recorded one on serving metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.analysis.serving import SloTargets, serving_metrics
+from tracekit.errors import ConfigError, TraceSchemaError
+from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.strategies import HostPath, StrategySpec
+from tracekit.trace.bundle import Bundle, open_trace
+from tracekit.workloads import Workload
+
+__all__ = ["CLOSED_SUMMARY", "ClosedReplay", "recorded_workload", "replay_closed"]
+
+CLOSED_SUMMARY = "closed_summary"
+# Metrics compared with the recorded run as relative changes (percent).
+COMPARED = ("throughput_rps", "ttft_p95_s", "tpot_p95_s", "e2e_p95_s", "preemptions")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClosedReplay:
+    """What a closed-mode replay produced."""
+
+    out: Path
+    summary: pl.DataFrame
+
+
+def recorded_workload(bundle: Bundle) -> Workload:
+    """The workload of a recorded run, rebuilt from its ``requests`` table (input order kept)."""
+    spec = bundle.manifest.get("workload") or {}
+    frame = (
+        pl.scan_parquet(bundle.table_files("requests"))
+        .sort("input_index")
+        .select(
+            "request_id",
+            "arrival_s",
+            "prompt_tokens",
+            pl.col("target_output_tokens").alias("output_tokens"),
+            "max_tokens",
+            "priority",
+        )
+        .collect()
+    )
+    if frame.height == 0:
+        raise TraceSchemaError(
+            f"{bundle.path}: the run has no requests table rows; closed mode needs the recorded "
+            "workload (live recordings and imports cannot be re-simulated)"
+        )
+    return Workload(
+        name=str(spec.get("name") or bundle.run_id),
+        source=Path(str(spec.get("source") or bundle.path)),
+        sha256=str(spec.get("sha256") or ""),
+        format=str(spec.get("format") or "trace"),
+        options=dict(spec.get("options") or {}),
+        frame=frame,
+    )
+
+
+def _engine_config(bundle: Bundle) -> Any:
+    config = bundle.manifest.get("engine_config")
+    if not isinstance(config, dict):
+        raise TraceSchemaError(
+            f"{bundle.path / 'manifest.json'}: field 'engine_config' is missing; closed mode "
+            "needs the recorded engine configuration"
+        )
+    return make_engine_config(**config)
+
+
+def replay_closed(
+    trace: str | Path,
+    strategies: Sequence[StrategySpec],
+    out: str | Path,
+    *,
+    host_path: HostPath = "typed",
+    seed: int | None = None,
+    slo: SloTargets | None = None,
+    progress: Callable[[str], Callable[[int, int], None] | None] | None = None,
+) -> ClosedReplay:
+    """Re-simulate every run of ``trace`` once per strategy and compare with the recording.
+
+    Parameters
+    ----------
+    trace
+        A bundle or dataset recorded with the embedded engine (its manifests hold the engine
+        configuration and its ``requests`` tables the workload).
+    strategies
+        Resolved strategies (see :func:`tracekit.strategies.parse_strategy_list`).
+    out
+        Output folder to create: ``bundles/<recorded run>/<strategy>/`` per counterfactual run,
+        and ``closed_summary.parquet`` / ``.json``. It appears only when everything completed.
+    host_path
+        Contract the policies are called through.
+    seed
+        Seed of the counterfactual runs; defaults to each recorded run's seed.
+    slo
+        Latency targets of SLO attainment.
+    progress
+        Given a label, returns a ``(done, total)`` callback for that run, or None.
+
+    Returns
+    -------
+    ClosedReplay
+        The output folder and the summary (one row per recorded run and strategy, plus the
+        recorded run itself with ``strategy`` = ``recorded``).
+    """
+    if not strategies:
+        raise ConfigError("--strategy names no strategy to replay")
+    dataset = open_trace(trace)
+    final = Path(out)
+    if final.exists():
+        raise ConfigError(f"{final}: output folder already exists; choose a new --out")
+    staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        runs: list[tuple[Path, Path, str, str, str]] = []
+        for bundle in dataset:
+            workload = recorded_workload(bundle)
+            config = _engine_config(bundle)
+            run_seed = int(bundle.manifest.get("seed") or 0) if seed is None else seed
+            runs.append((bundle.path, bundle.path, bundle.run_id, "recorded", bundle.run_id))
+            for strategy in strategies:
+                where = Path("bundles") / bundle.run_id / strategy.label
+                target = staging / where
+                callback = progress(f"{bundle.run_id} {strategy.name}") if progress else None
+                record_sim(
+                    SimRun(workload, config, strategy, host_path, run_seed),
+                    target,
+                    progress=callback,
+                )
+                new = open_trace(target).bundles[0]
+                runs.append((target, final / where, new.run_id, strategy.name, bundle.run_id))
+        summary = _summarise(runs, slo)
+        summary.write_parquet(staging / f"{CLOSED_SUMMARY}.parquet", compression="zstd")
+        (staging / f"{CLOSED_SUMMARY}.json").write_text(
+            json.dumps(summary.to_dicts(), indent=2, sort_keys=True, default=str) + "\n", "utf-8"
+        )
+        os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ClosedReplay(final, summary)
+
+
+def _relative_change(metric: str) -> pl.Expr:
+    """``100 * (value / recorded - 1)`` per row; null where the recorded value is 0."""
+    recorded = pl.col(f"_recorded_{metric}")
+    return (
+        pl.when(recorded != 0)
+        .then(100.0 * (pl.col(metric) / recorded - 1.0))
+        .alias(f"{metric}_change_pct")
+    )
+
+
+def _summarise(
+    runs: list[tuple[Path, Path, str, str, str]], slo: SloTargets | None
+) -> pl.DataFrame:
+    """Serving metrics per run, with relative changes against the recorded run.
+
+    ``runs`` holds ``(read_from, final_path, run_id, strategy, recorded_run_id)``.
+    """
+    # Labelled per bundle, not joined on run_id: re-simulating the recorded strategy gives the
+    # recorded run's own (deterministic) id.
+    joined = pl.concat(
+        [
+            serving_metrics(
+                pl.scan_parquet(Bundle(read, {}).table_files("requests")), slo
+            ).with_columns(
+                pl.lit(str(final)).alias("bundle"),
+                pl.lit(strategy).alias("strategy"),
+                pl.lit(recorded).alias("recorded_run_id"),
+            )
+            for read, final, _, strategy, recorded in runs
+        ],
+        how="vertical_relaxed",
+    ).select(
+        "bundle",
+        "run_id",
+        "strategy",
+        "recorded_run_id",
+        pl.exclude("bundle", "run_id", "strategy", "recorded_run_id"),
+    )
+    recorded = joined.filter(pl.col("strategy") == "recorded").select(
+        "recorded_run_id", *[pl.col(m).alias(f"_recorded_{m}") for m in COMPARED]
+    )
+    return (
+        joined.join(recorded, on="recorded_run_id", how="left")
+        .with_columns(_relative_change(m) for m in COMPARED)
+        .drop([f"_recorded_{m}" for m in COMPARED])
+    )
