@@ -48,7 +48,7 @@ class SelectRequester:
 
 class Abstain:
     def last_decision(self) -> dict[str, str]:
-        return {"reason": "no material benefit"}
+        return {"decision_reason": "no material benefit"}
 
     def select_victim(self, context: PreemptionContext) -> str | None:
         return None

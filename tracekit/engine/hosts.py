@@ -25,6 +25,7 @@ from tracekit.hosts.preemption_policy import (
     PreemptionContext,
     PreemptionPolicyController,
     builtin_victim_id,
+    decision_reason_of,
 )
 
 __all__ = [
@@ -119,7 +120,7 @@ class TypedHost:
         outcome, raw = self._last
         reason = None
         if outcome in ("selected", "abstained"):
-            reason = _decision_reason(self._policy)
+            reason = decision_reason_of(self._policy)
         return VictimChoice(victim, outcome, raw, reason, self.controller.export_stats())
 
 
@@ -170,7 +171,7 @@ class LegacyHost:
             victim_id,
             "selected",
             victim_id,
-            _decision_reason(self.selector),
+            decision_reason_of(self.selector),
             {"policy_name": self.policy_name, "calls": self.calls},
         )
 
@@ -195,22 +196,3 @@ class ContractHost:
         export = getattr(self.host, "export_stats", None)
         counters = dict(export()) if callable(export) else None
         return VictimChoice(victim_id, "selected", victim_id, None, counters)
-
-
-def _decision_reason(policy: object) -> str | None:
-    """The policy's last decision reason, read tolerantly; None when it exposes none."""
-    if policy is None:
-        return None
-    getter = getattr(policy, "get_last_decision", None)
-    decision = getter() if callable(getter) else getattr(policy, "last_decision", None)
-    if callable(decision):  # ``last_decision()`` as a method
-        decision = decision()
-    if decision is None:
-        return None
-    if isinstance(decision, str):
-        return decision
-    if isinstance(decision, dict):
-        value = decision.get("decision_reason", decision.get("reason"))
-    else:
-        value = getattr(decision, "decision_reason", getattr(decision, "reason", None))
-    return None if value is None else str(value)

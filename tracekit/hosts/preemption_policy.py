@@ -25,6 +25,7 @@ __all__ = [
     "PreemptionPolicyStats",
     "SchedulingPolicyName",
     "builtin_victim_id",
+    "decision_reason_of",
     "load_policy",
     "resolve_qualname",
 ]
@@ -112,6 +113,30 @@ def builtin_victim_id(context: PreemptionContext) -> str:
     if context.scheduling_policy == "priority":
         return max(candidates, key=lambda c: (c.priority, c.arrival_time)).request_id
     return candidates[-1].request_id
+
+
+def decision_reason_of(policy: object) -> str | None:
+    """Why ``policy`` made its last decision, if it says; ``None`` otherwise.
+
+    Not part of the host contract: recorders read it so that traces can say why (for BidKV:
+    ``strategy``, ``gate_fallback``, ``liveness_abstain``, ``cascade_abstain``, ...). Tried in
+    order: ``last_decision_reason()``, then the ``decision_reason`` of ``get_last_decision()``
+    or ``last_decision``.
+    """
+    if policy is None:
+        return None
+    reason = getattr(policy, "last_decision_reason", None)
+    if callable(reason):
+        value = reason()
+        return None if value is None else str(value)
+    getter = getattr(policy, "get_last_decision", None)
+    decision = getter() if callable(getter) else getattr(policy, "last_decision", None)
+    if callable(decision):
+        decision = decision()
+    if isinstance(decision, dict):
+        value = decision.get("decision_reason")
+        return None if value is None else str(value)
+    return None
 
 
 def resolve_qualname(qualname: str) -> Any:

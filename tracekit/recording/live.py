@@ -35,30 +35,20 @@ from tracekit.hosts.preemption_policy import (
     PreemptionContext,
     PreemptionPolicyStats,
     builtin_victim_id,
+    decision_reason_of,
     load_policy,
     resolve_qualname,
 )
 from tracekit.recording.rows import candidate_rows, decision_row
 from tracekit.trace.writer import BundleWriter
 
-__all__ = ["RecordingPolicy", "RecordingVictimSelector", "decision_reason_of"]
+__all__ = ["RecordingPolicy", "RecordingVictimSelector"]
 
 ENV_DIR = "TRACEKIT_RECORD_DIR"
 ENV_POLICY = "TRACEKIT_RECORD_POLICY"
 ENV_RUN_ID = "TRACEKIT_RECORD_RUN_ID"
 ENV_FLUSH_ROWS = "TRACEKIT_RECORD_FLUSH_ROWS"
 ENV_FLUSH_S = "TRACEKIT_RECORD_FLUSH_S"
-
-
-def decision_reason_of(policy: Any) -> str | None:
-    """The reason a policy gives for its last decision, if it exposes one (BidKV does)."""
-    last = getattr(policy, "last_decision", None)
-    if callable(last):
-        last = last()
-    if isinstance(last, dict):
-        reason = last.get("decision_reason")
-        return None if reason is None else str(reason)
-    return None
 
 
 def _env_number(name: str, default: float, kind: type) -> Any:

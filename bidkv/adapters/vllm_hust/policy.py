@@ -139,6 +139,8 @@ class BidkvPreemptionPolicy:
         self._snapshots = config.utility_snapshot_enabled
         self._top_k = config.utility_snapshot_top_k
         self._last_utility_pick_ts = -math.inf
+        # Whether the last bidkv decision fell back at a gate (its record says "strategy").
+        self._gate_fell_back = False
         self._liveness_offsets = LruTable(self.state_table_limit)
         self._metrics = DecisionRecorder(
             config.utility_snapshot_history_size,
@@ -209,6 +211,7 @@ class BidkvPreemptionPolicy:
             raise ValueError("running is empty, cannot pick victim")
         now = context.now
         now = time.monotonic() if now is None else float(now)
+        self._gate_fell_back = False
         victim = self._decide(
             candidates, context.scheduling_policy, context.kv_cache_usage, now, context
         )
@@ -305,6 +308,28 @@ class BidkvPreemptionPolicy:
             A new dictionary; changing it does not change the policy.
         """
         return self._metrics.last_decision()
+
+    def last_decision_reason(self) -> str | None:
+        """Why the last decision went as it did, finer than the record's ``decision_reason``.
+
+        ``strategy`` (the configured strategy chose), ``gate_fallback`` (a bidkv gate --
+        min_running, kv_gate or cooldown -- returned the default victim), ``liveness_abstain``,
+        ``cascade_abstain``, ``liveness_fallback`` (barrier mode), or ``disabled`` (switched off
+        or kill-switched: the default victim); ``None`` before the first decision.
+
+        Returns
+        -------
+        str or None
+            The reason; traces record it per decision.
+        """
+        decision = self._metrics.last_decision()
+        if decision is None:
+            return None
+        if not self.config.utility_enabled:
+            return "disabled"
+        if self._gate_fell_back:
+            return "gate_fallback"
+        return str(decision["decision_reason"])
 
     @property
     def liveness_offsets(self) -> dict[str, int]:
@@ -551,6 +576,7 @@ class BidkvPreemptionPolicy:
             n,
         )
         self._metrics.record(default, False, policy, kv, now, _rid(default), n)
+        self._gate_fell_back = True
         return default
 
     def _min_relative_preemptions(self, candidates: Sequence[Any], threshold: int) -> int | None:
