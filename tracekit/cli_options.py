@@ -79,6 +79,18 @@ engine_options = _stack(
         "--max-model-len", type=int, default=None, help="Longest sequence (default 8192)."
     ),
     click.option(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=None,
+        help="Cap on a long prefill's chunk (0 = off, vLLM's default).",
+    ),
+    click.option(
+        "--vllm-version",
+        type=click.Choice(["0.32", "0.33"]),
+        default=None,
+        help="vLLM release whose scheduling rules the engine follows (default 0.32).",
+    ),
+    click.option(
         "--scheduling-policy",
         type=click.Choice(["fcfs", "priority"]),
         default="fcfs",
@@ -129,6 +141,8 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         "max_num_batched_tokens": options["max_num_batched_tokens"],
         "watermark": options["watermark"],
         "max_model_len": options["max_model_len"],
+        "long_prefill_token_threshold": options["long_prefill_token_threshold"],
+        "vllm_version": options["vllm_version"],
         "scheduling_policy": options["scheduling_policy"],
         "clock": options["clock"],
         "step_s": options["step_s"],

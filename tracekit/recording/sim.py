@@ -24,13 +24,12 @@ from tracekit.engine import (
     EngineRequest,
     RequestRecord,
     StepRecord,
-    TypedHost,
     run_engine,
 )
-from tracekit.engine.hosts import LegacyHost
 from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import PreemptionPolicyStats
 from tracekit.recording.rows import candidate_rows, decision_row
+from tracekit.recording.state import final_state as _final_state
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.trace.writer import BundleWriter
 from tracekit.workloads import Workload, load_workload
@@ -100,13 +99,22 @@ class SimRun:
         }
 
 
-def make_run_id(run: SimRun) -> str:
-    """A stable id from everything that defines the run: same inputs, same id."""
+def make_run_id(run: SimRun, *, engine: str | None = None) -> str:
+    """A stable id from everything that defines the run: same inputs, same id.
+
+    ``engine`` names another engine than the embedded one (``vllm-0.32.0`` for a run recorded
+    from the real scheduler): it enters the digest and the id, so the two recordings of one run
+    get different ids.
+    """
     identity = run.manifest("")
     identity.pop("created_at")
     identity.pop("tool_version")
+    label = f"{run.strategy.label}-{run.host_path}"
+    if engine is not None:
+        identity["engine"] = engine
+        label = f"{label}-{engine.replace('.', '')}"
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
-    return f"{run.strategy.label}-{run.host_path}-{digest[:10]}"
+    return f"{label}-{digest[:10]}"
 
 
 class TraceObserver:
@@ -321,26 +329,6 @@ def policy_log(path: Path) -> Iterator[None]:
         handler.close()
         logger.setLevel(saved[0])
         logger.propagate = saved[1]
-
-
-def _final_state(host: Any, num_steps: int, end_s: float) -> dict[str, Any]:
-    """Controller counters, the policy's exported metrics and snapshots at the end of the run."""
-    state: dict[str, Any] = {"num_steps": num_steps, "end_s": end_s}
-    policy = None
-    if isinstance(host, TypedHost):
-        state["controller_stats"] = host.controller.export_stats()
-        policy = host.policy
-    elif isinstance(host, LegacyHost):
-        state["controller_stats"] = {"policy_name": host.policy_name, "calls": host.calls}
-        policy = host.selector
-    if policy is not None:
-        export = getattr(policy, "export_metrics", None)
-        if callable(export):
-            state["policy_metrics"] = export()
-        snapshots = getattr(policy, "get_recent_snapshots", None)
-        if callable(snapshots):
-            state["recent_snapshots"] = snapshots(limit=20)
-    return state
 
 
 def load_run_workload(

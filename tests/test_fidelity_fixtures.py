@@ -1,0 +1,125 @@
+"""The committed real-vLLM fixtures against the embedded engine: runs in CI without vLLM.
+
+Each bundle under ``traces/vllm-fixtures/vllm-<version>/`` was recorded from the unmodified vLLM
+scheduler (``tracekit.vllm.fixtures``). The embedded engine, configured from the fixture's
+manifest, must reproduce every step, scheduled-token map, decision and request outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tracekit.engine import BuiltinHost, EngineConfig, run_engine
+from tracekit.fidelity import compare_fidelity
+from tracekit.recording.sim import engine_requests, record_sim
+from tracekit.trace.validate import validate_trace
+from tracekit.vllm.fixtures import (
+    FIXTURE_VERSIONS,
+    FIXTURES,
+    FIXTURES_DIR,
+    SYNTHETIC_CSV,
+    fixture_dir,
+    synthetic_csv,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = [(version, name) for version, names in FIXTURE_VERSIONS.items() for name in names]
+
+
+def manifest_of(version: str, name: str) -> dict:
+    return json.loads((fixture_dir(ROOT, version, name) / "manifest.json").read_text("utf-8"))
+
+
+@pytest.mark.parametrize(("version", "name"), CASES, ids=[f"{v}-{n}" for v, n in CASES])
+def test_embedded_engine_matches_the_real_scheduler(
+    version: str, name: str, tmp_path: Path
+) -> None:
+    fixture = FIXTURES[name]
+    manifest = manifest_of(version, name)
+    config = EngineConfig(**manifest["engine_config"])
+    assert config == fixture.engine_config(config.vllm_version)
+    run = fixture.sim_run(ROOT, config.vllm_version)
+    assert manifest["workload"]["sha256"] == run.workload.sha256
+    sim = record_sim(run, tmp_path / "sim", record_scheduled=True)
+    report = compare_fidelity(sim, fixture_dir(ROOT, version, name))
+    assert report.matched, report.render()
+    assert report.compared["steps"] > 0
+    assert report.compared["requests"] == run.workload.num_requests
+
+
+@pytest.mark.parametrize(("version", "name"), CASES, ids=[f"{v}-{n}" for v, n in CASES])
+def test_fixture_is_a_valid_real_vllm_bundle(version: str, name: str) -> None:
+    folder = fixture_dir(ROOT, version, name)
+    assert validate_trace(folder).status == "ok"
+    manifest = manifest_of(version, name)
+    assert manifest["engine"] == f"vllm-{version}"
+    assert manifest["engine_config"]["vllm_version"] == ".".join(version.split(".")[:2])
+    assert manifest["strategy"] == "builtin" and manifest["host_path"] == "builtin"
+    vllm = manifest["vllm"]
+    assert vllm["version"] == version
+    assert vllm["recorder"]["shim"] is False
+    assert vllm["cache_config"]["enable_prefix_caching"] is False
+    assert vllm["scheduler_config"]["async_scheduling"] is False
+    assert vllm["scheduler_config"]["policy"] == FIXTURES[name].scheduling_policy
+    assert vllm["cache_config"]["num_gpu_blocks"] == FIXTURES[name].config["num_blocks"]
+    assert vllm["model"]["weights"] is None
+    assert (folder / "scheduled.parquet").is_file()
+    # Sources are repository-relative, so the manifests hold nothing of the recording machine.
+    assert not Path(manifest["workload"]["source"]).is_absolute()
+
+
+def test_fixtures_exercise_what_they_claim() -> None:
+    """Pressure everywhere; chunked prefill, multi-victim cascades and self-preemption."""
+    for name, fixture in FIXTURES.items():
+        config = fixture.engine_config()
+        workload = fixture.load_workload(ROOT)
+        requests = engine_requests(workload)
+        result = run_engine(requests, config, BuiltinHost())
+        assert result.num_decisions >= 4, name
+        prompts = {r.request_id: r.prompt_tokens for r in requests}
+        chunks = sum(
+            1
+            for step in result.steps
+            for rid, n in step.num_scheduled_tokens.items()
+            if 1 < n < prompts[rid]
+        )
+        assert chunks > 0, name
+        if name.startswith("synthetic"):
+            cascades: dict[tuple[int, str], int] = {}
+            for d in result.decisions:
+                key = (d.step, d.requesting_request_id)
+                cascades[key] = cascades.get(key, 0) + 1
+            assert max(cascades.values()) >= 3, name
+            assert sum(1 for n in cascades.values() if n >= 2) >= 3, name
+            assert any(d.victim_id == d.requesting_request_id for d in result.decisions), name
+
+
+def test_synthetic_workload_is_the_generators_output() -> None:
+    assert (ROOT / SYNTHETIC_CSV).read_text("utf-8") == synthetic_csv()
+
+
+def test_fixture_inventory_and_size() -> None:
+    base = ROOT / FIXTURES_DIR
+    found = {
+        (path.parent.name.removeprefix("vllm-"), path.name)
+        for path in base.glob("vllm-*/*")
+        if path.is_dir()
+    }
+    assert found == set(CASES)
+    total = sum(path.stat().st_size for path in base.rglob("*") if path.is_file())
+    assert total < 600_000, f"fixtures grew to {total} bytes; keep them small"
+
+
+def test_the_versions_differ_where_the_fixtures_say() -> None:
+    """0.33's PRIORITY self-preemption rule: the 0.32 rules miss the 0.33 fixture."""
+    name = "synthetic-priority"
+    fixture = FIXTURES[name]
+    requests = engine_requests(fixture.load_workload(ROOT))
+    steps = {}
+    for release in ("0.32", "0.33"):
+        result = run_engine(requests, fixture.engine_config(release), BuiltinHost())
+        steps[release] = [s.num_scheduled_tokens for s in result.steps]
+    assert steps["0.32"] != steps["0.33"]

@@ -1,0 +1,265 @@
+"""The fidelity fixtures: small runs recorded from the real vLLM scheduler, and how to remake them.
+
+``traces/vllm-fixtures/vllm-<version>/<name>/`` holds one bundle per fixture below, recorded with
+the built-in victim rule from the unmodified scheduler (``record_vllm``, no shim), with the
+optional ``scheduled`` table. ``tests/test_fidelity_fixtures.py`` re-runs each one on the embedded
+engine and requires every step, scheduled-token map, decision and request to match, without
+vLLM; ``tests/test_vllm_live.py`` records them again from the installed vLLM and requires the
+same. Remake them (after a deliberate change) with::
+
+    python -m tracekit.vllm.fixtures [--out traces/vllm-fixtures] [--vllm-venv DIR]
+
+The three workloads:
+
+``azure``
+    The first 50 requests of the shipped Azure conversation sample at three times their rate,
+    on 128 blocks of 16 tokens (about two average requests' final footprint): KV pressure,
+    chunked prefill of the longer prompts at a 512-token budget, and prompts over
+    ``max_model_len`` rejected.
+``synthetic``
+    ``synthetic-chunked.csv`` (made by :func:`synthetic_requests`): bursts of one long prompt
+    (300 to 800 tokens) and three to six short prompts with long outputs, on 64 blocks with a
+    256-token budget and a 128-token long-prefill threshold. Long prompts prefill in chunks while
+    short requests grow, so a chunk's allocation often evicts two or three tail requests in one
+    ``while True`` loop (multi-victim), PRIORITY victims are sometimes already scheduled in the
+    step (budget refund), and requests preempt themselves (the 0.32/0.33 difference).
+``mooncake``
+    The first 40 requests of the Mooncake semi-synthetic trace at four times their rate, on
+    1,100 blocks with ``max_model_len`` 16,384: prompts of up to 16 k tokens prefill over several
+    2,048-token steps, longer ones are rejected.
+
+Each is recorded under FCFS and under PRIORITY (priorities 0..2 from ``priority_seed=1``; the
+synthetic workload carries its own 0..3), on the steps clock (50 ms steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import io
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tracekit.engine.config import EngineConfig
+from tracekit.recording.sim import SimRun, load_run_workload
+from tracekit.strategies import resolve_strategy
+from tracekit.workloads import Workload
+
+__all__ = [
+    "FIXTURES",
+    "FIXTURE_VERSIONS",
+    "Fixture",
+    "fixture_dir",
+    "record_fixtures",
+    "synthetic_csv",
+    "synthetic_requests",
+]
+
+#: Where the fixtures live, relative to the repository root.
+FIXTURES_DIR = Path("traces") / "vllm-fixtures"
+SYNTHETIC_CSV = FIXTURES_DIR / "workloads" / "synthetic-chunked.csv"
+SYNTHETIC_SEED = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Fixture:
+    """One fixture run: a workload slice, an engine configuration and a scheduling policy."""
+
+    name: str
+    workload: Path
+    workload_options: dict[str, Any]
+    config: dict[str, Any]
+    scheduling_policy: str
+
+    def load_workload(self, root: Path) -> Workload:
+        """The workload, read from ``root`` but recorded with its repository-relative path."""
+        workload = load_run_workload(root / self.workload, **self.workload_options)
+        return dataclasses.replace(workload, source=self.workload)
+
+    def engine_config(self, vllm_version: str = "0.32") -> EngineConfig:
+        """The engine configuration of the run."""
+        return EngineConfig(
+            **self.config,
+            scheduling_policy=self.scheduling_policy,  # type: ignore[arg-type]
+            vllm_version=vllm_version,  # type: ignore[arg-type]
+        )
+
+    def sim_run(self, root: Path, vllm_version: str = "0.32") -> SimRun:
+        """The run, with the built-in victim rule."""
+        return SimRun(
+            self.load_workload(root),
+            self.engine_config(vllm_version),
+            resolve_strategy("builtin"),
+            "builtin",
+        )
+
+
+_AZURE = Path("traces") / "azure-llm-2023" / "azure_conv_sample.csv"
+_MOONCAKE = Path("traces") / "mooncake-synthetic" / "synthetic_trace.jsonl"
+_STEPS = {"clock": "steps", "step_s": 0.05}
+
+
+def _pair(
+    name: str, workload: Path, options: dict[str, Any], config: dict[str, Any]
+) -> list[Fixture]:
+    return [
+        Fixture(f"{name}-{policy}", workload, options, {**config, **_STEPS}, policy)
+        for policy in ("fcfs", "priority")
+    ]
+
+
+#: Every fixture, by name.
+FIXTURES: dict[str, Fixture] = {
+    f.name: f
+    for f in [
+        *_pair(
+            "azure",
+            _AZURE,
+            {"limit": 50, "rate_scale": 3.0, "priority_seed": 1},
+            {
+                "num_blocks": 128,
+                "max_model_len": 2000,
+                "max_num_batched_tokens": 512,
+                "max_num_seqs": 16,
+            },
+        ),
+        *_pair(
+            "synthetic",
+            SYNTHETIC_CSV,
+            {},
+            {
+                "num_blocks": 64,
+                "max_model_len": 1008,
+                "max_num_batched_tokens": 256,
+                "max_num_seqs": 12,
+                "long_prefill_token_threshold": 128,
+            },
+        ),
+        *_pair(
+            "mooncake",
+            _MOONCAKE,
+            {"limit": 40, "rate_scale": 4.0, "priority_seed": 1},
+            {
+                "num_blocks": 1100,
+                "max_model_len": 16384,
+                "max_num_batched_tokens": 2048,
+                "max_num_seqs": 16,
+            },
+        ),
+    ]
+}
+
+#: The vLLM releases fixtures are recorded for, and which fixtures each has.
+FIXTURE_VERSIONS: dict[str, tuple[str, ...]] = {
+    "0.32.0": tuple(FIXTURES),
+    "0.33.0": ("synthetic-fcfs", "synthetic-priority"),
+}
+
+
+def fixture_dir(root: Path, version: str, name: str) -> Path:
+    """The bundle folder of fixture ``name`` recorded from vLLM ``version``."""
+    return root / FIXTURES_DIR / f"vllm-{version}" / name
+
+
+def synthetic_requests(seed: int = SYNTHETIC_SEED, bursts: int = 8) -> list[dict[str, Any]]:
+    """The synthetic chunked-prefill workload's rows (deterministic for a seed).
+
+    Each burst, 1.5 s apart (plus 0, 0.25 or 0.5 s), is one long prompt (300 to 800 tokens, 20
+    to 80 output tokens) followed 50 ms apart by three to six short prompts (8 to 90 tokens) with
+    long outputs (40 to 220 tokens). Priorities are 0..3.
+    """
+    rng = random.Random(seed)
+    rows = []
+    for burst in range(bursts):
+        start = burst * 1.5 + rng.choice([0.0, 0.25, 0.5])
+        rows.append(
+            {
+                "arrival_s": round(start, 2),
+                "prompt_tokens": rng.randint(300, 800),
+                "output_tokens": rng.randint(20, 80),
+                "priority": rng.randint(0, 3),
+            }
+        )
+        for k in range(rng.randint(3, 6)):
+            rows.append(
+                {
+                    "arrival_s": round(start + 0.05 * (k + 1), 2),
+                    "prompt_tokens": rng.randint(8, 90),
+                    "output_tokens": rng.randint(40, 220),
+                    "priority": rng.randint(0, 3),
+                }
+            )
+    rows.sort(key=lambda r: r["arrival_s"])
+    return [
+        {"request_id": f"syn-{i:03d}", **row, "max_tokens": row["output_tokens"]}
+        for i, row in enumerate(rows)
+    ]
+
+
+def synthetic_csv(seed: int = SYNTHETIC_SEED) -> str:
+    """:func:`synthetic_requests` as the committed CSV text (canonical table columns)."""
+    buffer = io.StringIO()
+    columns = [
+        "request_id",
+        "arrival_s",
+        "prompt_tokens",
+        "output_tokens",
+        "max_tokens",
+        "priority",
+    ]
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in synthetic_requests(seed):
+        writer.writerow({name: row[name] for name in columns})
+    return buffer.getvalue()
+
+
+def record_fixtures(
+    root: Path,
+    *,
+    out: Path | None = None,
+    names: Sequence[str] | None = None,
+    venv: str | None = None,
+) -> list[Path]:
+    """Record the fixtures from the installed vLLM into ``out/vllm-<version>/<name>``.
+
+    Writes the synthetic workload's CSV first when it is missing. Only the fixtures that
+    :data:`FIXTURE_VERSIONS` lists for the installed version are recorded (or ``names``).
+    """
+    from tracekit.vllm.record import installed_vllm_version, record_vllm
+
+    csv_path = root / SYNTHETIC_CSV
+    if not csv_path.is_file():
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        csv_path.write_text(synthetic_csv(), "utf-8")
+    version = installed_vllm_version(venv)
+    chosen = list(names) if names is not None else list(FIXTURE_VERSIONS.get(version, ()))
+    if not chosen:
+        raise SystemExit(f"no fixtures are defined for vLLM {version}")
+    base = out or root / FIXTURES_DIR
+    runs = [FIXTURES[name].sim_run(root) for name in chosen]
+    outs = [base / f"vllm-{version}" / name for name in chosen]
+    return record_vllm(runs, outs, venv=venv, record_scheduled=True, overwrite=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tracekit.vllm.fixtures``: remake the fixtures from the installed vLLM."""
+    parser = argparse.ArgumentParser(prog="python -m tracekit.vllm.fixtures")
+    parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root")
+    parser.add_argument("--out", type=Path, default=None, help="default: traces/vllm-fixtures")
+    parser.add_argument("--vllm-venv", default=None, help="the vLLM environment")
+    parser.add_argument("names", nargs="*", help="fixtures to record (default: all)")
+    args = parser.parse_args(argv)
+    for path in record_fixtures(
+        args.root, out=args.out, names=args.names or None, venv=args.vllm_venv
+    ):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

