@@ -77,7 +77,23 @@ def write_bundle(out: Path, run_id: str = RUN, **overrides: Any) -> Path:
         )
         candidates.extend(candidate_rows(run_id, seq, ctx.candidates))
     requests = [
-        (run_id, f"r{i}", i, float(i), 16 + i, 4, 4, 0, 0.0, 0.1, 5.0, "finished", 4, 1 - i // 2, 16)
+        (
+            run_id,
+            f"r{i}",
+            i,
+            float(i),
+            16 + i,
+            4,
+            4,
+            0,
+            0.0,
+            0.1,
+            5.0,
+            "finished",
+            4,
+            1 - i // 2,
+            16,
+        )
         for i in range(3)
     ]
     steps = [
