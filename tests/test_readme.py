@@ -37,7 +37,7 @@ def test_registry_example_prints_what_the_original_readme_says() -> None:
     assert result.stdout == "bidkv\n['bidkv', 'preempt-evict']\n"
 
 
-@pytest.mark.parametrize("extra", ["tracekit", "tracekit,dev"])
+@pytest.mark.parametrize("extra", ["tracekit", "tracekit,dev,ray"])
 def test_readme_setup_commands_install_the_project_extras(extra: str) -> None:
     assert f'pip install ".[{extra}]"' in README
 

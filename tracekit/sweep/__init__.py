@@ -1,0 +1,32 @@
+"""Sweeps: a matrix of closed-loop runs recorded into one partitioned dataset.
+
+``run_sweep(matrix, out)`` runs strategies x workloads x rates x repeats x engine configurations
+x policy settings (a TOML matrix, ``docs/sweep.md``) on local processes or a Ray cluster, and
+writes ``out/runs/workload=.../rate=.../strategy=.../config=.../repeat=.../`` bundles,
+``cells.parquet`` and ``sweep.json``. Modules: ``matrix`` (the file's schema), ``plan``
+(expansion), ``task`` (one run in a worker), ``executors``, ``progress``, ``guards``
+(lock, Ctrl-C), ``run`` (orchestration).
+"""
+
+from __future__ import annotations
+
+from tracekit.sweep.executors import make_executor
+from tracekit.sweep.matrix import Matrix, load_matrix
+from tracekit.sweep.plan import SweepPlan, plan_sweep
+from tracekit.sweep.progress import ProgressSnapshot, StderrProgress
+from tracekit.sweep.run import RunRecord, SweepInterrupted, SweepResult, execute_plan, run_sweep
+
+__all__ = [
+    "Matrix",
+    "ProgressSnapshot",
+    "RunRecord",
+    "StderrProgress",
+    "SweepInterrupted",
+    "SweepPlan",
+    "SweepResult",
+    "execute_plan",
+    "load_matrix",
+    "make_executor",
+    "plan_sweep",
+    "run_sweep",
+]

@@ -1,0 +1,371 @@
+"""Executors: where the runs of a sweep execute (this process, local processes, or Ray).
+
+Every executor takes the same :class:`~tracekit.sweep.task.SweepTask` list and reports each
+start and each :class:`~tracekit.sweep.task.TaskOutcome` to a :class:`Listener`; the records are
+the same whichever executor ran them (a run is deterministic, and ``created_at`` is pinned with
+``SOURCE_DATE_EPOCH`` when the driver sets it).
+
+Stopping: executors poll ``stop()`` and, once it is true, start nothing new but let the running
+runs finish (a first Ctrl-C). A ``KeyboardInterrupt`` raised inside :meth:`Executor.run` (a
+second Ctrl-C) ends the running runs at once: worker processes are terminated and Ray tasks
+cancelled. Their unfinished bundles are hidden ``.partial`` folders that the caller removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import logging
+import multiprocessing
+import os
+import signal
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any, Protocol
+
+from tracekit.errors import ConfigError
+from tracekit.sweep.task import (
+    SweepTask,
+    TaskOutcome,
+    execute_detached,
+    execute_task,
+    publish_files,
+)
+
+__all__ = [
+    "Executor",
+    "Listener",
+    "ProcessExecutor",
+    "RayExecutor",
+    "SerialExecutor",
+    "default_jobs",
+    "make_executor",
+]
+
+RAY_MISSING = "--ray needs Ray, which is not installed; pip install 'bidkv[ray]'"
+# How often a waiting executor looks at stop() (seconds).
+POLL_S = 0.1
+# How long cancelled Ray tasks get to remove their scratch folders before they are killed.
+CANCEL_GRACE_S = 5.0
+WORKER_DIED = (
+    "the worker process died while running this run (os._exit, a crash or the out-of-memory "
+    "killer); it was the only run in flight, so it is the cause"
+)
+
+
+class Listener(Protocol):
+    """Receives what executors report."""
+
+    def started(self, index: int) -> None:
+        """Run ``index`` was handed to a worker."""
+
+    def requeued(self, index: int) -> None:
+        """Run ``index`` will be retried alone (another run in flight killed its worker)."""
+
+    def finished(self, outcome: TaskOutcome) -> None:
+        """A run ended (its bundle is in place when ``outcome.status == "done"``)."""
+
+
+Stop = Callable[[], bool]
+
+
+class Executor(Protocol):
+    """Runs sweep tasks."""
+
+    name: str
+    workers: int
+
+    def run(self, tasks: Sequence[SweepTask], root: Path, listener: Listener, stop: Stop) -> None:
+        """Run ``tasks`` into the sweep folder ``root``; see the module docstring."""
+
+
+def default_jobs() -> int:
+    """The number of cores this process may use."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def make_executor(jobs: int | None = None, ray_address: str | None = None) -> Executor:
+    """The executor for ``--jobs`` and ``--ray``.
+
+    Parameters
+    ----------
+    jobs
+        Local worker processes (default: the number of cores); 1 runs in this process. With
+        ``ray_address``, the most runs in flight at once (default: the cluster's CPUs).
+    ray_address
+        ``auto`` (a running cluster found from this machine), ``local`` (start a private local
+        instance), or a cluster address (``host:port``, ``ray://host:port``).
+
+    Returns
+    -------
+    Executor
+        A :class:`RayExecutor`, :class:`SerialExecutor` or :class:`ProcessExecutor`.
+    """
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ConfigError(f"--jobs {jobs!r}: must be an integer >= 1; pass --jobs 2, for example")
+    if ray_address is not None:
+        if not ray_address.strip():
+            raise ConfigError("--ray: empty address; pass auto, local or host:port")
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError(RAY_MISSING)
+        return RayExecutor(ray_address.strip(), jobs)
+    jobs = jobs or default_jobs()
+    return SerialExecutor() if jobs == 1 else ProcessExecutor(jobs)
+
+
+class SerialExecutor:
+    """Runs every task in this process, one after the other (``--jobs 1``)."""
+
+    name = "serial"
+    workers = 1
+
+    def run(self, tasks: Sequence[SweepTask], root: Path, listener: Listener, stop: Stop) -> None:
+        """Run ``tasks`` in order until done or ``stop()``."""
+        for task in tasks:
+            if stop():
+                return
+            listener.started(task.index)
+            listener.finished(execute_task(task, root))
+
+
+def _init_worker() -> None:
+    # Ctrl-C reaches the whole process group: only the driver decides what it means. The
+    # worker was started with SIGINT blocked (see _sigint_blocked), so a Ctrl-C during its
+    # start-up stays pending until it is ignored here.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while the pool may start workers (they inherit the mask)."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class ProcessExecutor:
+    """Runs tasks in local worker processes (``concurrent.futures``, ``spawn`` context).
+
+    At most ``workers`` tasks are in flight, so a run is never queued behind a broken pool. If a
+    worker process dies (``BrokenProcessPool``), the runs that were in flight are retried one at a
+    time in a fresh pool: a run that kills its worker while alone fails, the others complete.
+    """
+
+    name = "processes"
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def _pool(self, count: int) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            max_workers=max(1, min(self.workers, count)),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+        )
+
+    def run(self, tasks: Sequence[SweepTask], root: Path, listener: Listener, stop: Stop) -> None:
+        """Run ``tasks`` until done or ``stop()``; see the class docstring."""
+        queue = deque(tasks)
+        suspects: deque[SweepTask] = deque()
+        inflight: dict[Future[TaskOutcome], SweepTask] = {}
+        pool = self._pool(len(queue)) if queue else None
+        try:
+            while True:
+                if stop():
+                    queue.clear()
+                    suspects.clear()
+                while pool is not None and len(inflight) < self.workers:
+                    if suspects and inflight:
+                        break
+                    source = suspects if suspects else queue
+                    if not source:
+                        break
+                    task = source.popleft()
+                    with _sigint_blocked():  # submit() starts the worker processes
+                        inflight[pool.submit(execute_task, task, root)] = task
+                    listener.started(task.index)
+                    if source is suspects:
+                        break
+                if not inflight:
+                    return
+                done, _ = wait(inflight, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                if any(isinstance(f.exception(), BrokenProcessPool) for f in done):
+                    wait(inflight)
+                    broken = self._collect(inflight, listener)
+                    for task in broken:
+                        if len(broken) == 1:
+                            listener.finished(TaskOutcome(task.index, "failed", 0.0, WORKER_DIED))
+                        else:
+                            listener.requeued(task.index)
+                            suspects.append(task)
+                    inflight.clear()
+                    assert pool is not None
+                    pool.shutdown(wait=True)
+                    pool = self._pool(len(queue) + len(suspects))
+                    continue
+                for future in done:
+                    listener.finished(_future_outcome(future, inflight.pop(future)))
+        except KeyboardInterrupt:
+            _terminate(pool)
+            raise
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+    @staticmethod
+    def _collect(
+        inflight: dict[Future[TaskOutcome], SweepTask], listener: Listener
+    ) -> list[SweepTask]:
+        """Report the in-flight runs that finished; return those the broken pool took down."""
+        broken = []
+        for future, task in inflight.items():
+            error = future.exception()
+            if isinstance(error, BrokenProcessPool):
+                broken.append(task)
+            else:
+                listener.finished(_future_outcome(future, task))
+        return broken
+
+
+def _future_outcome(future: Future[TaskOutcome], task: SweepTask) -> TaskOutcome:
+    """The task's outcome; an error of the pool itself (say, pickling) fails that run only."""
+    error = future.exception()
+    if error is None:
+        return future.result()
+    message = " ".join(f"{type(error).__name__}: {error}".split())
+    return TaskOutcome(task.index, "failed", 0.0, message)
+
+
+def _terminate(pool: ProcessPoolExecutor | None) -> None:
+    """End a pool's worker processes now (their partial bundles are left to the caller)."""
+    if pool is None:
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=10)
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def import_ray() -> Any:
+    """Import Ray, or explain in one line how to install it."""
+    try:
+        with warnings.catch_warnings():
+            # Ray's own imports may warn about their dependencies; that is not the sweep's news.
+            warnings.simplefilter("ignore")
+            import ray
+    except ImportError:
+        raise ConfigError(RAY_MISSING) from None
+    return ray
+
+
+class RayExecutor:
+    """Runs tasks as Ray tasks on an existing cluster (or a private local instance).
+
+    Each task records into a temporary folder on its node and returns the bundle's files, which
+    this driver publishes atomically below the sweep folder, so nodes need no shared file system;
+    each distinct workload is stored once in the object store. Workers need the same ``bidkv``
+    installation (and any ``module:Object`` strategy) as the driver.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str, jobs: int | None = None) -> None:
+        self.address = address
+        self.jobs = jobs
+        self.workers = jobs or 0
+
+    def _connect(self, ray: Any) -> bool:
+        if ray.is_initialized():
+            return False
+        options: dict[str, Any] = {
+            "include_dashboard": False,
+            "log_to_driver": False,
+            "logging_level": logging.WARNING,
+        }
+        try:
+            if self.address == "local":
+                ray.init(address="local", num_cpus=self.jobs, **options)
+            else:
+                ray.init(address=self.address, **options)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            message = " ".join(str(exc).split())[:300]
+            raise ConfigError(
+                f"--ray {self.address}: cannot connect ({type(exc).__name__}: {message}); start "
+                "a cluster with 'ray start --head' or pass its address (or 'local')"
+            ) from None
+        return True
+
+    def run(self, tasks: Sequence[SweepTask], root: Path, listener: Listener, stop: Stop) -> None:
+        """Run ``tasks`` on the cluster until done or ``stop()``."""
+        if not tasks:
+            return
+        ray = import_ray()
+        owned = self._connect(ray)
+        inflight: dict[Any, SweepTask] = {}
+        try:
+            remote = ray.remote(num_cpus=1, max_retries=1)(execute_detached)
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            self.workers = self.jobs or max(1, cpus)
+            shipped: dict[int, Any] = {}
+            queue = deque(tasks)
+            while True:
+                if stop():
+                    queue.clear()
+                while queue and len(inflight) < self.workers:
+                    task = queue.popleft()
+                    key = id(task.run.workload)
+                    if key not in shipped:
+                        shipped[key] = ray.put(task.run.workload)
+                    light = dataclasses.replace(
+                        task, run=dataclasses.replace(task.run, workload=None)
+                    )
+                    inflight[remote.remote(light, shipped[key])] = task
+                    listener.started(task.index)
+                if not inflight:
+                    return
+                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=POLL_S)
+                for ref in ready:
+                    task = inflight.pop(ref)
+                    listener.finished(self._outcome(ray, ref, task, root))
+        except KeyboardInterrupt:
+            _cancel(ray, list(inflight))
+            raise
+        finally:
+            if owned:
+                ray.shutdown()
+
+    @staticmethod
+    def _outcome(ray: Any, ref: Any, task: SweepTask, root: Path) -> TaskOutcome:
+        try:
+            outcome: TaskOutcome = ray.get(ref)
+        except Exception as exc:  # a lost node or a worker crash: Ray's errors vary
+            message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+            return TaskOutcome(task.index, "failed", 0.0, message)
+        if outcome.files is not None:
+            publish_files(root / task.path, outcome.files)
+            outcome = dataclasses.replace(outcome, files=None)
+        return outcome
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    """Cancel running Ray tasks: interrupt them (they clean up), then kill the stragglers."""
+    for ref in refs:
+        ray.cancel(ref)
+    _, stuck = ray.wait(refs, num_returns=len(refs), timeout=CANCEL_GRACE_S)
+    for ref in stuck:
+        ray.cancel(ref, force=True)

@@ -1,0 +1,442 @@
+"""``tracekit sweep``: run a matrix of closed-loop runs into one partitioned dataset.
+
+:func:`run_sweep` expands the matrix, skips the runs whose bundles are already complete in the
+sweep folder (resuming), runs the rest on an executor, and writes ``cells.parquet`` and
+``sweep.json``::
+
+    DIR/
+      runs/workload=W/rate=R/strategy=S/config=C/repeat=K/   one trace bundle per run
+      cells.parquet                                          one row per run and cell
+      sweep.json                                             matrix, seeds, per-run status
+
+A failing run is recorded with its error and the others go on. A first Ctrl-C lets the running
+runs finish and starts nothing new; a second one aborts them. Either way no unfinished bundle is
+left behind, and re-running the same command completes the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from bidkv._version import __version__
+from tracekit.analysis.cells import CellRun, cells_frame
+from tracekit.clock_utils import utc_now_iso
+from tracekit.errors import ConfigError
+from tracekit.sweep.executors import Executor, make_executor
+from tracekit.sweep.guards import interrupt_guard, sweep_lock
+from tracekit.sweep.matrix import load_matrix
+from tracekit.sweep.plan import RUNS_DIR, SweepPlan, plan_sweep
+from tracekit.sweep.progress import ProgressCallback, ProgressCounter
+from tracekit.sweep.task import SweepTask, TaskOutcome, bundle_state, remove_partials
+from tracekit.trace.bundle import find_bundle_dirs
+from tracekit.trace.writer import write_json_atomic
+
+__all__ = [
+    "CELLS_FILE",
+    "SWEEP_FILE",
+    "RunRecord",
+    "SweepInterrupted",
+    "SweepResult",
+    "execute_plan",
+    "run_sweep",
+]
+
+CELLS_FILE = "cells.parquet"
+SWEEP_FILE = "sweep.json"
+# Leading columns of cells.parquet: cells_frame's, then the sweep's partition columns.
+CELL_LEADING = (
+    "repeat", "strategy", "host_path", "run_id", "bundle", "cell", "workload", "rate", "config",
+    "engine", "policy", "rate_unit", "rate_scale", "seed",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One run of the sweep and how it ended.
+
+    Attributes
+    ----------
+    path
+        Bundle folder relative to the sweep folder.
+    run_id, workload, rate, strategy, config, repeat, seed
+        The run's identity and partition values.
+    status
+        ``done`` (completed now), ``skipped`` (already complete), ``failed`` or ``interrupted``
+        (not run because the sweep was stopped).
+    error, traceback
+        For a failed run.
+    duration_s
+        Wall time of the run (for a skipped run: from the earlier sweep's record, if any).
+    """
+
+    path: str
+    run_id: str
+    workload: str
+    rate: float
+    strategy: str
+    config: str
+    repeat: int
+    seed: int
+    status: str
+    error: str | None = None
+    traceback: str | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """What a sweep did.
+
+    Attributes
+    ----------
+    out
+        The sweep folder.
+    runs
+        Every run of the matrix, in plan order.
+    cells_path
+        ``cells.parquet`` (``None`` when no run is complete).
+    sweep_path
+        ``sweep.json``.
+    executor
+        ``serial``, ``processes`` or ``ray``.
+    elapsed_s
+        Wall time of this sweep.
+    interrupted
+        Whether it was stopped before every run ended.
+    """
+
+    out: Path
+    runs: tuple[RunRecord, ...]
+    cells_path: Path | None
+    sweep_path: Path
+    executor: str
+    elapsed_s: float
+    interrupted: bool
+    extra_bundles: tuple[str, ...] = ()
+
+    def count(self, status: str) -> int:
+        """Runs with ``status``."""
+        return sum(r.status == status for r in self.runs)
+
+    @property
+    def failed(self) -> list[RunRecord]:
+        """The failed runs."""
+        return [r for r in self.runs if r.status == "failed"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every run is complete, 1 when a run failed, 130 when interrupted."""
+        if self.interrupted:
+            return 130
+        return 1 if self.failed else 0
+
+    def render(self) -> str:
+        """A summary: counts, the output files and every failed run with its error."""
+        counts = ", ".join(
+            f"{self.count(s)} {s}" for s in ("done", "skipped", "failed", "interrupted")
+        )
+        lines = [f"{self.out}: {len(self.runs)} runs: {counts} ({self.executor})"]
+        if self.cells_path is not None:
+            lines.append(f"wrote {self.cells_path}")
+        lines.append(f"wrote {self.sweep_path}")
+        for run in self.failed:
+            lines.append(f"FAILED {run.path}: {run.error}")
+        if self.extra_bundles:
+            lines.append(
+                f"note: {len(self.extra_bundles)} bundle(s) under {RUNS_DIR}/ are not in the "
+                "matrix (an earlier matrix?); readers of the folder see them too"
+            )
+        if self.interrupted:
+            lines.append("interrupted: re-run the same command to complete the remaining runs")
+        elif self.failed:
+            lines.append(f"{len(self.failed)} run(s) failed; fix them and re-run to retry them")
+        return "\n".join(lines)
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the sweep; ``result`` says what completed (``sweep.json`` is written)."""
+
+    def __init__(self, result: SweepResult) -> None:
+        super().__init__("sweep interrupted")
+        self.result = result
+
+
+def run_sweep(
+    matrix_path: str | Path,
+    out: str | Path,
+    *,
+    jobs: int | None = None,
+    ray_address: str | None = None,
+    progress: ProgressCallback | None = None,
+) -> SweepResult:
+    """Run every run of a sweep matrix into the sweep folder ``out`` (resuming it if present).
+
+    Parameters
+    ----------
+    matrix_path
+        The TOML matrix (``docs/sweep.md``).
+    out
+        The sweep folder; created, or resumed when it holds an earlier sweep of the matrix.
+    jobs
+        Local worker processes (default: the number of cores; 1 runs in this process). With
+        ``ray_address``: the most runs in flight (default: the cluster's CPUs).
+    ray_address
+        Run on Ray instead: ``auto``, ``local`` or a cluster address (needs ``bidkv[ray]``).
+    progress
+        Receives a :class:`~tracekit.sweep.progress.ProgressSnapshot` at every event (the
+        command line passes :class:`~tracekit.sweep.progress.StderrProgress`).
+
+    Returns
+    -------
+    SweepResult
+        Every run's status; ``exit_code`` is 1 when a run failed.
+
+    Raises
+    ------
+    tracekit.errors.ConfigError
+        A bad matrix, ``--jobs`` or Ray address, a sweep folder another sweep is writing, or a
+        complete bundle that the matrix no longer gives (the matrix changed).
+    SweepInterrupted
+        Ctrl-C stopped the sweep (after writing ``cells.parquet`` and ``sweep.json``).
+    """
+    plan = plan_sweep(load_matrix(matrix_path))
+    return execute_plan(plan, out, make_executor(jobs, ray_address), progress=progress)
+
+
+class _Tracker:
+    """Keeps each run's record and the progress counts as executors report."""
+
+    def __init__(self, records: list[RunRecord], counter: ProgressCounter) -> None:
+        self.records = records
+        self.counter = counter
+
+    def started(self, index: int) -> None:
+        self.counter.started(self.records[index].path)
+
+    def requeued(self, index: int) -> None:
+        self.counter.requeued(self.records[index].path)
+
+    def finished(self, outcome: TaskOutcome) -> None:
+        old = self.records[outcome.index]
+        self.records[outcome.index] = _replace(
+            old,
+            status=outcome.status,
+            error=outcome.error,
+            traceback=outcome.traceback,
+            duration_s=round(outcome.duration_s, 6),
+        )
+        self.counter.finished(old.path, outcome.status == "done", outcome.error)
+
+    def stopping(self) -> None:
+        self.counter.emit("stopping")
+
+
+def _replace(record: RunRecord, **changes: Any) -> RunRecord:
+    return dataclasses.replace(record, **changes)
+
+
+def execute_plan(
+    plan: SweepPlan,
+    out: str | Path,
+    executor: Executor,
+    *,
+    progress: ProgressCallback | None = None,
+) -> SweepResult:
+    """Run an expanded plan on ``executor`` (what :func:`run_sweep` does after parsing).
+
+    Parameters
+    ----------
+    plan
+        From :func:`tracekit.sweep.plan.plan_sweep`.
+    out
+        The sweep folder.
+    executor
+        From :func:`tracekit.sweep.executors.make_executor`.
+    progress
+        Progress callback (see :func:`run_sweep`).
+
+    Returns
+    -------
+    SweepResult
+        As :func:`run_sweep`.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: is a file; pass a folder for --out")
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with sweep_lock(out):
+        remove_partials(out / RUNS_DIR)
+        records, tasks = _resume(plan, out)
+        skipped = sum(r.status == "skipped" for r in records)
+        counter = ProgressCounter(len(records), skipped, progress)
+        tracker = _Tracker(records, counter)
+        counter.emit("start")
+        interrupted = False
+        with interrupt_guard(tracker.stopping) as requested:
+            try:
+                executor.run(tasks, out, tracker, requested)
+            except KeyboardInterrupt:
+                interrupted = True
+            except BaseException:
+                remove_partials(out / RUNS_DIR)
+                raise
+            # A Ctrl-C that came as the last run finished interrupted nothing.
+            stopped = interrupted or requested()
+            interrupted = stopped and any(r.status == "pending" for r in records)
+            remove_partials(out / RUNS_DIR)
+            records = [
+                _replace(r, status="interrupted") if r.status == "pending" else r for r in records
+            ]
+            cells_path = _write_cells(plan, records, out)
+            result = SweepResult(
+                out=out,
+                runs=tuple(records),
+                cells_path=cells_path,
+                sweep_path=out / SWEEP_FILE,
+                executor=executor.name,
+                elapsed_s=time.perf_counter() - start,
+                interrupted=interrupted,
+                extra_bundles=_extra_bundles(plan, out),
+            )
+            _write_sweep_json(plan, result, executor)
+    counter.running = 0  # runs aborted by a second Ctrl-C never reported back
+    counter.emit("end")
+    if interrupted:
+        raise SweepInterrupted(result)
+    return result
+
+
+def _resume(plan: SweepPlan, out: Path) -> tuple[list[RunRecord], list[SweepTask]]:
+    """Records of every run (complete ones ``skipped``) and the tasks still to run."""
+    previous = _previous_durations(out / SWEEP_FILE)
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    records: list[RunRecord] = []
+    tasks: list[SweepTask] = []
+    for index, run in enumerate(plan.runs):
+        state, found = bundle_state(out / run.path)
+        if state == "complete" and found != run.run_id:
+            raise ConfigError(
+                f"{out / run.path}: holds run {found}, but the matrix now gives {run.run_id} "
+                "there (a workload, engine or policy value changed); use a new --out or delete "
+                "that folder to re-run it"
+            )
+        status = "skipped" if state == "complete" else "pending"
+        records.append(
+            RunRecord(
+                path=run.path,
+                run_id=run.run_id,
+                workload=run.workload,
+                rate=run.rate,
+                strategy=run.strategy,
+                config=run.config,
+                repeat=run.repeat,
+                seed=run.seed,
+                status=status,
+                duration_s=previous.get(run.path) if status == "skipped" else None,
+            )
+        )
+        if status == "pending":
+            overwrite = state == "incomplete"
+            tasks.append(SweepTask(index, run.path, run.run, run.run_id, overwrite, epoch))
+    return records, tasks
+
+
+def _extra_bundles(plan: SweepPlan, out: Path) -> tuple[str, ...]:
+    """Bundles below ``runs/`` that the matrix does not give (left by an earlier matrix)."""
+    expected = {run.path for run in plan.runs}
+    root = out / RUNS_DIR
+    found = find_bundle_dirs(root) if root.is_dir() else []
+    return tuple(p for p in (f.relative_to(out).as_posix() for f in found) if p not in expected)
+
+
+def _previous_durations(path: Path) -> dict[str, float]:
+    try:
+        payload = json.loads(path.read_text("utf-8"))
+        return {
+            r["path"]: float(r["duration_s"])
+            for r in payload["runs"]
+            if r.get("duration_s") is not None and r.get("status") in ("done", "skipped")
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _write_cells(plan: SweepPlan, records: Sequence[RunRecord], out: Path) -> Path | None:
+    """``cells.parquet``: every complete run, once per cell it belongs to."""
+    complete = {i for i, r in enumerate(records) if r.status in ("done", "skipped")}
+    frames = []
+    for cell in plan.cells:
+        runs = [
+            CellRun(
+                plan.runs[i].repeat, plan.runs[i].seed, plan.runs[i].strategy, out / records[i].path
+            )
+            for i in cell.runs
+            if i in complete
+        ]
+        if not runs:
+            continue
+        frame = cells_frame(out, runs, cell.label, plan.matrix.slo).with_columns(
+            pl.lit(cell.workload).alias("workload"),
+            pl.lit(cell.rate).alias("rate"),
+            pl.lit(cell.config).alias("config"),
+            pl.lit(cell.engine).alias("engine"),
+            pl.lit(cell.policy.describe).alias("policy"),
+            pl.lit(plan.matrix.rate_unit).alias("rate_unit"),
+            pl.lit(cell.rate_scale).alias("rate_scale"),
+        )
+        frames.append(frame.select(*CELL_LEADING, pl.exclude(CELL_LEADING)))
+    path = out / CELLS_FILE
+    if not frames:
+        path.unlink(missing_ok=True)
+        return None
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        pl.concat(frames, how="vertical_relaxed").write_parquet(tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _write_sweep_json(plan: SweepPlan, result: SweepResult, executor: Executor) -> None:
+    matrix = plan.matrix
+    payload = {
+        "format": "tracekit.sweep",
+        "version": 1,
+        "tool_version": __version__,
+        "created_at": utc_now_iso(),
+        "matrix": matrix.to_dict(),
+        # The fields the qualification report reads from qualify.json, for `tracekit report`.
+        "strategies": list(matrix.strategies),
+        "candidate": matrix.candidate,
+        "repeats": matrix.repeats,
+        "repeat_kind": matrix.repeat_kind,
+        "seed": matrix.seed,
+        "slo": matrix.to_dict()["slo"],
+        "executor": {"name": executor.name, "workers": executor.workers},
+        "plan": plan.to_dict(),
+        "summary": {s: result.count(s) for s in ("done", "skipped", "failed", "interrupted")},
+        "interrupted": result.interrupted,
+        "extra_bundles": list(result.extra_bundles),
+        "elapsed_s": round(result.elapsed_s, 3),
+        "runs": [
+            {
+                **dataclasses.asdict(r),
+                "cells": list(plan.runs[i].cells),
+                "engine": plan.runs[i].engine,
+                "policy": plan.runs[i].policy,
+            }
+            for i, r in enumerate(result.runs)
+        ],
+    }
+    write_json_atomic(result.sweep_path, payload)

@@ -1,0 +1,262 @@
+"""One sweep run as a task that any executor can hand to a worker, and its bundle on disk.
+
+A task records one closed-loop run with :func:`tracekit.recording.sim.record_sim`, which writes
+into a hidden ``.<name>.partial-<pid>`` sibling and renames it into place only once the run
+completed. A worker that shares the sweep folder (local processes) records in place; a worker that
+may not (a Ray node) records into a temporary folder and returns the files, which the driver
+publishes with the same hidden-sibling-and-rename rule (:func:`publish_files`). Either way, a
+run's folder exists only when its bundle is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tracekit.recording.sim import SimRun, record_sim
+
+__all__ = [
+    "BundleState",
+    "SweepTask",
+    "TaskOutcome",
+    "bundle_state",
+    "execute_detached",
+    "execute_task",
+    "publish_files",
+    "remove_partials",
+]
+
+BundleState = Literal["missing", "incomplete", "complete"]
+PARTIAL_GLOB = ".*.partial-*"
+EPOCH = "SOURCE_DATE_EPOCH"
+# Scratch folders of detached runs: <tmp>/tracekit-sweep-<pid>-<random>.
+SCRATCH_PREFIX = "tracekit-sweep-"
+
+
+@dataclass(frozen=True, slots=True)
+class SweepTask:
+    """What a worker needs to record one run.
+
+    Attributes
+    ----------
+    index
+        The run's position in the plan.
+    path
+        Its bundle folder, relative to the sweep folder.
+    run, run_id
+        The run and its id.
+    overwrite
+        The folder holds an incomplete bundle: replace it once the new run completed.
+    source_date_epoch
+        The driver's ``SOURCE_DATE_EPOCH`` (pins ``created_at`` in every worker alike).
+    """
+
+    index: int
+    path: str
+    run: SimRun
+    run_id: str
+    overwrite: bool = False
+    source_date_epoch: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOutcome:
+    """How a task ended.
+
+    Attributes
+    ----------
+    index
+        The run's position in the plan.
+    status
+        ``done`` or ``failed``.
+    duration_s
+        Wall time of the run in its worker.
+    error, traceback
+        One-line error and the full traceback of a failed run.
+    files
+        A detached run's bundle: relative file name -> bytes (``None`` when recorded in place).
+    """
+
+    index: int
+    status: Literal["done", "failed"]
+    duration_s: float
+    error: str | None = None
+    traceback: str | None = None
+    files: dict[str, bytes] | None = None
+
+
+@contextlib.contextmanager
+def _pinned_epoch(value: str | None) -> Iterator[None]:
+    saved = os.environ.get(EPOCH)
+    if value is not None:
+        os.environ[EPOCH] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if saved is None:
+                os.environ.pop(EPOCH, None)
+            else:
+                os.environ[EPOCH] = saved
+
+
+def _failed(task: SweepTask, start: float, exc: BaseException) -> TaskOutcome:
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return TaskOutcome(
+        task.index, "failed", time.perf_counter() - start, message, traceback.format_exc()
+    )
+
+
+def _record(task: SweepTask, out: Path, *, overwrite: bool) -> None:
+    with _pinned_epoch(task.source_date_epoch):
+        record_sim(task.run, out, run_id=task.run_id, overwrite=overwrite)
+
+
+def execute_task(task: SweepTask, root: str | Path) -> TaskOutcome:
+    """Record ``task`` into its folder below ``root``; a failure is returned, not raised.
+
+    Parameters
+    ----------
+    task
+        The run to record.
+    root
+        The sweep folder.
+
+    Returns
+    -------
+    TaskOutcome
+        ``done``, or ``failed`` with the error (``KeyboardInterrupt`` still propagates, after
+        the partial bundle was removed).
+    """
+    start = time.perf_counter()
+    try:
+        _record(task, Path(root) / task.path, overwrite=task.overwrite)
+    except (Exception, SystemExit) as exc:
+        return _failed(task, start, exc)
+    return TaskOutcome(task.index, "done", time.perf_counter() - start)
+
+
+def execute_detached(task: SweepTask, workload: object | None = None) -> TaskOutcome:
+    """Record ``task`` into a temporary folder and return its files (for remote workers).
+
+    Parameters
+    ----------
+    task
+        The run to record.
+    workload
+        The run's workload when it was shipped separately (``task.run.workload`` is then a
+        placeholder), so that a cluster stores each workload once.
+
+    Returns
+    -------
+    TaskOutcome
+        With ``files`` set when the run completed.
+    """
+    start = time.perf_counter()
+    if workload is not None:
+        task = _with_workload(task, workload)
+    _remove_orphan_scratch()
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    try:
+        bundle = scratch / "bundle"
+        _record(task, bundle, overwrite=False)
+        files = {
+            p.relative_to(bundle).as_posix(): p.read_bytes()
+            for p in sorted(bundle.rglob("*"))
+            if p.is_file()
+        }
+    except (Exception, SystemExit) as exc:
+        return _failed(task, start, exc)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return TaskOutcome(task.index, "done", time.perf_counter() - start, files=files)
+
+
+def _remove_orphan_scratch() -> None:
+    """Delete scratch folders whose process is gone (a task killed before its cleanup ran)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        try:
+            pid = int(folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0])
+            os.kill(pid, 0)
+        except ValueError:
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def _with_workload(task: SweepTask, workload: object) -> SweepTask:
+    run: SimRun = dataclasses.replace(task.run, workload=workload)  # type: ignore[arg-type]
+    return dataclasses.replace(task, run=run)
+
+
+def publish_files(dest: Path, files: Mapping[str, bytes]) -> None:
+    """Write a returned bundle to ``dest`` atomically (hidden sibling, then a rename).
+
+    An existing folder at ``dest`` (an incomplete bundle) is replaced only after the new one
+    is fully written.
+    """
+    staging = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for name, data in files.items():
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def bundle_state(folder: Path) -> tuple[BundleState, str | None]:
+    """Whether ``folder`` holds a complete bundle, and the run id its manifest names."""
+    if not folder.exists():
+        return "missing", None
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return "incomplete", None
+    if not isinstance(manifest, dict):
+        return "incomplete", None
+    run_id = manifest.get("run_id")
+    state: BundleState = "complete" if manifest.get("complete") is True else "incomplete"
+    return state, str(run_id) if run_id is not None else None
+
+
+def remove_partials(root: Path) -> list[Path]:
+    """Delete unfinished hidden bundle folders below ``root`` and the empty folders left over.
+
+    Only call it while no worker writes below ``root`` (the sweep folder's lock is held and
+    every worker has stopped).
+
+    Returns
+    -------
+    list of Path
+        The partial folders removed.
+    """
+    if not root.is_dir():
+        return []
+    removed = []
+    for partial in sorted(root.rglob(PARTIAL_GLOB)):
+        if partial.is_dir():
+            shutil.rmtree(partial, ignore_errors=True)
+            removed.append(partial)
+    # Deepest first, so that a parent emptied by its children's removal goes too.
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return removed
