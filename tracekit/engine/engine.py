@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tracekit.engine.clock import make_clock
 from tracekit.engine.config import EngineConfig
@@ -30,6 +30,9 @@ from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
 from tracekit.engine.scheduler import VllmScheduler
 from tracekit.engine.sglang import SglangScheduler
+
+if TYPE_CHECKING:
+    from tracekit.engine.experiment_hooks import ExperimentHooks
 
 __all__ = ["EngineObserver", "EngineResult", "run_engine"]
 
@@ -78,6 +81,7 @@ def run_engine(
     *,
     collect: bool = True,
     check_consistency: bool = False,
+    hooks: ExperimentHooks | None = None,
 ) -> EngineResult:
     """Run ``requests`` through the embedded engine until every one has finished.
 
@@ -97,6 +101,10 @@ def run_engine(
     check_consistency
         After every step, re-check the block accounting and queue membership from scratch
         (a pass over all requests; for tests and debugging).
+    hooks
+        Experiment mode: the legacy BidKV adapter's hooks, run before every step of a ``vllm``
+        FCFS engine (:mod:`tracekit.engine.experiment_hooks`). None (the default) runs the
+        plain engine.
 
     Returns
     -------
@@ -125,7 +133,9 @@ def run_engine(
             observer.on_decision(record)
 
     scheduler: VllmScheduler | SglangScheduler
-    if config.mode == "vllm":
+    if hooks is not None:
+        scheduler = hooks.make_scheduler(config, host, record_decision)
+    elif config.mode == "vllm":
         scheduler = VllmScheduler(config, host, record_decision)
     else:
         scheduler = SglangScheduler(config, host, record_decision)

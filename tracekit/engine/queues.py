@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from tracekit.engine.request import RequestState
 
@@ -73,6 +73,15 @@ class FCFSRequestQueue:
     def pop_request(self) -> RequestState:
         """Remove the front request."""
         return self._queue.popleft()
+
+    def sort(self, key: Callable[[RequestState], Any]) -> None:
+        """Stable-sort the queue by ``key``, smallest at the front.
+
+        Not a vLLM operation: the legacy BidKV experiment hooks re-sort vLLM's waiting deque
+        before every step (shortest-prompt-first admission, reference ``bidkv-behaviour.md``
+        §A.5 step 4). The default scheduler never calls it.
+        """
+        self._queue = deque(sorted(self._queue, key=key))
 
     def __len__(self) -> int:
         return len(self._queue)

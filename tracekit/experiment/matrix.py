@@ -1,0 +1,462 @@
+"""The original experiment matrix, re-run on the embedded engine: strategies x rates x runs.
+
+The published matrix (reference ``bidkv-behaviour.md`` §E.8) is 5 strategies x rates 2.0, 3.8
+and 5.7 req/s x 3 runs of 1,000 "mixed" requests, vLLM with 600 KV blocks of 16 tokens and 32
+sequences. Here every run is one recorded bundle of the embedded engine in experiment mode
+(:mod:`tracekit.experiment.record`) on the cost-model clock (preset ``a6000-llama3-8b``).
+
+Runs differ by seed: run ``i`` replays the traces frozen with seed ``seed + i`` (one set of
+traces per run index, shared by every strategy and rate, so strategies are compared on identical
+requests), and ``static-random`` draws its per-refresh seeds from the same seed. The original's
+three runs replayed one frozen trace and varied only through the real system's timing; a
+deterministic engine would repeat itself exactly.
+
+Layout of the output folder::
+
+    matrix.json                 the specification, timings and library version
+    traces/run<i>/              frozen traces of run i (manifest.json + <prefix>_rate<r>.json)
+    bundles/<strategy>/rate<r>/run<i>/   one trace bundle per run
+    sent/<strategy>__rate<r>__run<i>.parquet   when the emulated client sent each request
+    runs.parquet                one row per run: summary figures (tracekit.experiment.summary)
+    summary.parquet, summary.json        mean and 95% CI per (strategy, rate)
+    comparison.parquet, claims.parquet   the paper beside ours (tracekit.experiment.paper)
+    comparison.md, comparison.html       the same as fragments for a report
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from bidkv._version import __version__
+from tracekit.clock_utils import utc_now_iso
+from tracekit.engine import EngineConfig
+from tracekit.engine.experiment_hooks import LEGACY_STRATEGIES, STRATEGY_PLANS, HookSettings
+from tracekit.errors import ConfigError
+from tracekit.experiment.paper import claims_frame, comparison_frame, render_html, render_markdown
+from tracekit.experiment.record import ExperimentRun, record_experiment
+from tracekit.experiment.summary import METRICS, SloSpec, aggregate_runs, run_metrics
+from tracekit.experiment.traces import (
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_POOL_MAX_PROMPT_TOKENS,
+    DEFAULT_POOL_OPTIONS,
+    DEFAULT_POOL_PATH,
+    freeze_traces,
+    load_length_pool,
+    trace_filename,
+)
+from tracekit.trace.bundle import open_trace
+from tracekit.trace.writer import write_json_atomic
+from tracekit.workloads import load_workload
+
+__all__ = [
+    "PAPER_RATES",
+    "MatrixCell",
+    "MatrixResult",
+    "MatrixSpec",
+    "matrix_cells",
+    "run_matrix",
+    "summarize_matrix",
+]
+
+#: The published rates of the mixed workload (req/s).
+PAPER_RATES: tuple[float, ...] = (2.0, 3.8, 5.7)
+
+Progress = Callable[[int, int], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MatrixSpec:
+    """What to run; the defaults are the published matrix.
+
+    Parameters
+    ----------
+    strategies
+        Legacy strategy names.
+    rates
+        Arrival rates, requests per second.
+    runs
+        Runs per (strategy, rate).
+    num_requests
+        Requests per run.
+    seed
+        Run ``i`` uses seed ``seed + i`` (traces and static-random).
+    engine_config
+        Engine configuration (600 x 16-token blocks, 32 sequences, cost-model clock).
+    settings
+        The hooks' constants.
+    slo
+        SLO targets of the summary (TTFT <= 300 ms, as the paper's tables).
+    pool_path, pool_options, max_prompt_tokens
+        Where request lengths are sampled from (see :mod:`tracekit.experiment.traces`).
+    max_output_tokens
+        Cap of each request's ``max_tokens``.
+    prefix
+        Workload name and request-id prefix.
+    load_scale
+        Arrival rates are ``rate * load_scale`` while cells keep the nominal ``rate`` (to
+        compare a differently sized system at the same relative load as the paper).
+    latency_from
+        ``arrival`` (default): latencies from each request's scheduled arrival. ``sent``: from
+        when the emulated client sent it, the original runner's measurement (§G.17), for
+        comparison only; it matters with ``settings.client_max_in_flight``.
+    """
+
+    strategies: tuple[str, ...] = LEGACY_STRATEGIES
+    rates: tuple[float, ...] = PAPER_RATES
+    runs: int = 3
+    num_requests: int = 1000
+    seed: int = 42
+    engine_config: EngineConfig = dataclasses.field(
+        default_factory=lambda: EngineConfig(clock="cost-model", cost_model="a6000-llama3-8b")
+    )
+    settings: HookSettings = dataclasses.field(default_factory=HookSettings)
+    slo: SloSpec = dataclasses.field(default_factory=SloSpec)
+    pool_path: Path = DEFAULT_POOL_PATH
+    pool_options: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: dict(DEFAULT_POOL_OPTIONS)
+    )
+    max_prompt_tokens: int | None = DEFAULT_POOL_MAX_PROMPT_TOKENS
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    prefix: str = "mixed"
+    load_scale: float = 1.0
+    latency_from: Literal["arrival", "sent"] = "arrival"
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.strategies if s not in STRATEGY_PLANS]
+        if unknown or not self.strategies or len(set(self.strategies)) != len(self.strategies):
+            raise ConfigError(
+                f"strategies must be distinct names among {', '.join(LEGACY_STRATEGIES)}; "
+                f"found {', '.join(self.strategies) or 'none'}"
+            )
+        if not self.rates or any(not r > 0 for r in self.rates):
+            raise ConfigError(f"rates must be positive requests per second; found {self.rates}")
+        if not self.load_scale > 0:
+            raise ConfigError(f"load_scale must be > 0; found {self.load_scale}")
+        if self.latency_from not in ("arrival", "sent"):
+            raise ConfigError(
+                f"latency_from must be 'arrival' or 'sent'; found {self.latency_from!r}"
+            )
+        if self.runs < 1 or self.num_requests < 1:
+            raise ConfigError(
+                f"runs and num_requests must be >= 1; found {self.runs}, {self.num_requests}"
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """The specification as JSON-compatible values (for ``matrix.json``)."""
+        return {
+            "strategies": list(self.strategies),
+            "rates": [float(r) for r in self.rates],
+            "runs": self.runs,
+            "num_requests": self.num_requests,
+            "seed": self.seed,
+            "engine_config": dataclasses.asdict(self.engine_config),
+            "hooks": self.settings.as_dict(),
+            "slo": dataclasses.asdict(self.slo),
+            "pool_path": str(self.pool_path),
+            "pool_options": self.pool_options,
+            "max_prompt_tokens": self.max_prompt_tokens,
+            "max_output_tokens": self.max_output_tokens,
+            "prefix": self.prefix,
+            "load_scale": self.load_scale,
+            "arrival_rates": [self.arrival_rate(r) for r in self.rates],
+            "latency_from": self.latency_from,
+        }
+
+    def arrival_rate(self, rate: float) -> float:
+        """The arrival rate that stands for the nominal ``rate`` (rounded to 6 decimals)."""
+        return round(float(rate) * self.load_scale, 6)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MatrixCell:
+    """One run of the matrix: strategy, nominal and arrival rate, run index, seed, files."""
+
+    strategy: str
+    rate: float
+    arrival_rate: float
+    run_index: int
+    seed: int
+    trace: Path
+    bundle: Path
+
+    @property
+    def label(self) -> str:
+        """``<strategy>__rate<rate>__run<i>``, the original runner's label without workload."""
+        return f"{self.strategy}__rate{self.rate}__run{self.run_index}"
+
+
+def matrix_cells(spec: MatrixSpec, out: str | Path) -> list[MatrixCell]:
+    """Every run of ``spec`` under ``out``, in (run, rate, strategy) order (a sweep's expansion)."""
+    root = Path(out)
+    return [
+        MatrixCell(
+            strategy,
+            float(rate),
+            spec.arrival_rate(rate),
+            run,
+            spec.seed + run,
+            root / "traces" / f"run{run}" / trace_filename(spec.prefix, spec.arrival_rate(rate)),
+            root / "bundles" / strategy / f"rate{float(rate)}" / f"run{run}",
+        )
+        for run in range(spec.runs)
+        for rate in spec.rates
+        for strategy in spec.strategies
+    ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MatrixResult:
+    """A finished matrix: its folder, per-run and per-cell frames, claims, and wall time."""
+
+    folder: Path
+    runs: pl.DataFrame
+    summary: pl.DataFrame
+    comparison: pl.DataFrame
+    claims: pl.DataFrame
+    wall_s: float
+
+
+def _record_cell(
+    trace: str,
+    strategy: str,
+    engine: dict[str, Any],
+    settings: dict[str, Any],
+    seed: int,
+    bundle: str,
+    sent: str,
+    labels: dict[str, Any],
+) -> float:
+    """Record one run and its client send times (in a worker process); returns its wall time."""
+    start = time.perf_counter()
+    run = ExperimentRun(
+        load_workload(trace),
+        strategy,
+        EngineConfig(**engine),
+        seed=seed,
+        settings=HookSettings(**settings),
+        labels=labels,
+    )
+    recorded = record_experiment(run, bundle)
+    recorded.sent_frame().write_parquet(sent)
+    return time.perf_counter() - start
+
+
+def _sent_path(root: Path, cell: MatrixCell) -> Path:
+    return root / "sent" / f"{cell.label}.parquet"
+
+
+def _is_complete(bundle: Path) -> bool:
+    manifest = bundle / "manifest.json"
+    if not manifest.exists():
+        return False
+    return bool(json.loads(manifest.read_text("utf-8")).get("complete", False))
+
+
+def run_matrix(
+    spec: MatrixSpec,
+    out: str | Path,
+    *,
+    jobs: int = 1,
+    resume: bool = False,
+    progress: Progress | None = None,
+) -> MatrixResult:
+    """Freeze the traces, record every run and summarise the matrix into ``out``.
+
+    Parameters
+    ----------
+    spec
+        The matrix.
+    out
+        Output folder (see the module docstring for its layout).
+    jobs
+        Worker processes recording runs in parallel (1: in this process).
+    resume
+        Keep complete bundles already in ``out`` (the original runner's ``--resume``);
+        otherwise an existing bundle is an error.
+    progress
+        Called with ``(runs done, runs total)``.
+
+    Returns
+    -------
+    MatrixResult
+        Frames as written to ``out``.
+    """
+    if jobs < 1:
+        raise ConfigError(f"jobs must be >= 1; found {jobs}")
+    root = Path(out)
+    start = time.perf_counter()
+    pool = load_length_pool(
+        spec.pool_path, max_prompt_tokens=spec.max_prompt_tokens, **spec.pool_options
+    )
+    for run in range(spec.runs):
+        freeze_traces(
+            pool,
+            root / "traces" / f"run{run}",
+            rates=[spec.arrival_rate(r) for r in spec.rates],
+            seed=spec.seed + run,
+            num_requests=spec.num_requests,
+            prefix=spec.prefix,
+            max_output_tokens=spec.max_output_tokens,
+        )
+    cells = matrix_cells(spec, root)
+    todo = [c for c in cells if not (resume and _is_complete(c.bundle))]
+    engine = dataclasses.asdict(spec.engine_config)
+    settings = spec.settings.as_dict()
+    # Costliest first (largest-first scores every token position) so the workers finish together.
+    todo.sort(key=lambda c: (c.strategy != "largest-first", -c.rate))
+    (root / "sent").mkdir(parents=True, exist_ok=True)
+    arguments = [
+        (
+            str(c.trace),
+            c.strategy,
+            engine,
+            settings,
+            c.seed,
+            str(c.bundle),
+            str(_sent_path(root, c)),
+            {"rate": c.rate, "arrival_rate": c.arrival_rate, "run_index": c.run_index},
+        )
+        for c in todo
+    ]
+    run_walls: list[float] = []
+    done = len(cells) - len(todo)
+    if progress is not None:
+        progress(done, len(cells))
+    if jobs == 1:
+        for args in arguments:
+            run_walls.append(_record_cell(*args))
+            done += 1
+            if progress is not None:
+                progress(done, len(cells))
+    else:
+        # "spawn": forking a process that has polars' thread pool running can deadlock.
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as executor:
+            futures = [executor.submit(_record_cell, *args) for args in arguments]
+            for future in futures:
+                run_walls.append(future.result())
+                done += 1
+                if progress is not None:
+                    progress(done, len(cells))
+    result = summarize_matrix(root, spec, cells)
+    wall = time.perf_counter() - start
+    write_json_atomic(
+        root / "matrix.json",
+        {
+            "spec": spec.describe(),
+            "tool_version": __version__,
+            "finished_at": utc_now_iso(),
+            "jobs": jobs,
+            "runs_recorded": len(todo),
+            "wall_s": wall,
+            "run_wall_s_total": sum(run_walls),
+        },
+    )
+    return dataclasses.replace(result, wall_s=wall)
+
+
+def summarize_matrix(
+    out: str | Path, spec: MatrixSpec, cells: Sequence[MatrixCell] | None = None
+) -> MatrixResult:
+    """Summarise the bundles of a recorded matrix and write the frames and fragments.
+
+    Parameters
+    ----------
+    out
+        The matrix folder.
+    spec
+        Its specification (for the SLO targets and the cells).
+    cells
+        The runs to summarise; by default :func:`matrix_cells`.
+
+    Returns
+    -------
+    MatrixResult
+        With ``wall_s = 0``.
+    """
+    root = Path(out)
+    cells = list(cells) if cells is not None else matrix_cells(spec, root)
+    index_rows = []
+    for cell in cells:
+        bundle = open_trace(cell.bundle).bundles[0]
+        index_rows.append(
+            {
+                "run_id": bundle.run_id,
+                "strategy": cell.strategy,
+                "rate": cell.rate,
+                "arrival_rate": cell.arrival_rate,
+                "run_index": cell.run_index,
+                "seed": cell.seed,
+                "bundle": str(cell.bundle.relative_to(root)),
+            }
+        )
+    index = pl.DataFrame(index_rows)
+    dataset = open_trace(root / "bundles")
+    sent = None
+    if spec.latency_from == "sent":
+        sent = pl.scan_parquet([_sent_path(root, c) for c in cells])
+    metrics = run_metrics(dataset.scan("requests"), dataset.scan("decisions"), spec.slo, sent=sent)
+    runs = index.join(metrics, on="run_id", how="left").sort("strategy", "rate", "run_index")
+    summary = aggregate_runs(runs, ("strategy", "rate"), METRICS)
+    comparison = comparison_frame(summary)
+    claims = claims_frame(runs)
+    runs.write_parquet(root / "runs.parquet")
+    summary.write_parquet(root / "summary.parquet")
+    comparison.write_parquet(root / "comparison.parquet")
+    claims.write_parquet(root / "claims.parquet")
+    write_json_atomic(root / "summary.json", _summary_json(summary, spec))
+    note = _matrix_note(spec)
+    (root / "comparison.md").write_text(render_markdown(comparison, claims, note=note), "utf-8")
+    (root / "comparison.html").write_text(render_html(comparison, claims, note=note), "utf-8")
+    return MatrixResult(root, runs, summary, comparison, claims, 0.0)
+
+
+def _matrix_note(spec: MatrixSpec) -> str:
+    """What this matrix did that the caveat does not already say."""
+    parts = [f"{spec.runs} runs of {spec.num_requests} requests per cell; SLO {spec.slo.label()}."]
+    if spec.load_scale != 1.0:
+        rates = ", ".join(f"{r:g} -> {spec.arrival_rate(r):g}" for r in spec.rates)
+        parts.append(
+            f"Rates are the paper's scaled by {spec.load_scale:g} (nominal -> arrival req/s: "
+            f"{rates}) to keep its relative load."
+        )
+    cap = spec.settings.client_max_in_flight
+    if cap is not None:
+        parts.append(f"The original client's cap of {cap} requests in flight is emulated.")
+    if spec.latency_from == "sent":
+        parts.append(
+            "Latencies count from when the client sent each request, as the original runner "
+            "measured (client-side queueing left out)."
+        )
+    else:
+        parts.append(
+            "Latencies count from each request's scheduled arrival (the original runner left "
+            "client-side queueing out)."
+        )
+    return " ".join(parts)
+
+
+def _summary_json(summary: pl.DataFrame, spec: MatrixSpec) -> dict[str, Any]:
+    """The original analysis' ``summary.json`` shape: ``{metric: {mean, ci95}}`` per cell."""
+    aggregations = [
+        {
+            "strategy": row["strategy"],
+            "workload": spec.prefix,
+            "request_rate": row["rate"],
+            "arrival_rate": spec.arrival_rate(row["rate"]),
+            "num_runs": row["num_runs"],
+            "slo": spec.slo.label(),
+            **{m: {"mean": row[f"{m}_mean"], "ci95": row[f"{m}_ci95"]} for m in METRICS},
+        }
+        for row in summary.to_dicts()
+    ]
+    return {"aggregations": aggregations}
