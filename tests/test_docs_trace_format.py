@@ -17,3 +17,14 @@ def test_every_table_and_column_is_documented() -> None:
             assert f"| `{column.name}` | {column.type} |" in DOC, (table.name, column.name)
     for field in schema.manifest_required:
         assert f"| `{field}` |" in DOC
+
+
+def test_generated_tables_section_is_up_to_date() -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gen_trace_docs.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
