@@ -1,0 +1,488 @@
+"""The finished frames behind the report's charts and tables (pure polars, no plotting).
+
+Every function takes a loaded :class:`~tracekit.report.results.Results` (or one of its parts) and
+returns a small ``polars.DataFrame``: large series are reduced here (ECDFs to a fixed number of
+quantile points, KV usage to at most ``max_points`` time buckets, preemption marks to at most
+``max_marks`` per run) so that the HTML stays small. Floats are rounded for the same reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from tracekit.report.results import BASELINE, Results
+from tracekit.trace.bundle import open_trace
+
+__all__ = [
+    "agreement_frame",
+    "counter_frame",
+    "diff_timeline_frame",
+    "first_difference",
+    "kv_usage_frame",
+    "latency_ecdf_frame",
+    "most_preempted_frame",
+    "preemption_histogram_frame",
+    "recomputed_frame",
+    "replay_summary_frame",
+    "run_table",
+]
+
+_COUNTERS = {
+    "calls": "calls",
+    "selections": "selections",
+    "liveness_abstentions": "abstentions: liveness",
+    "cascade_abstentions": "abstentions: cascade",
+    "other_abstentions": "abstentions: other",
+    "gate_fallbacks": "gate fallbacks",
+    "invalid_selections": "invalid selections",
+    "failures": "failures",
+}
+
+
+def run_table(results: Results, table: str, runs: pl.DataFrame | None = None) -> pl.LazyFrame:
+    """One trace table of the runs in ``runs`` (default: every cell), with repeat and strategy.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    table
+        ``requests``, ``decisions``, ``steps`` or ``candidates``.
+    runs
+        Rows of ``cells`` to read (their ``bundle``, ``repeat`` and ``strategy``).
+
+    Returns
+    -------
+    polars.LazyFrame
+        The table of every run, plus ``repeat`` and ``strategy`` columns.
+    """
+    runs = results.cells if runs is None else runs
+    # One scan per run (a handful of bundles), then one lazy concatenation.
+    scans = [
+        open_trace(results.bundle(bundle))
+        .scan(table)
+        .with_columns(pl.lit(repeat).alias("repeat"), pl.lit(strategy).alias("strategy"))
+        for bundle, repeat, strategy in runs.select("bundle", "repeat", "strategy").iter_rows()
+    ]
+    return pl.concat(scans, how="vertical_relaxed")
+
+
+def latency_ecdf_frame(results: Results, points: int = 200) -> pl.DataFrame:
+    """ECDFs of TTFT and end-to-end latency per strategy, pooled over repeats.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    points
+        Resolution: the ECDF is reduced to at most ``points + 1`` steps per series.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``strategy, metric (TTFT | end-to-end), latency_s, share`` (share of finished requests
+        with a latency at most ``latency_s``).
+    """
+    finished = run_table(results, "requests").filter(pl.col("status") == "finished")
+    long = pl.concat(
+        [
+            finished.select(
+                "strategy",
+                pl.lit(name).alias("metric"),
+                (pl.col(end) - pl.col("arrival_s")).alias("latency_s"),
+            )
+            for name, end in (("TTFT", "first_token_s"), ("end-to-end", "finish_s"))
+        ]
+    )
+    group = ["strategy", "metric"]
+    return (
+        long.drop_nulls("latency_s")
+        .sort([*group, "latency_s"])
+        .with_columns(
+            ((pl.int_range(pl.len()) + 1) / pl.len()).over(group).alias("share"),
+        )
+        .with_columns((pl.col("share") * points).floor().alias("bucket"))
+        .group_by([*group, "bucket"])
+        .agg(pl.col("latency_s").max(), pl.col("share").max())
+        .select([*group, pl.col("latency_s").round(4), pl.col("share").round(4)])
+        .sort([*group, "share"])
+        .collect()
+    )
+
+
+def kv_usage_frame(
+    results: Results,
+    strategies: list[str],
+    repeat: int = 0,
+    *,
+    max_points: int = 2000,
+    max_marks: int = 400,
+) -> pl.DataFrame:
+    """KV-cache usage over time and the preemption decisions of one repeat's runs.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    strategies
+        The runs to show (typically the baseline and the candidate).
+    repeat
+        The repeat to show.
+    max_points
+        Time buckets over all series (each series gets ``max_points / len(strategies)``).
+    max_marks
+        Preemption marks per series at most (every k-th decision beyond that).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``strategy, kind, time_s, usage, usage_min, usage_max, victim, outcome, reason``:
+        ``kind = "usage"`` rows hold the mean, min and max usage of a time bucket,
+        ``kind = "preemption"`` rows one decision (its applied victim, outcome and reason).
+    """
+    runs = results.cells.filter((pl.col("repeat") == repeat) & pl.col("strategy").is_in(strategies))
+    if runs.height == 0:
+        return pl.DataFrame()
+    buckets = max(1, max_points // max(1, runs.height))
+    steps = run_table(results, "steps", runs).with_columns(
+        (pl.col("kv_blocks_used") / pl.col("kv_blocks_total")).alias("usage")
+    )
+    span = (pl.col("time_s").max() - pl.col("time_s").min()).over("strategy")
+    usage = (
+        steps.with_columns(
+            ((pl.col("time_s") - pl.col("time_s").min().over("strategy")) / span * buckets)
+            .floor()
+            .fill_nan(0)
+            .clip(0, buckets - 1)
+            .alias("bucket")
+        )
+        .group_by("strategy", "bucket")
+        .agg(
+            pl.col("time_s").min(),
+            pl.col("usage").mean(),
+            pl.col("usage").min().alias("usage_min"),
+            pl.col("usage").max().alias("usage_max"),
+        )
+        .select(
+            "strategy",
+            pl.lit("usage").alias("kind"),
+            pl.col("time_s").round(3),
+            *[pl.col(c).round(4) for c in ("usage", "usage_min", "usage_max")],
+        )
+    )
+    decisions = run_table(results, "decisions", runs)
+    every = (pl.len().over("strategy") // max_marks + 1).cast(pl.Int64)
+    marks = decisions.filter(pl.int_range(pl.len()).over("strategy") % every == 0).select(
+        "strategy",
+        pl.lit("preemption").alias("kind"),
+        pl.col("time_s").round(3),
+        pl.col("kv_usage").round(4).alias("usage"),
+        pl.col("applied_victim_id").alias("victim"),
+        "outcome",
+        pl.col("decision_reason").fill_null("-").alias("reason"),
+    )
+    return (
+        pl.concat([usage, marks], how="diagonal_relaxed")
+        .sort("strategy", "kind", "time_s")
+        .collect()
+    )
+
+
+def preemption_histogram_frame(results: Results) -> pl.DataFrame:
+    """How many requests were preempted 0, 1, 2, ... times, per strategy (all repeats).
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``strategy, preemptions, requests, share`` (share of the strategy's requests).
+    """
+    return (
+        run_table(results, "requests")
+        .group_by("strategy", pl.col("num_preemptions").alias("preemptions"))
+        .agg(pl.len().alias("requests"))
+        .with_columns(
+            (pl.col("requests") / pl.col("requests").sum().over("strategy")).round(4).alias("share")
+        )
+        .sort("strategy", "preemptions")
+        .collect()
+    )
+
+
+def most_preempted_frame(results: Results, limit: int = 10) -> pl.DataFrame:
+    """The requests preempted most often (any strategy or repeat), most first.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    limit
+        Rows to keep.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``strategy, repeat, request_id, num_preemptions, recomputed_tokens, e2e_s`` of requests
+        preempted at least once.
+    """
+    return (
+        run_table(results, "requests")
+        .filter(pl.col("num_preemptions") > 0)
+        .select(
+            "strategy",
+            "repeat",
+            "request_id",
+            "num_preemptions",
+            "recomputed_tokens",
+            (pl.col("finish_s") - pl.col("arrival_s")).alias("e2e_s"),
+        )
+        .sort(
+            ["num_preemptions", "recomputed_tokens", "strategy", "repeat", "request_id"],
+            descending=[True, True, False, False, False],
+        )
+        .head(limit)
+        .collect()
+    )
+
+
+def recomputed_frame(results: Results) -> pl.DataFrame:
+    """Recomputed tokens and preemptions per strategy and repeat, from ``cells``.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``strategy, repeat, recomputed_tokens, preemptions, requests_preempted``.
+    """
+    return results.cells.select(
+        "strategy", "repeat", "recomputed_tokens", "preemptions", "requests_preempted"
+    ).sort("strategy", "repeat")
+
+
+def counter_frame(results: Results) -> pl.DataFrame:
+    """Policy counters per strategy, summed over repeats, in long form.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``strategy, counter, value, order``; abstentions are split by reason (liveness,
+        cascade, other). The baseline (no policy) is left out.
+    """
+    cells = results.cells.filter(pl.col("strategy") != BASELINE).with_columns(
+        (
+            pl.col("abstentions") - pl.col("liveness_abstentions") - pl.col("cascade_abstentions")
+        ).alias("other_abstentions")
+    )
+    return (
+        cells.group_by("strategy")
+        .agg(pl.col(c).sum() for c in _COUNTERS)
+        .unpivot(index="strategy", variable_name="counter", value_name="value")
+        .with_columns(
+            pl.col("counter")
+            .replace_strict(list(_COUNTERS), list(range(len(_COUNTERS))))
+            .alias("order"),
+            pl.col("counter").replace_strict(_COUNTERS),
+            pl.col("value").cast(pl.Int64),
+        )
+        .sort("order", "strategy")
+    )
+
+
+def agreement_frame(results: Results) -> pl.DataFrame | None:
+    """The pairwise victim agreement of the open-mode replay, made symmetric.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+
+    Returns
+    -------
+    polars.DataFrame or None
+        ``strategy_a, strategy_b, agree_rate`` for every ordered pair; ``None`` when
+        ``replay/agreement.parquet`` is absent.
+    """
+    frame = results.replay_agreement
+    if frame is None:
+        return None
+    base = frame.select("strategy_a", "strategy_b", pl.col("agree_rate").cast(pl.Float64))
+    swapped = base.select(
+        pl.col("strategy_b").alias("strategy_a"), pl.col("strategy_a").alias("strategy_b"),
+        "agree_rate",
+    )  # fmt: skip
+    names = pl.concat([base["strategy_a"], base["strategy_b"]]).unique()
+    diagonal = pl.DataFrame({"strategy_a": names, "strategy_b": names, "agree_rate": 1.0})
+    return (
+        pl.concat([base, swapped, diagonal])
+        .unique(["strategy_a", "strategy_b"], keep="first", maintain_order=True)
+        .with_columns(pl.col("agree_rate").round(4))
+        .sort("strategy_a", "strategy_b")
+    )
+
+
+# The open-mode replay summary's columns the report shows, in order (others are left out).
+REPLAY_COLUMNS = (
+    "strategy",
+    "agreement_rate",
+    "calls",
+    "selections",
+    "abstentions_liveness",
+    "abstentions_cascade",
+    "abstentions_other",
+    "gate_fallbacks",
+    "liveness_fallbacks",
+    "invalid_selections",
+    "failures",
+    "disabled_decisions",
+    "picked_requester",
+    "requester_rate",
+    "tokens_ratio",
+)
+
+
+def replay_summary_frame(summary: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The open-mode replay summary as two flat tables: counts, and most-picked victims.
+
+    Parameters
+    ----------
+    summary
+        ``replay/summary.parquet``.
+
+    Returns
+    -------
+    tuple of polars.DataFrame
+        The :data:`REPLAY_COLUMNS` present (one row per strategy), and
+        ``strategy, request_id, count`` from its ``top_victims`` lists (three per strategy;
+        empty when the column is absent).
+    """
+    counts = summary.select([c for c in REPLAY_COLUMNS if c in summary.columns])
+    victims = pl.DataFrame(
+        schema={"strategy": pl.String, "request_id": pl.String, "count": pl.Int64}
+    )
+    if "top_victims" in summary.columns and isinstance(summary.schema["top_victims"], pl.List):
+        victims = (
+            summary.select("strategy", pl.col("top_victims").list.head(3))
+            .explode("top_victims")
+            .drop_nulls("top_victims")
+            .unnest("top_victims")
+            .select("strategy", "request_id", "count")
+        )
+    return counts, victims
+
+
+def _pairs(diff: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if diff is None:
+        return []
+    pairs = diff.get("pairs")
+    return [p for p in pairs if isinstance(p, dict)] if isinstance(pairs, list) else [diff]
+
+
+def diff_timeline_frame(results: Results, max_marks: int = 1000) -> pl.DataFrame | None:
+    """The legacy and typed runs' decisions and their differences, on one decision axis.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    max_marks
+        Decisions per side at most (every k-th beyond that; differences are all kept).
+
+    Returns
+    -------
+    polars.DataFrame or None
+        ``lane, seq, time_s, label, contract, detail``: ``lane`` is ``legacy`` or ``typed``
+        (one row per decision: ``label`` its outcome, ``detail`` its applied victim) or
+        ``difference`` (``label`` the class, ``contract`` whether the contracts explain it,
+        ``detail`` the explanation). ``None`` without ``diff/diff.json``.
+    """
+    if results.diff is None:
+        return None
+    rows = [
+        {
+            "lane": "difference",
+            "seq": d.get("seq"),
+            "label": str(d.get("kind")),
+            "contract": bool(d.get("contract")),
+            "detail": str(d.get("detail", "")),
+        }
+        for pair in _pairs(results.diff)
+        for d in pair.get("differences") or []
+        if isinstance(d, dict) and d.get("seq") is not None
+    ]
+    schema = {
+        "lane": pl.String, "seq": pl.Int64, "label": pl.String, "contract": pl.Boolean,
+        "detail": pl.String,
+    }  # fmt: skip
+    differences = pl.DataFrame(rows, schema=schema).unique(
+        ["seq", "label"], keep="first", maintain_order=True
+    )
+    sides = []
+    for lane in ("legacy", "typed"):
+        folder = results.root / "diff" / lane
+        if not folder.is_dir() or not any(folder.rglob("manifest.json")):
+            continue
+        decisions = open_trace(folder).scan("decisions").sort("seq")
+        every = (pl.len() // max_marks + 1).cast(pl.Int64)
+        sides.append(
+            decisions.filter(pl.int_range(pl.len()) % every == 0)
+            .select(
+                pl.lit(lane).alias("lane"),
+                "seq",
+                pl.col("time_s").round(3),
+                pl.col("outcome").alias("label"),
+                pl.col("applied_victim_id").alias("detail"),
+            )
+            .collect()
+        )
+    times = pl.DataFrame(schema={"seq": pl.Int64, "time_s": pl.Float64})
+    if sides:
+        times = sides[-1].select("seq", "time_s").unique("seq", keep="first")
+    differences = differences.join(times, on="seq", how="left")
+    return pl.concat([*sides, differences], how="diagonal_relaxed").sort("lane", "seq")
+
+
+def first_difference(diff: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The earliest differing decision and the first divergence of the contexts, if any.
+
+    Parameters
+    ----------
+    diff
+        ``diff/diff.json``.
+
+    Returns
+    -------
+    dict or None
+        ``{"decision": <first decision-scope difference or None>, "divergence": <the first
+        pair's divergence or None>, "verdict": ...}``; ``None`` when there is no diff at all.
+    """
+    if diff is None:
+        return None
+    pairs = _pairs(diff)
+    decision = None
+    divergence = None
+    for pair in pairs:
+        decisions = [
+            d for d in pair.get("differences") or []
+            if isinstance(d, dict) and d.get("scope", "decision") == "decision"
+            and d.get("seq") is not None
+        ]  # fmt: skip
+        if decisions and decision is None:
+            decision = min(decisions, key=lambda d: int(d["seq"]))
+        if divergence is None and isinstance(pair.get("divergence"), dict):
+            divergence = pair["divergence"]
+    return {"verdict": diff.get("verdict"), "decision": decision, "divergence": divergence}

@@ -1,0 +1,273 @@
+"""``render_report``: one self-contained HTML file that works offline.
+
+The page holds everything it needs: the Vega, Vega-Lite and Vega-Embed libraries (the bundle
+that ``vl_convert`` ships, inlined in one ``<script>``), the style sheet, and each chart's
+Vega-Lite spec with its data (a ``<script type="application/json">`` element, see
+:func:`tracekit.report.markup.script_json`). Opening it makes no network request: no CDN, no
+web font, no remote image. Charts render as SVG through ``vegaEmbed``.
+
+Rendering is deterministic: the same results folder gives byte-identical ``report.html`` and
+``qualification.json`` (nothing depends on the clock or on dictionary order).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+
+from tracekit.report.markup import esc, fmt_value, script_json
+from tracekit.report.results import BASELINE, Results, load_results
+from tracekit.report.sections import Section, build_sections
+from tracekit.report.verdicts import dumps_qualification, qualification_from_results
+
+__all__ = ["REPORT_NAME", "QUALIFICATION_NAME", "javascript_bundle", "page_html", "render_report"]
+
+REPORT_NAME = "report.html"
+QUALIFICATION_NAME = "qualification.json"
+
+_STYLE = """
+:root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --ok: #1a7f37; --bad: #cf222e;
+        --warn: #9a6700; --bg-soft: #f6f8fa; }
+* { box-sizing: border-box; }
+body { margin: 0; color: var(--fg); background: #fff; line-height: 1.45;
+       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", "Liberation Sans", "DejaVu Sans",
+       sans-serif; }
+header { padding: 18px 28px 10px; border-bottom: 1px solid var(--line);
+         background: var(--bg-soft); }
+header h1 { margin: 0 0 6px; font-size: 22px; }
+header dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; margin: 8px 0; }
+header dt { color: var(--muted); }
+header dd { margin: 0; overflow-wrap: anywhere; }
+nav { position: sticky; top: 0; z-index: 5; background: #fff; border-bottom: 1px solid var(--line);
+      padding: 6px 28px; font-size: 13px; display: flex; flex-wrap: wrap; gap: 2px 14px; }
+nav a { color: #0969da; text-decoration: none; white-space: nowrap; }
+main { padding: 0 28px 40px; max-width: 1280px; }
+section { padding-top: 8px; border-bottom: 1px solid var(--line); padding-bottom: 18px; }
+section h2 { font-size: 19px; margin: 18px 0 4px; }
+section h3 { font-size: 15px; margin: 16px 0 6px; }
+p.caption { color: var(--muted); margin: 2px 0 10px; max-width: 900px; }
+p.note { color: var(--muted); font-style: italic; max-width: 900px; }
+figure { margin: 8px 0 12px; }
+.chart { min-height: 40px; }
+.table-wrap { overflow-x: auto; margin: 6px 0 12px; }
+table { border-collapse: collapse; font-size: 12.5px; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; }
+th, td { border: 1px solid var(--line); padding: 3px 7px; vertical-align: top; text-align: left; }
+th { background: var(--bg-soft); font-weight: 600; }
+th { max-width: 120px; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { white-space: nowrap; }
+td { overflow-wrap: anywhere; max-width: 520px; }
+tr.fail td, tr.not-beneficial-in-tested-cell td:nth-child(3) { color: var(--bad); }
+tr.pass td:nth-child(2), tr.beneficial td:nth-child(3) { color: var(--ok); }
+tr.cand td:nth-child(2) { font-weight: 600; }
+tr.diff td, td.diff { background: #fff8c5; }
+.badge { display: inline-block; padding: 0 8px; border-radius: 10px; font-size: 12px;
+         font-weight: 600; border: 1px solid currentColor; vertical-align: middle; }
+.badge.ok { color: var(--ok); } .badge.bad { color: var(--bad); }
+.badge.warn { color: var(--warn); }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(230px, 1fr)); gap: 10px; }
+.card { border: 1px solid var(--line); border-left: 4px solid var(--ok); border-radius: 4px;
+        padding: 8px 10px; }
+.card.bad { border-left-color: var(--bad); }
+.card-title { font-weight: 600; margin-bottom: 4px; }
+.card-body { color: var(--muted); font-size: 12.5px; overflow-wrap: anywhere; }
+ul.reasons { color: var(--bad); }
+.pair { display: flex; flex-wrap: wrap; gap: 16px; }
+footer { color: var(--muted); font-size: 12px; padding: 12px 28px; }
+"""
+
+# Embeds every chart; counts finished and failed charts for tests and readers.
+_INIT = """
+(function () {
+  var nodes = document.querySelectorAll("div.chart[data-spec]");
+  var state = { total: nodes.length, done: 0, failed: 0 };
+  window.__reportCharts = state;
+  nodes.forEach(function (el) {
+    var spec = JSON.parse(document.getElementById(el.getAttribute("data-spec")).textContent);
+    vegaEmbed(el, spec, { renderer: "svg", actions: false })
+      .then(function () { state.done += 1; })
+      .catch(function (err) {
+        state.failed += 1;
+        el.textContent = "This chart could not be drawn: " + err.message;
+        console.error(err);
+      });
+  });
+})();
+"""
+
+_CONFIG = {
+    "font": "Liberation Sans, DejaVu Sans, sans-serif",
+    "axis": {"labelFontSize": 11, "titleFontSize": 12},
+    "header": {"labelFontSize": 12, "titleFontSize": 12},
+    "legend": {"labelFontSize": 11, "titleFontSize": 12, "labelLimit": 260},
+    "view": {"stroke": "#d1d9e0"},
+}
+
+
+@functools.cache
+def javascript_bundle() -> str:
+    """Vega, Vega-Lite (the version Altair targets) and Vega-Embed as one script, offline.
+
+    Returns
+    -------
+    str
+        JavaScript that defines ``vegaEmbed``, ``vega`` and ``vegaLite`` on ``window``; safe
+        to place inside a ``<script>`` element.
+    """
+    import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    bundle: str = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    # A "</script" or "<!--" in the code would end or confuse the element: escape the slash.
+    return bundle.replace("</script", "<\\/script").replace("<!--", "<\\!--")
+
+
+def _spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
+    spec: dict[str, Any] = chart.to_dict()
+    spec.pop("$schema", None)  # a URL; nothing fetches it, but the page holds no URL at all
+    config = spec.setdefault("config", {})
+    for key, value in _CONFIG.items():
+        config.setdefault(key, value)
+    return spec
+
+
+def _settings_text(results: Results) -> str:
+    changed = results.changed_settings
+    if not changed:
+        return "defaults"
+    shown = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in changed.items())
+    return f"{shown} (others default)"
+
+
+def _header(results: Results, q: dict[str, Any]) -> str:
+    inputs = results.inputs
+    workload = inputs.get("workload") or {}
+    engine = inputs.get("engine_config") or {}
+    shown_engine = ", ".join(
+        f"{k}={engine[k]}"
+        for k in ("mode", "num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                  "max_model_len", "scheduling_policy", "clock")
+        if k in engine
+    )  # fmt: skip
+    repeats = inputs.get("repeat_details") or []
+    windows = "; ".join(
+        f"r{r.get('repeat')}: "
+        + (
+            f"window {r['window'][0]:g} to {r['window'][1]:g} s"
+            if r.get("window")
+            else "whole workload"
+        )
+        + f", seed {r.get('seed')}"
+        for r in repeats
+    )
+    slo = inputs.get("slo") or {}
+    sha = str(workload.get("sha256", "?"))[:12]
+    repeat_kind = f"{inputs.get('repeats', '?')} by {inputs.get('repeat_kind', '?')}"
+    created = f"{inputs.get('created_at', '?')} with tracekit {inputs.get('tool_version', '?')}"
+    rows = [
+        ("workload", f"{workload.get('name', '?')} (sha256 {sha}...)"),
+        ("candidate", f"{q['candidate']} vs baseline {BASELINE}"),
+        ("strategies", ", ".join(results.strategies)),
+        ("policy settings", _settings_text(results)),
+        ("engine", shown_engine or fmt_value(engine)),
+        ("repeats", f"{repeat_kind} ({windows})"),
+        ("SLO", f"TTFT <= {slo.get('ttft_s', '?')} s, TPOT <= {slo.get('tpot_s', '?')} s"),
+        ("created", created),
+    ]
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows)
+    gate = q["functional_compatibility"]["status"]
+    mine = [e["label"] for e in q["effectiveness"]["cells"] if e["strategy"] == q["candidate"]]
+    summary = (
+        f"Functional compatibility {esc(gate)}; effectiveness of {esc(q['candidate'])}: "
+        f"{esc(', '.join(mine) or 'none computed')}."
+    )
+    return (
+        f"<header><h1>Qualification report: {esc(q['candidate'])} on "
+        f"{esc(workload.get('name', '?'))}</h1><p><strong>{summary}</strong></p>"
+        f"<dl>{items}</dl></header>"
+    )
+
+
+def page_html(results: Results, qualification: dict[str, Any], sections: list[Section]) -> str:
+    """The whole page as text.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    qualification
+        Its qualification document.
+    sections
+        :func:`tracekit.report.sections.build_sections`.
+
+    Returns
+    -------
+    str
+        One self-contained HTML document.
+    """
+    nav = "".join(f'<a href="#{s.anchor}">{esc(s.title)}</a>' for s in sections)
+    body = "".join(
+        f'<section id="{s.anchor}"><h2>{esc(s.title)}</h2>'
+        f'<p class="caption">{esc(s.caption)}</p>{"".join(s.body)}</section>'
+        for s in sections
+    )
+    specs = "".join(
+        f'<script type="application/json" id="spec-{chart_id}">{script_json(_spec(chart))}'
+        "</script>\n"
+        for s in sections
+        for chart_id, chart in s.charts.items()
+    )
+    title = f"Qualification report: {qualification['candidate']} on " + str(
+        (results.inputs.get("workload") or {}).get("name", "?")
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        # Nothing may load from elsewhere: the page's own inline scripts and styles only.
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
+        'img-src data:; font-src data:">'
+        f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
+        f"{_header(results, qualification)}<nav>{nav}</nav><main>{body}</main>"
+        "<footer>Generated by tracekit report from the results folder; self-contained, works "
+        "offline.</footer>\n"
+        f"{specs}<script>{javascript_bundle()}</script>\n<script>{_INIT}</script>"
+        "</body></html>\n"
+    )
+
+
+def render_report(results_dir: str | Path, out_html: str | Path | None = None) -> Path:
+    """Render the qualification report of a results folder.
+
+    Writes the HTML page and, beside it, ``qualification.json`` (the verdicts).
+
+    Parameters
+    ----------
+    results_dir
+        A folder written by ``tracekit qualify``.
+    out_html
+        The HTML file to write; ``<results_dir>/report.html`` by default.
+
+    Returns
+    -------
+    Path
+        The HTML file.
+
+    Raises
+    ------
+    ResultsError
+        The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column.
+    """
+    results = load_results(results_dir)
+    out = Path(out_html) if out_html is not None else results.root / REPORT_NAME
+    qualification = qualification_from_results(results)
+    page = page_html(results, qualification, build_sections(results, qualification))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, "utf-8")
+    (out.parent / QUALIFICATION_NAME).write_text(dumps_qualification(qualification), "utf-8")
+    return out

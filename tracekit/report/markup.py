@@ -1,0 +1,201 @@
+"""Safe HTML building blocks: escaping, number formatting, tables, and JSON inside ``<script>``.
+
+Every string that reaches the page from a trace or a configuration (request ids, strategy
+names, settings, reasons) goes through :func:`esc` (HTML text and attributes) or
+:func:`script_json` (data inside a ``<script>`` element), so that it shows as text and never
+runs.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import polars as pl
+
+__all__ = [
+    "MISSING",
+    "Column",
+    "esc",
+    "fmt_bool",
+    "fmt_float",
+    "fmt_int",
+    "fmt_pct",
+    "fmt_signed_pct",
+    "fmt_value",
+    "html_table",
+    "script_json",
+]
+
+Formatter = Callable[[Any], str]
+# Shown for a missing value (an en dash).
+MISSING = "\u2013"
+
+
+def esc(value: Any) -> str:
+    """``value`` as HTML-escaped text (``&``, ``<``, ``>``, both quotes).
+
+    Parameters
+    ----------
+    value
+        Anything; ``None`` shows as an en dash.
+
+    Returns
+    -------
+    str
+        Text safe in element content and in quoted attribute values.
+    """
+    return MISSING if value is None else html.escape(str(value), quote=True)
+
+
+def script_json(value: Any) -> str:
+    r"""``value`` as JSON that is safe inside a ``<script>`` element.
+
+    ``<``, ``>`` and ``&`` become ``\u003c``, ``\u003e`` and ``\u0026`` (so neither
+    ``</script>`` nor ``<!--`` can appear), and the line separators U+2028/U+2029 are escaped.
+    Keys are sorted, so equal values give equal text.
+
+    Parameters
+    ----------
+    value
+        A JSON-ready value without NaN.
+
+    Returns
+    -------
+    str
+        The JSON text.
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    for raw, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def fmt_int(value: Any) -> str:
+    """An integer with thousands separators (``12,345``)."""
+    return MISSING if _missing(value) else f"{int(value):,}"
+
+
+def fmt_float(digits: int = 3) -> Formatter:
+    """A formatter of floats with ``digits`` decimals and thousands separators."""
+
+    def format_float(value: Any) -> str:
+        return MISSING if _missing(value) else f"{float(value):,.{digits}f}"
+
+    return format_float
+
+
+def fmt_pct(value: Any) -> str:
+    """A share in [0, 1] as a percentage (``87.5%``)."""
+    return MISSING if _missing(value) else f"{100 * float(value):.1f}%"
+
+
+def fmt_signed_pct(value: Any) -> str:
+    """A change in percent with its sign (``+1.23%``)."""
+    return MISSING if _missing(value) else f"{float(value):+.2f}%"
+
+
+def fmt_bool(value: Any) -> str:
+    """``yes``/``no``."""
+    return MISSING if value is None else ("yes" if value else "no")
+
+
+def fmt_value(value: Any) -> str:
+    """A generic value: numbers formatted, containers as compact JSON, the rest as text."""
+    if isinstance(value, bool):
+        return fmt_bool(value)
+    if isinstance(value, int):
+        return fmt_int(value)
+    if isinstance(value, float):
+        return fmt_float(4)(value) if abs(value) < 1e6 else f"{value:.4g}"
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, sort_keys=True, default=str)
+    return MISSING if value is None else str(value)
+
+
+class Column:
+    """One table column: the frame column, its header and its formatter.
+
+    Parameters
+    ----------
+    name
+        Column of the frame.
+    header
+        Header text (escaped when rendered).
+    fmt
+        Formatter of a value; the result is escaped.
+    numeric
+        Right-align the column.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        header: str | None = None,
+        fmt: Formatter = fmt_value,
+        numeric: bool = False,
+    ) -> None:
+        self.name = name
+        self.header = header or name
+        self.fmt = fmt
+        self.numeric = numeric
+
+
+def html_table(
+    frame: pl.DataFrame,
+    columns: Sequence[Column],
+    *,
+    row_class: str | None = None,
+    caption: str | None = None,
+) -> str:
+    """A ``<table>`` of ``frame``'s columns, every cell formatted then escaped.
+
+    Parameters
+    ----------
+    frame
+        The rows to show (already filtered and sorted).
+    columns
+        Which columns, in order, with headers and formatters.
+    row_class
+        A column whose value becomes each row's CSS classes (letters, digits, ``-`` and
+        spaces are kept).
+    caption
+        Optional table caption (escaped).
+
+    Returns
+    -------
+    str
+        The table's HTML.
+    """
+    head = "".join(
+        f'<th class="{"num" if c.numeric else ""}">{esc(c.header)}</th>' for c in columns
+    )
+    names = [c.name for c in columns]
+    classes = frame[row_class].to_list() if row_class else [None] * frame.height
+    body = []
+    # Rendering, not analysis: one HTML row per (already aggregated) table row.
+    for values, cls in zip(frame.select(names).iter_rows(), classes, strict=True):
+        cells = "".join(
+            f'<td class="{"num" if c.numeric else ""}">{esc(c.fmt(v))}</td>'
+            for c, v in zip(columns, values, strict=True)
+        )
+        safe = "".join(ch for ch in str(cls or "") if ch.isalnum() or ch in "- ")
+        body.append(f'<tr class="{safe}">{cells}</tr>')
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return (
+        f'<div class="table-wrap"><table>{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )

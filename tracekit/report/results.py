@@ -1,0 +1,205 @@
+"""Reading a qualification results folder (what ``tracekit qualify`` writes).
+
+Layout (``docs/report.md`` describes every file)::
+
+    results/
+      qualify.json              inputs: workload, engine config, strategies, candidate, repeats, SLO
+      cells.parquet             one row per (repeat, strategy): serving metrics + policy counters
+      runs/r<k>/<strategy>/     the closed-loop trace bundles behind the cells
+      replay/summary.parquet    open-mode replay of every strategy on the baseline's decisions
+      replay/agreement.parquet  pairwise victim agreement (strategy_a, strategy_b, agree_rate)
+      diff/diff.json            legacy-versus-typed diff (verdict, classes, first divergence)
+      diff/conformance.json     named conformance checks (also accepted at the root)
+
+Only ``qualify.json`` and ``cells.parquet`` are required; the report says what is missing
+instead of failing when the replay or diff parts are absent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.errors import TracekitError
+
+__all__ = [
+    "BASELINE",
+    "CELL_COLUMNS",
+    "COUNTER_COLUMNS",
+    "Results",
+    "ResultsError",
+    "load_results",
+]
+
+# The strategy every other strategy is compared with, repeat by repeat.
+BASELINE = "builtin"
+
+# Policy counters of a cell (from the run's decisions).
+COUNTER_COLUMNS = (
+    "calls",
+    "selections",
+    "abstentions",
+    "failures",
+    "invalid_selections",
+    "liveness_abstentions",
+    "cascade_abstentions",
+    "gate_fallbacks",
+)
+
+# Columns the report reads from cells.parquet.
+CELL_COLUMNS = (
+    "repeat",
+    "strategy",
+    "host_path",
+    "run_id",
+    "bundle",
+    "cell",
+    "requests",
+    "finished",
+    "all_finished",
+    "throughput_rps",
+    "output_tokens_per_s",
+    "ttft_p95_s",
+    "e2e_p95_s",
+    "preemptions",
+    "recomputed_tokens",
+    *COUNTER_COLUMNS,
+    "policy_enabled",
+)
+
+
+class ResultsError(TracekitError):
+    """A results folder is missing a required file or column."""
+
+
+@dataclass(frozen=True)
+class Results:
+    """One results folder, loaded.
+
+    Attributes
+    ----------
+    root
+        The results folder.
+    inputs
+        ``qualify.json`` as a dictionary.
+    cells
+        ``cells.parquet``, sorted by cell, repeat and strategy.
+    replay_summary, replay_agreement
+        ``replay/summary.parquet`` and ``replay/agreement.parquet``, or ``None`` when absent.
+    diff, conformance
+        ``diff/diff.json`` and ``conformance.json``, or ``None`` when absent.
+    """
+
+    root: Path
+    inputs: dict[str, Any]
+    cells: pl.DataFrame
+    replay_summary: pl.DataFrame | None
+    replay_agreement: pl.DataFrame | None
+    diff: dict[str, Any] | None
+    conformance: dict[str, Any] | None
+
+    @property
+    def candidate(self) -> str:
+        """The qualified strategy (``bidkv`` by default)."""
+        return str(self.inputs.get("candidate") or "bidkv")
+
+    @property
+    def strategies(self) -> list[str]:
+        """Strategies in the order of ``qualify.json`` (then any others found in the cells)."""
+        listed = [str(s) for s in self.inputs.get("strategies") or []]
+        found = self.cells.get_column("strategy").unique(maintain_order=True).to_list()
+        return listed + sorted(s for s in found if s not in listed)
+
+    @property
+    def changed_settings(self) -> dict[str, Any]:
+        """The candidate's settings that differ from the policy's defaults (sorted by name).
+
+        ``enable_utility_victim_selection`` and ``utility_strategy`` are left out: the candidate's
+        name already says them.
+        """
+        from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
+
+        defaults = BidkvSelectorConfig().to_additional_config()
+        settings = dict(self.inputs.get("policy_config") or {})
+        return {
+            key: settings[key]
+            for key in sorted(settings)
+            if key not in ("enable_utility_victim_selection", "utility_strategy")
+            and settings[key] != defaults.get(key, object())
+        }
+
+    def bundle(self, relative: str) -> Path:
+        """The absolute path of a bundle named relative to the results folder."""
+        return self.root / relative
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ResultsError(
+            f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); re-run tracekit qualify"
+        ) from None
+    if not isinstance(value, dict):
+        raise ResultsError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _read_parquet(path: Path) -> pl.DataFrame | None:
+    return pl.read_parquet(path) if path.is_file() else None
+
+
+def load_results(results_dir: str | Path) -> Results:
+    """Load a results folder.
+
+    Parameters
+    ----------
+    results_dir
+        The folder ``tracekit qualify`` (or ``tracekit sweep``) wrote.
+
+    Returns
+    -------
+    Results
+        Its files; optional parts are ``None`` when absent.
+
+    Raises
+    ------
+    ResultsError
+        ``qualify.json`` or ``cells.parquet`` is missing or unreadable, or a required column
+        of ``cells.parquet`` is missing.
+    """
+    root = Path(results_dir)
+    # A sweep folder carries the same input fields in sweep.json (docs/sweep.md).
+    inputs = _read_json(root / "qualify.json") or _read_json(root / "sweep.json")
+    if inputs is None:
+        raise ResultsError(
+            f"{root / 'qualify.json'}: missing (and no sweep.json); is {root} a folder written "
+            "by tracekit qualify or tracekit sweep?"
+        )
+    cells_path = root / "cells.parquet"
+    cells = _read_parquet(cells_path)
+    if cells is None:
+        raise ResultsError(f"{cells_path}: missing; re-run tracekit qualify")
+    missing = [c for c in CELL_COLUMNS if c not in cells.columns]
+    if missing:
+        raise ResultsError(
+            f"{cells_path}: missing column(s) {', '.join(missing)}; re-run tracekit qualify"
+        )
+    conformance = _read_json(root / "diff" / "conformance.json")
+    if conformance is None:
+        conformance = _read_json(root / "conformance.json")
+    return Results(
+        root=root,
+        inputs=inputs,
+        cells=cells.sort("cell", "repeat", "strategy"),
+        replay_summary=_read_parquet(root / "replay" / "summary.parquet"),
+        replay_agreement=_read_parquet(root / "replay" / "agreement.parquet"),
+        diff=_read_json(root / "diff" / "diff.json"),
+        conformance=conformance,
+    )

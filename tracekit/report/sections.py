@@ -1,0 +1,432 @@
+"""The report's sections: each returns its HTML (text escaped) and the charts it embeds.
+
+Every section (:class:`tracekit.report.page_parts.Section`) has an anchor, a title, a
+plain-language caption and a body of tables and charts. The legacy-versus-typed section lives in
+:mod:`tracekit.report.diff_section`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from tracekit.report import charts, frames
+from tracekit.report.diff_section import diff_section
+from tracekit.report.effectiveness import interval_frame
+from tracekit.report.markup import (
+    Column,
+    esc,
+    fmt_bool,
+    fmt_float,
+    fmt_int,
+    fmt_pct,
+    fmt_signed_pct,
+    fmt_value,
+    html_table,
+)
+from tracekit.report.page_parts import Section, badge
+from tracekit.report.results import BASELINE, Results
+
+__all__ = ["Section", "build_sections"]
+
+
+def _interval_text(entry: dict[str, Any]) -> str:
+    mean, low, high = entry["mean_pct"], entry["low_pct"], entry["high_pct"]
+    if low is None or high is None:
+        return f"{fmt_signed_pct(mean)} (no interval)"
+    return f"{fmt_signed_pct(mean)} [{fmt_signed_pct(low)}, {fmt_signed_pct(high)}]"
+
+
+def _verdicts(results: Results, q: dict[str, Any]) -> Section:
+    section = Section(
+        "verdicts",
+        "Verdicts",
+        "Three separate questions. Lifecycle: how far the candidate got, from installed to "
+        "actually choosing victims at run time. Functional compatibility: whether it ran "
+        "safely (every check must pass). Effectiveness: whether it made serving better than the "
+        "built-in victim rule, per tested cell, judged on 95% intervals over the repeats.",
+    )
+    cards = []
+    for key, title in (
+        ("installed", "installed"),
+        ("configured", "configured"),
+        ("enabled", "enabled"),
+        ("runtime_effective", "runtime-effective"),
+    ):
+        label = q["lifecycle"][key]
+        state = "yes" if label["reached"] else "no"
+        cards.append(
+            f'<div class="card {"ok" if label["reached"] else "bad"}"><div class="card-title">'
+            f"{esc(title)} {badge(state, 'ok' if label['reached'] else 'bad')}</div>"
+            f'<div class="card-body">{esc(label["evidence"])}</div></div>'
+        )
+    section.html('<h3>Lifecycle</h3><div class="cards">' + "".join(cards) + "</div>")
+    gate = q["functional_compatibility"]
+    passed = gate["status"] == "passed"
+    section.html(
+        f"<h3>Functional compatibility gate {badge(gate['status'], 'ok' if passed else 'bad')}</h3>"
+    )
+    if not passed:
+        items = "".join(f"<li>{esc(r)}</li>" for r in gate["reasons"])
+        section.html(f'<ul class="reasons">{items}</ul>')
+    checks = pl.DataFrame(
+        gate["checks"], schema={"name": pl.String, "passed": pl.Boolean, "detail": pl.String}
+    ).with_columns(
+        pl.when(pl.col("passed")).then(pl.lit("pass")).otherwise(pl.lit("fail")).alias("cls")
+    )
+    section.html(
+        html_table(
+            checks,
+            [Column("name", "check"), Column("passed", "passed", fmt_bool), Column("detail")],
+            row_class="cls",
+        )
+    )
+    entries = q["effectiveness"]["cells"]
+    rule = q["effectiveness"]["rule"]
+    section.html("<h3>Effectiveness</h3>")
+    margin = f"+{rule['latency_margin_pct']:g}%"
+    section.note(
+        f"Rule: beneficial when the {rule['throughput_metric']} interval is above 0 and the "
+        f"{rule['latency_metric']} interval's high end is at most {margin}; not beneficial in "
+        "the tested cell when the throughput interval is below 0 or the latency interval's low "
+        f"end is above {margin}; otherwise inconclusive. "
+        f"Intervals: paired Student-t 95% over at least {rule['min_repeats']} repeats."
+    )
+    if not entries:
+        section.note("No strategy could be paired with the baseline: no effectiveness verdict.")
+        return section
+    table = pl.DataFrame(
+        [
+            {
+                "cell": e["cell"],
+                "strategy": e["strategy"],
+                "label": e["label"],
+                "attributable": e["attributable"],
+                "throughput": _interval_text(e["throughput"]),
+                "latency": _interval_text(e["p95_latency"]),
+                "ttft": _interval_text(e["p95_ttft"]),
+                "repeats": len(e["repeats"]),
+                "reason": e["reason"],
+                "cls": e["label"] if e["strategy"] != q["candidate"] else f"{e['label']} cand",
+            }
+            for e in entries
+        ]
+    )
+    section.html(
+        html_table(
+            table,
+            [
+                Column("cell"),
+                Column("strategy"),
+                Column("label", "effectiveness"),
+                Column("attributable", "attributable", fmt_bool),
+                Column("throughput", "throughput change [95% CI]"),
+                Column("latency", "P95 e2e latency change [95% CI]"),
+                Column("ttft", "P95 TTFT change [95% CI]"),
+                Column("repeats", "pairs", fmt_int, numeric=True),
+                Column("reason"),
+            ],
+            row_class="cls",
+        )
+    )
+    return section
+
+
+def _deltas(q: dict[str, Any], strategies: list[str]) -> Section:
+    section = Section(
+        "deltas",
+        "Throughput and latency changes",
+        "Each point is the mean paired change against the built-in rule over the repeats (the "
+        "same requests ran under both); the bar is its 95% interval. Throughput should be right "
+        "of 0 and the P95 end-to-end latency should stay left of the dashed +5% line (the rule); "
+        "P95 TTFT is shown for information.",
+    )
+    intervals = interval_frame(q["effectiveness"]["cells"])
+    if intervals.height == 0:
+        section.note("No paired changes to show.")
+        return section
+    shown = [s for s in strategies if s != BASELINE]
+    margin = float(q["effectiveness"]["rule"]["latency_margin_pct"])
+    section.chart(
+        "changes",
+        charts.delta_chart(intervals, shown, margin),
+        "paired changes with 95% intervals per strategy",
+    )
+    return section
+
+
+def _latency(results: Results, strategies: list[str]) -> Section:
+    section = Section(
+        "latency",
+        "Latency distributions",
+        "Cumulative share of finished requests (all repeats pooled) that got their first token "
+        "(TTFT) or finished (end-to-end) within a given time. A curve further left and higher is "
+        "better; the gap at the top shows the slow tail.",
+    )
+    section.chart(
+        "ecdf",
+        charts.latency_ecdf_chart(frames.latency_ecdf_frame(results), strategies),
+        "latency ECDFs per strategy",
+    )
+    return section
+
+
+def _kv(results: Results, strategies: list[str]) -> Section:
+    candidate = results.candidate
+    shown = [BASELINE, candidate]
+    section = Section(
+        "kv",
+        "KV-cache usage over time",
+        f"KV-cache usage during repeat 0 under the built-in rule and under {candidate}: the line "
+        "is the mean usage per time bucket and the band its range; each red tick "
+        "at the top is one preemption decision (hover for the victim and the reason). "
+        "Stretches without steps (the engine was idle) are drawn as straight lines.",
+    )
+    kv = frames.kv_usage_frame(results, shown, repeat=0)
+    if kv.height == 0:
+        section.note("Repeat 0 has no run of the baseline or the candidate.")
+        return section
+    section.chart("usage", charts.kv_usage_chart(kv, shown), "KV usage over time")
+    return section
+
+
+def _preemptions(results: Results, strategies: list[str]) -> Section:
+    section = Section(
+        "starvation",
+        "Preemptions per request",
+        "How many requests were preempted once, twice, ... (all repeats). Long tails mean some "
+        "requests are preempted again and again (starvation). The count axis is compressed "
+        "(symlog) so that small bars stay visible next to the never-preempted majority.",
+    )
+    section.chart(
+        "histogram",
+        charts.preemption_histogram_chart(frames.preemption_histogram_frame(results), strategies),
+        "histogram of preemptions per request",
+    )
+    worst = frames.most_preempted_frame(results)
+    if worst.height:
+        section.html(
+            html_table(
+                worst,
+                [
+                    Column("request_id", "request"),
+                    Column("strategy"),
+                    Column("repeat", "repeat", fmt_int, True),
+                    Column("num_preemptions", "preemptions", fmt_int, True),
+                    Column("recomputed_tokens", "recomputed tokens", fmt_int, True),
+                    Column("e2e_s", "end-to-end (s)", fmt_float(2), True),
+                ],
+                caption="Most-preempted requests",
+            )
+        )
+    return section
+
+
+def _recomputed(results: Results, strategies: list[str]) -> Section:
+    section = Section(
+        "recompute",
+        "Recomputed tokens",
+        "Tokens whose KV cache was thrown away by preemptions and had to be computed again: "
+        "wasted work. Bars are the mean per run, dots the individual repeats.",
+    )
+    frame = frames.recomputed_frame(results)
+    section.chart(
+        "tokens", charts.recomputed_chart(frame, strategies), "recomputed tokens per strategy"
+    )
+    summary = (
+        frame.group_by("strategy")
+        .agg(
+            pl.col("recomputed_tokens").mean(),
+            pl.col("preemptions").mean(),
+            pl.col("requests_preempted").mean(),
+        )
+        .with_columns(
+            pl.col("strategy")
+            .replace_strict(strategies, range(len(strategies)), default=len(strategies))
+            .alias("o")
+        )
+        .sort("o")
+    )
+    section.html(
+        html_table(
+            summary,
+            [
+                Column("strategy"),
+                Column("recomputed_tokens", "recomputed tokens (mean)", fmt_float(0), True),
+                Column("preemptions", "preemptions (mean)", fmt_float(1), True),
+                Column("requests_preempted", "requests preempted (mean)", fmt_float(1), True),
+            ],
+        )
+    )
+    return section
+
+
+def _agreement(results: Results, strategies: list[str]) -> Section:
+    section = Section(
+        "agreement",
+        "Victim agreement (open-mode replay)",
+        "Every strategy was asked again about each decision of the baseline runs, with the exact "
+        "recorded context. A cell is the share of decisions where the two strategies picked the "
+        "same victim; 100% means they are interchangeable on this workload.",
+    )
+    agreement = frames.agreement_frame(results)
+    if agreement is None:
+        section.note("replay/agreement.parquet is absent: the open-mode replay did not run.")
+    else:
+        section.chart(
+            "heatmap", charts.agreement_chart(agreement, strategies), "victim agreement heatmap"
+        )
+    summary = results.replay_summary
+    if summary is not None:
+        counts, victims = frames.replay_summary_frame(summary)
+        decisions = int(summary["decisions"].max()) if "decisions" in summary.columns else None
+        section.html(
+            html_table(
+                counts,
+                [
+                    Column(
+                        c,
+                        _REPLAY_HEADERS.get(c, c.replace("_", " ")),
+                        fmt=_column_format(counts, c),
+                        numeric=counts.schema[c].is_numeric(),
+                    )
+                    for c in counts.columns
+                ],
+                caption=f"Open-mode replay per strategy ({fmt_int(decisions)} recorded decisions)",
+            )
+        )
+        if victims.height:
+            section.html(
+                html_table(
+                    victims,
+                    [
+                        Column("strategy"),
+                        Column("request_id", "request"),
+                        Column("count", "times picked", fmt_int, True),
+                    ],
+                    caption="Most-picked victims in the replay",
+                )
+            )
+    return section
+
+
+# Headers of the open-mode replay summary's columns (others show their names).
+_REPLAY_HEADERS = {
+    "agreement_rate": "same victim as recorded",
+    "abstentions_liveness": "abst.: liveness",
+    "abstentions_cascade": "abst.: cascade",
+    "abstentions_other": "abst.: other",
+    "invalid_selections": "invalid",
+    "disabled_decisions": "disabled",
+    "picked_requester": "picked requester",
+    "requester_rate": "requester rate",
+    "tokens_freed": "tokens freed",
+    "recorded_tokens_freed": "recorded tokens freed",
+    "tokens_ratio": "tokens freed vs recorded",
+}
+
+
+def _column_format(frame: pl.DataFrame, column: str) -> Any:
+    dtype = frame.schema[column]
+    if dtype.is_integer():
+        return fmt_int
+    if dtype.is_float():
+        if column.endswith("_pct"):
+            return fmt_signed_pct
+        if "rate" in column or "share" in column:
+            return fmt_pct
+        return fmt_float(3)
+    return fmt_value
+
+
+def _counters(results: Results, strategies: list[str]) -> Section:
+    section = Section(
+        "counters",
+        "Policy calls and outcomes",
+        "What the engine's host counted for each policy, summed over the repeats: calls, "
+        "victims selected, abstentions (the policy declined, so the built-in victim was used) by "
+        "reason, gate fallbacks (the policy's gates returned the default victim), invalid ids "
+        "and failures. The last two must be 0.",
+    )
+    counters = frames.counter_frame(results)
+    if counters.height == 0:
+        section.note("No policy ran: only the baseline is in cells.parquet.")
+        return section
+    section.chart("bars", charts.counter_chart(counters, strategies), "policy counters")
+    wide = counters.pivot(on="counter", index="strategy", values="value", sort_columns=False)
+    section.html(
+        html_table(
+            wide,
+            [Column("strategy")]
+            + [Column(c, c, fmt_int, True) for c in wide.columns if c != "strategy"],
+        )
+    )
+    return section
+
+
+def _runs(results: Results) -> Section:
+    section = Section(
+        "runs",
+        "Runs",
+        "Every closed-loop run behind the charts: one row per repeat and strategy, with its "
+        "serving metrics (times in seconds) and the policy's counters.",
+    )
+    f3 = fmt_float(3)
+    section.html(
+        html_table(
+            results.cells.sort("repeat", "strategy"),
+            [
+                Column("repeat", "repeat", fmt_int, True),
+                Column("strategy"),
+                Column("host_path", "host"),
+                Column("requests", "requests", fmt_int, True),
+                Column("finished", "finished", fmt_int, True),
+                Column("throughput_rps", "req/s", f3, True),
+                Column("output_tokens_per_s", "out tok/s", fmt_float(1), True),
+                Column("ttft_p50_s", "TTFT p50", f3, True),
+                Column("ttft_p95_s", "TTFT p95", f3, True),
+                Column("e2e_p50_s", "E2E p50", f3, True),
+                Column("e2e_p95_s", "E2E p95", f3, True),
+                Column("slo_attainment", "SLO", fmt_pct, True),
+                Column("preemptions", "preempt.", fmt_int, True),
+                Column("recomputed_tokens", "recomputed", fmt_int, True),
+                Column("calls", "calls", fmt_int, True),
+                Column("selections", "sel.", fmt_int, True),
+                Column("abstentions", "abst.", fmt_int, True),
+                Column("failures", "fail.", fmt_int, True),
+            ],
+        )
+    )
+    return section
+
+
+def build_sections(results: Results, qualification: dict[str, Any]) -> list[Section]:
+    """Every section of the report, in page order.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    qualification
+        Its :func:`tracekit.report.verdicts.compute_qualification` document.
+
+    Returns
+    -------
+    list of Section
+        Verdicts, changes, latency, KV usage, starvation, recomputation, agreement, counters,
+        legacy versus typed, runs.
+    """
+    strategies = results.strategies
+    return [
+        _verdicts(results, qualification),
+        _deltas(qualification, strategies),
+        _latency(results, strategies),
+        _kv(results, strategies),
+        _preemptions(results, strategies),
+        _recomputed(results, strategies),
+        _agreement(results, strategies),
+        _counters(results, strategies),
+        diff_section(results, qualification),
+        _runs(results),
+    ]

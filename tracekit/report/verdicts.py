@@ -1,0 +1,416 @@
+"""The verdicts of a qualification: lifecycle labels, the functional gate, effectiveness.
+
+Three questions, kept apart (reference §D.3 and §E.9):
+
+1. **Lifecycle** — how far the candidate got: *installed* (``bidkv`` and its manifests import,
+   the policy class resolves), *configured* (the policy configuration validates), *enabled* (the
+   candidate ran through the engine's typed host in every repeat), *runtime-effective* (the
+   policy was called and selected a victim at least once). Each label stands on its own
+   evidence; a later label does not imply an earlier one was checked.
+2. **Functional compatibility gate** — passed only if every check passes: every request of the
+   candidate's and the baseline's runs completed, no policy failure, no invalid selection, the
+   policy stayed enabled, the policy was invoked in every repeat, the legacy and typed paths are
+   equivalent (``diff/diff.json``), and every conformance check passed.
+3. **Effectiveness** — per cell and strategy, see :mod:`tracekit.report.effectiveness`.
+
+:func:`compute_qualification` returns everything as one JSON-ready dictionary
+(``qualification.json``, documented field by field in ``docs/report.md``). It is deterministic:
+the same results folder gives the same dictionary.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.errors import ConfigError, ManifestError
+from tracekit.report.effectiveness import (
+    LATENCY_MARGIN_PCT,
+    LATENCY_METRIC,
+    MIN_REPEATS,
+    THROUGHPUT_METRIC,
+    effectiveness_entries,
+    paired_changes,
+)
+from tracekit.report.results import BASELINE, Results, load_results
+
+__all__ = [
+    "EQUIVALENT_VERDICTS",
+    "QUALIFICATION_FORMAT",
+    "compute_qualification",
+    "conformance_checks",
+    "dumps_qualification",
+    "functional_gate",
+    "lifecycle_labels",
+    "qualification_from_results",
+    "write_qualification",
+]
+
+QUALIFICATION_FORMAT = "tracekit.qualification"
+EQUIVALENT_VERDICTS = ("equivalent", "equivalent-modulo-contract")
+_POLICY_CLASS = "bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy"
+
+
+def _label(reached: bool, evidence: str) -> dict[str, Any]:
+    return {"reached": reached, "evidence": evidence}
+
+
+def _installed(candidate: str) -> dict[str, Any]:
+    # Checked in the environment that computes the verdicts, the one that ran the qualification.
+    from tracekit.hosts.preemption_policy import resolve_qualname
+    from tracekit.manifests import validate_manifest
+
+    try:
+        bidkv = importlib.import_module("bidkv")
+        manifests = importlib.import_module("bidkv.manifests")
+        names = manifests.manifest_names()
+        from importlib import resources
+
+        for name in names:
+            validate_manifest(str(resources.files("bidkv.manifests") / name), resolve=True)
+        qualname = candidate if ":" in candidate else _POLICY_CLASS
+        resolve_qualname(qualname)
+    except (ImportError, AttributeError, ValueError, ManifestError) as exc:
+        return _label(False, f"{type(exc).__name__}: {exc}")
+    version = getattr(bidkv, "__version__", "unknown")
+    return _label(
+        True,
+        f"bidkv {version} imports; manifests {', '.join(names)} validate; {qualname} resolves",
+    )
+
+
+def _configured(results: Results) -> dict[str, Any]:
+    from tracekit.strategies import resolve_strategy
+
+    try:
+        spec = resolve_strategy(results.candidate, dict(results.inputs.get("policy_config") or {}))
+    except ConfigError as exc:
+        return _label(False, str(exc))
+    changed = results.changed_settings
+    shown = json.dumps(changed, sort_keys=True) if changed else "the default settings"
+    return _label(True, f"strategy {spec.name} with {shown} (others default) validates")
+
+
+def _per_repeat(frame: pl.DataFrame, column: str) -> str:
+    return ", ".join(f"r{r}: {v}" for r, v in zip(frame["repeat"], frame[column], strict=True))
+
+
+def lifecycle_labels(results: Results) -> dict[str, dict[str, Any]]:
+    """The four lifecycle labels of the candidate, each with its evidence.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+
+    Returns
+    -------
+    dict
+        ``installed``, ``configured``, ``enabled``, ``runtime_effective``: each
+        ``{"reached": bool, "evidence": str}``.
+    """
+    candidate = results.candidate
+    runs = results.cells.filter(pl.col("strategy") == candidate).sort("repeat")
+    labels = {
+        "installed": _installed(candidate),
+        "configured": _configured(results),
+    }
+    if runs.height == 0:
+        none = f"no run of {candidate} in cells.parquet"
+        labels["enabled"] = _label(False, none)
+        labels["runtime_effective"] = _label(False, none)
+        return labels
+    typed = runs.filter(pl.col("host_path") == "typed").height
+    labels["enabled"] = _label(
+        typed == runs.height,
+        f"{typed} of {runs.height} runs went through the typed host "
+        f"(host_path {_per_repeat(runs, 'host_path')})",
+    )
+    calls = int(runs["calls"].sum())
+    selections = int(runs["selections"].sum())
+    labels["runtime_effective"] = _label(
+        calls > 0 and selections > 0,
+        f"{calls} calls, {selections} selections over {runs.height} runs "
+        f"(selections {_per_repeat(runs, 'selections')})",
+    )
+    return labels
+
+
+def _check(name: str, passed: bool, detail: str) -> dict[str, Any]:
+    return {"name": name, "passed": passed, "detail": detail}
+
+
+def _failing(frame: pl.DataFrame, condition: pl.Expr, what: str) -> str:
+    bad = frame.filter(condition)
+    return "; ".join(
+        f"r{r} {s}: {what} {v}"
+        for r, s, v in zip(bad["repeat"], bad["strategy"], bad["value"], strict=True)
+    )
+
+
+def _run_checks(results: Results) -> list[dict[str, Any]]:
+    candidate = results.candidate
+    cells = results.cells
+    runs = cells.filter(pl.col("strategy") == candidate)
+    compared = cells.filter(pl.col("strategy").is_in([candidate, BASELINE]))
+    unfinished = _failing(
+        compared.with_columns(
+            pl.format("{} of {}", pl.col("finished").fill_null(0), "requests").alias("value")
+        ),
+        ~pl.col("all_finished").fill_null(False),
+        "finished",
+    )
+    checks = [
+        _check(
+            "all_requests_completed",
+            not unfinished and compared.height > 0,
+            unfinished or f"every request finished in {compared.height} runs",
+        )
+    ]
+    for name, column, what in (
+        ("no_policy_failure", "failures", "failures"),
+        ("no_invalid_selection", "invalid_selections", "invalid selections"),
+    ):
+        bad = _failing(runs.rename({column: "value"}), pl.col("value") > 0, what)
+        checks.append(_check(name, not bad and runs.height > 0, bad or f"0 {what}"))
+    disabled = _failing(
+        runs.with_columns(pl.lit("disabled").alias("value")),
+        ~pl.col("policy_enabled").fill_null(False),
+        "policy",
+    )
+    checks.append(
+        _check(
+            "policy_stayed_enabled",
+            not disabled and runs.height > 0,
+            disabled or "enabled at the end of every run",
+        )
+    )
+    expected = int(results.inputs.get("repeats") or 0)
+    invoked = runs.filter(pl.col("calls") > 0)["repeat"].unique().sort().to_list()
+    repeats = sorted(set(range(expected)) | set(cells["repeat"].unique().to_list()))
+    never = [r for r in repeats if r not in invoked]
+    checks.append(
+        _check(
+            "invoked_every_repeat",
+            not never and bool(repeats),
+            f"no call in repeat {', '.join(map(str, never))}"
+            if never
+            else f"called in all {len(repeats)} repeats",
+        )
+    )
+    return checks
+
+
+def _diff_check(diff: dict[str, Any] | None) -> dict[str, Any]:
+    if diff is None:
+        return _check("legacy_typed_equivalent", False, "diff/diff.json is missing")
+    verdict = str(diff.get("verdict"))
+    return _check(
+        "legacy_typed_equivalent",
+        verdict in EQUIVALENT_VERDICTS,
+        f"legacy-versus-typed verdict: {verdict}",
+    )
+
+
+def conformance_checks(conformance: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The named checks of ``conformance.json`` as ``{name, passed, detail}`` (tolerant reader).
+
+    Parameters
+    ----------
+    conformance
+        The parsed file, or ``None``.
+
+    Returns
+    -------
+    list of dict
+        Empty when the file is absent or lists no check.
+    """
+    if conformance is None:
+        return []
+    raw = conformance.get("checks", [])
+    if isinstance(raw, dict):
+        raw = [{"name": k, **(v if isinstance(v, dict) else {"passed": v})} for k, v in raw.items()]
+    checks = []
+    for item in raw if isinstance(raw, list) else []:
+        passed = item.get("passed", item.get("ok"))
+        if passed is None:
+            passed = str(item.get("status", "")).lower() in ("pass", "passed", "ok")
+        detail = item.get("detail", item.get("details", item.get("message", "")))
+        if not isinstance(detail, str):
+            detail = json.dumps(detail, sort_keys=True, default=str)
+        checks.append(
+            {"name": str(item.get("name", "?")), "passed": bool(passed), "detail": detail}
+        )
+    return checks
+
+
+def _conformance_check(conformance: dict[str, Any] | None) -> dict[str, Any]:
+    if conformance is None:
+        return _check("conformance_passed", False, "conformance.json is missing")
+    checks = conformance_checks(conformance)
+    failed = [c["name"] for c in checks if not c["passed"]]
+    overall = conformance.get("passed")
+    passed = bool(checks) and not failed and overall is not False
+    if not checks:
+        detail = "conformance.json lists no check"
+    elif failed:
+        detail = f"{len(failed)} of {len(checks)} failed: {', '.join(failed)}"
+    else:
+        detail = f"all {len(checks)} checks passed"
+    return _check("conformance_passed", passed, detail)
+
+
+def functional_gate(results: Results) -> dict[str, Any]:
+    """The functional compatibility gate: every check, and the reasons of a failure.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+
+    Returns
+    -------
+    dict
+        ``status`` (``passed`` or ``failed``), ``checks`` (``{name, passed, detail}`` each),
+        ``reasons`` (``"<name>: <detail>"`` of every failed check, empty when passed).
+    """
+    checks = [
+        *_run_checks(results),
+        _diff_check(results.diff),
+        _conformance_check(results.conformance),
+    ]
+    reasons = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]
+    return {"status": "failed" if reasons else "passed", "checks": checks, "reasons": reasons}
+
+
+def _scope(results: Results) -> str:
+    workload = (results.inputs.get("workload") or {}).get("name", "?")
+    return (
+        f"workload {workload}, {results.inputs.get('repeats', '?')} repeats "
+        f"({results.inputs.get('repeat_kind', '?')}), embedded engine"
+    )
+
+
+def _clean(value: Any) -> Any:
+    # NaN and infinities are not JSON: they become null.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def qualification_from_results(results: Results) -> dict[str, Any]:
+    """The qualification of a loaded results folder (see :func:`compute_qualification`).
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+
+    Returns
+    -------
+    dict
+        The ``qualification.json`` document.
+    """
+    inputs = results.inputs
+    candidate = results.candidate
+    gate = functional_gate(results)
+    entries = effectiveness_entries(paired_changes(results.cells, BASELINE))
+    mine = [e for e in entries if e["strategy"] == candidate]
+    document = {
+        "format": QUALIFICATION_FORMAT,
+        "version": 1,
+        "candidate": candidate,
+        "baseline": BASELINE,
+        "inputs": {
+            key: inputs.get(key)
+            for key in (
+                "workload",
+                "engine_config",
+                "strategies",
+                "policy_config",
+                "repeats",
+                "repeat_kind",
+                "repeat_details",
+                "slo",
+                "tool_version",
+                "created_at",
+            )
+        },
+        "lifecycle": lifecycle_labels(results),
+        "functional_compatibility": gate,
+        "conformance": conformance_checks(results.conformance),
+        "effectiveness": {
+            "rule": {
+                "throughput_metric": THROUGHPUT_METRIC,
+                "latency_metric": LATENCY_METRIC,
+                "latency_margin_pct": LATENCY_MARGIN_PCT,
+                "min_repeats": MIN_REPEATS,
+                "interval": "paired Student-t 95%",
+            },
+            "cells": entries,
+        },
+        "runtime_qualification": {
+            "functional_compatibility": {"status": gate["status"], "scope": _scope(results)},
+            "effectiveness_qualifications": [
+                {"status": e["label"], "scope": e["cell"], "reason": e["reason"]} for e in mine
+            ],
+        },
+    }
+    return _clean(document)  # type: ignore[no-any-return]
+
+
+def compute_qualification(results_dir: str | Path) -> dict[str, Any]:
+    """Compute the verdicts of a results folder.
+
+    Parameters
+    ----------
+    results_dir
+        A folder written by ``tracekit qualify``.
+
+    Returns
+    -------
+    dict
+        The ``qualification.json`` document: ``format``, ``version``, ``candidate``,
+        ``baseline``, ``inputs``, ``lifecycle``, ``functional_compatibility``, ``conformance``,
+        ``effectiveness`` and ``runtime_qualification`` (``docs/report.md``).
+
+    Raises
+    ------
+    ResultsError
+        The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column.
+    """
+    return qualification_from_results(load_results(results_dir))
+
+
+def dumps_qualification(document: dict[str, Any]) -> str:
+    """``qualification.json``'s text: indented, key order kept, no NaN, trailing newline."""
+    return json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+def write_qualification(results_dir: str | Path, out: str | Path) -> Path:
+    """Compute the verdicts of ``results_dir`` and write them to ``out`` as JSON.
+
+    Parameters
+    ----------
+    results_dir
+        A folder written by ``tracekit qualify``.
+    out
+        The JSON file to write.
+
+    Returns
+    -------
+    Path
+        ``out``.
+    """
+    path = Path(out)
+    path.write_text(dumps_qualification(compute_qualification(results_dir)), "utf-8")
+    return path
