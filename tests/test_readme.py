@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+
+from tracekit.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -60,3 +64,16 @@ def test_policy_examples_script_runs() -> None:
     # By hand: U(r1) = 910 / (1 + 0.5*10/256 + 0.3*1) = 694.6 beats U(r0) = 520/1.234 = 421.4;
     # r1 has one preemption (< 2) and the requester r2 frees 67*1.25 < 910, so no guard fires.
     assert "BidKV victim: r1" in result.stdout
+
+
+def test_readme_main_command_produces_the_report(tmp_path: Path, monkeypatch) -> None:
+    (line,) = [line for line in README.splitlines() if "bin/tracekit qualify" in line]
+    words = shlex.split(line.split("bin/tracekit ", 1)[1])
+    out_at = words.index("--out") + 1
+    words[out_at] = str(tmp_path / "report-folder")
+    monkeypatch.chdir(ROOT)  # the README runs from the project root
+    result = CliRunner().invoke(cli, words)
+    assert result.exit_code == 0, result.output
+    report = tmp_path / "report-folder" / "report.html"
+    assert result.output.strip().endswith(str(report))
+    assert report.stat().st_size > 100_000

@@ -16,8 +16,10 @@ import click
 
 from bidkv._version import __version__
 from tracekit import manifests
+from tracekit.analysis.serving import SloTargets
 from tracekit.cli_options import (
     Progress,
+    StageProgress,
     engine_options,
     engine_settings,
     policy_options,
@@ -38,10 +40,13 @@ from tracekit.experiment import (
     verify_traces,
 )
 from tracekit.fidelity import compare_fidelity
+from tracekit.qualify import QualifyPlan, run_qualify
 from tracekit.query import run_query, write_query_result
 from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
 from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config, record_sim
-from tracekit.strategies import parse_policy_config, resolve_strategy
+from tracekit.replay import replay_closed, replay_open
+from tracekit.report import render_report
+from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
 from tracekit.sweep import StderrProgress, SweepInterrupted, load_matrix, plan_sweep, run_sweep
 from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.trace.validate import validate_trace
@@ -544,3 +549,123 @@ def experiment_run(**options: Any) -> None:
         )
         click.echo((result.folder / "comparison.md").read_text("utf-8"), nl=False)
         click.echo(f"{len(result.runs)} runs in {result.wall_s:.1f} s -> {result.folder}")
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@click.option(
+    "--strategy",
+    "strategies",
+    required=True,
+    help="Comma-separated strategies (builtin, bidkv, pe, ..., module:Object) or all.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["open", "closed"]),
+    default="open",
+    show_default=True,
+    help="open: every strategy on the recorded decisions; closed: re-simulate each run.",
+)
+@click.option("--policy-config", default=None, metavar="JSON|@FILE")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option(
+    "--host",
+    "host_path",
+    type=click.Choice(["typed", "legacy"]),
+    default="typed",
+    show_default=True,
+    help="Closed mode: the contract the policies are called through.",
+)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Open mode: first N.")
+@click.option(
+    "--reference", is_flag=True, help="Open mode: the plain controller loop only (no fast path)."
+)
+def replay(**options: Any) -> None:
+    """Replay TRACE through other strategies (docs/replay.md)."""
+    with library_errors():
+        policy_config = parse_policy_config(options["policy_config"])
+        specs = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
+        if options["mode"] == "closed":
+            closed = replay_closed(
+                options["trace"], specs, options["out"], host_path=options["host_path"],
+                progress=lambda label: Progress(f"replay {label}"),
+            )  # fmt: skip
+            columns = [
+                "recorded_run_id", "strategy", "throughput_rps", "e2e_p95_s", "preemptions",
+                "throughput_rps_change_pct", "e2e_p95_s_change_pct",
+            ]  # fmt: skip
+            click.echo(write_query_result(closed.summary.select(columns), "table", None))
+            click.echo(f"wrote {closed.out}")
+            return
+        result = replay_open(
+            options["trace"], specs, options["out"], fast=not options["reference"],
+            workers=options["workers"], limit=options["limit"],
+            progress=Progress("replay"),
+        )  # fmt: skip
+        click.echo(result.text)
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@workload_options
+@engine_options
+@click.option(
+    "--strategy",
+    "strategies",
+    default="all",
+    show_default=True,
+    help="Strategies run against the built-in baseline: a,b,c or all.",
+)
+@click.option(
+    "--candidate", default="bidkv", show_default=True, help="The policy under qualification."
+)
+@policy_options
+@click.option("--repeats", type=int, default=3, show_default=True, help="At least 3.")
+@click.option(
+    "--repeat-by",
+    type=click.Choice(["windows", "seeds"]),
+    default="windows",
+    show_default=True,
+    help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
+)
+@click.option("--slo-ttft-s", type=float, default=2.0, show_default=True)
+@click.option("--slo-tpot-s", type=float, default=0.1, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+def qualify(**options: Any) -> None:
+    """Qualify a policy end to end and write the HTML report (docs/qualify.md).
+
+    Records the built-in baseline and every strategy in closed loop over the repeats, the
+    candidate through the legacy and typed hosts (diff and conformance), replays every strategy
+    in open mode on the baseline's decisions, and renders OUT/report.html. Prints its path.
+    """
+    with library_errors():
+        workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        config = make_engine_config(**engine_settings(options))
+        policy_config = parse_policy_config(options["policy_config"])
+        strategies = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
+        candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])
+        plan = QualifyPlan(
+            workload, config, tuple(strategies), candidate, repeats=options["repeats"],
+            repeat_kind=options["repeat_by"], seed=options["seed"],
+            slo=SloTargets(options["slo_ttft_s"], options["slo_tpot_s"]),
+        )  # fmt: skip
+        results = run_qualify(
+            plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"]
+        )
+    click.echo(results / "report.html")
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("results", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="HTML file (default RESULTS/report.html); qualification.json is written beside it.",
+)
+def report(results: Path, out: Path | None) -> None:
+    """Render the offline HTML report and qualification.json of a qualify or sweep folder."""
+    with library_errors(exit_code=2):
+        click.echo(render_report(results, out))

@@ -18,7 +18,13 @@ from tracekit.engine.clock import COST_MODEL_PRESETS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["Progress", "engine_options", "policy_options", "workload_options"]
+__all__ = [
+    "Progress",
+    "StageProgress",
+    "engine_options",
+    "policy_options",
+    "workload_options",
+]
 
 
 def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
@@ -185,3 +191,18 @@ class Progress:
         click.echo(
             f"\r{self.label} [{bar}] {done}/{total} {elapsed:5.1f}s", err=True, nl=done >= total
         )
+
+
+class StageProgress:
+    """Progress of a multi-stage job: one bar per stage, on stderr."""
+
+    def __init__(self, *, enabled: bool | None = None) -> None:
+        self.enabled = enabled
+        self._bars: dict[str, Progress] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        """Show ``done`` of ``total`` for ``stage``."""
+        bar = self._bars.get(stage)
+        if bar is None:
+            bar = self._bars[stage] = Progress(f"{stage:18}", enabled=self.enabled)
+        bar(done, total)

@@ -1,0 +1,122 @@
+"""``tracekit qualify``: the end-to-end job on a small pressured workload."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from tracekit.cli import cli
+from tracekit.errors import ConfigError
+from tracekit.qualify import QualifyPlan, run_qualify
+from tracekit.recording.sim import make_engine_config
+from tracekit.strategies import parse_strategy_list, resolve_strategy
+from tracekit.workloads import load_workload
+from tracekit.workloads.repeats import plan_repeats
+
+SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
+# 240 requests (about 52 s of arrivals) on 300 blocks: every window is under KV pressure.
+ARGS = [
+    "--workload", str(SAMPLE), "--limit", "240", "--num-blocks", "300", "--max-model-len", "4608",
+    "--strategy", "builtin,bidkv,largest-first",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("qualify") / "results"
+    result = CliRunner().invoke(cli, ["qualify", *ARGS, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == str(out / "report.html")
+    return out
+
+
+def test_results_folder_layout(results: Path) -> None:
+    names = sorted(p.name for p in results.iterdir())
+    assert names == [
+        "cells.parquet", "conformance.json", "diff", "qualification.json", "qualify.json",
+        "replay", "report.html", "runs",
+    ]  # fmt: skip
+    assert sorted(p.name for p in (results / "runs").iterdir()) == ["r0", "r1", "r2"]
+    assert sorted(p.name for p in (results / "runs" / "r0").iterdir()) == [
+        "bidkv", "builtin", "largest-first",
+    ]  # fmt: skip
+    assert (results / "diff" / "diff.json").is_file()
+    assert (results / "replay" / "summary.parquet").is_file()
+
+
+def test_cells_pair_every_strategy_with_the_baseline_of_its_repeat(results: Path) -> None:
+    cells = pl.read_parquet(results / "cells.parquet")
+    assert cells.height == 3 * 3
+    assert sorted(cells["strategy"].unique().to_list()) == ["bidkv", "builtin", "largest-first"]
+    assert cells.filter(pl.col("strategy") == "builtin")["calls"].to_list() == [0, 0, 0]
+    # The candidate was called in every repeat (the runs are under KV pressure).
+    assert (cells.filter(pl.col("strategy") == "bidkv")["calls"] > 0).all()
+
+
+def test_windows_are_disjoint_and_cover_the_workload(results: Path) -> None:
+    inputs = json.loads((results / "qualify.json").read_text())
+    details = inputs["repeat_details"]
+    assert [d["window"][0] for d in details[1:]] == [d["window"][1] for d in details[:-1]]
+    assert sum(d["num_requests"] for d in details) == 240
+    assert inputs["repeat_kind"] == "windows"
+
+
+def test_qualification_verdicts(results: Path) -> None:
+    verdicts = json.loads((results / "qualification.json").read_text())
+    assert verdicts["candidate"] == "bidkv"
+    assert verdicts["lifecycle"]["runtime_effective"]["reached"] is True
+    assert verdicts["functional_compatibility"]["status"] == "passed"
+    rows = {row["strategy"]: row for row in verdicts["effectiveness"]["cells"]}
+    assert set(rows) == {"bidkv", "largest-first"}
+    # The paired changes come from cells.parquet: strategy vs the baseline of the same repeat.
+    cells = pl.read_parquet(results / "cells.parquet").sort("repeat")
+    base = cells.filter(pl.col("strategy") == "builtin")["output_tokens_per_s"].to_list()
+    ours = cells.filter(pl.col("strategy") == "bidkv")["output_tokens_per_s"].to_list()
+    changes = [100 * (o / b - 1) for o, b in zip(ours, base, strict=True)]
+    throughput = rows["bidkv"]["throughput"]
+    assert throughput["changes_pct"] == pytest.approx(changes)
+    mean = sum(changes) / 3
+    sd = (sum((c - mean) ** 2 for c in changes) / 2) ** 0.5
+    # Student t, 2 degrees of freedom: 4.303.
+    assert throughput["low_pct"] == pytest.approx(mean - 4.303 * sd / 3**0.5)
+    assert rows["bidkv"]["label"] in ("beneficial", "not-beneficial-in-tested-cell", "inconclusive")
+
+
+def test_plan_repeats_by_seeds_keeps_the_whole_workload() -> None:
+    workload = load_workload(SAMPLE, limit=50)
+    repeats = plan_repeats(workload, 3, "seeds", 7)
+    assert [r.seed for r in repeats] == [7, 8, 9]
+    assert all(r.workload.num_requests == 50 for r in repeats)
+
+
+def test_fewer_than_three_repeats_is_refused() -> None:
+    with pytest.raises(ConfigError, match="at least 3 repeats"):
+        QualifyPlan(
+            load_workload(SAMPLE, limit=50), make_engine_config(), (),
+            resolve_strategy("bidkv"), repeats=2,
+        )  # fmt: skip
+
+
+def test_a_failing_job_leaves_no_results(tmp_path: Path) -> None:
+    plan = QualifyPlan(
+        load_workload(SAMPLE, limit=60), make_engine_config(num_blocks=300, max_model_len=4608),
+        tuple(parse_strategy_list("builtin")), resolve_strategy("bidkv"),
+    )  # fmt: skip
+
+    def explode(stage: str, done: int, total: int) -> None:
+        if stage == "legacy vs typed":
+            raise RuntimeError("interrupted")
+
+    with pytest.raises(RuntimeError):
+        run_qualify(plan, tmp_path / "out", stage=explode)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_results_are_refused(results: Path) -> None:
+    result = CliRunner().invoke(cli, ["qualify", *ARGS, "--out", str(results)])
+    assert result.exit_code == 1
+    assert "already exists" in result.output

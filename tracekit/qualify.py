@@ -1,0 +1,263 @@
+"""``tracekit qualify``: the end-to-end qualification job.
+
+For one workload and engine configuration it
+
+1. records the built-in baseline and every requested strategy in closed loop over at least three
+   repeats (disjoint windows of the workload, or seeds), into ``runs/r<k>/<strategy>/``;
+2. summarises every run into ``cells.parquet`` (serving metrics and policy counters);
+3. records the candidate policy through the legacy and the typed hosts and diffs them
+   (``diff/``), and runs the failure and rollback conformance checks (``conformance.json``);
+4. replays every strategy in open mode on the baseline's decisions (``replay/``);
+5. renders the report (``report.html`` and ``qualification.json``).
+
+The results folder appears only when the whole job completed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bidkv._version import __version__
+from tracekit.analysis.cells import CellRun, cells_frame
+from tracekit.analysis.serving import SloTargets
+from tracekit.clock_utils import utc_now_iso
+from tracekit.diff import diff_traces, run_conformance
+from tracekit.engine import EngineConfig
+from tracekit.errors import ConfigError
+from tracekit.recording.sim import SimRun, record_sim
+from tracekit.replay import replay_open
+from tracekit.report import render_report
+from tracekit.strategies import StrategySpec
+from tracekit.workloads import Workload
+from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
+
+__all__ = ["QualifyPlan", "run_qualify"]
+
+Stage = Callable[[str, int, int], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QualifyPlan:
+    """Everything ``tracekit qualify`` runs.
+
+    Attributes
+    ----------
+    workload
+        The whole workload; repeats are cut from it.
+    engine_config
+        Engine configuration of every run.
+    strategies
+        Strategies run in closed loop; the built-in baseline is added if absent.
+    candidate
+        The policy under qualification (legacy/typed diff, gate and lifecycle labels).
+    repeats, repeat_kind, seed
+        Number of repeats, how they differ, and the base seed.
+    slo
+        Latency targets of SLO attainment.
+    """
+
+    workload: Workload
+    engine_config: EngineConfig
+    strategies: tuple[StrategySpec, ...]
+    candidate: StrategySpec
+    repeats: int = 3
+    repeat_kind: RepeatKind = "windows"
+    seed: int = 0
+    slo: SloTargets = dataclasses.field(default_factory=SloTargets)
+
+    def __post_init__(self) -> None:
+        if self.repeats < 3:
+            raise ConfigError(
+                f"--repeats {self.repeats}: qualification needs at least 3 repeats for its "
+                "paired intervals"
+            )
+        if self.candidate.kind == "builtin":
+            raise ConfigError(
+                "--candidate builtin: the candidate must be a policy, not the baseline"
+            )
+
+    @property
+    def run_strategies(self) -> list[StrategySpec]:
+        """The strategies run per repeat: the baseline first, then the rest in order."""
+        specs = [s for s in self.strategies if s.kind == "builtin"][:1]
+        if not specs:
+            specs = [StrategySpec("builtin", "builtin")]
+        for spec in (*self.strategies, self.candidate):
+            if all(s.name != spec.name for s in specs):
+                specs.append(spec)
+        return specs
+
+
+def _cell_label(plan: QualifyPlan) -> str:
+    rate = plan.workload.options.get("rate_scale", 1.0)
+    settings = plan.candidate.settings
+    changed = {
+        k: v for k, v in sorted(settings.items())
+        if k not in ("enable_utility_victim_selection", "utility_strategy", "utility_seed")
+        and v != _DEFAULT_SETTINGS.get(k)
+    }  # fmt: skip
+    config = ",".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
+    return f"{plan.workload.name}|rate={rate}|{plan.candidate.name}:{config}"
+
+
+def _default_settings() -> dict[str, Any]:
+    from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
+
+    return BidkvSelectorConfig().to_additional_config()
+
+
+_DEFAULT_SETTINGS = _default_settings()
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n", "utf-8")
+
+
+def run_qualify(
+    plan: QualifyPlan,
+    out: str | Path,
+    *,
+    stage: Stage | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Run the whole qualification job into the results folder ``out``.
+
+    Parameters
+    ----------
+    plan
+        What to run.
+    out
+        The results folder to create (it appears only when the job completed).
+    stage
+        Progress callback ``(stage name, done, total)``.
+    overwrite
+        Replace an existing results folder (after the new one completed).
+
+    Returns
+    -------
+    Path
+        The results folder; ``report.html`` is inside.
+    """
+    final = Path(out)
+    if final.exists() and not overwrite:
+        raise ConfigError(f"{final}: results folder already exists; choose a new --out")
+    staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    notify = stage or (lambda name, done, total: None)
+    try:
+        repeats = plan_repeats(plan.workload, plan.repeats, plan.repeat_kind, plan.seed)
+        strategies = plan.run_strategies
+        _write_json(staging / "qualify.json", _inputs(plan, repeats, strategies))
+
+        runs: list[CellRun] = []
+        total = len(repeats) * len(strategies)
+        for repeat in repeats:
+            for strategy in strategies:
+                notify("closed-loop runs", len(runs), total)
+                bundle = staging / "runs" / repeat.label / strategy.label
+                seeded = _seeded(strategy, repeat.seed)
+                run = SimRun(repeat.workload, plan.engine_config, seeded, "typed", repeat.seed)
+                record_sim(run, bundle)
+                runs.append(CellRun(repeat.index, repeat.seed, strategy.name, bundle))
+        notify("closed-loop runs", total, total)
+        cells = cells_frame(staging, runs, _cell_label(plan), plan.slo)
+        cells.write_parquet(staging / "cells.parquet", compression="zstd")
+
+        notify("legacy vs typed", 0, 2)
+        for index, host_path in enumerate(("legacy", "typed")):
+            candidate = _seeded(plan.candidate, repeats[0].seed)
+            run = SimRun(repeats[0].workload, plan.engine_config, candidate, host_path,
+                         repeats[0].seed)  # fmt: skip
+            record_sim(run, staging / "diff" / host_path)
+            notify("legacy vs typed", index + 1, 2)
+        _diff_and_conformance(staging, plan)
+
+        notify("open-mode replay", 0, 1)
+        _open_replay(staging, strategies)
+        notify("open-mode replay", 1, 1)
+
+        notify("report", 0, 1)
+        _render(staging)
+        notify("report", 1, 1)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def _inputs(plan: QualifyPlan, repeats: list[Repeat], strategies: list[StrategySpec]) -> dict:
+    workload = plan.workload
+    return {
+        "tool_version": __version__,
+        "created_at": utc_now_iso(),
+        "workload": {
+            "name": workload.name,
+            "source": str(workload.source),
+            "sha256": workload.sha256,
+            "format": workload.format,
+            "options": workload.options,
+            "num_requests": workload.num_requests,
+        },
+        "engine_config": dataclasses.asdict(plan.engine_config),
+        "strategies": [s.name for s in strategies],
+        "strategy_configs": {s.name: s.settings or None for s in strategies},
+        "candidate": plan.candidate.name,
+        "policy_config": plan.candidate.settings,
+        "repeats": plan.repeats,
+        "repeat_kind": plan.repeat_kind,
+        "repeat_details": [
+            {
+                "repeat": r.index,
+                "window": list(r.window) if r.window else None,
+                "seed": r.seed,
+                "num_requests": r.workload.num_requests,
+            }
+            for r in repeats
+        ],
+        "seed": plan.seed,
+        "slo": dataclasses.asdict(plan.slo),
+        "cell": _cell_label(plan),
+    }
+
+
+def _diff_and_conformance(staging: Path, plan: QualifyPlan) -> None:
+    """Diff the legacy and typed recordings, and run the conformance checks."""
+    report = diff_traces(staging / "diff" / "legacy", staging / "diff" / "typed")
+    _write_json(staging / "diff" / "diff.json", report.to_dict())
+    (staging / "diff" / "diff.txt").write_text(report.render_text() + "\n", "utf-8")
+    names = (plan.candidate.name,) if plan.candidate.kind == "production" else ("bidkv",)
+    conformance = run_conformance(names, _user_settings(plan.candidate))
+    _write_json(staging / "conformance.json", conformance.to_dict())
+
+
+def _seeded(spec: StrategySpec, seed: int) -> StrategySpec:
+    """``spec`` with the production policy seeded by ``seed`` (the repeat's seed)."""
+    if spec.kind != "production":
+        return spec
+    return dataclasses.replace(spec, settings={**spec.settings, "utility_seed": seed})
+
+
+def _user_settings(spec: StrategySpec) -> dict[str, Any]:
+    """The candidate's settings without the keys the strategy resolution sets itself."""
+    fixed = ("enable_utility_victim_selection", "utility_strategy")
+    return {k: v for k, v in spec.settings.items() if k not in fixed}
+
+
+def _open_replay(staging: Path, strategies: list[StrategySpec]) -> None:
+    """Replay every strategy in open mode on the first repeat's baseline decisions."""
+    replay_open(staging / "runs" / "r0" / strategies[0].label, strategies, staging / "replay")
+
+
+def _render(staging: Path) -> None:
+    """Render report.html and qualification.json into the results folder."""
+    render_report(staging)
