@@ -71,6 +71,44 @@ def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, .
     )
 
 
+def apply_fake_outputs(
+    out: ScheduledStep,
+    requests: dict[str, RequestState],
+    block_pool: BlockPool,
+    max_model_len: int,
+    end_s: float,
+) -> list[RequestState]:
+    """Sample one token for every scheduled request whose input is complete; apply the stops.
+
+    A partial (chunked) prefill samples nothing. A request stops at ``max_tokens`` or
+    ``max_model_len`` (length capped) or at its target output length (stopped); a finished
+    request frees its blocks and leaves ``requests``. Both engine modes use this rule. Returns
+    the finished requests in scheduling order (the caller removes them from its queues).
+    """
+    finished: list[RequestState] = []
+    for request_id in out.num_scheduled_tokens:
+        request = requests[request_id]
+        num_tokens = request.num_prompt_tokens + request.num_output_tokens
+        if request.num_computed_tokens < num_tokens:
+            continue
+        output = request.num_output_tokens + 1
+        request.num_output_tokens = output
+        if output == 1:
+            request.first_token_s = end_s
+        if num_tokens + 1 >= max_model_len or output >= request.max_tokens:
+            request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+        elif output >= request.target_output_tokens:
+            request.status = RequestStatus.FINISHED_STOPPED
+        else:
+            continue
+        request.finish_s = end_s
+        block_pool.free(request.num_blocks)
+        request.num_blocks = 0
+        del requests[request_id]
+        finished.append(request)
+    return finished
+
+
 class VllmScheduler:
     """vLLM's v1 ``Scheduler`` over request counts, with the victim chosen by a host.
 
@@ -143,9 +181,7 @@ class VllmScheduler:
         max_model_len = config.max_model_len
         token_budget = config.max_num_batched_tokens
         # vLLM drops the long-prefill cap when only one request is present (nobody to starve).
-        long_prefill = (
-            config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
-        )
+        long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
 
         # First, the RUNNING requests, in queue order.
         req_index = 0
@@ -357,36 +393,13 @@ class VllmScheduler:
     def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
         """Apply the fake model output of a step (vLLM ``Scheduler.update_from_output``).
 
-        Every scheduled request whose prefill is complete samples one token; a request stops at
-        ``max_tokens`` or ``max_model_len`` (length capped) or at its target output length
-        (stopped). Finished requests free their blocks and leave the running queue, which keeps
-        its order. Returns the finished requests in scheduling order.
+        See :func:`apply_fake_outputs`. Finished requests leave the running queue, which keeps
+        its order (vLLM ``remove_all``: a new list). Returns them in scheduling order.
         """
-        requests = self.requests
-        max_model_len = self.config.max_model_len
-        finished: list[RequestState] = []
-        for request_id in out.num_scheduled_tokens:
-            request = requests[request_id]
-            num_tokens = request.num_prompt_tokens + request.num_output_tokens
-            if request.num_computed_tokens < num_tokens:
-                continue  # a partial (chunked) prefill samples nothing
-            output = request.num_output_tokens + 1
-            request.num_output_tokens = output
-            if output == 1:
-                request.first_token_s = end_s
-            if num_tokens + 1 >= max_model_len or output >= request.max_tokens:
-                request.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            elif output >= request.target_output_tokens:
-                request.status = RequestStatus.FINISHED_STOPPED
-            else:
-                continue
-            request.finish_s = end_s
-            self.block_pool.free(request.num_blocks)
-            request.num_blocks = 0
-            del requests[request_id]
-            finished.append(request)
+        finished = apply_fake_outputs(
+            out, self.requests, self.block_pool, self.config.max_model_len, end_s
+        )
         if finished:
-            # vLLM ``remove_all``: a new list, order kept.
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
 

@@ -36,7 +36,12 @@ from tracekit.engine.hosts import VictimHost
 from tracekit.engine.outputs import DecisionRecord
 from tracekit.engine.queues import create_request_queue
 from tracekit.engine.request import RequestState, RequestStatus
-from tracekit.engine.scheduler import DecisionCallback, ScheduledStep, make_candidates
+from tracekit.engine.scheduler import (
+    DecisionCallback,
+    ScheduledStep,
+    apply_fake_outputs,
+    make_candidates,
+)
 from tracekit.hosts.preemption_policy import PreemptionContext
 
 __all__ = [
@@ -66,9 +71,7 @@ def retraction_order(running: list[RequestState]) -> list[RequestState]:
 
     Returns a new list; the last element is the first victim.
     """
-    return sorted(
-        running, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens), reverse=True
-    )
+    return sorted(running, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens), reverse=True)
 
 
 class SglangScheduler:
@@ -232,8 +235,7 @@ class SglangScheduler:
     def _decode_blocks(self, requests: list[RequestState]) -> int:
         block_size = self.config.block_size
         return sum(
-            max(-(-(r.num_computed_tokens + 1) // block_size) - r.num_blocks, 0)
-            for r in requests
+            max(-(-(r.num_computed_tokens + 1) // block_size) - r.num_blocks, 0) for r in requests
         )
 
     def _retract(self, step: int, now: float) -> None:
@@ -261,8 +263,17 @@ class SglangScheduler:
         if self.on_decision is not None:
             self.on_decision(
                 DecisionRecord(
-                    self.num_decisions, step, now, "", usage, candidates, builtin.request_id,
-                    choice.raw_result, choice.outcome, choice.victim_id, choice.decision_reason,
+                    self.num_decisions,
+                    step,
+                    now,
+                    "",
+                    usage,
+                    candidates,
+                    builtin.request_id,
+                    choice.raw_result,
+                    choice.outcome,
+                    choice.victim_id,
+                    choice.decision_reason,
                     choice.counters,
                 )
             )
@@ -288,29 +299,9 @@ class SglangScheduler:
     # ----------------------------------------------------------------------------- outputs
     def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
         """Each scheduled request with its input complete samples one token; apply stops."""
-        requests = self.requests
-        max_model_len = self.config.max_model_len
-        finished: list[RequestState] = []
-        for request_id in out.num_scheduled_tokens:
-            request = requests[request_id]
-            num_tokens = request.num_tokens
-            if request.num_computed_tokens < num_tokens:
-                continue
-            output = request.num_output_tokens + 1
-            request.num_output_tokens = output
-            if output == 1:
-                request.first_token_s = end_s
-            if num_tokens + 1 >= max_model_len or output >= request.max_tokens:
-                request.status = RequestStatus.FINISHED_LENGTH_CAPPED
-            elif output >= request.target_output_tokens:
-                request.status = RequestStatus.FINISHED_STOPPED
-            else:
-                continue
-            request.finish_s = end_s
-            self.block_pool.free(request.num_blocks)
-            request.num_blocks = 0
-            del requests[request_id]
-            finished.append(request)
+        finished = apply_fake_outputs(
+            out, self.requests, self.block_pool, self.config.max_model_len, end_s
+        )
         if finished:
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
