@@ -1,0 +1,37 @@
+"""The ``tracekit`` command line: thin click commands over library functions.
+
+Each command parses its options, calls one library function, and renders the result. Library
+errors (``TracekitError``) become a one-line error here and nowhere else. One module per
+command family; this module assembles the group.
+"""
+
+from __future__ import annotations
+
+import click
+
+from bidkv._version import __version__
+from tracekit.cli.common import CONTEXT_SETTINGS
+from tracekit.cli.diff_cmd import diff
+from tracekit.cli.experiment_cmd import experiment
+from tracekit.cli.manifest_cmd import manifest
+from tracekit.cli.qualify_cmd import qualify, report
+from tracekit.cli.record_cmd import record
+from tracekit.cli.replay_cmd import replay
+from tracekit.cli.sweep_cmd import sweep
+from tracekit.cli.trace_cmd import inspect, query, validate
+from tracekit.cli.vllm_cmd import fidelity
+
+__all__ = ["cli"]
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, prog_name="tracekit")
+def cli() -> None:
+    """Replay, compare and qualify KV-cache preemption policies on scheduler traces."""
+
+
+for command in (
+    manifest, validate, inspect, query, record, replay, diff, fidelity, qualify, report, sweep,
+    experiment,
+):  # fmt: skip
+    cli.add_command(command)

@@ -1,0 +1,159 @@
+"""``tracekit experiment traces|run``: the original BidKV experiments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli_options import (
+    Progress,
+)
+from tracekit.experiment import (
+    LEGACY_STRATEGIES,
+    HookSettings,
+    MatrixSpec,
+    SloSpec,
+    freeze_traces,
+    load_default_pool,
+    load_length_pool,
+    run_matrix,
+    verify_traces,
+)
+
+
+def _float_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {value!r}") from None
+
+
+def _name_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def experiment() -> None:
+    """Re-run the original BidKV experiments on the embedded engine (docs/experiments.md)."""
+
+
+@experiment.command("traces", context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "--mode",
+    type=click.Choice(["formal", "verify"]),
+    default="formal",
+    show_default=True,
+    help="formal: write traces and manifest; verify: regenerate and compare SHA-256 hashes.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Trace folder to write, or to verify.",
+)
+@click.option(
+    "--pool",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Workload whose lengths are sampled [default: shipped ShareGPT lengths].",
+)
+@click.option(
+    "--max-prompt-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Keep pool rows with at most this many prompt tokens [default pool: 1350].",
+)
+@click.option("--rates", default="2.0,3.8,5.7", show_default=True, callback=_float_list)
+@click.option("--seed", type=int, default=42, show_default=True)
+@click.option("--num-requests", type=click.IntRange(min=1), default=1000, show_default=True)
+def experiment_traces(
+    mode: str,
+    out: Path,
+    pool: Path | None,
+    max_prompt_tokens: int | None,
+    rates: tuple[float, ...],
+    seed: int,
+    num_requests: int,
+) -> None:
+    """Freeze seeded Poisson traces from a length pool (the original freeze_traces)."""
+    with library_errors():
+        if mode == "verify":
+            report = verify_traces(out)
+            click.echo(report.render())
+            raise SystemExit(0 if report.ok else 1)
+        lengths = (
+            load_default_pool(
+                **({} if max_prompt_tokens is None else {"max_prompt_tokens": max_prompt_tokens})
+            )
+            if pool is None
+            else load_length_pool(pool, max_prompt_tokens=max_prompt_tokens)
+        )
+        traces = freeze_traces(lengths, out, rates=rates, seed=seed, num_requests=num_requests)
+        for name, digest in traces.manifest["hashes"].items():
+            click.echo(f"{digest}  {out / name}")
+
+
+@experiment.command("run", context_settings=CONTEXT_SETTINGS)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Matrix folder (traces, bundles, summary, comparison).",
+)
+@click.option(
+    "--strategies", default=",".join(LEGACY_STRATEGIES), show_default=True, callback=_name_list
+)
+@click.option("--rates", default="2.0,3.8,5.7", show_default=True, callback=_float_list)
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--num-requests", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--seed", type=int, default=42, show_default=True, help="Run i uses seed + i.")
+@click.option("--slo-ttft-ms", type=float, default=300.0, show_default=True)
+@click.option("--slo-tpot-ms", type=float, default=None, help="Also require TPOT <= this.")
+@click.option(
+    "--load-scale",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Arrival rate = rate x this (cells keep the nominal rate).",
+)
+@click.option(
+    "--client-max-in-flight",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Emulate the original client's cap on requests in flight.",
+)
+@click.option(
+    "--latency-from",
+    type=click.Choice(["arrival", "sent"]),
+    default="arrival",
+    show_default=True,
+    help="sent: the original runner's (defective) measurement.",
+)
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--resume", is_flag=True, help="Keep complete bundles already in --out.")
+def experiment_run(**options: Any) -> None:
+    """Run the paper's matrix (5 strategies x 3 rates x 3 runs) and compare with the paper."""
+    with library_errors():
+        spec = MatrixSpec(
+            strategies=options["strategies"],
+            rates=options["rates"],
+            runs=options["runs"],
+            num_requests=options["num_requests"],
+            seed=options["seed"],
+            slo=SloSpec(options["slo_ttft_ms"], options["slo_tpot_ms"]),
+            settings=HookSettings(client_max_in_flight=options["client_max_in_flight"]),
+            load_scale=options["load_scale"],
+            latency_from=options["latency_from"],
+        )
+        result = run_matrix(
+            spec,
+            options["out"],
+            jobs=options["jobs"],
+            resume=options["resume"],
+            progress=Progress("experiment"),
+        )
+        click.echo((result.folder / "comparison.md").read_text("utf-8"), nl=False)
+        click.echo(f"{len(result.runs)} runs in {result.wall_s:.1f} s -> {result.folder}")

@@ -1,0 +1,65 @@
+"""``tracekit manifest validate|render``: extension manifests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tracekit import manifests
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def manifest() -> None:
+    """Validate and render extension manifests (Extension Manifest 0.2/0.3, Bundle v1)."""
+
+
+@manifest.command("validate", context_settings=CONTEXT_SETTINGS)
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+def manifest_validate(path: Path) -> None:
+    """Check PATH against its JSON Schema and the scheduler-policy rules.
+
+    Imports the policy's implementation_ref. Prints one line per passed rule; on the first
+    problem prints it (file, JSON pointer, fix) and exits with status 1.
+    """
+    with library_errors():
+        checks = manifests.validate_manifest(path)
+    for check in checks:
+        click.echo(f"ok {check}")
+    click.echo(f"{path}: valid")
+
+
+def _key_values(
+    ctx: click.Context, param: click.Parameter, items: tuple[str, ...]
+) -> dict[str, str]:
+    """Parse repeated ``KEY=VALUE`` options into a dictionary."""
+    values = {}
+    for item in items:
+        key, separator, value = item.partition("=")
+        if not separator or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", ctx, param)
+        values[key] = value
+    return values
+
+
+@manifest.command("render", context_settings=CONTEXT_SETTINGS)
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--env",
+    "overrides",
+    metavar="KEY=VALUE",
+    multiple=True,
+    callback=_key_values,
+    help="Override a variable the manifest declares (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def manifest_render(path: Path, overrides: dict[str, str], as_json: bool) -> None:
+    """Print the engine arguments, environment and additional_config enabling PATH sets.
+
+    The manifest is validated without importing the policy.
+    """
+    with library_errors():
+        rendered = manifests.render_manifest(path, overrides)
+    click.echo(json.dumps(rendered.to_dict(), indent=2) if as_json else rendered.format_text())

@@ -1,0 +1,87 @@
+"""``tracekit qualify`` and ``tracekit report``: the end-to-end job and its report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.analysis.serving import SloTargets
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli_options import (
+    StageProgress,
+    engine_options,
+    engine_settings,
+    policy_options,
+    workload_options,
+    workload_settings,
+)
+from tracekit.qualify import QualifyPlan, run_qualify
+from tracekit.recording.sim import load_run_workload, make_engine_config
+from tracekit.report import render_report
+from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@workload_options
+@engine_options
+@click.option(
+    "--strategy",
+    "strategies",
+    default="all",
+    show_default=True,
+    help="Strategies run against the built-in baseline: a,b,c or all.",
+)
+@click.option(
+    "--candidate", default="bidkv", show_default=True, help="The policy under qualification."
+)
+@policy_options
+@click.option("--repeats", type=int, default=3, show_default=True, help="At least 3.")
+@click.option(
+    "--repeat-by",
+    type=click.Choice(["windows", "seeds"]),
+    default="windows",
+    show_default=True,
+    help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
+)
+@click.option("--slo-ttft-s", type=float, default=2.0, show_default=True)
+@click.option("--slo-tpot-s", type=float, default=0.1, show_default=True)
+@click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+def qualify(**options: Any) -> None:
+    """Qualify a policy end to end and write the HTML report (docs/qualify.md).
+
+    Records the built-in baseline and every strategy in closed loop over the repeats, the
+    candidate through the legacy and typed hosts (diff and conformance), replays every strategy
+    in open mode on the baseline's decisions, and renders OUT/report.html. Prints its path.
+    """
+    with library_errors():
+        workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        config = make_engine_config(**engine_settings(options))
+        policy_config = parse_policy_config(options["policy_config"])
+        strategies = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
+        candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])
+        plan = QualifyPlan(
+            workload, config, tuple(strategies), candidate, repeats=options["repeats"],
+            repeat_kind=options["repeat_by"], seed=options["seed"],
+            slo=SloTargets(options["slo_ttft_s"], options["slo_tpot_s"]),
+        )  # fmt: skip
+        results = run_qualify(
+            plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"]
+        )
+    click.echo(results / "report.html")
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("results", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="HTML file (default RESULTS/report.html); qualification.json is written beside it.",
+)
+def report(results: Path, out: Path | None) -> None:
+    """Render the offline HTML report and qualification.json of a qualify or sweep folder."""
+    with library_errors(exit_code=2):
+        click.echo(render_report(results, out))

@@ -1,0 +1,79 @@
+"""``tracekit record import|sim``: making traces (``record vllm`` is in ``cli.vllm``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli_options import (
+    Progress,
+    engine_options,
+    engine_settings,
+    policy_options,
+    workload_options,
+    workload_settings,
+)
+from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
+from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config, record_sim
+from tracekit.strategies import parse_policy_config, resolve_strategy
+from tracekit.trace.inspect import inspect_trace, render_inspection
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+def record() -> None:
+    """Record decision traces (from the embedded engine, or by importing existing logs)."""
+
+
+@record.command("import", context_settings=CONTEXT_SETTINGS)
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+@click.option(
+    "--kind",
+    type=click.Choice(["preemption-events", "snapshots"]),
+    default=None,
+    help="What FILE holds (default: detected from its first record).",
+)
+@click.option(
+    "--applied-strategy",
+    type=click.Choice(EVENT_STRATEGIES),
+    default="pe-lifo",
+    show_default=True,
+    help="For preemption events: the strategy the engine ran (pe-lifo = vLLM built-in).",
+)
+def record_import(file: Path, out: Path, kind: str | None, applied_strategy: str) -> None:
+    """Convert the original BidKV's preemption-event JSONL or decision snapshots to a bundle."""
+    with library_errors():
+        bundle = import_logs(file, out, kind=kind, applied_strategy=applied_strategy)
+    click.echo(f"wrote {bundle}")
+
+
+@record.command("sim", context_settings=CONTEXT_SETTINGS)
+@workload_options
+@engine_options
+@click.option(
+    "--strategy",
+    default="builtin",
+    show_default=True,
+    help="builtin, a policy strategy (bidkv, pe, static-random, ...) or module:Object.",
+)
+@policy_options
+@click.option("--record-scheduled", is_flag=True, help="Also record tokens per request per step.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+def record_sim_command(**options: Any) -> None:
+    """Run a workload through the embedded engine and record a trace bundle."""
+    with library_errors():
+        workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        config = make_engine_config(**engine_settings(options))
+        policy_config = parse_policy_config(options["policy_config"])
+        strategy = resolve_strategy(options["strategy"], policy_config, seed=options["seed"])
+        run = SimRun(workload, config, strategy, options["host_path"], options["seed"])
+        bundle = record_sim(
+            run,
+            options["out"],
+            record_scheduled=bool(options["record_scheduled"]),
+            progress=Progress(f"record {strategy.name}"),
+        )
+        click.echo(render_inspection(inspect_trace(bundle)))

@@ -1,0 +1,72 @@
+"""``tracekit replay``: open and closed mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
+from tracekit.cli_options import (
+    Progress,
+)
+from tracekit.query import write_query_result
+from tracekit.replay import replay_closed, replay_open
+from tracekit.strategies import parse_policy_config, parse_strategy_list
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@click.option(
+    "--strategy",
+    "strategies",
+    required=True,
+    help="Comma-separated strategies (builtin, bidkv, pe, ..., module:Object) or all.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["open", "closed"]),
+    default="open",
+    show_default=True,
+    help="open: every strategy on the recorded decisions; closed: re-simulate each run.",
+)
+@click.option("--policy-config", default=None, metavar="JSON|@FILE")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option(
+    "--host",
+    "host_path",
+    type=click.Choice(["typed", "legacy"]),
+    default="typed",
+    show_default=True,
+    help="Closed mode: the contract the policies are called through.",
+)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Open mode: first N.")
+@click.option(
+    "--reference", is_flag=True, help="Open mode: the plain controller loop only (no fast path)."
+)
+def replay(**options: Any) -> None:
+    """Replay TRACE through other strategies (docs/replay.md)."""
+    with library_errors():
+        policy_config = parse_policy_config(options["policy_config"])
+        specs = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
+        if options["mode"] == "closed":
+            closed = replay_closed(
+                options["trace"], specs, options["out"], host_path=options["host_path"],
+                progress=lambda label: Progress(f"replay {label}"),
+            )  # fmt: skip
+            columns = [
+                "recorded_run_id", "strategy", "throughput_rps", "e2e_p95_s", "preemptions",
+                "throughput_rps_change_pct", "e2e_p95_s_change_pct",
+            ]  # fmt: skip
+            click.echo(write_query_result(closed.summary.select(columns), "table", None))
+            click.echo(f"wrote {closed.out}")
+            return
+        result = replay_open(
+            options["trace"], specs, options["out"], fast=not options["reference"],
+            workers=options["workers"], limit=options["limit"],
+            progress=Progress("replay"),
+        )  # fmt: skip
+        click.echo(result.text)

@@ -1,0 +1,58 @@
+"""``tracekit sweep``: qualification matrices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.sweep import StderrProgress, SweepInterrupted, load_matrix, plan_sweep, run_sweep
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("matrix", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Sweep folder: created, or resumed (complete runs are skipped).",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Local worker processes (default: the number of cores; 1 runs in this process). "
+    "With --ray: the most runs in flight.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="Run on Ray: auto, local, or a cluster address (pip install 'bidkv[ray]').",
+)
+@click.option("--dry-run", is_flag=True, help="Print the expanded matrix and run nothing.")
+def sweep(
+    matrix: Path, out: Path, jobs: int | None, ray_address: str | None, dry_run: bool
+) -> None:
+    """Run every run of the sweep MATRIX (TOML, docs/sweep.md) into the dataset OUT.
+
+    Writes OUT/runs/workload=.../rate=.../strategy=.../config=.../repeat=.../ bundles,
+    OUT/cells.parquet and OUT/sweep.json. Exit status: 0 all runs complete, 1 a run failed,
+    130 interrupted (Ctrl-C once: running runs finish; twice: they are aborted). Re-run the
+    same command to resume.
+    """
+    with library_errors():
+        if dry_run:
+            click.echo(plan_sweep(load_matrix(matrix)).render())
+            return
+        try:
+            result = run_sweep(
+                matrix, out, jobs=jobs, ray_address=ray_address, progress=StderrProgress()
+            )
+        except SweepInterrupted as stop:
+            click.echo(stop.result.render(), err=True)
+            raise SystemExit(130) from None
+    click.echo(result.render())
+    raise SystemExit(result.exit_code)

