@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 # Third-party modules the toolkit needs; ``pip install 'bidkv[tracekit]'`` brings them.
-REQUIRED_MODULES = ("click", "polars", "pyarrow", "duckdb", "altair", "jsonschema")
+REQUIRED_MODULES = ("click", "polars", "pyarrow", "duckdb", "altair", "jsonschema", "vl_convert")
 
 
 def missing_modules() -> list[str]:
