@@ -200,14 +200,7 @@ def _inputs(plan: QualifyPlan, repeats: list[Repeat], strategies: list[StrategyS
     return {
         "tool_version": __version__,
         "created_at": utc_now_iso(),
-        "workload": {
-            "name": workload.name,
-            "source": str(workload.source),
-            "sha256": workload.sha256,
-            "format": workload.format,
-            "options": workload.options,
-            "num_requests": workload.num_requests,
-        },
+        "workload": workload.describe(),
         "engine_config": dataclasses.asdict(plan.engine_config),
         "strategies": [s.name for s in strategies],
         "strategy_configs": {s.name: s.settings or None for s in strategies},

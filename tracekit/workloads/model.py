@@ -237,6 +237,17 @@ class Workload:
         """Arrival time of the last request, in seconds from the workload start."""
         return float(self.frame.get_column("arrival_s").max())  # type: ignore[arg-type]
 
+    def describe(self) -> dict[str, Any]:
+        """Where the requests came from, as recorded in manifests (JSON-compatible)."""
+        return {
+            "name": self.name,
+            "source": str(self.source),
+            "sha256": self.sha256,
+            "format": self.format,
+            "options": self.options,
+            "num_requests": self.num_requests,
+        }
+
     def iter_requests(self) -> Iterator[WorkloadRequest]:
         """Yield the requests one by one, in arrival order.
 
