@@ -75,3 +75,12 @@ def test_cli_formats(dataset: Path, tmp_path: Path) -> None:
     missing = runner.invoke(cli, ["query", str(dataset), sql, "--format", "parquet"])
     assert missing.exit_code != 0
     assert "needs --out" in missing.output
+
+
+def test_truncated_parquet_is_a_one_line_error(dataset: Path) -> None:
+    file = dataset / "one" / "decisions.parquet"
+    file.write_bytes(file.read_bytes()[:100])
+    result = CliRunner().invoke(cli, ["query", str(dataset), "select 1"])
+    assert result.exit_code == 1
+    assert "decisions.parquet: not a readable Parquet file" in result.output
+    assert result.output.strip().count("\n") == 0

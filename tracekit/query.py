@@ -35,6 +35,8 @@ def connect_trace(path: str | Path) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(":memory:")
     for table in trace_schema().tables.values():
         files = dataset.files(table.name)
+        # Scanning checks every file's footer and columns: a truncated file is a one-line error.
+        dataset.scan(table.name)
         if files:
             con.execute(
                 f"CREATE VIEW {table.name} AS SELECT * FROM read_parquet({_sql_list(files)})"
