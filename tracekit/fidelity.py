@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import TracekitError
+from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
 from tracekit.trace.bundle import Bundle, open_trace
 
 __all__ = [
@@ -92,16 +93,6 @@ DECISION_FIELDS = (
     "kv_usage",
     "time_s",
     "scheduling_policy",
-)
-CANDIDATE_FIELDS = (
-    "request_id",
-    "priority",
-    "arrival_time",
-    "num_prompt_tokens",
-    "num_output_tokens",
-    "num_computed_tokens",
-    "num_preemptions",
-    "max_tokens",
 )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.diff.pairing import RunPair
+from tracekit.schema import trace_schema
 
 __all__ = [
     "CANDIDATE_FIELDS",
@@ -50,17 +51,11 @@ RESULT_FIELDS = (
     "policy_enabled",
 )
 COUNTER_FIELDS = ("calls", "selections", "abstentions", "failures", "invalid_selections")
-CANDIDATE_FIELDS = (
-    "request_id",
-    "priority",
-    "arrival_time",
-    "num_prompt_tokens",
-    "num_output_tokens",
-    "num_computed_tokens",
-    "num_preemptions",
-    "max_tokens",
-    "sglang_output_len",
-    "sglang_prompt_len",
+# Every stored candidate column but the row key (the schema is the one source).
+CANDIDATE_FIELDS: tuple[str, ...] = tuple(
+    c
+    for c in trace_schema().table("candidates").column_names
+    if c not in ("run_id", "seq", "position")
 )
 SIDES = ("legacy", "typed")
 

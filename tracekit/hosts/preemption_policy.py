@@ -12,10 +12,11 @@ import importlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
+    "CANDIDATE_FIELDS",
     "PREEMPTION_POLICY_API_VERSION",
     "PolicyOutcome",
     "PreemptionCandidate",
@@ -52,6 +53,10 @@ class PreemptionCandidate:
     num_computed_tokens: int
     num_preemptions: int
     max_tokens: int
+
+
+# The candidate's field names in positional order: what recorders store and replays rebuild.
+CANDIDATE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PreemptionCandidate))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import TraceSchemaError
-from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
+from tracekit.hosts.preemption_policy import (
+    CANDIDATE_FIELDS,
+    PreemptionCandidate,
+    PreemptionContext,
+)
 from tracekit.schema import trace_schema
 from tracekit.trace.bundle import Bundle
 
@@ -46,18 +50,7 @@ DECISION_COLUMNS: tuple[str, ...] = (
 )
 # The typed contract's PreemptionCandidate fields, in its positional order after seq/position.
 # The SGLang-only columns are not part of the typed contract, so no policy can read them.
-CANDIDATE_COLUMNS: tuple[str, ...] = (
-    "seq",
-    "position",
-    "request_id",
-    "priority",
-    "arrival_time",
-    "num_prompt_tokens",
-    "num_output_tokens",
-    "num_computed_tokens",
-    "num_preemptions",
-    "max_tokens",
-)
+CANDIDATE_COLUMNS: tuple[str, ...] = ("seq", "position", *CANDIDATE_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
