@@ -33,7 +33,7 @@ from tracekit.errors import ConfigError
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay import replay_open
 from tracekit.report import render_report
-from tracekit.strategies import StrategySpec
+from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
 from tracekit.workloads import Workload
 from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
 
@@ -96,23 +96,9 @@ class QualifyPlan:
 
 def _cell_label(plan: QualifyPlan) -> str:
     rate = plan.workload.options.get("rate_scale", 1.0)
-    settings = plan.candidate.settings
-    changed = {
-        k: v for k, v in sorted(settings.items())
-        if k not in ("enable_utility_victim_selection", "utility_strategy", "utility_seed")
-        and v != _DEFAULT_SETTINGS.get(k)
-    }  # fmt: skip
+    changed = changed_settings(plan.candidate.settings, ignore=(*NAMED_SETTINGS, "utility_seed"))
     config = ",".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
     return f"{plan.workload.name}|rate={rate}|{plan.candidate.name}:{config}"
-
-
-def _default_settings() -> dict[str, Any]:
-    from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
-
-    return BidkvSelectorConfig().to_additional_config()
-
-
-_DEFAULT_SETTINGS = _default_settings()
 
 
 def _write_json(path: Path, payload: Any) -> None:
@@ -241,9 +227,8 @@ def _seeded(spec: StrategySpec, seed: int) -> StrategySpec:
 
 
 def _user_settings(spec: StrategySpec) -> dict[str, Any]:
-    """The candidate's settings without the keys the strategy resolution sets itself."""
-    fixed = ("enable_utility_victim_selection", "utility_strategy")
-    return {k: v for k, v in spec.settings.items() if k not in fixed}
+    """The candidate's settings without the keys its name decides."""
+    return {k: v for k, v in spec.settings.items() if k not in NAMED_SETTINGS}
 
 
 def _open_replay(staging: Path, strategies: list[StrategySpec]) -> None:

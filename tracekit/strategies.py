@@ -13,7 +13,7 @@ holds its complete configuration and re-running it gives the same result on any 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,12 +33,17 @@ __all__ = [
     "ALL_STRATEGIES",
     "HostPath",
     "StrategySpec",
+    "changed_settings",
     "parse_policy_config",
     "parse_strategy_list",
     "resolve_strategy",
 ]
 
 HostPath = Literal["typed", "legacy", "builtin"]
+
+# Settings the strategy name itself decides; reports leave them out of "what was changed".
+NAMED_SETTINGS = ("enable_utility_victim_selection", "utility_strategy")
+_DEFAULT_SETTINGS = BidkvSelectorConfig().to_additional_config()
 
 # What ``--strategy all`` means: the built-in rule and every canonical production strategy.
 ALL_STRATEGIES: tuple[str, ...] = ("builtin", *STRATEGIES)
@@ -181,3 +186,14 @@ def parse_strategy_list(
         if all(s.name != resolved.name for s in specs):
             specs.append(resolved)
     return specs
+
+
+def changed_settings(
+    settings: Mapping[str, Any], *, ignore: Sequence[str] = NAMED_SETTINGS
+) -> dict[str, Any]:
+    """The production-policy settings that differ from the defaults, sorted by name."""
+    return {
+        key: settings[key]
+        for key in sorted(settings)
+        if key not in ignore and settings[key] != _DEFAULT_SETTINGS.get(key, object())
+    }

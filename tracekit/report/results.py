@@ -25,6 +25,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.errors import TracekitError
+from tracekit.strategies import changed_settings
 
 __all__ = [
     "BASELINE",
@@ -121,16 +122,7 @@ class Results:
         ``enable_utility_victim_selection`` and ``utility_strategy`` are left out: the candidate's
         name already says them.
         """
-        from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
-
-        defaults = BidkvSelectorConfig().to_additional_config()
-        settings = dict(self.inputs.get("policy_config") or {})
-        return {
-            key: settings[key]
-            for key in sorted(settings)
-            if key not in ("enable_utility_victim_selection", "utility_strategy")
-            and settings[key] != defaults.get(key, object())
-        }
+        return changed_settings(self.inputs.get("policy_config") or {})
 
     def bundle(self, relative: str) -> Path:
         """The absolute path of a bundle named relative to the results folder."""
