@@ -14,19 +14,18 @@ answers with a :class:`VictimChoice`; the engine preempts ``victim_id``. Four ho
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tracekit.hosts.preemption_policy import (
     PolicyOutcome,
-    PreemptionCandidate,
     PreemptionContext,
     PreemptionPolicyController,
     builtin_victim_id,
     decision_reason_of,
 )
+from tracekit.hosts.victim_selector import LegacyHost as ContractLegacyHost
+from tracekit.hosts.victim_selector import SchedulingPolicy
 
 __all__ = [
     "BuiltinHost",
@@ -124,17 +123,15 @@ class TypedHost:
         return VictimChoice(victim, outcome, raw, reason, self.controller.export_stats())
 
 
-class LegacySchedulingPolicy(enum.Enum):
-    """The queue policy passed to a legacy ``pick_victim`` (``.value`` is fcfs or priority)."""
-
-    FCFS = "fcfs"
-    PRIORITY = "priority"
+# The queue policy a legacy ``pick_victim`` receives: the legacy host's own enum.
+LegacySchedulingPolicy = SchedulingPolicy
 
 
 class LegacyHost:
     """A legacy ``pick_victim(running, policy, *, kv_utilization, now_s)`` selector (§B.7).
 
-    The candidates are passed as the running requests (a ``PreemptionCandidate`` carries every
+    The engine face of :class:`tracekit.hosts.victim_selector.LegacyHost`, which makes the call:
+    the candidates are passed as the running requests (a ``PreemptionCandidate`` carries every
     attribute a selector reads); no requesting request reaches the selector. As in the legacy
     host there is no failure isolation: an exception propagates, and so does a returned object
     that is not one of the candidates (``RuntimeError``).
@@ -147,32 +144,27 @@ class LegacyHost:
 
     def __init__(self, selector: Any) -> None:
         self.selector = selector
-        cls = type(selector)
-        self.policy_name = f"{cls.__module__}.{cls.__qualname__}"
-        self.calls = 0
+        self._host = ContractLegacyHost(selector)
+
+    @property
+    def policy_name(self) -> str:
+        """The selector's ``module.Class``."""
+        return self._host.policy_name
+
+    @property
+    def calls(self) -> int:
+        """``pick_victim`` calls so far."""
+        return self._host.calls
 
     def choose_victim(self, context: PreemptionContext) -> VictimChoice:
         """Call ``pick_victim`` once; the returned candidate object is the victim."""
-        running: Sequence[PreemptionCandidate] = list(context.candidates)
-        self.calls += 1
-        victim = self.selector.pick_victim(
-            running,
-            LegacySchedulingPolicy(context.scheduling_policy),
-            kv_utilization=context.kv_cache_usage,
-            now_s=context.now,
-        )
-        if not any(victim is candidate for candidate in running):
-            raise RuntimeError(
-                f"victim selector {self.policy_name} returned {victim!r}, which is not one of "
-                "the running requests"
-            )
-        victim_id = victim.request_id
+        victim_id = self._host.select_victim(context)
         return VictimChoice(
             victim_id,
             "selected",
             victim_id,
             decision_reason_of(self.selector),
-            {"policy_name": self.policy_name, "calls": self.calls},
+            self._host.export_stats(),
         )
 
 
