@@ -16,7 +16,8 @@ import polars as pl
 
 from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.analysis.serving import SloTargets
-from tracekit.diff import diff_traces, run_conformance
+from tracekit.conformance import run_conformance
+from tracekit.diff import diff_traces
 from tracekit.recording.sim import SimRun, make_engine_config, record_sim
 from tracekit.replay import replay_open
 from tracekit.strategies import resolve_strategy

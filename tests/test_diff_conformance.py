@@ -19,7 +19,7 @@ import pytest
 
 from bidkv.adapters.vllm_hust.config import STRATEGIES, BidkvSelectorConfig
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvVictimSelector
-from tracekit.diff import ConformanceReport, ConformanceTargets, run_conformance
+from tracekit.conformance import ConformanceReport, ConformanceTargets, run_conformance
 from tracekit.engine import hosts as engine_hosts
 from tracekit.errors import ConfigError
 from tracekit.hosts import victim_selector

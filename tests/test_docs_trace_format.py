@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracekit.schema import trace_schema
+from tracekit.trace.schema import trace_schema
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "trace-format.md").read_text("utf-8")
 

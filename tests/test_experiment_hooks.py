@@ -20,15 +20,15 @@ from bidkv.baselines.base import CompressionAction
 from bidkv.baselines.base import RequestState as StrategyRequest
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
 from tracekit.engine.block_pool import cdiv
-from tracekit.engine.experiment_hooks import (
+from tracekit.engine.outputs import DecisionRecord
+from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.experiment.hooks import (
     LEGACY_STRATEGIES,
     ExperimentHooks,
     HookedVllmScheduler,
     HookSettings,
     keep_score,
 )
-from tracekit.engine.outputs import DecisionRecord
-from tracekit.engine.request import RequestState, RequestStatus
 
 
 class Scenario:

@@ -12,9 +12,9 @@ import pytest
 
 from tracekit.engine import EngineConfig
 from tracekit.errors import TraceSchemaError
-from tracekit.fidelity import FidelityInputError, compare_fidelity
 from tracekit.recording.sim import record_sim
 from tracekit.strategies import resolve_strategy
+from tracekit.vllm.fidelity import FidelityInputError, compare_fidelity
 from tracekit.vllm.fixtures import FIXTURES, fixture_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
-from tracekit.fidelity import compare_fidelity
 from tracekit.recording.sim import engine_requests, record_sim
 from tracekit.trace.validate import validate_trace
+from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.fixtures import (
     FIXTURE_VERSIONS,
     FIXTURES,

@@ -12,7 +12,7 @@ from trace_helpers import write_bundle
 
 from tracekit.cli import cli
 from tracekit.errors import ConfigError
-from tracekit.query import run_query
+from tracekit.trace.query import run_query
 
 
 @pytest.fixture

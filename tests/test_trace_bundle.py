@@ -16,9 +16,9 @@ import pytest
 from trace_helpers import RUN, write_bundle
 
 from tracekit.errors import TracekitError, TraceSchemaError
-from tracekit.schema import trace_schema
 from tracekit.trace import BundleWriter, open_trace
 from tracekit.trace.inspect import inspect_trace
+from tracekit.trace.schema import trace_schema
 from tracekit.trace.validate import validate_trace
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.fidelity import compare_fidelity
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
 from tracekit.trace.validate import validate_trace
+from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.fixtures import FIXTURE_VERSIONS, FIXTURES, fixture_dir
 from tracekit.vllm.record import (
     DEFAULT_VLLM_VENV,

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
-from tracekit.diff import diff_traces, run_conformance
+from tracekit.conformance import run_conformance
+from tracekit.diff import diff_traces
 from tracekit.errors import ConfigError
 from tracekit.strategies import parse_policy_config
 

@@ -9,7 +9,7 @@ import click
 
 from tracekit.analysis.serving import SloTargets
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
-from tracekit.cli_options import (
+from tracekit.cli.options import (
     StageProgress,
     engine_options,
     engine_settings,

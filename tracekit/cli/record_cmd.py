@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
-from tracekit.cli_options import (
+from tracekit.cli.options import (
     Progress,
     engine_options,
     engine_settings,

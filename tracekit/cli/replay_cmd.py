@@ -8,12 +8,12 @@ from typing import Any
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
-from tracekit.cli_options import (
+from tracekit.cli.options import (
     Progress,
 )
-from tracekit.query import write_query_result
 from tracekit.replay import replay_closed, replay_open
 from tracekit.strategies import parse_policy_config, parse_strategy_list
+from tracekit.trace.query import write_query_result
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)

@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
-from tracekit.query import run_query, write_query_result
 from tracekit.trace.inspect import inspect_trace, render_inspection
+from tracekit.trace.query import run_query, write_query_result
 from tracekit.trace.validate import validate_trace
 
 

@@ -9,8 +9,7 @@ from typing import Any
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
-from tracekit.cli.record_cmd import record
-from tracekit.cli_options import (
+from tracekit.cli.options import (
     Progress,
     engine_options,
     engine_settings,
@@ -18,10 +17,11 @@ from tracekit.cli_options import (
     workload_options,
     workload_settings,
 )
-from tracekit.fidelity import compare_fidelity
+from tracekit.cli.record_cmd import record
 from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.trace.inspect import inspect_trace, render_inspection
+from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.record import record_vllm
 
 

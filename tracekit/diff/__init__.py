@@ -1,16 +1,13 @@
-"""Legacy-versus-typed qualification: ``diff_traces`` and ``run_conformance``.
+"""Legacy-versus-typed comparison: ``diff_traces``.
 
 ``diff_traces(legacy, typed)`` compares two recordings of the same runs made through the legacy
 ``VictimSelector`` host and the typed ``vllm.preemption-policy.v1`` host, classifies every
-difference by its cause and gives a verdict. ``run_conformance(strategies, policy_config)`` checks
-that both hosts fail, disable and roll back the policy the same way. ``docs/diff.md`` documents
-both, their JSON output and exit codes.
+difference by its cause and gives a verdict. ``docs/diff.md`` documents it, its JSON output and
+exit codes. The failure and rollback checks live in :mod:`tracekit.conformance`.
 """
 
 from tracekit.diff.classes import CLASSES, DifferenceClass
 from tracekit.diff.compare import diff_pair, diff_traces
-from tracekit.diff.conformance import INVALID_CONFIGS, ConformanceTargets, run_conformance
-from tracekit.diff.conformance_report import Check, ConformanceReport
 from tracekit.diff.pairing import IncomparableTracesError, RunPair, pair_runs
 from tracekit.diff.report import (
     EXIT_INVALID_INPUT,
@@ -26,10 +23,6 @@ from tracekit.diff.report import (
 __all__ = [
     "CLASSES",
     "EXIT_INVALID_INPUT",
-    "INVALID_CONFIGS",
-    "Check",
-    "ConformanceReport",
-    "ConformanceTargets",
     "CounterRow",
     "DiffReport",
     "Difference",
@@ -43,5 +36,4 @@ __all__ = [
     "diff_pair",
     "diff_traces",
     "pair_runs",
-    "run_conformance",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.diff.pairing import RunPair
-from tracekit.schema import trace_schema
+from tracekit.trace.schema import trace_schema
 
 __all__ = [
     "CANDIDATE_FIELDS",

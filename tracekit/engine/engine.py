@@ -32,7 +32,7 @@ from tracekit.engine.scheduler import VllmScheduler
 from tracekit.engine.sglang import SglangScheduler
 
 if TYPE_CHECKING:
-    from tracekit.engine.experiment_hooks import ExperimentHooks
+    from tracekit.experiment.hooks import ExperimentHooks
 
 __all__ = ["EngineObserver", "EngineResult", "run_engine"]
 
@@ -103,7 +103,7 @@ def run_engine(
         (a pass over all requests; for tests and debugging).
     hooks
         Experiment mode: the legacy BidKV adapter's hooks, run before every step of a ``vllm``
-        FCFS engine (:mod:`tracekit.engine.experiment_hooks`). None (the default) runs the
+        FCFS engine (:mod:`tracekit.experiment.hooks`). None (the default) runs the
         plain engine.
 
     Returns

@@ -3,7 +3,7 @@
 - :mod:`~tracekit.experiment.traces`: the original ``freeze_traces`` generator and its verify
   mode, over any workload's lengths;
 - :mod:`~tracekit.experiment.record`: one run of the legacy experiment path (the adapter's
-  scheduler hooks, :mod:`tracekit.engine.experiment_hooks`) recorded as a trace bundle;
+  scheduler hooks, :mod:`tracekit.experiment.hooks`) recorded as a trace bundle;
 - :mod:`~tracekit.experiment.matrix`: the published matrix, 5 strategies x 3 rates x 3 runs;
 - :mod:`~tracekit.experiment.summary`: the original runner's summary figures with 95% CIs;
 - :mod:`~tracekit.experiment.paper`: the paper's Table 1/2 beside ours and its claims checked.
@@ -11,7 +11,7 @@
 See ``docs/experiments.md``.
 """
 
-from tracekit.engine.experiment_hooks import (
+from tracekit.experiment.hooks import (
     LEGACY_STRATEGIES,
     ExperimentHooks,
     HookSettings,

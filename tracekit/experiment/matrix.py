@@ -37,10 +37,9 @@ from typing import Any, Literal
 import polars as pl
 
 from bidkv._version import __version__
-from tracekit.clock_utils import utc_now_iso
 from tracekit.engine import EngineConfig
-from tracekit.engine.experiment_hooks import LEGACY_STRATEGIES, STRATEGY_PLANS, HookSettings
 from tracekit.errors import ConfigError
+from tracekit.experiment.hooks import LEGACY_STRATEGIES, STRATEGY_PLANS, HookSettings
 from tracekit.experiment.paper import claims_frame, comparison_frame, render_html, render_markdown
 from tracekit.experiment.record import ExperimentRun, record_experiment
 from tracekit.experiment.summary import METRICS, SloSpec, aggregate_runs, run_metrics
@@ -54,6 +53,7 @@ from tracekit.experiment.traces import (
     trace_filename,
 )
 from tracekit.trace.bundle import open_trace
+from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import write_json_atomic
 from tracekit.workloads import load_workload
 

@@ -21,16 +21,16 @@ from typing import Any
 import polars as pl
 
 from bidkv._version import __version__
-from tracekit.clock_utils import utc_now_iso
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
-from tracekit.engine.experiment_hooks import (
+from tracekit.errors import ConfigError
+from tracekit.experiment.hooks import (
     LEGACY_STRATEGIES,
     STRATEGY_PLANS,
     ExperimentHooks,
     HookSettings,
 )
-from tracekit.errors import ConfigError
 from tracekit.recording.sim import ENGINE_NAMES, TraceObserver, engine_requests
+from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
 from tracekit.workloads import Workload
 
@@ -55,7 +55,7 @@ class ExperimentRun:
     workload
         The requests.
     strategy
-        One of :data:`~tracekit.engine.experiment_hooks.LEGACY_STRATEGIES`.
+        One of :data:`~tracekit.experiment.hooks.LEGACY_STRATEGIES`.
     engine_config
         A ``vllm``-mode, FCFS configuration.
     seed

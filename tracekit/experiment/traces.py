@@ -30,8 +30,8 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.clock_utils import utc_now_iso
 from tracekit.errors import ConfigError, WorkloadError
+from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload, load_workload
 
 __all__ = [

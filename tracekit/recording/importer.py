@@ -28,10 +28,10 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 from bidkv._version import __version__
-from tracekit.clock_utils import utc_now_iso
 from tracekit.errors import WorkloadError
 from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionPolicyStats
 from tracekit.recording.rows import candidate_rows, decision_row
+from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
 
 __all__ = ["ImportKind", "detect_import_kind", "import_logs"]

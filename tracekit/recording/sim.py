@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from bidkv._version import __version__
-from tracekit.clock_utils import utc_now_iso
 from tracekit.engine import (
     DecisionRecord,
     EngineConfig,
@@ -31,6 +30,7 @@ from tracekit.hosts.preemption_policy import PreemptionPolicyStats
 from tracekit.recording.rows import candidate_rows, decision_row
 from tracekit.recording.state import final_state as _final_state
 from tracekit.strategies import HostPath, StrategySpec
+from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
 from tracekit.workloads import Workload, load_workload
 

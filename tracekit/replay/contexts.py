@@ -25,8 +25,8 @@ from tracekit.hosts.preemption_policy import (
     PreemptionCandidate,
     PreemptionContext,
 )
-from tracekit.schema import trace_schema
 from tracekit.trace.bundle import Bundle
+from tracekit.trace.schema import trace_schema
 
 __all__ = [
     "CANDIDATE_COLUMNS",

@@ -29,7 +29,6 @@ import polars as pl
 
 from bidkv._version import __version__
 from tracekit.analysis.cells import CellRun, cells_frame
-from tracekit.clock_utils import utc_now_iso
 from tracekit.errors import ConfigError
 from tracekit.sweep.executors import Executor, make_executor
 from tracekit.sweep.guards import interrupt_guard, sweep_lock
@@ -38,6 +37,7 @@ from tracekit.sweep.plan import RUNS_DIR, SweepPlan, plan_sweep
 from tracekit.sweep.progress import ProgressCallback, ProgressCounter
 from tracekit.sweep.task import SweepTask, TaskOutcome, bundle_state, remove_partials
 from tracekit.trace.bundle import find_bundle_dirs
+from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import write_json_atomic
 
 __all__ = [

@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from tracekit.errors import TraceSchemaError
-from tracekit.schema import SCHEMA_VERSION, trace_schema
+from tracekit.trace.schema import SCHEMA_VERSION, trace_schema
 
 __all__ = ["Bundle", "TraceDataset", "find_bundle_dirs", "open_trace"]
 

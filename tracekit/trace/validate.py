@@ -13,8 +13,8 @@ from typing import Literal
 
 import polars as pl
 
-from tracekit.schema import trace_schema
 from tracekit.trace.bundle import Bundle, TraceDataset, open_trace
+from tracekit.trace.schema import trace_schema
 
 __all__ = ["BundleReport", "ValidationReport", "validate_trace"]
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import TracekitError
-from tracekit.schema import SCHEMA_VERSION, TableSpec, trace_schema
+from tracekit.trace.schema import SCHEMA_VERSION, TableSpec, trace_schema
 
 __all__ = ["DEFAULT_ROW_GROUP_ROWS", "BundleWriter", "write_json_atomic"]
 

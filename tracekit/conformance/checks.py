@@ -26,7 +26,7 @@ Checks (``<strategy>/<group>/<check>``):
 - ``rollback/manifest-removed-component-fails-closed``: a component still configured while its
   bundle is gone fails startup instead of silently running something else;
 - ``rollback/typed-invalid-selection``, ``rollback/typed-exception``: see
-  :mod:`tracekit.diff.conformance_rollback`;
+  :mod:`tracekit.conformance.rollback`;
 - ``rollback/legacy-no-isolation``: the same exception stops a legacy engine.
 """
 
@@ -39,8 +39,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from bidkv.adapters.vllm_hust.config import STRATEGIES
-from tracekit.diff.conformance_report import Check, ConformanceReport
-from tracekit.diff.conformance_rollback import (
+from tracekit.conformance.report import Check, ConformanceReport
+from tracekit.conformance.rollback import (
     captured_logs,
     check_legacy_no_isolation,
     check_typed_rollback,

@@ -3,7 +3,7 @@
 :class:`HookedVllmScheduler` extends :class:`~tracekit.engine.scheduler.VllmScheduler` the way
 the original monkey-patch wrapped vLLM's ``Scheduler.schedule`` (reference
 ``bidkv-behaviour.md`` §A.5): before every step it calls
-:meth:`~tracekit.engine.experiment_hooks.ExperimentHooks.before_schedule`, then runs the native
+:meth:`~tracekit.experiment.hooks.ExperimentHooks.before_schedule`, then runs the native
 step unchanged. It also offers the hooks one way to preempt outside a step (through the engine's
 single preemption primitive) and emulates, when asked, the original client's cap on requests in
 flight (§E.8).
@@ -26,7 +26,7 @@ from tracekit.engine.scheduler import (
 )
 
 if TYPE_CHECKING:
-    from tracekit.engine.experiment_hooks import ExperimentHooks
+    from tracekit.experiment.hooks import ExperimentHooks
 
 __all__ = ["HookedVllmScheduler"]
 

@@ -16,8 +16,8 @@ import duckdb
 import polars as pl
 
 from tracekit.errors import ConfigError
-from tracekit.schema import trace_schema
 from tracekit.trace.bundle import open_trace
+from tracekit.trace.schema import trace_schema
 
 __all__ = ["OutputFormat", "connect_trace", "run_query", "write_query_result"]
 

@@ -57,10 +57,10 @@ from bidkv.baselines.base import RequestState as StrategyRequest
 from bidkv.baselines.registry import create_default_registry
 from bidkv.baselines.static_random import StaticRandomStrategy
 from tracekit.engine.config import EngineConfig
-from tracekit.engine.experiment_scheduler import HookedVllmScheduler
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.request import RequestState
 from tracekit.engine.scheduler import DecisionCallback
+from tracekit.experiment.scheduler import HookedVllmScheduler
 
 __all__ = [
     "LEGACY_STRATEGIES",

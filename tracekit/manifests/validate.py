@@ -32,7 +32,7 @@ from tracekit.hosts.victim_selector import (
     SCHEDULER_POLICY_CONTRACT,
     VICTIM_SELECTOR_API_VERSION,
 )
-from tracekit.manifest_schema import (
+from tracekit.manifests.schema import (
     ManifestProblem,
     json_pointer,
     manifest_schemas,

@@ -26,14 +26,15 @@ from typing import Any
 from bidkv._version import __version__
 from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.analysis.serving import SloTargets
-from tracekit.clock_utils import utc_now_iso
-from tracekit.diff import diff_traces, run_conformance
+from tracekit.conformance import run_conformance
+from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay import replay_open
 from tracekit.report import render_report
 from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
+from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
 from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
 

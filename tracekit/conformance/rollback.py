@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any, Literal
 
-from tracekit.diff.conformance_report import Check
+from tracekit.conformance.report import Check
 from tracekit.engine import EngineConfig, EngineRequest, run_engine
 from tracekit.engine import hosts as engine_hosts
 from tracekit.hosts import preemption_policy as typed_host
