@@ -46,8 +46,9 @@ def plan_repeats(workload: Workload, repeats: int, kind: RepeatKind, seed: int) 
     end = workload.duration_s
     if end <= 0:
         raise ConfigError(f"{workload.source}: all requests arrive at once; use --repeat-by seeds")
-    # The last window is closed on the right so that the last arrival belongs to it.
-    edges = [end * k / repeats for k in range(repeats + 1)]
+    # The last window is closed on the right so that the last arrival belongs to it; its edge is
+    # ``end`` itself, because ``end * repeats / repeats`` can round below the last arrival.
+    edges = [end * k / repeats for k in range(repeats)] + [end]
     out = []
     for k in range(repeats):
         low, high = edges[k], edges[k + 1]
