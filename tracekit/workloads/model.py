@@ -6,8 +6,8 @@ Every loader turns its format into this one table; nothing downstream looks at s
 column             polars type     meaning
 =================  ==============  ===========================================================
 request_id         String          unique within the workload
-arrival_s          Float64         seconds from the workload start, finite, >= 0, and
-                                   non-decreasing down the table (rows are sorted by it)
+arrival_s          Float64         seconds from the workload start, finite, >= 0, at most
+                                   ``MAX_ARRIVAL_S``, and non-decreasing down the table
 prompt_tokens      Int64           prompt length in tokens, > 0
 output_tokens      Int64           target output length in tokens (the engine generates
                                    exactly this many unless ``max_tokens`` stops it), >= 1
@@ -32,6 +32,7 @@ from tracekit.workloads._errors import describe_value, workload_error
 from tracekit.workloads._readers import file_sha256
 
 __all__ = [
+    "MAX_ARRIVAL_S",
     "OPTIONAL_SCHEMA",
     "PREFIX_HASH_IDS",
     "REQUIRED_SCHEMA",
@@ -41,6 +42,11 @@ __all__ = [
     "check_workload_frame",
     "workload_schema",
 ]
+
+#: The latest arrival a workload may have: 10 million seconds (about 116 days). Real traces span
+#: hours; an arrival beyond this is a unit mistake (milliseconds read as seconds) or a rate scale
+#: near zero, and would stall the engine clock for ever in a run that nobody can wait for.
+MAX_ARRIVAL_S = 1e7
 
 #: The columns every workload table has, in this order.
 REQUIRED_SCHEMA: pl.Schema = pl.Schema(
@@ -160,6 +166,16 @@ def check_workload_frame(frame: pl.DataFrame, source: str | Path) -> None:
                 found=describe_value(row[column]),
                 fix="correct that request in the source file",
             )
+    late = _first_bad(frame, pl.col("arrival_s") > MAX_ARRIVAL_S)
+    if late is not None:
+        raise workload_error(
+            source,
+            where=f"request {late['request_id']!r}",
+            field="arrival_s",
+            expected=f"an arrival within {MAX_ARRIVAL_S:g} s of the workload start",
+            found=describe_value(late["arrival_s"]),
+            fix="check the arrival column's time unit, or use a larger --rate-scale",
+        )
     if with_prefix:
         row = _first_bad(frame, pl.col(PREFIX_HASH_IDS).list.len() == 0)
         if row is not None:
