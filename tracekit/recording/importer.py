@@ -47,7 +47,13 @@ _SNAPSHOT_LINE = re.compile(r"latest_snapshot=(\{.*\})\s*$")
 
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, record)`` from JSONL, a JSON array, or log lines with snapshots."""
-    text = path.read_text("utf-8")
+    try:
+        text = path.read_text("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(
+            f"{path}: byte {exc.start} is not UTF-8 text; pass the original BidKV's JSONL events "
+            "or its log with decision snapshots"
+        ) from None
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
