@@ -282,6 +282,11 @@ def _load(path: Path) -> Any:
             f"{path}: line {error.lineno} column {error.colno}: not valid JSON ({error.msg}); "
             "fix: correct the JSON syntax"
         ) from error
+    except RecursionError:
+        raise ManifestError(
+            f"{path}: JSON nested too deeply to read; fix: a manifest is a flat object of a few "
+            "levels, pass one"
+        ) from None
 
 
 def _inspect(
