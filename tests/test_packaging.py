@@ -1,0 +1,70 @@
+"""The source distribution carries what its tests and documented defaults need."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tracked_copy(dest: Path) -> Path:
+    """The files git tracks, copied to ``dest`` (a build writes egg-info beside its sources)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        source = ROOT / name.decode()
+        target = dest / name.decode()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(source.readlink())
+        elif source.is_file():
+            shutil.copy2(source, target)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def sdist_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout to know the tracked files")
+    src = _tracked_copy(tmp_path_factory.mktemp("src"))
+    out = tmp_path_factory.mktemp("dist")
+    code = f"from setuptools import build_meta; print(build_meta.build_sdist({str(out)!r}))"
+    built = subprocess.run(
+        [sys.executable, "-c", code], cwd=src, capture_output=True, text=True, check=True
+    ).stdout.strip().splitlines()[-1]
+    with tarfile.open(out / built) as archive:
+        return {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+
+
+def test_sdist_holds_the_files_that_its_tests_and_defaults_read(sdist_names: set[str]) -> None:
+    for needed in (
+        "LICENSE",
+        "traces/azure-llm-2023/azure_conv_sample.csv",
+        "traces/azure-llm-2023/LICENSE",
+        "traces/sharegpt-lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+        "traces/DATA_SOURCES.md",
+        "docs/index.md",
+        "examples/sweeps/smoke.toml",
+        "schemas/trace-v1.json",
+        "tests/data/workloads/azure_small.csv",
+    ):
+        assert needed in sdist_names, needed
+
+
+def test_every_path_a_test_opens_under_the_root_is_in_the_sdist(sdist_names: set[str]) -> None:
+    # Every top-level folder the tests name as ROOT / "<folder>" must travel with them.
+    folders = set()
+    for test in (ROOT / "tests").glob("*.py"):
+        text = test.read_text("utf-8")
+        for folder in ("traces", "docs", "examples", "schemas", "scripts", "benchmarks"):
+            if f'ROOT / "{folder}"' in text or f"ROOT / '{folder}'" in text:
+                folders.add(folder)
+    for folder in folders:
+        assert any(name.startswith(f"{folder}/") for name in sdist_names), folder
