@@ -1,4 +1,4 @@
-"""The per-run metric record the experiment reports share (reference §I)."""
+"""The per-run metric record the experiment reports share (docs/bidkv-core.md, "Public names")."""
 
 from __future__ import annotations
 
