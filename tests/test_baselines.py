@@ -1,6 +1,6 @@
 """Legacy ``select_victims`` strategies, their registry, and the deliberate differences.
 
-The worked example is reference §A.4 ("verified example", requests a, b, c, d). Arrivals
+The worked example is the original's verified example (requests a, b, c, d). Arrivals
 0, 1, 2, 3 ms with ``priority = -arrival`` as the adapters set it; every request has
 ``max_output_tokens = 256``.
 """
@@ -68,7 +68,7 @@ def ids(actions: Sequence[CompressionAction]) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
-# Worked example (reference §A.4)
+# Worked example (docs/bidkv-core.md, "The legacy strategies (select_victims)")
 
 
 class TestWorkedExample:

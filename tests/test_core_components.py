@@ -1,6 +1,6 @@
 """Configuration, scoring, bid pool, pressure detector, adapter contract and package surface.
 
-Expected scores and gaps are worked by hand from the formulas of reference §A.2.
+Expected scores and gaps are worked by hand from the formulas in docs/bidkv-core.md.
 """
 
 from __future__ import annotations

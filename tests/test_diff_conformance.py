@@ -1,4 +1,6 @@
-"""``run_conformance``: failures and rollback through the legacy and typed hosts (reference §D.2).
+"""``run_conformance``: failures and rollback through the legacy and typed hosts.
+
+The checks: docs/diff.md, "Conformance: tracekit diff --conformance [--strategy ...]".
 
 The shipped policy passes every check. Each check is then shown to fail when the behaviour it
 guards is broken: policy faces that swallow or reword configuration errors or ignore the

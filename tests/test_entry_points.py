@@ -3,7 +3,7 @@
 ``pyproject.toml`` registers the legacy selector (``vllm.victim_selector: bidkv``) and the static
 manifests (``vllm.extension_bundles`` and ``vllm_hust.extension_bundles``:
 ``org.vllm-hust.bidkv = bidkv.manifests``). Discovering the manifests must stay inert: it must
-not import the policy module (reference §D.3, "installing the wheel is inert").
+not import the policy module (docs/contracts.md, "Bundle admission").
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The legacy adapter's scheduler hooks (reference ``bidkv-behaviour.md`` §A.5), hand-built states.
+"""The legacy adapter's scheduler hooks, hand-built states.
+
+The rules: docs/experiments.md, "Experiment mode in the engine".
 
 Scenarios are built directly in a :class:`HookedVllmScheduler`: ``num_blocks=101`` leaves 100
 usable blocks (block 0 is vLLM's null block), so KV usage is ``blocks held / 100``. A decoding
@@ -173,7 +175,7 @@ def test_refresh_builds_request_states_as_the_adapter_did() -> None:
     assert (a.arrival_time_ms, a.priority, a.deadline_ms) == (500.0, -500.0, 120_500.0)
     assert (a.num_prompt_tokens, a.max_output_tokens, a.num_preemptions) == (100, 256, 0)
     assert len(a.token_ids) == 130
-    # §G.13: current_tokens is prompt + output so far, not the KV-resident (computed) tokens,
+    # current_tokens is prompt + output so far, not the KV-resident (computed) tokens,
     # and a preemption does not reset it. b was first seen at the refresh (4 s).
     assert (b.current_tokens, b.num_computed_tokens, b.num_preemptions) == (212, 64, 1)
     assert (b.arrival_time_ms, b.max_output_tokens) == (4000.0, 50)

@@ -1,4 +1,4 @@
-"""Summary figures (reference ``bidkv-behaviour.md`` §E.8) and the paper comparison (§F)."""
+"""Summary figures and the paper comparison (docs/experiments.md, "Summary figures")."""
 
 from __future__ import annotations
 

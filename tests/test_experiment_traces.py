@@ -1,4 +1,4 @@
-"""The frozen-trace generator (reference ``bidkv-behaviour.md`` §E.7) and its verify mode."""
+"""The frozen-trace generator (docs/experiments.md, "Traces") and its verify mode."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def pool_csv(tmp_path: Path) -> Path:
 
 
 def original_generator(records: list[dict[str, object]], rate: float, seed: int, n: int) -> list:
-    """The original freeze_traces algorithm, re-typed from §E.7 as a cross-check."""
+    """The original freeze_traces algorithm, re-typed from docs/experiments.md, "Traces"."""
     rng = random.Random(seed)
     sampled = rng.sample(records, n)
     now, out = 0.0, []

@@ -1,8 +1,8 @@
 """The legacy ``VictimSelector`` host: discovery order, typed bundles, checks and the built-in rule.
 
-Reference ``bidkv-behaviour.md`` §B.7 and §D.2. Selector plug-ins and bundle packages are fakes
-injected through ``entry_points=`` and ``bundles=``, so these tests do not depend on what is
-installed (``test_entry_points.py`` covers the installed package).
+Rules: docs/contracts.md, "The legacy host: VictimSelector". Selector plug-ins and bundle
+packages are fakes injected through ``entry_points=`` and ``bundles=``, so these tests do not
+depend on what is installed (``test_entry_points.py`` covers the installed package).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Matched legacy-versus-typed scheduler traces (reference ``bidkv-behaviour.md`` §D.2).
+"""Matched legacy-versus-typed scheduler traces (docs/contracts.md, "Legacy versus typed").
 
 The same decisions are replayed through three hosts built from the installed package:
 
@@ -37,7 +37,7 @@ BUNDLE_ID = "org.vllm-hust.bidkv"
 COMPONENT = f"{BUNDLE_ID}/victim-selector"
 POLICY = "bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy"
 
-# The verified V4 outcome of this trace (reference §D.2, §H): utility pick, kv-gate fallback,
+# The verified V4 outcome of this trace: utility pick, kv-gate fallback,
 # utility pick under PRIORITY, cooldown fallback.
 EXPECTED_VICTIMS = ["r1", "r6", "r7", "r11"]
 
@@ -117,7 +117,7 @@ def test_three_paths_replay_identically(trace: dict[str, Any]) -> None:
     assert metrics == dict.fromkeys(hosts, reference)
     assert snapshots == dict.fromkeys(hosts, snapshots["typed controller"])
 
-    # Independent facts of this trace (reference §D.2): r1+r6+r7+r11 computed tokens freed.
+    # Independent facts of this trace: r1+r6+r7+r11 computed tokens freed.
     assert reference["total_preemptions"] == 4
     assert reference["total_tokens_freed"] == 220 + 120 + 150 + 100
     assert reference["kv_pressure_events"] == 3  # kv 0.92, 0.96, 0.99 >= gate 0.8
@@ -145,9 +145,9 @@ def test_three_paths_replay_identically(trace: dict[str, Any]) -> None:
 
 
 def test_typed_host_reports_the_qualified_name_engines_load() -> None:
-    # The controller names the policy f"{type(policy).__module__}.{__qualname__}" (reference
-    # §B.4); analysers match that label against the configured --preemption-policy, so the class
-    # must report the module engines load it from.
+    # The controller names the policy f"{type(policy).__module__}.{__qualname__}"
+    # (docs/policy.md, "Loading"); analysers match that label against the configured
+    # --preemption-policy, so the class must report the module engines load it from.
     controller = PreemptionPolicyController(POLICY, vllm_config())
     assert controller.export_stats()["policy_name"] == POLICY
 
@@ -199,7 +199,8 @@ def test_emergency_bypass_gives_the_builtin_rule(trace: dict[str, Any]) -> None:
 
 
 def test_legacy_path_has_no_requester_so_the_cascade_rule_never_fires() -> None:
-    # The one known divergence (reference §B.7, §C.5): the typed host names the requester and
+    # The one known divergence (docs/contracts.md, "Legacy versus typed"): the typed host names the
+    # requester and
     # the V4 cascade rule abstains (900 * 1.25 >= 1000); the legacy call names none.
     config = {"enable_utility_victim_selection": True, "utility_strategy": "bidkv"}
     candidates = tuple(

@@ -1,7 +1,7 @@
 """Manifests: the bundled files, their JSON Schemas, the policy rules, rendering and the CLI.
 
-Facts checked against reference ``bidkv-behaviour.md`` §D.2 (Bundle v1) and §D.3 (Extension
-Manifest 0.2/0.3 fields and the Manager's render rules).
+Facts checked: docs/contracts.md, "Extension manifests" (Bundle v1, Extension Manifest 0.2/0.3
+fields) and docs/contracts.md, "Render rules (tracekit.manifests.render_manifest)".
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ POLICY_QUALNAME = "bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy"
 POLICY_REF = "bidkv.adapters.vllm_hust.selector:BidkvPreemptionPolicy"
 SELECTOR_REF = "bidkv.adapters.vllm_hust.selector:BidkvVictimSelector"
 
-# §D.3: the environment the 0.2/0.3 manifests activate.
+# The environment the 0.2/0.3 manifests activate (docs/contracts.md, "Extension manifests").
 POLICY_ENVIRONMENT = {
     "BIDKV_UTILITY_ENABLE": "1",
     "BIDKV_UTILITY_STRATEGY": "bidkv",
@@ -434,7 +434,8 @@ def test_implementation_ref_must_name_an_attribute(write) -> None:
 
 
 def test_bundle_implementation_must_declare_the_legacy_api_version(write) -> None:
-    # The 0.2.1 original pointed its bundle at a class without the attribute (reference §B.7),
+    # The 0.2.1 original pointed its bundle at a class without the attribute (docs/policy.md,
+    # "Deliberate differences from the original"),
     # so the legacy host could not load it. Our validator catches that.
     document = v1()
     document["components"][0]["implementation_ref"] = POLICY_REF

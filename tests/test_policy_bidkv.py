@@ -1,5 +1,5 @@
-"""The ``bidkv`` strategy (V4, reference §A.3, §C.2-§C.4): utility, ranking, gates, guards,
-counters, snapshots, log lines, and the legacy ``pick_victim`` face.
+"""The ``bidkv`` strategy (V4; docs/policy.md, "The bidkv decision"): utility, ranking, gates,
+guards, counters, snapshots, log lines, and the legacy ``pick_victim`` face.
 
 Expected numbers are worked by hand from the formulas: ``U = r / (1 + w_c*c + w_p*P + eps)``.
 """
@@ -63,7 +63,7 @@ def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_utility_reference_vector() -> None:
-    # §H: U(r=220, out=12, M=128, P=0) = 220 / (1 + 0.5*0.09375 + 1e-6) = 210.149053
+    # U(r=220, out=12, M=128, P=0) = 220 / (1 + 0.5*0.09375 + 1e-6) = 210.149053
     s = score_candidate(cand("r1", 220, out=12, max_tokens=128), 0.5, 0.3, 1e-6, 1024)
     assert s == UtilityCandidateScore("r1", s.utility, s.utility, 220, 0.09375, 0, 0.0)
     assert round(s.utility, 6) == 210.149053
@@ -106,7 +106,7 @@ def test_rank_candidates_orders_by_key_and_keeps_host_order_on_exact_ties() -> N
 
 
 def test_requester_may_be_the_top_candidate() -> None:
-    # §G.7: selecting the requester is allowed when it is the utility winner.
+    # Selecting the requester is allowed when it is the utility winner.
     policy = make()
     assert policy.select_victim(ctx([cand("q", 500), cand("o", 100)], requester="q")) == "q"
 
@@ -154,7 +154,7 @@ def test_default_victim_fcfs_tail_and_priority_max() -> None:
 
 
 def test_builtin_victim_id_of_the_host_is_ignored() -> None:
-    # §G.4: the policy recomputes its own default.
+    # The policy recomputes its own default.
     policy = make(utility_min_running=10)
     context = PreemptionContext((cand("a", 1), cand("b", 1)), "fcfs", "", 1.0, 0.0, "a")
     assert policy.select_victim(context) == "b"
@@ -198,7 +198,7 @@ def test_kv_gate_and_pressure_events(caplog: pytest.LogCaptureFixture) -> None:
 def test_kv_gate_with_unknown_usage_falls_back_instead_of_raising(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # §G.5: the original formatted None with :.2f and raised TypeError (disabling the policy).
+    # The original formatted None with :.2f and raised TypeError (disabling the policy).
     caplog.set_level(logging.INFO, logger=LOGGER)
     policy = make(utility_kv_gate=0.8)
     assert policy.select_victim(ctx([cand("a", 900), cand("b", 1)], kv=None)) == "b"

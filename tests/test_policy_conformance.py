@@ -1,10 +1,11 @@
-"""Conformance vectors of the original BidKV 0.2.1 (reference §H, §C.5, §D.2).
+"""Conformance vectors of the original BidKV 0.2.1 (docs/policy.md, "Barrier mode (V3)").
 
 Every expected value here is a number the reference lists, reached through the host side of the
 typed contract (``tracekit.hosts.preemption_policy.PreemptionPolicyController``) where the vector
 is a host-level one.
 
-The §D.2 fixture is the original repository's ``tests/fixtures/vllm_hust_scheduler_trace_v1.json``
+The legacy-versus-typed fixture (docs/contracts.md, "Legacy versus typed") is the original
+repository's ``tests/fixtures/vllm_hust_scheduler_trace_v1.json``
 (vLLM-HUST/vllm-hust-bidkv, commit 7031084), transcribed below as data. Its candidates reproduce
 every utility the reference lists (r1 210.149, r3 117.312, r2 109.762; r7 145.454, r9 144.206,
 r8 45.212), which the snapshot assertions check to six decimals.
@@ -168,7 +169,8 @@ class SchedulingPolicy(Enum):
 
 
 def test_fixture_replay_matches_between_legacy_and_typed_faces() -> None:
-    # §D.2 "matched legacy-versus-typed traces": identical victims, metrics and snapshots.
+    # Matched legacy-versus-typed traces (docs/contracts.md, "Legacy versus typed"): identical
+    # victims, metrics and snapshots.
     legacy = BidkvVictimSelector.from_vllm_config(fixture_vllm_config())
     typed = BidkvPreemptionPolicy.from_vllm_config(fixture_vllm_config())
     legacy_victims, typed_victims = [], []
@@ -193,7 +195,7 @@ def test_invalid_configuration_fails_on_both_faces() -> None:
             cls.from_vllm_config(bad)
 
 
-# -- §H single vectors --------------------------------------------------------------------
+# -- single vectors -----------------------------------------------------------------------
 
 
 def cand(rid: str, r: int, p: int = 0) -> PreemptionCandidate:
@@ -209,7 +211,8 @@ def enabled(**settings: Any) -> BidkvSelectorConfig:
 
 
 def host_config(config: BidkvSelectorConfig) -> SimpleNamespace:
-    # The host builds the policy itself through from_vllm_config (reference §B.3), so tests hand
+    # The host builds the policy itself through from_vllm_config (docs/contracts.md, "Loading"),
+    # so tests hand
     # it a class and a vllm_config rather than an instance.
     return SimpleNamespace(additional_config=config.to_additional_config())
 
@@ -238,7 +241,7 @@ def test_cascade_vectors_v4() -> None:
     assert policy.select_victim(context(two, "requester")) == "largest"
 
 
-# -- §C.5: V3 (barrier mode) and V4 on the same inputs --------------------------------------
+# -- V3 (barrier mode) and V4 on the same inputs (docs/policy.md, "Barrier mode (V3)") ------
 
 
 def test_liveness_vector_v3_barrier_then_v4() -> None:
@@ -292,7 +295,7 @@ def test_cascade_vectors_v3_barrier_then_v4(caplog: pytest.LogCaptureFixture) ->
     assert v4.select_victim(context(two, "requester")) == "largest"
 
 
-# -- sustained pressure (§C.5) --------------------------------------------------------------
+# -- sustained pressure ---------------------------------------------------------------------
 
 
 def sustained_loop(
@@ -343,7 +346,7 @@ def test_sustained_pressure_loop_v3_never_abstains() -> None:
     assert policy.export_metrics()["policy_abstentions"] == 0
 
 
-# -- host controller vectors (§H, §B.4) -----------------------------------------------------
+# -- host controller vectors (docs/contracts.md, "The controller and its counters") ---------
 
 
 class SelectFirst:

@@ -40,7 +40,7 @@ def test_kv_gate_fallback_is_distinguished_from_a_pick() -> None:
     p = policy(utility_kv_gate=0.95)
     assert p.select_victim(ctx(kv=0.5, requester="c")) == "c"  # default = FCFS tail
     assert decision_reason_of(p) == "gate_fallback"
-    # The record of reference §C.3 still says "strategy" for a gate fallback.
+    # The decision record still says "strategy" for a gate fallback (docs/replay.md, "The summary").
     assert p.get_last_decision()["decision_reason"] == "strategy"
     assert p.select_victim(ctx(kv=0.99, requester="c")) == "a"
     assert decision_reason_of(p) == "strategy"

@@ -3,7 +3,8 @@
 - Every strategy, on 1 to 512 candidates with zero and extreme fields, both scheduling policies,
   with and without a requester, never raises and returns ``None`` or a candidate id; through the
   host controller the victim is always a candidate and the policy is never disabled.
-- Broken policies are disabled exactly as the host contract says (reference §B.4).
+- Broken policies are disabled exactly as the host contract says
+  (docs/contracts.md, "The controller and its counters").
 - The one-pass decision equals a straightforward full sort of the ranking, ties included.
 - The bounded per-request tables do not change any decision until the bound is reached.
 """
@@ -180,7 +181,7 @@ def test_pick_victim_shim_returns_a_running_object_on_extreme_inputs() -> None:
     check()
 
 
-# -- broken policies (§B.4) -----------------------------------------------------------------
+# -- broken policies (docs/contracts.md, "The controller and its counters") -----------------
 
 
 class Broken:
@@ -263,7 +264,7 @@ def tie_prone(draw: st.DrawFn) -> tuple[PreemptionCandidate, ...]:
 
 
 def reference_ranking(cands: Any, wc: float, wp: float, eps: float, dmax: int) -> list[tuple]:
-    """Straightforward §A.3: score every candidate, then one stable sort on (-U, arrival, id)."""
+    """Straightforward ranking: score every candidate, then one stable sort on (-U, arrival, id)."""
     rows = []
     for c in cands:
         r = max(int(getattr(c, "num_computed_tokens", 0) or 0), 0)

@@ -1,4 +1,4 @@
-"""The strategies other than ``bidkv`` (reference §A.3; SGLang order from ``engines.md``).
+"""The strategies other than ``bidkv`` (docs/policy.md, "Strategies").
 
 Each victim is worked out by hand on a small context; ties are set up on purpose.
 """

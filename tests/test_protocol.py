@@ -1,6 +1,7 @@
 """Protocol layer: bid value types, the utility formula, errors and the provider interface.
 
-Expected numbers are worked by hand from reference §A.1 (``U = r / (δ + 1e-3)``).
+Expected numbers are worked by hand from ``U = r / (δ + 1e-3)`` (docs/bidkv-core.md,
+"Bids and utility").
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from tracekit.trace.validate import validate_trace
 
 
 def _event(event_id: int, ts: float, ids: list[str], choices: dict[str, str | None]) -> dict:
-    # The legacy logger's event layout (reference §E.5), candidates in running order.
+    # The legacy logger's event layout (docs/trace-format.md, "Imports"), in running order.
     return {
         "event_id": event_id,
         "ts": ts,

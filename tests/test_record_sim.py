@@ -56,7 +56,7 @@ def test_recorded_bundle_validates_and_reads_everywhere(tmp_path: Path) -> None:
     assert manifest["workload"]["sha256"] == load_workload(SAMPLE).sha256
     log = (tmp_path / "b" / "policy.log").read_text()
     assert "[BidKV] INIT" in log
-    # Every utility pick logs one UTILITY_ACTIVE line (reference §C.2 step 7).
+    # Every utility pick logs one UTILITY_ACTIVE line (docs/policy.md, "The bidkv decision").
     utility_picks = (decisions["decision_reason"] == "strategy").sum()
     assert utility_picks > 0
     assert log.count("[BidKV] UTILITY_ACTIVE") == utility_picks

@@ -1,7 +1,8 @@
 """``BidkvSelectorConfig``: settings, environment and ``additional_config`` parsing, validation.
 
-Facts from reference §C.1 (names, defaults, precedence, validation messages) plus our deliberate
-fixes: strict booleans (§G.6), an unknown strategy fails (§G.9), every instance (``from_env``
+Facts from docs/policy.md, "Settings" (names, defaults, precedence, validation messages) plus our
+deliberate fixes (docs/policy.md, "Deliberate differences from the original"): strict booleans,
+an unknown strategy fails, every instance (``from_env``
 included) is validated, and the three new settings.
 """
 
@@ -276,7 +277,7 @@ def test_validate_is_public_and_idempotent() -> None:
 
 
 def test_configuration_error_fails_host_startup() -> None:
-    # Reference §B.3/§D.2: the error propagates out of the controller's construction.
+    # The error propagates out of the controller's construction (docs/contracts.md, "Loading").
     vllm_config = SimpleNamespace(additional_config={"utility_completion_weight": -1})
     with pytest.raises(ValueError, match="utility_completion_weight must be non-negative"):
         PreemptionPolicyController(BidkvPreemptionPolicy, vllm_config)
@@ -322,7 +323,8 @@ def test_env_booleans_accept_words(monkeypatch: pytest.MonkeyPatch, raw: str) ->
 
 
 def test_string_false_in_additional_config_is_false() -> None:
-    # The original's bool("false") was True (reference §G.6).
+    # The original's bool("false") was True
+    # (docs/policy.md, "Deliberate differences from the original").
     cfg = BidkvSelectorConfig.from_additional_config({"enable_utility_victim_selection": "false"})
     assert cfg.enable_utility_victim_selection is False
 

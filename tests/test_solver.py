@@ -1,4 +1,6 @@
-"""GreedyBidSolver: gates, budget, one bid per request, early stop and tie order (reference §A.2).
+"""GreedyBidSolver: gates, budget, one bid per request, early stop and tie order.
+
+The rules: docs/bidkv-core.md, "The greedy solver".
 
 Bid deltas are powers of two (0.0625, 0.125, 0.5) so that budget sums are exact in binary and
 the boundary cases below are not blurred by rounding.

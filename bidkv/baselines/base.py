@@ -1,4 +1,6 @@
-"""Common types of the legacy victim strategies (the ``select_victims`` API, reference §A.4).
+"""Common types of the legacy victim strategies (the ``select_victims`` API).
+
+See docs/bidkv-core.md, "The legacy strategies (select_victims)".
 
 A strategy receives the running requests of one pressure event and the number of tokens to free,
 and returns actions ordered from most to least expendable. Every strategy of one event sees the

@@ -1,6 +1,7 @@
 """``bidkv``: rank every candidate by utility through the bid pool and the greedy solver.
 
-Each candidate with ``current_tokens > 1`` gets one bid (reference §A.4, "v8-frozen"):
+Each candidate with ``current_tokens > 1`` gets one bid (the original's "v8-frozen" rule,
+docs/bidkv-core.md, "The legacy strategies (select_victims)"):
 
 * Branch B (vLLM, and SGLang without radix data): ``r = current_tokens`` and
   ``δ = 1 + 0.5·c + 0.3·P``, where ``c = min(1, max(0, computed - prompt) / max_output)`` (0 if

@@ -61,13 +61,7 @@ class BaselineRegistry:
             raise KeyError(f"Strategy {name!r} not found. Available: {available}") from None
 
     def list_strategies(self) -> list[str]:
-        """Return the registered names, sorted.
-
-        Returns
-        -------
-        list of str
-            Sorted names.
-        """
+        """Return the registered names, sorted."""
         return sorted(self._strategies)
 
     @property

@@ -1,4 +1,4 @@
-"""The per-run metric record the experiment reports share (reference §I)."""
+"""The per-run metric record the experiment reports share (docs/bidkv-core.md, "Public names")."""
 
 from __future__ import annotations
 
@@ -38,13 +38,7 @@ class ExperimentMetrics:
     adapter_metrics: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        """Return the metrics as a plain dictionary (``adapter_metrics`` copied).
-
-        Returns
-        -------
-        dict
-            One key per field.
-        """
+        """Return the metrics as a dict, one key per field (``adapter_metrics`` copied)."""
         return {
             "slo_attainment_rate": self.slo_attainment_rate,
             "p99_ttft_ms": self.p99_ttft_ms,

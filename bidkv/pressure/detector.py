@@ -2,7 +2,7 @@
 
 Adapters push ``(used, max, pending_high_priority)`` with :meth:`PressureDetector.update_stats`;
 decisions use only that latest snapshot, never a smoothed history, so a pressure spike is seen
-in the step it happens (reference §A.2).
+in the step it happens (docs/bidkv-core.md, "Pressure detection").
 """
 
 from __future__ import annotations

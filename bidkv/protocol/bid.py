@@ -1,8 +1,9 @@
 """Compression bids: the value types a scheduler ranks.
 
 A bid says "freeing ``tokens_freed`` tokens of this request costs ``quality_delta``". Bids are
-ranked by the utility ``U = r / (δ + ε)`` with ``ε = 1e-3`` (reference §A.1). ``δ`` is a
-predicted, surrogate signal and ``U`` an operational ranking signal; neither is ground truth.
+ranked by the utility ``U = r / (δ + ε)`` with ``ε = 1e-3``
+(docs/bidkv-core.md, "Bids and utility"). ``δ`` is a predicted, surrogate signal and ``U`` an
+operational ranking signal; neither is ground truth.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 For a level ``L`` over ``n`` tokens the bid frees ``min(max(1, int(n·L)), n - 1)`` tokens (always
 keeping at least one), and its ``δ`` is the mean score of the tokens it would drop, which are the
-lowest-scoring ones (reference §A.2).
+lowest-scoring ones (docs/bidkv-core.md, "Building bids").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Positional token importance: attention sinks and recency, or accumulated attention if fed.
 
 Serving engines with fused attention kernels expose no attention weights, so by default a token's
-importance comes from its position alone (reference §A.2)::
+importance comes from its position alone (docs/bidkv-core.md, "Positional scoring")::
 
     score_i = clamp(max(0.8·exp(-i / max(1, 0.05·n)), 0.6·i / max(1, n - 1)), 0, 1)
 

@@ -2,7 +2,8 @@
 
 Bids are taken in decreasing utility ``r / (δ + 1e-3)``. A bid is skipped when its request already
 has an accepted bid, or when it would push the summed ``δ`` over the budget. Selection stops as
-soon as the accepted bids free at least the tokens needed (reference §A.2).
+soon as the accepted bids free at least the tokens needed
+(docs/bidkv-core.md, "The greedy solver").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Definitions (times in seconds, per run):
 - throughput: finished requests per second of makespan; output throughput: output tokens per
   second of makespan;
 - TTFT: first token time minus arrival (queueing included: the engine sees the request at its
-  arrival, unlike the original client-side measurement, reference §G.17);
+  arrival, unlike the original client-side measurement, docs/experiments.md, "Summary figures");
 - TPOT: (finish - first token) / (output tokens - 1), for requests with at least two tokens;
 - end-to-end latency: finish minus arrival;
 - SLO attainment: share of finished requests with TTFT <= the TTFT target and (when a TPOT target

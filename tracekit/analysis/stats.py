@@ -1,4 +1,6 @@
-"""Paired Student-t confidence intervals and the effectiveness rule of reference §E.9.
+"""Paired Student-t confidence intervals and the effectiveness rule.
+
+The rule: docs/report.md, "Effectiveness (per cell and strategy)".
 
 A qualification compares a strategy with the built-in baseline over repeats (seeds or disjoint
 windows). Each repeat gives one paired relative change ``100 * (strategy / baseline - 1)``; the
@@ -73,7 +75,7 @@ def paired_interval(changes: Sequence[float]) -> Interval:
 def effectiveness_label(
     throughput: Interval, p95_latency: Interval, *, invoked_every_repeat: bool, min_repeats: int = 3
 ) -> EffectivenessLabel:
-    """The effectiveness label of one cell (reference §E.9).
+    """The effectiveness label of one cell (docs/report.md#effectiveness-per-cell-and-strategy).
 
     Beneficial iff the throughput interval's low end is above 0 and the P95-latency interval's
     high end is at most +5%; not beneficial in the tested cell iff the throughput high end is

@@ -1,4 +1,6 @@
-"""``run_conformance``: the failure and rollback checks of reference §D.2 through both hosts.
+"""``run_conformance``: the failure and rollback checks through both hosts.
+
+The checks: docs/diff.md, "Conformance: tracekit diff --conformance [--strategy ...]".
 
 For every production strategy, with its full configuration in ``additional_config``, the policy
 is loaded the three ways an engine loads it:
@@ -60,7 +62,7 @@ __all__ = [
     "run_conformance",
 ]
 
-# Invalid configurations and the setting each breaks (reference §C.1, docs/policy.md).
+# Invalid configurations and the setting each breaks (docs/policy.md, "Settings").
 INVALID_CONFIGS: dict[str, dict[str, Any]] = {
     "negative-completion-weight": {"utility_completion_weight": -1},
     "kv-gate-above-one": {"utility_kv_gate": 2},

@@ -1,6 +1,6 @@
 """Rollback conformance: a failing policy inside the embedded engine, on both host paths.
 
-Reference ``bidkv-behaviour.md`` §B.4/§B.5: on the typed path, an invalid selection or an
+docs/contracts.md, "The controller and its counters": on the typed path, an invalid selection or an
 exception is logged once and the controller restores the built-in policy for the rest of the
 engine process (``failures == 1``, ``invalid_selections`` 1 for an invalid id and 0 for an
 exception, ``enabled`` false, no later call), and the engine keeps running. The legacy
@@ -179,7 +179,8 @@ def check_typed_rollback(
             result = run_engine(workload, engine_config, host, check_consistency=True)
     except Exception as error:
         return Check(name, False, f"the engine stopped: {type(error).__name__}: {error}")
-    # The host logs the failure once (reference §B.5), at ERROR.
+    # The host logs the failure once, at ERROR
+    # (docs/contracts.md, "The controller and its counters").
     logged = [r for r in records if r.levelno >= logging.ERROR and "disabling it" in r.getMessage()]
     decisions = result.decisions
     stats = host.controller.export_stats()

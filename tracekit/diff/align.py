@@ -7,7 +7,7 @@ requester, KV usage, time, step, scheduling policy and built-in victim. The firs
 that fails is the first divergence; from there on the runs follow different histories and their
 decisions are not compared.
 
-The legacy contract passes no requester (reference ``bidkv-behaviour.md`` §B.7), so a legacy
+The legacy contract passes no requester (docs/contracts.md, "Legacy versus typed"), so a legacy
 recording may hold a null ``requesting_request_id``; that is not a difference.
 """
 

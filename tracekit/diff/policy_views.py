@@ -3,7 +3,7 @@
 The diff verifies the contract explanations instead of trusting labels: "legacy selected the
 policy's utility top" and "the cascade condition held" are recomputed from the recorded
 candidates with the run's configuration, by the formulas of ``bidkv.adapters.vllm_hust.scoring``
-(reference ``bidkv-behaviour.md`` §A.3, §C.2), in the same float64 operation order so that the
+(docs/policy.md, "The bidkv decision"), in the same float64 operation order so that the
 utilities are bit-identical to the policy's:
 
 - ``r = max(num_computed_tokens, 0)``, ``c = clamp(num_output_tokens / M, 0, 1)`` with ``M`` the

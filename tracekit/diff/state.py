@@ -29,7 +29,8 @@ from tracekit.diff.report import CounterRow, Difference
 
 __all__ = ["CONTRACT_METRICS", "Split", "compare_state"]
 
-# export_metrics() keys that a contract difference in the decisions changes (reference §C.3):
+# export_metrics() keys that a contract difference in the decisions changes
+# (docs/policy.md, "Counters, snapshots, logs"):
 # the typed cascade guard counts a hit and an abstention and records the policy's default as the
 # victim, where the legacy path records a utility pick of the top.
 _VICTIM_KEYS = (

@@ -3,7 +3,7 @@
 Defaults follow vLLM 0.32.0 where vLLM has one (``vllm/config/scheduler.py``
 ``SchedulerConfig``; ``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults``) and the
 original BidKV experiment otherwise (600 blocks of 16 tokens, 32 sequences, 8,192-token model
-length; reference ``bidkv-behaviour.md`` §E.8). ``docs/engine.md`` lists where each one comes from.
+length). docs/engine.md, "Configuration defaults" lists where each one comes from.
 """
 
 from __future__ import annotations

@@ -5,10 +5,12 @@ decision (candidates in running-queue order, the requester included, the engine'
 ``builtin_victim_id`` filled in) and calls ``choose_victim`` on a :class:`VictimHost`. The host
 answers with a :class:`VictimChoice`; the engine preempts ``victim_id``. Four hosts:
 
-- :class:`BuiltinHost`: the engine's own rule (reference ``bidkv-behaviour.md`` §B.2).
+- :class:`BuiltinHost`: the engine's own rule (docs/contracts.md, "The built-in victim").
 - :class:`TypedHost`: a ``vllm.preemption-policy.v1`` policy behind the host's
-  :class:`~tracekit.hosts.preemption_policy.PreemptionPolicyController` (§B.4).
-- :class:`LegacyHost`: a pre-0.28 ``pick_victim`` selector (§B.7), with no failure isolation.
+  :class:`~tracekit.hosts.preemption_policy.PreemptionPolicyController`
+  (docs/contracts.md, "The controller and its counters").
+- :class:`LegacyHost`: a pre-0.28 ``pick_victim`` selector, with no failure isolation
+  (docs/contracts.md, "Driving a selector: LegacyHost").
 - :class:`ContractHost`: any object with ``select_victim(context) -> str`` (a ``HostContract``).
 """
 
@@ -73,7 +75,7 @@ class VictimHost(Protocol):
 
 
 class BuiltinHost:
-    """The engine's built-in victim: ``context.builtin_victim_id`` (vLLM's rule, §B.2)."""
+    """The engine's built-in victim: ``context.builtin_victim_id`` (vLLM's rule)."""
 
     def choose_victim(self, context: PreemptionContext) -> VictimChoice:
         """Apply the built-in rule; no policy is involved."""
@@ -81,7 +83,7 @@ class BuiltinHost:
 
 
 class TypedHost:
-    """A typed policy behind the host's controller (§B.4).
+    """A typed policy behind the controller (docs/contracts.md#the-controller-and-its-counters).
 
     The controller counts calls, applies the built-in victim on abstention, and disables the
     policy for the rest of the run after an exception or an invalid id; the engine stays
@@ -128,7 +130,7 @@ LegacySchedulingPolicy = SchedulingPolicy
 
 
 class LegacyHost:
-    """A legacy ``pick_victim(running, policy, *, kv_utilization, now_s)`` selector (§B.7).
+    """A legacy ``pick_victim(running, policy, *, kv_utilization, now_s)`` selector.
 
     The engine face of :class:`tracekit.hosts.victim_selector.LegacyHost`, which makes the call:
     the candidates are passed as the running requests (a ``PreemptionCandidate`` carries every

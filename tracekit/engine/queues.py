@@ -78,8 +78,8 @@ class FCFSRequestQueue:
         """Stable-sort the queue by ``key``, smallest at the front.
 
         Not a vLLM operation: the legacy BidKV experiment hooks re-sort vLLM's waiting deque
-        before every step (shortest-prompt-first admission, reference ``bidkv-behaviour.md``
-        §A.5 step 4). The default scheduler never calls it.
+        before every step (shortest-prompt-first admission,
+        docs/experiments.md, "Experiment mode in the engine"). The default scheduler never calls it.
         """
         self._queue = deque(sorted(self._queue, key=key))
 

@@ -8,7 +8,7 @@ off, no speculative decoding, no KV connector, no structured output, synchronous
 fake model outputs (one sampled token per scheduled request whose prefill is complete).
 
 The one departure is deliberate: vLLM picks the victim itself, here the :class:`VictimHost` does
-(reference ``bidkv-behaviour.md`` §B.6). With :class:`~tracekit.engine.hosts.BuiltinHost` the
+(docs/engine.md, "Victim hosts"). With :class:`~tracekit.engine.hosts.BuiltinHost` the
 victims are exactly vLLM's.
 """
 

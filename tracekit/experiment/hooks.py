@@ -1,11 +1,11 @@
 """Experiment mode: the legacy BidKV adapter's scheduler hooks around the vLLM step.
 
-The original BidKV experiments (reference ``bidkv-behaviour.md`` §A.5, §D.1) did not choose
+The original BidKV experiments (docs/experiments.md, "Experiment mode in the engine") did not choose
 victims through a policy contract: a monkey-patch of vLLM's ``Scheduler.schedule`` re-ordered the
 queues and preempted requests itself before every call of the native ``schedule()``, whose own
 FCFS preemption then took the tail of the (re-ordered) running queue. :class:`ExperimentHooks`
 reproduces those hooks, and :class:`HookedVllmScheduler` calls them at the one point where the
-patch ran: before each step, in this order (§A.5 steps 4 to 9):
+patch ran: before each step, in this order:
 
 1. **admission order**: every strategy but ``preempt-evict`` stable-sorts the waiting queue by
    prompt length (shortest first);
@@ -37,8 +37,9 @@ yet" is ``-inf`` (the original's 0.0 on a monotonic clock had the same effect); 
 raises propagates (the original swallowed the exception and kept its stale cache); the
 ``static-random`` strategy is seeded per refresh from the run's seed. Reproduced on purpose: a
 candidate's ``current_tokens`` is its prompt plus output so far, the length of the adapter's
-tracked token list, which a preemption does not reset (§G.13), and ``bidkv`` ranks at most 20
-candidates (the original solver's ``max_bids_per_solve``, §G.11).
+tracked token list, which a preemption does not reset, and ``bidkv`` ranks at most 20
+candidates (the original solver's ``max_bids_per_solve``; both in
+docs/experiments.md, "Experiment mode in the engine").
 
 :class:`HookedVllmScheduler` (``experiment_scheduler.py``) is the scheduler that calls these
 hooks. The default engine path never imports either module: ``run_engine(..., hooks=None)``.
@@ -74,7 +75,7 @@ __all__ = [
     "keep_score",
 ]
 
-#: The strategies of the original experiment matrix, in its order (reference §E.8).
+#: The strategies of the original matrix, in its order (docs/experiments.md, "The matrix").
 LEGACY_STRATEGIES: tuple[str, ...] = (
     "preempt-evict",
     "preempt-evict-sjf",
@@ -89,7 +90,7 @@ SRPT = "srpt"
 
 
 class VictimStrategy(Protocol):
-    """A legacy ``select_victims`` strategy (``bidkv.baselines``, reference §A.4)."""
+    """A legacy ``select_victims`` strategy (``bidkv.baselines``)."""
 
     def select_victims(
         self, candidates: Sequence[StrategyRequest], needed_tokens: int, **kwargs: Any
@@ -100,7 +101,7 @@ class VictimStrategy(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class HookPlan:
-    """Which hooks a strategy runs (the per-strategy matrix of reference §A.5).
+    """Which hooks a strategy runs (the table of docs/experiments.md#experiment-mode-in-the-engine).
 
     Parameters
     ----------
@@ -123,7 +124,7 @@ class HookPlan:
     reorder: Literal["never", "always", "gated"]
 
 
-#: Strategy name -> its hooks (reference §A.5, "Per-strategy matrix").
+#: Strategy name -> its hooks (the table of docs/experiments.md, "Experiment mode in the engine").
 STRATEGY_PLANS: dict[str, HookPlan] = {
     "preempt-evict": HookPlan(False, False, False, False, "never"),
     "preempt-evict-sjf": HookPlan(True, False, False, False, "never"),
@@ -135,7 +136,9 @@ STRATEGY_PLANS: dict[str, HookPlan] = {
 
 @dataclass(frozen=True, slots=True)
 class HookSettings:
-    """The hooks' constants; the defaults are the original's (reference §A.5, §C.6).
+    """The hooks' constants; the defaults are the original's.
+
+    See docs/experiments.md, "Experiment mode in the engine".
 
     Parameters
     ----------
@@ -157,10 +160,11 @@ class HookSettings:
         ``len(actions) + non_victim_offset``.
     bidkv_ranked_cap
         Most ``bidkv`` actions kept per refresh: the original solver ranked only its top
-        ``max_bids_per_solve = 20`` bids (§G.11); ``None`` keeps the full ranking of our
+        ``max_bids_per_solve = 20`` bids; ``None`` keeps the full ranking of our
         strategy.
     client_max_in_flight
-        Not a hook: emulates the original client's thread pool (§E.8, §G.17), which let at
+        Not a hook: emulates the original client's thread pool (docs/experiments.md,
+        "Summary figures"), which let at
         most this many requests be in the engine (arrived and unfinished) at once; later
         arrivals wait, first come first served, until one finishes. Latencies still count from
         the scheduled arrival. None (default) sends every request at its arrival time.
@@ -194,7 +198,7 @@ class HookSettings:
 
 @dataclass(slots=True)
 class HookStats:
-    """What the hooks did in one run (the adapter metrics of reference §E.4, and more).
+    """What the hooks did in one run (adapter metrics and more; docs/experiments.md#recorded-runs).
 
     ``total_evictions`` and ``total_tokens_freed`` follow the adapter's ``record_eviction``:
     proactive preemptions count the victim's computed tokens, SRPT ones its remaining output.
@@ -220,7 +224,7 @@ class HookStats:
 
 
 def keep_score(request: RequestState) -> float:
-    """The fallback keep score of a running request (higher = keep; reference §A.5 step 9).
+    """The fallback keep score of a running request (higher = keep; running re-order).
 
     ``(0.1 + c²) · (computed + 1) / max(1, max_tokens - out) · (1 + 2P)`` where
     ``out = max(0, computed - prompt)`` and ``c = min(1, out / max_tokens)``.
@@ -239,7 +243,9 @@ def keep_score(request: RequestState) -> float:
 
 
 class ExperimentHooks:
-    """The legacy adapter's hooks for one strategy and one run (reference §A.5).
+    """The legacy adapter's hooks for one strategy and one run.
+
+    See docs/experiments.md, "Experiment mode in the engine".
 
     Parameters
     ----------
@@ -289,7 +295,7 @@ class ExperimentHooks:
         # request_id -> engine time (ms) the hooks first saw it (the adapter's arrival stamp).
         self.first_seen_ms: dict[str, float] = {}
         # request_id -> engine time (s) the emulated client sent it: its arrival, or later when
-        # the client's in-flight cap held it (the original runner's latency origin, §G.17).
+        # the client's in-flight cap held it (the original runner's latency origin).
         self.sent_s: dict[str, float] = {}
         self._unseen: list[str] = []
         self._scheduler_made = False
@@ -325,7 +331,7 @@ class ExperimentHooks:
 
     # ----------------------------------------------------------------------------- the hooks
     def reorder_waiting(self, scheduler: HookedVllmScheduler) -> bool:
-        """Shortest-prompt-first admission (§A.5 step 4); returns whether it sorted."""
+        """Shortest-prompt-first admission; returns whether it sorted."""
         waiting = scheduler.waiting
         if not self.plan.sjf_admission or len(waiting) <= 1:
             return False
@@ -334,7 +340,7 @@ class ExperimentHooks:
         return True
 
     def refresh_priority_cache(self, scheduler: HookedVllmScheduler, now: float) -> bool:
-        """Rebuild the priority cache from ``select_victims`` (§A.5 step 5).
+        """Rebuild the priority cache from ``select_victims``.
 
         The interval runs from the last *attempt*: the original stamped the time before its
         strategy and running-count checks. Returns whether the cache was rebuilt.
@@ -367,7 +373,7 @@ class ExperimentHooks:
     def proactive_preempt(
         self, scheduler: HookedVllmScheduler, step: int, now: float
     ) -> RequestState | None:
-        """Preempt the running request with the lowest cached priority (§A.5 step 7)."""
+        """Preempt the running request with the lowest cached priority (proactive preemption)."""
         settings = self.settings
         if now - self.last_proactive_s < settings.proactive_cooldown_s:
             return None
@@ -400,7 +406,7 @@ class ExperimentHooks:
     def srpt_preempt(
         self, scheduler: HookedVllmScheduler, step: int, now: float
     ) -> RequestState | None:
-        """Preempt a long-remaining running request for a cheap waiting one (§A.5 step 8)."""
+        """Preempt a long-remaining running request for a cheap waiting one (SRPT preemption)."""
         settings = self.settings
         if not self.plan.srpt or now - self.last_srpt_s < settings.srpt_cooldown_s:
             return None
@@ -434,7 +440,7 @@ class ExperimentHooks:
         return victim
 
     def reorder_running(self, scheduler: HookedVllmScheduler) -> str | None:
-        """Put the most expendable running request at the tail (§A.5 step 9).
+        """Put the most expendable running request at the tail (running re-order).
 
         Returns ``"cache"`` or ``"keep-score"`` when it re-ordered, else None.
         """
@@ -460,11 +466,11 @@ class ExperimentHooks:
 
     # ----------------------------------------------------------------------------- helpers
     def _strategy_request(self, request: RequestState, now: float) -> StrategyRequest:
-        """The adapter's ``RequestState`` of one running request (§A.5 step 5).
+        """The adapter's ``RequestState`` of one running request (priority cache).
 
         ``current_tokens`` is the tracked token count, prompt plus output so far: the adapter
         starts tracking a request when it first sees it running and appends every sampled
-        token, and never resets it on preemption (§G.13). Only its length matters to the
+        token, and never resets it on preemption. Only its length matters to the
         strategies (largest-first scores positions), so the token ids are zeros.
         """
         arrival_ms = self.first_seen_ms.setdefault(request.request_id, now * 1000.0)

@@ -1,6 +1,6 @@
 """The original experiment matrix, re-run on the embedded engine: strategies x rates x runs.
 
-The published matrix (reference ``bidkv-behaviour.md`` §E.8) is 5 strategies x rates 2.0, 3.8
+The published matrix (docs/experiments.md, "The matrix") is 5 strategies x rates 2.0, 3.8
 and 5.7 req/s x 3 runs of 1,000 "mixed" requests, vLLM with 600 KV blocks of 16 tokens and 32
 sequences. Here every run is one recorded bundle of the embedded engine in experiment mode
 (:mod:`tracekit.experiment.record`) on the cost-model clock (preset ``a6000-llama3-8b``).
@@ -106,7 +106,8 @@ class MatrixSpec:
         compare a differently sized system at the same relative load as the paper).
     latency_from
         ``arrival`` (default): latencies from each request's scheduled arrival. ``sent``: from
-        when the emulated client sent it, the original runner's measurement (§G.17), for
+        when the emulated client sent it, the original runner's measurement (docs/experiments.md,
+        "Summary figures"), for
         comparison only; it matters with ``settings.client_max_in_flight``.
     """
 

@@ -1,6 +1,6 @@
 """The paper's published figures beside ours, and whether each of its claims holds in our runs.
 
-The BidKV paper's Table 1/2 (reference ``bidkv-behaviour.md`` §F: mixed workload, legacy
+The BidKV paper's Table 1/2 (docs/experiments.md#comparison-with-the-paper: mixed workload, legacy
 monkey-patch path, Llama-3.1-8B-Instruct on an RTX A6000, 600 KV blocks, mean of 3 runs) gives,
 per strategy and rate, throughput (req/s), SLO attainment at TTFT <= 300 ms (%), P95 TTFT (ms)
 and P95 TPOT (ms). :func:`comparison_frame` puts our means beside them, with each strategy's
@@ -113,7 +113,7 @@ class Claim:
 
 
 def _bidkv_vs_pe() -> list[Claim]:
-    # §F "Derived BidKV vs PE": throughput %, SLO pp, TTFT P95 %, TPOT P95 %.
+    # The paper's "derived" BidKV vs PE: throughput %, SLO pp, TTFT P95 %, TPOT P95 %.
     derived = {
         2.0: (0.0, 5.0, -62.2, -7.3),
         3.8: (-1.7, 14.8, -90.7, 10.5),
@@ -171,7 +171,7 @@ def _bidkv_vs_pe() -> list[Claim]:
     return claims
 
 
-#: The paper's claims checked by :func:`claims_frame` (reference §F).
+#: The paper's claims :func:`claims_frame` checks (docs/experiments.md#comparison-with-the-paper).
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         "abstract-ttft",

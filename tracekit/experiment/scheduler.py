@@ -1,12 +1,12 @@
 """The scheduler of experiment mode: vLLM's step with the legacy adapter's hooks before it.
 
 :class:`HookedVllmScheduler` extends :class:`~tracekit.engine.scheduler.VllmScheduler` the way
-the original monkey-patch wrapped vLLM's ``Scheduler.schedule`` (reference
-``bidkv-behaviour.md`` §A.5): before every step it calls
+the original monkey-patch wrapped vLLM's ``Scheduler.schedule``
+(docs/experiments.md, "Experiment mode in the engine"): before every step it calls
 :meth:`~tracekit.experiment.hooks.ExperimentHooks.before_schedule`, then runs the native
 step unchanged. It also offers the hooks one way to preempt outside a step (through the engine's
 single preemption primitive) and emulates, when asked, the original client's cap on requests in
-flight (§E.8).
+flight (docs/experiments.md, "Summary figures").
 """
 
 from __future__ import annotations

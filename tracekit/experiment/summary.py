@@ -1,6 +1,6 @@
 """The original runner's summary figures, computed from recorded experiment bundles.
 
-Per run (reference ``bidkv-behaviour.md`` §E.8, with two measurement defects fixed, §G.17):
+Per run (docs/experiments.md, "Summary figures", with two measurement defects fixed):
 
 - **latencies from the scheduled arrival time**: TTFT = first token - arrival, E2E = finish -
   arrival, where arrival is the trace's arrival time. The original measured from when a client
@@ -40,7 +40,8 @@ __all__ = [
     "run_metrics",
 ]
 
-#: The original analysis' two-sided 95% t values by number of runs (§E.8); 1.96 otherwise.
+#: The original analysis' two-sided 95% t values by number of runs; 1.96 otherwise
+#: (docs/experiments.md, "Summary figures").
 ORIGINAL_T95: dict[int, float] = {
     2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365,
 }  # fmt: skip
@@ -89,7 +90,7 @@ class SloSpec:
 
 
 def original_t(n: int) -> float:
-    """The original analysis' t value for ``n`` runs (§E.8)."""
+    """The original analysis' t value for ``n`` runs."""
     return ORIGINAL_T95.get(n, 1.96)
 
 
@@ -127,7 +128,7 @@ def run_metrics(
     sent
         ``run_id, request_id, sent_s``: measure TTFT and E2E from when the emulated client sent
         each request instead of from its scheduled arrival. This reproduces the original
-        runner's measurement (client-side queueing left out, §G.17), for comparison only.
+        runner's measurement (client-side queueing left out), for comparison only.
 
     Returns
     -------
@@ -201,7 +202,7 @@ def aggregate_runs(
     by: Sequence[str] = ("strategy", "rate"),
     metrics: Sequence[str] = METRICS,
 ) -> pl.DataFrame:
-    """Mean and 95% half-width of each metric over the runs of each group (§E.8).
+    """Mean and 95% half-width of each metric over the runs of each group.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """Frozen experiment traces: the original ``freeze_traces`` generator over a length pool.
 
-The original BidKV runner replayed frozen workload files (reference ``bidkv-behaviour.md``
-§E.7). This module generates equivalent ones from any loaded workload's lengths:
+The original BidKV runner replayed frozen workload files (docs/experiments.md, "Traces").
+This module generates equivalent ones from any loaded workload's lengths:
 
 - ``rng = random.Random(seed)``; ``rng.sample(pool, N)`` picks the requests; then, from the
   **same generator**, arrivals are cumulative ``rng.expovariate(rate / 1000)`` milliseconds. The

@@ -1,6 +1,6 @@
 """Engine side of the victim-policy contracts, emulated with the standard library only.
 
-Two engine hosts load a victim policy (reference ``bidkv-behaviour.md`` §B, §D.2):
+Two engine hosts load a victim policy (docs/contracts.md):
 
 - :mod:`tracekit.hosts.preemption_policy`: the typed ``vllm.preemption-policy.v1`` contract
   (current vLLM-HUST). ``--preemption-policy package.module.Class`` is loaded by

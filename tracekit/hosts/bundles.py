@@ -1,7 +1,7 @@
 """Admission of typed extension bundles (Bundle v1) for the legacy ``VictimSelector`` host.
 
 A pre-0.28 vLLM-HUST host builds an immutable startup snapshot of *admitted* extension bundles
-before the scheduler starts (reference ``bidkv-behaviour.md`` §D.2). Here the installed bundles
+before the scheduler starts (docs/contracts.md, "Bundle admission"). Here the installed bundles
 are found through the entry-point groups ``vllm.extension_bundles`` and
 ``vllm_hust.extension_bundles``: the entry-point name is the bundle id and its value names a
 package whose JSON files are the static manifests (``org.vllm-hust.bidkv = bidkv.manifests``). Only

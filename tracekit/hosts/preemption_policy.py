@@ -1,6 +1,7 @@
 """Engine side of the typed ``vllm.preemption-policy.v1`` contract.
 
-This module emulates what a vLLM-HUST host provides (reference ``bidkv-behaviour.md`` §B): the
+This module emulates what a vLLM-HUST host provides
+(docs/contracts.md#the-typed-host-vllmpreemption-policyv1): the
 frozen candidate and context types, the ``PreemptionPolicy`` protocol, the statistics record, and
 the ``PreemptionPolicyController`` that owns one policy per engine process. Standard library only:
 engines and the embedded engine import it without the toolkit's dependencies.
@@ -92,7 +93,7 @@ class PreemptionPolicy(Protocol):
 
 @dataclass(slots=True)
 class PreemptionPolicyStats:
-    """Cumulative per-process counters exported by the controller (reference §B.1, §B.4)."""
+    """Cumulative per-process counters exported by the controller."""
 
     policy_name: str = "builtin"
     enabled: bool = False
@@ -104,7 +105,7 @@ class PreemptionPolicyStats:
 
 
 def builtin_victim_id(context: PreemptionContext) -> str:
-    """The host's built-in victim (reference §B.2).
+    """The host's built-in victim (docs/contracts.md, "The built-in victim").
 
     A host-supplied ``builtin_victim_id`` that names a candidate wins; otherwise PRIORITY takes
     ``max(priority, arrival_time)`` (first maximal element in host order) and FCFS the tail.
@@ -160,7 +161,7 @@ def resolve_qualname(qualname: str) -> Any:
 
 
 def load_policy(configured: Any, vllm_config: Any = None) -> PreemptionPolicy | None:
-    """Load a policy the way the host does at startup (reference §B.3).
+    """Load a policy the way the host does at startup (docs/contracts.md, "Loading").
 
     ``configured`` is ``None`` (built-in only), a qualified name, a class, a factory object with
     ``from_vllm_config``, or a policy instance. A name follows the host's rule exactly (factory,
@@ -191,7 +192,8 @@ class PreemptionPolicyController:
 
     Counts calls, selections, abstentions, failures and invalid selections; applies the built-in
     victim on abstention; on an exception or an id that is not a candidate, logs once and restores
-    the built-in policy for the rest of the process (reference §B.4).
+    the built-in policy for the rest of the process
+    (docs/contracts.md#the-controller-and-its-counters).
 
     Parameters
     ----------

@@ -1,9 +1,9 @@
 """Engine side of the legacy ``VictimSelector`` contract (pre-0.28 vLLM-HUST).
 
-This module emulates the host module ``vllm/v1/core/sched/victim_selector.py`` (reference
-``bidkv-behaviour.md`` §B.7, §D.2): the ``VictimSelector`` protocol, the built-in
-:class:`NoOpVictimSelector`, and :func:`get_victim_selector`, which the scheduler calls once at
-startup. Discovery order:
+This module emulates the host module ``vllm/v1/core/sched/victim_selector.py``
+(docs/contracts.md, "The legacy host: VictimSelector"): the ``VictimSelector`` protocol, the
+built-in :class:`NoOpVictimSelector`, and :func:`get_victim_selector`, which the scheduler calls
+once at startup. Discovery order:
 
 1. ``additional_config["victim_selector_plugin_disabled"]`` truthy: the built-in selector
    (emergency bypass; nothing is discovered or imported).

@@ -4,8 +4,9 @@ Three manifest formats are understood, each with a JSON Schema in ``schemas/mani
 from the package ``tracekit.schemas.manifests``, keyed by the schema's ``schema_version`` const):
 
 - Extension Manifest ``0.2-experimental`` and ``0.3-experimental``: Extension Manager manifests
-  for the typed ``vllm.preemption-policy.v1`` contract (reference ``bidkv-behaviour.md`` §D.3);
-- Bundle v1 (``1.0``): typed bundles read by pre-0.28 hosts' ``VictimSelector`` seam (§D.2).
+  for the typed ``vllm.preemption-policy.v1`` contract (docs/contracts.md, "Extension manifests");
+- Bundle v1 (``1.0``): typed bundles read by pre-0.28 hosts' ``VictimSelector`` seam
+  (docs/contracts.md, "Discovery order").
 
 :func:`validate_manifest` checks the schema and then the rules a scheduler policy needs: exactly
 one policy component (``vllm.preemption-policy.v1``, or ``vllm.scheduler.policy.v1`` in a
@@ -191,7 +192,9 @@ def validate_manifest(path: str | Path, *, resolve: bool = True) -> list[Manifes
 def render_manifest(
     path: str | Path, overrides: Mapping[str, str] | None = None
 ) -> RenderedActivation:
-    """Render what enabling a manifest passes to the engine (reference §D.3).
+    """Render what enabling a manifest passes to the engine.
+
+    The rules: docs/contracts.md, "Render rules (tracekit.manifests.render_manifest)".
 
     The manifest is validated first, without importing the policy. Then:
     ``environment`` = ``activation.environment`` updated with ``overrides`` (declared keys only,

@@ -1,13 +1,13 @@
 """``tracekit record import``: turn what the original BidKV logs into trace bundles.
 
-Two sources exist on GPU deployments of the original (reference ``bidkv-behaviour.md``):
+Two sources exist on GPU deployments of the original (docs/trace-format.md, "Imports"):
 
 ``preemption-events``
-    The legacy preemption-candidate JSONL (§E.5, ``BIDKV_LOG_PREEMPTION_EVENTS``): one event per
+    The legacy preemption-candidate JSONL (``BIDKV_LOG_PREEMPTION_EVENTS``): one event per
     line with every running request in running order and the choices of four simulated strategies.
     It records no requesting request, no step and not which victim the engine applied.
 ``snapshots``
-    The production policy's decision snapshots (§C.3): JSON/JSONL of ``get_recent_snapshots()``
+    The production policy's decision snapshots: JSON/JSONL of ``get_recent_snapshots()``
     dictionaries, or log files with ``[BidKV][...] latest_snapshot={...}`` lines. They hold only
     the policy's top-k candidates, in rank order, without prompt, output or max-token counts.
 
@@ -40,7 +40,7 @@ ImportKind = Literal["preemption-events", "snapshots"]
 
 # The strategy names of the legacy logger's ``strategy_choices``; ``pe-lifo`` is vLLM's built-in.
 EVENT_STRATEGIES = ("pe-lifo", "largest-first", "pe-sjf", "bidkv")
-# Snapshot reasons of decisions where the V4 policy abstained (reference §C.2).
+# Snapshot reasons of decisions where the V4 policy abstained (docs/policy.md#the-bidkv-decision).
 ABSTAIN_REASONS = ("liveness_abstain", "cascade_abstain")
 _SNAPSHOT_LINE = re.compile(r"latest_snapshot=(\{.*\})\s*$")
 

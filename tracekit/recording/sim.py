@@ -52,7 +52,8 @@ ENGINE_NAMES = {"vllm": "embedded-vllm", "sglang": "embedded-sglang"}
 
 Progress = Callable[[int, int], None]
 
-# Outcome -> counters it increments (reference §B.4), for hosts that keep no counters.
+# Outcome -> counters it increments (docs/contracts.md, "The controller and its counters"), for
+# hosts that keep no counters.
 _COUNTED = {
     "selected": ("calls", "selections"),
     "abstained": ("calls", "abstentions"),
@@ -305,7 +306,8 @@ def record_sim(
 def policy_log(path: Path) -> Iterator[None]:
     """Send the policy's log lines (logger ``vllm``, INFO and up) to ``path`` during a run.
 
-    The lines keep the formats of reference §C, so analysers that count ``[BidKV] ...`` lines
+    The lines keep the formats of docs/policy.md, "Counters, snapshots, logs", so analysers that
+    count ``[BidKV] ...`` lines
     work on recorded runs; they do not reach the console.
     """
     logger = logging.getLogger("vllm")

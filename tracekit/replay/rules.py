@@ -150,7 +150,7 @@ class ChunkRules:
 
     @cached_property
     def builtin_rows(self) -> pl.Series:
-        """The host's built-in victim (``builtin_victim_id(context)``, reference §B.2).
+        """The host's built-in victim (docs/contracts.md#the-built-in-victim).
 
         The recorded ``builtin_victim_id`` when it names a candidate, else the policy's default
         rule (the host's PRIORITY and FCFS rules are the same as the policy's).

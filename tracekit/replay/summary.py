@@ -6,7 +6,8 @@ count per pair of strategies, and victim counts of the current run. Victim count
 top ``top_k`` per strategy when a run ends, which is exact because a request belongs to one run.
 :func:`summarize` applies it to a whole table at once.
 
-Counters follow the controller (reference §B.4): ``calls`` = selected + abstained + invalid +
+Counters follow the controller (docs/contracts.md, "The controller and its counters"): ``calls`` =
+selected + abstained + invalid +
 exception, ``failures`` = invalid + exception. ``gate_fallbacks`` counts the decisions whose
 reason is ``gate_fallback``: the production ``bidkv`` strategy returned its default victim at a
 gate (too few candidates, KV usage below the gate, cooldown), as ``last_decision_reason()``

@@ -1,4 +1,6 @@
-"""Effectiveness per cell and strategy: paired changes against the baseline (reference §E.9).
+"""Effectiveness per cell and strategy: paired changes against the baseline.
+
+The rule: docs/report.md, "Effectiveness (per cell and strategy)".
 
 Every repeat of a cell ran the baseline (``builtin``) and each strategy on the same requests.
 The paired relative change of a metric in one repeat is ``100 * (strategy / baseline - 1)``; the

@@ -1,6 +1,6 @@
 """The verdicts of a qualification: lifecycle labels, the functional gate, effectiveness.
 
-Three questions, kept apart (reference §D.3 and §E.9):
+Three questions, kept apart (docs/report.md, "The verdict rules"):
 
 1. **Lifecycle** — how far the candidate got: *installed* (``bidkv`` and its manifests import,
    the policy class resolves), *configured* (the policy configuration validates), *enabled* (the

@@ -19,7 +19,8 @@ from tracekit.trace.schema import trace_schema
 __all__ = ["BundleReport", "ValidationReport", "validate_trace"]
 
 OUTCOMES = ("selected", "abstained", "invalid", "exception", "disabled", "builtin")
-# Outcomes that mean the controller called the policy (reference §B.4: disabled/builtin do not).
+# Outcomes that mean the controller called the policy (disabled/builtin do not;
+# docs/trace-format.md, "Outcomes and counters").
 CALLED = ("selected", "abstained", "invalid", "exception")
 
 Status = Literal["ok", "truncated", "invalid"]

@@ -1,6 +1,6 @@
 """Loader for the original BidKV frozen trace JSON lines (``bidkv/experiments/common/trace.py``).
 
-One JSON object a line (reference ``bidkv-behaviour.md`` §E.7)::
+One JSON object a line (docs/workloads.md, "Original BidKV frozen trace (bidkv-trace)")::
 
     {"request_id": "mixed-0000", "prompt_tokens": [128000, 9906, ...], "max_new_tokens": 128,
      "arrival_offset_ms": 263.1, "workload": "mixed", "slo_ttft_ms": 500.0, "metadata": {}}

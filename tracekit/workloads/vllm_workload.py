@@ -1,6 +1,7 @@
 """Loader for the original BidKV vLLM workload JSON (``bidkv/experiments/vllm/workload.py``).
 
-One JSON document (reference ``bidkv-behaviour.md`` §E.7), written with ``indent=2``::
+One JSON document (docs/workloads.md, "Original BidKV vLLM workload JSON (vllm-workload)"),
+written with ``indent=2``::
 
     {"workload_name": "mixed", "request_rate": 3.8, "seed": 42, "dataset_source": "...",
      "frozen_at": "", "num_requests": 1000,

@@ -1,7 +1,7 @@
 """Configuration of the BidKV preemption policy: settings, parsing and validation.
 
 Every setting is read from a ``BIDKV_UTILITY_*`` environment variable and may be overridden by the
-key of the same name in vLLM's ``additional_config`` (reference ``bidkv-behaviour.md`` §C.1). A
+key of the same name in vLLM's ``additional_config`` (docs/policy.md, "Settings"). A
 :class:`BidkvSelectorConfig` is validated when it is constructed, whichever way it is built, so an
 engine that is given a bad setting fails at startup instead of at its first preemption.
 """
@@ -191,7 +191,7 @@ def _env_values(environ: Mapping[str, str] | None) -> dict[str, Any]:
 class BidkvSelectorConfig:
     """Immutable, validated settings of :class:`BidkvPreemptionPolicy`.
 
-    The first fifteen fields are those of the original (reference §C.1); ``utility_seed``,
+    The first fifteen fields are the original's (docs/policy.md, "Settings"); ``utility_seed``,
     ``utility_liveness_mode`` and ``utility_slo_s`` are ours. Values are normalised and checked
     in ``__post_init__``: booleans are parsed strictly (:func:`parse_bool`), numbers with
     ``int()``/``float()``, strings are stripped and lower-cased, then :meth:`validate` runs.
@@ -233,7 +233,7 @@ class BidkvSelectorConfig:
         Seed of the ``static-random`` strategy's own generator.
     utility_liveness_mode
         ``"abstain"`` (V4, the shipped 0.2.1 behaviour) or ``"barrier"`` (V3, the README's
-        behaviour, reference §C.5).
+        behaviour, docs/policy.md, "Barrier mode (V3)").
     utility_slo_s
         Latency objective of the ``slack-aware`` strategy in seconds; positive.
     """

@@ -1,4 +1,6 @@
-"""Decision counters, bounded per-request tables and snapshots (reference §C.3, §C.4).
+"""Decision counters, bounded per-request tables and snapshots.
+
+See docs/policy.md, "Counters, snapshots, logs" and docs/policy.md, "Bounded state".
 
 Every decision, abstentions included, is recorded once. The per-request tables are bounded by a
 least-recently-touched rule (:class:`LruTable`); nothing else grows with the number of requests.
@@ -167,7 +169,7 @@ class DecisionRecorder:
         reason: str = "strategy",
         ranked: Sequence[UtilityCandidateScore] = (),
     ) -> None:
-        """Record one decision (reference §C.3).
+        """Record one decision (docs/policy.md, "Counters, snapshots, logs").
 
         Parameters
         ----------
@@ -237,11 +239,17 @@ class DecisionRecorder:
             self.snapshots.append(snapshot)
 
     def last_decision(self) -> dict[str, Any] | None:
-        """The last decision record (reference §C.3 keys), or ``None`` before any decision."""
+        """The last decision record, or ``None`` before any decision.
+
+        Keys: docs/policy.md, "Counters, snapshots, logs".
+        """
         return None if self._last is None else _decision_dict(self._last)
 
     def export(self) -> dict[str, Any]:
-        """The metrics dictionary of ``export_metrics`` (reference §C.4), keys in its order."""
+        """The metrics dictionary of ``export_metrics``, keys in its order.
+
+        See docs/policy.md, "Counters, snapshots, logs".
+        """
         total = self.total_preemptions
         checks = self.consecutive_preemption_checks
         return {
@@ -263,7 +271,9 @@ class DecisionRecorder:
         }
 
     def emit_log(self, logger: logging.Logger, scheduler_name: str) -> None:
-        """Log the counters, the last decision and (at DEBUG) the last snapshot (reference §C.4).
+        """Log the counters, the last decision and (at DEBUG) the last snapshot.
+
+        See docs/policy.md, "Counters, snapshots, logs".
 
         Nothing is logged before the first decision. The formats are the original's.
         """

@@ -1,11 +1,11 @@
 """``BidkvPreemptionPolicy``: the victim policy a vLLM-HUST host loads by qualified name.
 
 The host calls :meth:`BidkvPreemptionPolicy.select_victim` when a running request's KV allocation
-fails (``vllm.preemption-policy.v1``, reference §B). The policy returns a candidate's id or
+fails (``vllm.preemption-policy.v1``, docs/contracts.md). The policy returns a candidate's id or
 ``None`` to abstain (the host then applies its built-in victim). Decisions follow the shipped
-0.2.1 code (V4, reference §C.2) unless ``utility_liveness_mode="barrier"`` selects the V3
-behaviour of §C.5. Log lines keep the original's formats on the ``"vllm"`` logger, because
-external analysers count them.
+0.2.1 code (V4, docs/policy.md, "The bidkv decision") unless ``utility_liveness_mode="barrier"``
+selects the V3 behaviour (docs/policy.md, "Barrier mode (V3)"). Log lines keep the original's
+formats on the ``"vllm"`` logger, because external analysers count them.
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ class BidkvPreemptionPolicy:
         kv_utilization: float | None = None,
         now_s: float | None = None,
     ) -> Any:
-        """Legacy ``VictimSelector`` entry point (reference §B.7).
+        """Legacy ``VictimSelector`` entry point (docs/policy.md, "Loading").
 
         Parameters
         ----------
@@ -256,7 +256,7 @@ class BidkvPreemptionPolicy:
     # -- metrics ----------------------------------------------------------------------------
 
     def export_metrics(self) -> dict[str, Any]:
-        """Return the decision counters (reference §C.4).
+        """Return the decision counters (docs/policy.md, "Counters, snapshots, logs").
 
         Returns
         -------
@@ -284,7 +284,9 @@ class BidkvPreemptionPolicy:
         return self._metrics.recent_snapshots(limit)
 
     def emit_observability_log(self, logger: logging.Logger, scheduler_name: str) -> None:
-        """Log the counters and the latest decision (legacy-protocol method, reference §C.4).
+        """Log the counters and the latest decision (legacy-protocol method).
+
+        See docs/policy.md, "Counters, snapshots, logs".
 
         Parameters
         ----------
@@ -298,9 +300,9 @@ class BidkvPreemptionPolicy:
     def get_last_decision(self) -> dict[str, Any] | None:
         """The last decision record, or ``None`` before the first decision.
 
-        Keys as reference §C.3 (``timestamp_s``, ``policy``, ``used_utility``,
+        Keys (docs/policy.md#counters-snapshots-logs) ``timestamp_s``, ``policy``, ``used_utility``,
         ``kv_utilization``, ``running_size``, ``selected_victim_id``, ``default_victim_id``,
-        ``decision_reason``). Hosts and recorders read ``decision_reason`` from here.
+        ``decision_reason``. Hosts and recorders read ``decision_reason`` from here.
 
         Returns
         -------
@@ -485,8 +487,8 @@ class BidkvPreemptionPolicy:
         scan: ScanResult,
         ranked: Sequence[UtilityCandidateScore],
     ) -> Any:
-        # V3 (reference §C.5): an epoch barrier over every candidate, and a cascade rule that
-        # selects the requester. Never abstains.
+        # V3 (docs/policy.md, "Barrier mode (V3)"): an epoch barrier over every candidate, and a
+        # cascade rule that selects the requester. Never abstains.
         metrics = self._metrics
         n = len(candidates)
         threshold = self._liveness
@@ -565,7 +567,8 @@ class BidkvPreemptionPolicy:
             reasons.append(f"running({n})<min({self._min_running})")
         gate = self._kv_gate
         if gate > 0 and (kv or 0) < gate:
-            # The original formatted None with :.2f and raised (reference §G.5); print it.
+            # The original formatted None with :.2f and raised; print it
+            # (docs/policy.md, "Deliberate differences from the original").
             shown = "None" if kv is None else f"{kv:.2f}"
             reasons.append(f"kv({shown})<gate({gate})")
         _LOGGER.info(
@@ -605,7 +608,7 @@ class BidkvPreemptionPolicy:
 
 
 class BidkvVictimSelector(BidkvPreemptionPolicy):
-    """The legacy-host face of :class:`BidkvPreemptionPolicy` (reference §B.7).
+    """The legacy-host face of :class:`BidkvPreemptionPolicy` (docs/policy.md, "Loading").
 
     Identical behaviour; it also declares ``vllm_victim_selector_api_version = 1`` so that a
     pre-0.28 host accepts it (the original's alias lacked it and could not be loaded there).

@@ -1,4 +1,4 @@
-"""Utility scoring, ranking and the built-in default victim (reference §A.3).
+"""Utility scoring, ranking and the built-in default victim (docs/policy.md, "Strategies").
 
 ``U = r / (delta + epsilon)`` with ``r = max(num_computed_tokens, 0)``,
 ``delta = 1 + w_c * completion + w_p * num_preemptions`` and

@@ -1,4 +1,4 @@
-"""The module engines load by qualified name (reference §I).
+"""The module engines load by qualified name (docs/policy.md, "Loading").
 
 ``--preemption-policy bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy`` (typed hosts) and
 ``bidkv.adapters.vllm_hust.selector:BidkvVictimSelector`` (legacy hosts, entry point group

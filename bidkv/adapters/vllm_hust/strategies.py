@@ -53,7 +53,7 @@ def largest_first_victim(candidates: Sequence[Any]) -> Any:
 
 
 def sglang_default_victim(candidates: Sequence[Any], scheduling_policy: object) -> Any:
-    """SGLang's retraction order (``ScheduleBatch.retract_decode``, ``engines.md``).
+    """SGLang's retraction order (``ScheduleBatch.retract_decode``; docs/policy.md, "Strategies").
 
     SGLang sorts the running batch by ``(len(output_ids), -len(origin_input_ids))`` descending
     with a stable sort and retracts from the end. The first victim therefore has the fewest
