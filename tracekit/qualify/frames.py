@@ -242,9 +242,12 @@ def most_preempted_frame(results: Results, limit: int = 10) -> pl.DataFrame:
             "recomputed_tokens",
             (pl.col("finish_s") - pl.col("arrival_s")).alias("e2e_s"),
         )
+        # A sweep folder holds several cells with the same (strategy, repeat, request_id): a
+        # stable sort keeps such ties in the cells' order, so the page is the same every time.
         .sort(
             ["num_preemptions", "recomputed_tokens", "strategy", "repeat", "request_id"],
             descending=[True, True, False, False, False],
+            maintain_order=True,
         )
         .head(limit)
         .collect()
