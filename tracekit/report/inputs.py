@@ -20,8 +20,10 @@ __all__ = ["ReportInputs"]
 class ReportInputs:
     """The finished inputs of one report page.
 
-    Frame columns are those of the :mod:`tracekit.qualify.frames` and
-    :mod:`tracekit.qualify.diff_frames` function of the same name.
+    Each frame's columns are documented on the function that builds it, named after the field
+    in :mod:`tracekit.qualify.frames` or :mod:`tracekit.qualify.diff_frames`
+    (``latency_ecdf`` is ``latency_ecdf_frame``; ``intervals`` is
+    :func:`tracekit.qualify.effectiveness.interval_frame`).
 
     Attributes
     ----------
