@@ -46,7 +46,7 @@ def _runtime_imports(tree: ast.AST) -> list[str]:
 
 def test_report_imports_nothing_of_tracekit_but_itself() -> None:
     # No results reader, trace reader, statistics or verdict: imports go qualify -> report only.
-    files = sorted(REPORT_PACKAGE.glob("*.py"))
+    files = sorted(REPORT_PACKAGE.rglob("*.py"))
     assert files
     offending = {
         f"{path.name}: {module}"
