@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from report_helpers import EVIL_ID, EVIL_WORKLOAD, shared_results
 
-from tracekit.report import render_report
+from tracekit.qualify import write_report
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 TIMEOUT_S = 60.0
@@ -279,7 +279,7 @@ def _requests(events: list[dict[str, Any]]) -> list[str]:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = shared_results(tmp_path_factory)
-    return render_report(results, tmp_path_factory.mktemp("browser") / "report.html")
+    return write_report(results, tmp_path_factory.mktemp("browser") / "report.html")
 
 
 def test_report_renders_offline_without_errors_or_injection(report: Path, tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 from report_helpers import EVIL_ID, EVIL_WORKLOAD, copy_results, shared_results
 
-from tracekit.report import QUALIFICATION_NAME, load_results, render_report
-from tracekit.report.frames import kv_usage_frame, latency_ecdf_frame
+from tracekit.qualify import QUALIFICATION_NAME, load_results, write_report
+from tracekit.qualify.frames import kv_usage_frame, latency_ecdf_frame
 from tracekit.report.html import javascript_bundle
 from tracekit.report.markup import Column, esc, html_table, script_json
 
@@ -26,7 +26,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def page(results: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    out = render_report(results, tmp_path_factory.mktemp("html") / "report.html")
+    out = write_report(results, tmp_path_factory.mktemp("html") / "report.html")
     return out.read_text("utf-8")
 
 
@@ -37,7 +37,7 @@ def _without_bundle(page: str) -> str:
 
 
 def test_writes_html_and_qualification_beside_it(results: Path, tmp_path: Path) -> None:
-    out = render_report(results, tmp_path / "sub" / "r.html")
+    out = write_report(results, tmp_path / "sub" / "r.html")
     assert out == tmp_path / "sub" / "r.html"
     document = json.loads((out.parent / QUALIFICATION_NAME).read_text())
     assert document["candidate"] == "bidkv"
@@ -50,7 +50,7 @@ def test_writes_html_and_qualification_beside_it(results: Path, tmp_path: Path) 
 
 def test_default_output_is_inside_the_results_folder(results: Path, tmp_path: Path) -> None:
     copy = copy_results(results, tmp_path / "results")
-    assert render_report(copy) == copy / "report.html"
+    assert write_report(copy) == copy / "report.html"
     assert (copy / QUALIFICATION_NAME).is_file()
 
 
@@ -135,8 +135,8 @@ def test_html_table_escapes_cells_headers_and_classes() -> None:
 
 
 def test_rendering_is_deterministic(results: Path, tmp_path: Path) -> None:
-    first = render_report(results, tmp_path / "a" / "report.html")
-    second = render_report(results, tmp_path / "b" / "report.html")
+    first = write_report(results, tmp_path / "a" / "report.html")
+    second = write_report(results, tmp_path / "b" / "report.html")
     assert first.read_bytes() == second.read_bytes()
     assert (first.parent / QUALIFICATION_NAME).read_bytes() == (
         second.parent / QUALIFICATION_NAME
@@ -163,7 +163,7 @@ def test_missing_replay_and_diff_are_reported_not_fatal(results: Path, tmp_path:
     shutil.rmtree(copy / "replay")
     shutil.rmtree(copy / "diff")
     (copy / "conformance.json").unlink()
-    page = render_report(copy).read_text()
+    page = write_report(copy).read_text()
     assert "replay/agreement.parquet is absent" in page
     assert "diff/diff.json is absent" in page
     document = json.loads((copy / QUALIFICATION_NAME).read_text())

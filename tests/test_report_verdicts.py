@@ -10,8 +10,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tracekit.report import ResultsError, compute_qualification, write_qualification
-from tracekit.report.results import CELL_COLUMNS
+from tracekit.qualify import ResultsError, compute_qualification, write_qualification
+from tracekit.qualify.results import CELL_COLUMNS
 
 CELL = "hand|rate=1.0|bidkv:defaults"
 T95_DF2 = 4.303  # two-sided 95% Student-t critical value, 2 degrees of freedom

@@ -17,9 +17,8 @@ from tracekit.cli.options import (
     workload_options,
     workload_settings,
 )
-from tracekit.qualify import QualifyPlan, run_qualify
+from tracekit.qualify import QualifyPlan, run_qualify, write_report
 from tracekit.recording.sim import load_run_workload, make_engine_config
-from tracekit.report import render_report
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
 
 
@@ -84,4 +83,4 @@ def qualify(**options: Any) -> None:
 def report(results: Path, out: Path | None) -> None:
     """Render the offline HTML report and qualification.json of a qualify or sweep folder."""
     with library_errors(exit_code=2):
-        click.echo(render_report(results, out))
+        click.echo(write_report(results, out))

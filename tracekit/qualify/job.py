@@ -30,9 +30,9 @@ from tracekit.conformance import run_conformance
 from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
+from tracekit.qualify.reporting import write_report
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay import replay_open
-from tracekit.report import render_report
 from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
@@ -239,4 +239,4 @@ def _open_replay(staging: Path, strategies: list[StrategySpec]) -> None:
 
 def _render(staging: Path) -> None:
     """Render report.html and qualification.json into the results folder."""
-    render_report(staging)
+    write_report(staging)

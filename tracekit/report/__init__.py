@@ -1,22 +1,13 @@
-"""The qualification report: verdicts (``qualification.json``) and one offline HTML page.
+"""The qualification report's page: HTML and Altair charts from finished frames.
 
-``compute_qualification(results_dir)`` reads a folder written by ``tracekit qualify`` and returns
-the verdicts: the lifecycle labels, the functional compatibility gate and the effectiveness label
-of every cell and strategy. ``render_report(results_dir, out_html)`` writes the HTML report and
-``qualification.json`` beside it. ``docs/report.md`` explains how to read both.
+``render_page(view, out_html)`` writes one self-contained HTML page from a
+:class:`ReportInputs` (the verdicts and the small frames behind every chart and table). This
+package reads no results folder and computes no verdict or statistic: ``tracekit.qualify``
+does (``tracekit.qualify.write_report``), and imports go one way, qualify to report.
+``docs/report.md`` explains how to read the page.
 """
 
-from tracekit.report.html import QUALIFICATION_NAME, REPORT_NAME, render_report
-from tracekit.report.results import Results, ResultsError, load_results
-from tracekit.report.verdicts import compute_qualification, write_qualification
+from tracekit.report.html import REPORT_NAME, render_page
+from tracekit.report.inputs import ReportInputs
 
-__all__ = [
-    "QUALIFICATION_NAME",
-    "REPORT_NAME",
-    "Results",
-    "ResultsError",
-    "compute_qualification",
-    "load_results",
-    "render_report",
-    "write_qualification",
-]
+__all__ = ["REPORT_NAME", "ReportInputs", "render_page"]

@@ -1,7 +1,7 @@
 """The report's Altair charts, one function per chart, each from a finished frame.
 
-Functions take the frames of :mod:`tracekit.report.frames` (or
-:func:`tracekit.report.effectiveness.interval_frame`) and return an Altair chart; they compute
+Functions take the frames of :mod:`tracekit.qualify.frames` (or
+:func:`tracekit.qualify.effectiveness.interval_frame`) and return an Altair chart; they compute
 nothing but encodings. ``strategies`` fixes the order and colours of strategies across charts.
 """
 
@@ -56,7 +56,7 @@ def delta_chart(
     Parameters
     ----------
     intervals
-        :func:`tracekit.report.effectiveness.interval_frame`.
+        :func:`tracekit.qualify.effectiveness.interval_frame`.
     strategies
         Strategy order (rows).
     margin_pct
@@ -123,7 +123,7 @@ def latency_ecdf_chart(ecdf: pl.DataFrame, strategies: list[str]) -> alt.FacetCh
     Parameters
     ----------
     ecdf
-        :func:`tracekit.report.frames.latency_ecdf_frame`.
+        :func:`tracekit.qualify.frames.latency_ecdf_frame`.
     strategies
         Strategy order and colours.
 
@@ -159,7 +159,7 @@ def kv_usage_chart(kv: pl.DataFrame, strategies: list[str]) -> alt.FacetChart:
     Parameters
     ----------
     kv
-        :func:`tracekit.report.frames.kv_usage_frame`.
+        :func:`tracekit.qualify.frames.kv_usage_frame`.
     strategies
         The runs shown (rows), in order.
 
@@ -226,7 +226,7 @@ def preemption_histogram_chart(histogram: pl.DataFrame, strategies: list[str]) -
     Parameters
     ----------
     histogram
-        :func:`tracekit.report.frames.preemption_histogram_frame`.
+        :func:`tracekit.qualify.frames.preemption_histogram_frame`.
     strategies
         Strategy order and colours.
 
@@ -270,7 +270,7 @@ def recomputed_chart(recomputed: pl.DataFrame, strategies: list[str]) -> alt.Lay
     Parameters
     ----------
     recomputed
-        :func:`tracekit.report.frames.recomputed_frame`.
+        :func:`tracekit.qualify.frames.recomputed_frame`.
     strategies
         Strategy order and colours.
 
@@ -310,7 +310,7 @@ def agreement_chart(agreement: pl.DataFrame, strategies: list[str]) -> alt.Layer
     Parameters
     ----------
     agreement
-        :func:`tracekit.report.frames.agreement_frame`.
+        :func:`tracekit.qualify.frames.agreement_frame`.
     strategies
         Axis order.
 
@@ -348,7 +348,7 @@ def counter_chart(counters: pl.DataFrame, strategies: list[str]) -> alt.LayerCha
     Parameters
     ----------
     counters
-        :func:`tracekit.report.frames.counter_frame`.
+        :func:`tracekit.qualify.frames.counter_frame`.
     strategies
         Strategy order and colours.
 
@@ -377,7 +377,7 @@ def diff_timeline_chart(timeline: pl.DataFrame, divergence_seq: int | None) -> a
     Parameters
     ----------
     timeline
-        :func:`tracekit.report.frames.diff_timeline_frame`.
+        :func:`tracekit.qualify.frames.diff_timeline_frame`.
     divergence_seq
         The first divergence's decision (a dashed rule), or ``None``.
 

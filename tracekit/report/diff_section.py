@@ -1,7 +1,8 @@
 """The report's legacy-versus-typed section: verdict, classes, timeline, first divergence.
 
-Reads ``diff/diff.json`` (``tracekit.diff``'s report: per pair, the differences with their
-classes, the first divergence with both contexts side by side) and the conformance checks.
+Lays out what :mod:`tracekit.qualify.diff_frames` took from ``diff/diff.json`` (``tracekit.diff``'s
+report: the differences with their classes, the first divergence with both contexts side by side)
+and the conformance checks of the qualification document.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.report import charts, frames
+from tracekit.report import charts
+from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import Column, esc, fmt_bool, fmt_int, fmt_value, html_table
 from tracekit.report.page_parts import Section, badge
-from tracekit.report.results import Results
 
 __all__ = ["diff_section"]
 
@@ -53,15 +54,14 @@ def _candidates(side: dict[str, Any], differing: set[tuple[int, str]], title: st
     )
 
 
-def diff_section(results: Results, q: dict[str, Any]) -> Section:
+def diff_section(view: ReportInputs) -> Section:
     """The legacy-versus-typed section.
 
     Parameters
     ----------
-    results
-        A loaded results folder.
-    q
-        Its qualification document (for the conformance checks).
+    view
+        The finished inputs of the page (diff frames, and the qualification document for the
+        conformance checks).
 
     Returns
     -------
@@ -79,29 +79,15 @@ def diff_section(results: Results, q: dict[str, Any]) -> Section:
         "is the first divergence of the contexts: from there on the two runs follow different "
         "histories, so later decisions are not compared.",
     )
-    diff = results.diff
-    if diff is None:
+    verdict = view.diff_verdict
+    if verdict is None:
         section.note("diff/diff.json is absent: the legacy-versus-typed comparison did not run.")
     else:
-        verdict = str(diff.get("verdict"))
-        kind = "ok" if verdict in ("equivalent", "equivalent-modulo-contract") else "bad"
-        section.html(f"<p>Verdict: {badge(verdict, kind)}</p>")
-        classes = [c for p in frames._pairs(diff) for c in p.get("classes") or []]
-        if classes:
-            table = pl.DataFrame(
-                [
-                    {
-                        "kind": str(c.get("kind")),
-                        "contract": bool(c.get("contract")),
-                        "count": int(c.get("count") or 0),
-                        "cause": str(c.get("cause", "")),
-                    }
-                    for c in classes
-                ]
-            )
+        section.html(f"<p>Verdict: {badge(verdict, 'ok' if view.diff_equivalent else 'bad')}</p>")
+        if view.diff_classes.height:
             section.html(
                 html_table(
-                    table,
+                    view.diff_classes,
                     [
                         Column("kind", "class"),
                         Column("contract", "explained by the contracts", fmt_bool),
@@ -110,8 +96,8 @@ def diff_section(results: Results, q: dict[str, Any]) -> Section:
                     ],
                 )
             )
-        timeline = frames.diff_timeline_frame(results)
-        first = frames.first_difference(diff) or {}
+        timeline = view.diff_timeline
+        first = view.first_difference or {}
         divergence = first.get("divergence")
         if timeline is not None and timeline.height:
             section.chart(
@@ -156,7 +142,7 @@ def diff_section(results: Results, q: dict[str, Any]) -> Section:
                 + _candidates(typed, differing, "typed candidates")
                 + "</div>"
             )
-    checks = q.get("conformance") or []
+    checks = view.qualification.get("conformance") or []
     section.html("<h3>Conformance checks</h3>")
     if not checks:
         section.note("conformance.json is absent or lists no check.")

@@ -1,4 +1,4 @@
-"""``render_report``: one self-contained HTML file that works offline.
+"""``render_page``: one self-contained HTML file that works offline.
 
 The page holds everything it needs: the Vega, Vega-Lite and Vega-Embed libraries (the bundle
 that ``vl_convert`` ships, inlined in one ``<script>``), the style sheet, and each chart's
@@ -6,8 +6,10 @@ Vega-Lite spec with its data (a ``<script type="application/json">`` element, se
 :func:`tracekit.report.markup.script_json`). Opening it makes no network request: no CDN, no
 web font, no remote image. Charts render as SVG through ``vegaEmbed``.
 
-Rendering is deterministic: the same results folder gives byte-identical ``report.html`` and
-``qualification.json`` (nothing depends on the clock or on dictionary order).
+The page is laid out from a finished :class:`~tracekit.report.inputs.ReportInputs`; reading the
+results folder and computing the verdicts happen before, in :mod:`tracekit.qualify.reporting`.
+Rendering is deterministic: the same inputs give a byte-identical page (nothing depends on the
+clock or on dictionary order).
 """
 
 from __future__ import annotations
@@ -19,15 +21,14 @@ from typing import Any
 
 import altair as alt
 
+from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import esc, fmt_value, script_json
-from tracekit.report.results import BASELINE, Results, load_results
 from tracekit.report.sections import Section, build_sections
-from tracekit.report.verdicts import dumps_qualification, qualification_from_results
 
-__all__ = ["REPORT_NAME", "QUALIFICATION_NAME", "javascript_bundle", "page_html", "render_report"]
+__all__ = ["REPORT_NAME", "javascript_bundle", "page_html", "render_page"]
 
+# The page's file name in a results folder.
 REPORT_NAME = "report.html"
-QUALIFICATION_NAME = "qualification.json"
 
 _STYLE = """
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --ok: #1a7f37; --bad: #cf222e;
@@ -136,16 +137,16 @@ def _spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
     return spec
 
 
-def _settings_text(results: Results) -> str:
-    changed = results.changed_settings
+def _settings_text(changed: dict[str, Any]) -> str:
     if not changed:
         return "defaults"
     shown = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in changed.items())
     return f"{shown} (others default)"
 
 
-def _header(results: Results, q: dict[str, Any]) -> str:
-    inputs = results.inputs
+def _header(view: ReportInputs) -> str:
+    inputs = view.inputs
+    q = view.qualification
     workload = inputs.get("workload") or {}
     engine = inputs.get("engine_config") or {}
     shown_engine = ", ".join(
@@ -171,9 +172,9 @@ def _header(results: Results, q: dict[str, Any]) -> str:
     created = f"{inputs.get('created_at', '?')} with tracekit {inputs.get('tool_version', '?')}"
     rows = [
         ("workload", f"{workload.get('name', '?')} (sha256 {sha}...)"),
-        ("candidate", f"{q['candidate']} vs baseline {BASELINE}"),
-        ("strategies", ", ".join(results.strategies)),
-        ("policy settings", _settings_text(results)),
+        ("candidate", f"{q['candidate']} vs baseline {view.baseline}"),
+        ("strategies", ", ".join(view.strategies)),
+        ("policy settings", _settings_text(view.changed_settings)),
         ("engine", shown_engine or fmt_value(engine)),
         ("repeats", f"{repeat_kind} ({windows})"),
         ("SLO", f"TTFT <= {slo.get('ttft_s', '?')} s, TPOT <= {slo.get('tpot_s', '?')} s"),
@@ -193,15 +194,13 @@ def _header(results: Results, q: dict[str, Any]) -> str:
     )
 
 
-def page_html(results: Results, qualification: dict[str, Any], sections: list[Section]) -> str:
+def page_html(view: ReportInputs, sections: list[Section]) -> str:
     """The whole page as text.
 
     Parameters
     ----------
-    results
-        A loaded results folder.
-    qualification
-        Its qualification document.
+    view
+        The finished inputs of the page.
     sections
         :func:`tracekit.report.sections.build_sections`.
 
@@ -222,8 +221,8 @@ def page_html(results: Results, qualification: dict[str, Any], sections: list[Se
         for s in sections
         for chart_id, chart in s.charts.items()
     )
-    title = f"Qualification report: {qualification['candidate']} on " + str(
-        (results.inputs.get("workload") or {}).get("name", "?")
+    title = f"Qualification report: {view.candidate} on " + str(
+        (view.inputs.get("workload") or {}).get("name", "?")
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -233,7 +232,7 @@ def page_html(results: Results, qualification: dict[str, Any], sections: list[Se
         "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
         'img-src data:; font-src data:">'
         f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
-        f"{_header(results, qualification)}<nav>{nav}</nav><main>{body}</main>"
+        f"{_header(view)}<nav>{nav}</nav><main>{body}</main>"
         "<footer>Generated by tracekit report from the results folder; self-contained, works "
         "offline.</footer>\n"
         f"{specs}<script>{javascript_bundle()}</script>\n<script>{_INIT}</script>"
@@ -241,33 +240,24 @@ def page_html(results: Results, qualification: dict[str, Any], sections: list[Se
     )
 
 
-def render_report(results_dir: str | Path, out_html: str | Path | None = None) -> Path:
-    """Render the qualification report of a results folder.
-
-    Writes the HTML page and, beside it, ``qualification.json`` (the verdicts).
+def render_page(view: ReportInputs, out_html: str | Path) -> Path:
+    """Write the report page of finished inputs.
 
     Parameters
     ----------
-    results_dir
-        A folder written by ``tracekit qualify``.
+    view
+        The page's frames and qualification document
+        (:func:`tracekit.qualify.reporting.report_inputs`).
     out_html
-        The HTML file to write; ``<results_dir>/report.html`` by default.
+        The HTML file to write; its folder is created if needed.
 
     Returns
     -------
     Path
-        The HTML file.
-
-    Raises
-    ------
-    ResultsError
-        The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column.
+        ``out_html``.
     """
-    results = load_results(results_dir)
-    out = Path(out_html) if out_html is not None else results.root / REPORT_NAME
-    qualification = qualification_from_results(results)
-    page = page_html(results, qualification, build_sections(results, qualification))
+    out = Path(out_html)
+    page = page_html(view, build_sections(view))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(page, "utf-8")
-    (out.parent / QUALIFICATION_NAME).write_text(dumps_qualification(qualification), "utf-8")
     return out

@@ -1,7 +1,8 @@
 """The report's sections: each returns its HTML (text escaped) and the charts it embeds.
 
 Every section (:class:`tracekit.report.page_parts.Section`) has an anchor, a title, a
-plain-language caption and a body of tables and charts. The legacy-versus-typed section lives in
+plain-language caption and a body of tables and charts, laid out from the finished frames of a
+:class:`~tracekit.report.inputs.ReportInputs`. The legacy-versus-typed section lives in
 :mod:`tracekit.report.diff_section`.
 """
 
@@ -11,9 +12,9 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.report import charts, frames
+from tracekit.report import charts
 from tracekit.report.diff_section import diff_section
-from tracekit.report.effectiveness import interval_frame
+from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import (
     Column,
     esc,
@@ -26,7 +27,6 @@ from tracekit.report.markup import (
     html_table,
 )
 from tracekit.report.page_parts import Section, badge
-from tracekit.report.results import BASELINE, Results
 
 __all__ = ["Section", "build_sections"]
 
@@ -38,7 +38,7 @@ def _interval_text(entry: dict[str, Any]) -> str:
     return f"{fmt_signed_pct(mean)} [{fmt_signed_pct(low)}, {fmt_signed_pct(high)}]"
 
 
-def _verdicts(results: Results, q: dict[str, Any]) -> Section:
+def _verdicts(q: dict[str, Any]) -> Section:
     section = Section(
         "verdicts",
         "Verdicts",
@@ -133,7 +133,7 @@ def _verdicts(results: Results, q: dict[str, Any]) -> Section:
     return section
 
 
-def _deltas(q: dict[str, Any], strategies: list[str]) -> Section:
+def _deltas(view: ReportInputs, strategies: list[str]) -> Section:
     section = Section(
         "deltas",
         "Throughput and latency changes",
@@ -142,12 +142,12 @@ def _deltas(q: dict[str, Any], strategies: list[str]) -> Section:
         "of 0 and the P95 end-to-end latency should stay left of the dashed +5% line (the rule); "
         "P95 TTFT is shown for information.",
     )
-    intervals = interval_frame(q["effectiveness"]["cells"])
+    intervals = view.intervals
     if intervals.height == 0:
         section.note("No paired changes to show.")
         return section
-    shown = [s for s in strategies if s != BASELINE]
-    margin = float(q["effectiveness"]["rule"]["latency_margin_pct"])
+    shown = [s for s in strategies if s != view.baseline]
+    margin = float(view.qualification["effectiveness"]["rule"]["latency_margin_pct"])
     section.chart(
         "changes",
         charts.delta_chart(intervals, shown, margin),
@@ -156,7 +156,7 @@ def _deltas(q: dict[str, Any], strategies: list[str]) -> Section:
     return section
 
 
-def _latency(results: Results, strategies: list[str]) -> Section:
+def _latency(view: ReportInputs, strategies: list[str]) -> Section:
     section = Section(
         "latency",
         "Latency distributions",
@@ -166,15 +166,15 @@ def _latency(results: Results, strategies: list[str]) -> Section:
     )
     section.chart(
         "ecdf",
-        charts.latency_ecdf_chart(frames.latency_ecdf_frame(results), strategies),
+        charts.latency_ecdf_chart(view.latency_ecdf, strategies),
         "latency ECDFs per strategy",
     )
     return section
 
 
-def _kv(results: Results, strategies: list[str]) -> Section:
-    candidate = results.candidate
-    shown = [BASELINE, candidate]
+def _kv(view: ReportInputs) -> Section:
+    candidate = view.candidate
+    shown = [view.baseline, candidate]
     section = Section(
         "kv",
         "KV-cache usage over time",
@@ -183,7 +183,7 @@ def _kv(results: Results, strategies: list[str]) -> Section:
         "at the top is one preemption decision (hover for the victim and the reason). "
         "Stretches without steps (the engine was idle) are drawn as straight lines.",
     )
-    kv = frames.kv_usage_frame(results, shown, repeat=0)
+    kv = view.kv_usage
     if kv.height == 0:
         section.note("Repeat 0 has no run of the baseline or the candidate.")
         return section
@@ -191,7 +191,7 @@ def _kv(results: Results, strategies: list[str]) -> Section:
     return section
 
 
-def _preemptions(results: Results, strategies: list[str]) -> Section:
+def _preemptions(view: ReportInputs, strategies: list[str]) -> Section:
     section = Section(
         "starvation",
         "Preemptions per request",
@@ -201,10 +201,10 @@ def _preemptions(results: Results, strategies: list[str]) -> Section:
     )
     section.chart(
         "histogram",
-        charts.preemption_histogram_chart(frames.preemption_histogram_frame(results), strategies),
+        charts.preemption_histogram_chart(view.preemption_histogram, strategies),
         "histogram of preemptions per request",
     )
-    worst = frames.most_preempted_frame(results)
+    worst = view.most_preempted
     if worst.height:
         section.html(
             html_table(
@@ -223,34 +223,21 @@ def _preemptions(results: Results, strategies: list[str]) -> Section:
     return section
 
 
-def _recomputed(results: Results, strategies: list[str]) -> Section:
+def _recomputed(view: ReportInputs, strategies: list[str]) -> Section:
     section = Section(
         "recompute",
         "Recomputed tokens",
         "Tokens whose KV cache was thrown away by preemptions and had to be computed again: "
         "wasted work. Bars are the mean per run, dots the individual repeats.",
     )
-    frame = frames.recomputed_frame(results)
     section.chart(
-        "tokens", charts.recomputed_chart(frame, strategies), "recomputed tokens per strategy"
-    )
-    summary = (
-        frame.group_by("strategy")
-        .agg(
-            pl.col("recomputed_tokens").mean(),
-            pl.col("preemptions").mean(),
-            pl.col("requests_preempted").mean(),
-        )
-        .with_columns(
-            pl.col("strategy")
-            .replace_strict(strategies, range(len(strategies)), default=len(strategies))
-            .alias("o")
-        )
-        .sort("o")
+        "tokens",
+        charts.recomputed_chart(view.recomputed, strategies),
+        "recomputed tokens per strategy",
     )
     section.html(
         html_table(
-            summary,
+            view.recomputed_summary,
             [
                 Column("strategy"),
                 Column("recomputed_tokens", "recomputed tokens (mean)", fmt_float(0), True),
@@ -262,7 +249,7 @@ def _recomputed(results: Results, strategies: list[str]) -> Section:
     return section
 
 
-def _agreement(results: Results, strategies: list[str]) -> Section:
+def _agreement(view: ReportInputs, strategies: list[str]) -> Section:
     section = Section(
         "agreement",
         "Victim agreement (open-mode replay)",
@@ -270,17 +257,16 @@ def _agreement(results: Results, strategies: list[str]) -> Section:
         "recorded context. A cell is the share of decisions where the two strategies picked the "
         "same victim; 100% means they are interchangeable on this workload.",
     )
-    agreement = frames.agreement_frame(results)
+    agreement = view.agreement
     if agreement is None:
         section.note("replay/agreement.parquet is absent: the open-mode replay did not run.")
     else:
         section.chart(
             "heatmap", charts.agreement_chart(agreement, strategies), "victim agreement heatmap"
         )
-    summary = results.replay_summary
-    if summary is not None:
-        counts, victims = frames.replay_summary_frame(summary)
-        decisions = int(summary["decisions"].max()) if "decisions" in summary.columns else None
+    counts, victims = view.replay_counts, view.replay_victims
+    if counts is not None and victims is not None:
+        decisions = view.replay_decisions
         section.html(
             html_table(
                 counts,
@@ -340,7 +326,7 @@ def _column_format(frame: pl.DataFrame, column: str) -> Any:
     return fmt_value
 
 
-def _counters(results: Results, strategies: list[str]) -> Section:
+def _counters(view: ReportInputs, strategies: list[str]) -> Section:
     section = Section(
         "counters",
         "Policy calls and outcomes",
@@ -349,7 +335,7 @@ def _counters(results: Results, strategies: list[str]) -> Section:
         "reason, gate fallbacks (the policy's gates returned the default victim), invalid ids "
         "and failures. The last two must be 0.",
     )
-    counters = frames.counter_frame(results)
+    counters = view.counters
     if counters.height == 0:
         section.note("No policy ran: only the baseline is in cells.parquet.")
         return section
@@ -365,7 +351,7 @@ def _counters(results: Results, strategies: list[str]) -> Section:
     return section
 
 
-def _runs(results: Results) -> Section:
+def _runs(view: ReportInputs) -> Section:
     section = Section(
         "runs",
         "Runs",
@@ -375,7 +361,7 @@ def _runs(results: Results) -> Section:
     f3 = fmt_float(3)
     section.html(
         html_table(
-            results.cells.sort("repeat", "strategy"),
+            view.cells.sort("repeat", "strategy"),
             [
                 Column("repeat", "repeat", fmt_int, True),
                 Column("strategy"),
@@ -401,15 +387,13 @@ def _runs(results: Results) -> Section:
     return section
 
 
-def build_sections(results: Results, qualification: dict[str, Any]) -> list[Section]:
+def build_sections(view: ReportInputs) -> list[Section]:
     """Every section of the report, in page order.
 
     Parameters
     ----------
-    results
-        A loaded results folder.
-    qualification
-        Its :func:`tracekit.report.verdicts.compute_qualification` document.
+    view
+        The finished frames and the qualification document of one results folder.
 
     Returns
     -------
@@ -417,16 +401,16 @@ def build_sections(results: Results, qualification: dict[str, Any]) -> list[Sect
         Verdicts, changes, latency, KV usage, starvation, recomputation, agreement, counters,
         legacy versus typed, runs.
     """
-    strategies = results.strategies
+    strategies = list(view.strategies)
     return [
-        _verdicts(results, qualification),
-        _deltas(qualification, strategies),
-        _latency(results, strategies),
-        _kv(results, strategies),
-        _preemptions(results, strategies),
-        _recomputed(results, strategies),
-        _agreement(results, strategies),
-        _counters(results, strategies),
-        diff_section(results, qualification),
-        _runs(results),
+        _verdicts(view.qualification),
+        _deltas(view, strategies),
+        _latency(view, strategies),
+        _kv(view),
+        _preemptions(view, strategies),
+        _recomputed(view, strategies),
+        _agreement(view, strategies),
+        _counters(view, strategies),
+        diff_section(view),
+        _runs(view),
     ]

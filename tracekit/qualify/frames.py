@@ -1,30 +1,30 @@
 """The finished frames behind the report's charts and tables (pure polars, no plotting).
 
-Every function takes a loaded :class:`~tracekit.report.results.Results` (or one of its parts) and
+Every function takes a loaded :class:`~tracekit.qualify.results.Results` (or one of its parts) and
 returns a small ``polars.DataFrame``: large series are reduced here (ECDFs to a fixed number of
 quantile points, KV usage to at most ``max_points`` time buckets, preemption marks to at most
 ``max_marks`` per run) so that the HTML stays small. Floats are rounded for the same reason.
+They live with the verdicts, not in ``tracekit.report``, because they read the traces and
+aggregate: the report only lays out what they return. The legacy-versus-typed frames are in
+:mod:`tracekit.qualify.diff_frames`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
-from tracekit.report.results import BASELINE, Results
+from tracekit.qualify.results import BASELINE, Results
 from tracekit.trace.bundle import open_trace
 
 __all__ = [
     "agreement_frame",
     "counter_frame",
-    "diff_timeline_frame",
-    "first_difference",
     "kv_usage_frame",
     "latency_ecdf_frame",
     "most_preempted_frame",
     "preemption_histogram_frame",
     "recomputed_frame",
+    "recomputed_summary_frame",
     "replay_summary_frame",
     "run_table",
 ]
@@ -242,9 +242,12 @@ def most_preempted_frame(results: Results, limit: int = 10) -> pl.DataFrame:
             "recomputed_tokens",
             (pl.col("finish_s") - pl.col("arrival_s")).alias("e2e_s"),
         )
+        # A sweep folder holds several cells with the same (strategy, repeat, request_id): a
+        # stable sort keeps such ties in the cells' order, so the page is the same every time.
         .sort(
             ["num_preemptions", "recomputed_tokens", "strategy", "repeat", "request_id"],
             descending=[True, True, False, False, False],
+            maintain_order=True,
         )
         .head(limit)
         .collect()
@@ -267,6 +270,39 @@ def recomputed_frame(results: Results) -> pl.DataFrame:
     return results.cells.select(
         "strategy", "repeat", "recomputed_tokens", "preemptions", "requests_preempted"
     ).sort("strategy", "repeat")
+
+
+def recomputed_summary_frame(recomputed: pl.DataFrame, strategies: list[str]) -> pl.DataFrame:
+    """Mean recomputed tokens, preemptions and preempted requests per strategy.
+
+    Parameters
+    ----------
+    recomputed
+        :func:`recomputed_frame`.
+    strategies
+        Row order; strategies not listed come last.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``strategy, recomputed_tokens, preemptions, requests_preempted`` (means over the
+        repeats), one row per strategy.
+    """
+    return (
+        recomputed.group_by("strategy")
+        .agg(
+            pl.col("recomputed_tokens").mean(),
+            pl.col("preemptions").mean(),
+            pl.col("requests_preempted").mean(),
+        )
+        .with_columns(
+            pl.col("strategy")
+            .replace_strict(strategies, range(len(strategies)), default=len(strategies))
+            .alias("o")
+        )
+        .sort("o")
+        .drop("o")
+    )
 
 
 def counter_frame(results: Results) -> pl.DataFrame:
@@ -383,106 +419,3 @@ def replay_summary_frame(summary: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFr
             .select("strategy", "request_id", "count")
         )
     return counts, victims
-
-
-def _pairs(diff: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if diff is None:
-        return []
-    pairs = diff.get("pairs")
-    return [p for p in pairs if isinstance(p, dict)] if isinstance(pairs, list) else [diff]
-
-
-def diff_timeline_frame(results: Results, max_marks: int = 1000) -> pl.DataFrame | None:
-    """The legacy and typed runs' decisions and their differences, on one decision axis.
-
-    Parameters
-    ----------
-    results
-        A loaded results folder.
-    max_marks
-        Decisions per side at most (every k-th beyond that; differences are all kept).
-
-    Returns
-    -------
-    polars.DataFrame or None
-        ``lane, seq, time_s, label, contract, detail``: ``lane`` is ``legacy`` or ``typed``
-        (one row per decision: ``label`` its outcome, ``detail`` its applied victim) or
-        ``difference`` (``label`` the class, ``contract`` whether the contracts explain it,
-        ``detail`` the explanation). ``None`` without ``diff/diff.json``.
-    """
-    if results.diff is None:
-        return None
-    rows = [
-        {
-            "lane": "difference",
-            "seq": d.get("seq"),
-            "label": str(d.get("kind")),
-            "contract": bool(d.get("contract")),
-            "detail": str(d.get("detail", "")),
-        }
-        for pair in _pairs(results.diff)
-        for d in pair.get("differences") or []
-        if isinstance(d, dict) and d.get("seq") is not None
-    ]
-    schema = {
-        "lane": pl.String, "seq": pl.Int64, "label": pl.String, "contract": pl.Boolean,
-        "detail": pl.String,
-    }  # fmt: skip
-    differences = pl.DataFrame(rows, schema=schema).unique(
-        ["seq", "label"], keep="first", maintain_order=True
-    )
-    sides = []
-    for lane in ("legacy", "typed"):
-        folder = results.root / "diff" / lane
-        if not folder.is_dir() or not any(folder.rglob("manifest.json")):
-            continue
-        decisions = open_trace(folder).scan("decisions").sort("seq")
-        every = (pl.len() // max_marks + 1).cast(pl.Int64)
-        sides.append(
-            decisions.filter(pl.int_range(pl.len()) % every == 0)
-            .select(
-                pl.lit(lane).alias("lane"),
-                "seq",
-                pl.col("time_s").round(3),
-                pl.col("outcome").alias("label"),
-                pl.col("applied_victim_id").alias("detail"),
-            )
-            .collect()
-        )
-    times = pl.DataFrame(schema={"seq": pl.Int64, "time_s": pl.Float64})
-    if sides:
-        times = sides[-1].select("seq", "time_s").unique("seq", keep="first")
-    differences = differences.join(times, on="seq", how="left")
-    return pl.concat([*sides, differences], how="diagonal_relaxed").sort("lane", "seq")
-
-
-def first_difference(diff: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The earliest differing decision and the first divergence of the contexts, if any.
-
-    Parameters
-    ----------
-    diff
-        ``diff/diff.json``.
-
-    Returns
-    -------
-    dict or None
-        ``{"decision": <first decision-scope difference or None>, "divergence": <the first
-        pair's divergence or None>, "verdict": ...}``; ``None`` when there is no diff at all.
-    """
-    if diff is None:
-        return None
-    pairs = _pairs(diff)
-    decision = None
-    divergence = None
-    for pair in pairs:
-        decisions = [
-            d for d in pair.get("differences") or []
-            if isinstance(d, dict) and d.get("scope", "decision") == "decision"
-            and d.get("seq") is not None
-        ]  # fmt: skip
-        if decisions and decision is None:
-            decision = min(decisions, key=lambda d: int(d["seq"]))
-        if divergence is None and isinstance(pair.get("divergence"), dict):
-            divergence = pair["divergence"]
-    return {"verdict": diff.get("verdict"), "decision": decision, "divergence": divergence}

@@ -11,7 +11,7 @@ Three questions, kept apart (docs/report.md, "The verdict rules"):
    candidate's and the baseline's runs completed, no policy failure, no invalid selection, the
    policy stayed enabled, the policy was invoked in every repeat, the legacy and typed paths are
    equivalent (``diff/diff.json``), and every conformance check passed.
-3. **Effectiveness** — per cell and strategy, see :mod:`tracekit.report.effectiveness`.
+3. **Effectiveness** — per cell and strategy, see :mod:`tracekit.qualify.effectiveness`.
 
 :func:`compute_qualification` returns everything as one JSON-ready dictionary
 (``qualification.json``, documented field by field in ``docs/report.md``). It is deterministic:
@@ -29,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.errors import ConfigError, ManifestError
-from tracekit.report.effectiveness import (
+from tracekit.qualify.effectiveness import (
     LATENCY_MARGIN_PCT,
     LATENCY_METRIC,
     MIN_REPEATS,
@@ -37,11 +37,12 @@ from tracekit.report.effectiveness import (
     effectiveness_entries,
     paired_changes,
 )
-from tracekit.report.results import BASELINE, Results, load_results
+from tracekit.qualify.results import BASELINE, Results, load_results
 
 __all__ = [
     "EQUIVALENT_VERDICTS",
     "QUALIFICATION_FORMAT",
+    "QUALIFICATION_NAME",
     "compute_qualification",
     "conformance_checks",
     "dumps_qualification",
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 QUALIFICATION_FORMAT = "tracekit.qualification"
+# The verdicts' file name, beside report.html.
+QUALIFICATION_NAME = "qualification.json"
 EQUIVALENT_VERDICTS = ("equivalent", "equivalent-modulo-contract")
 _POLICY_CLASS = "bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy"
 

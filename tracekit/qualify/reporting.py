@@ -1,0 +1,109 @@
+"""``write_report``: a results folder's ``report.html`` and ``qualification.json``.
+
+The one place where reading, computing and rendering meet. It loads the folder
+(:mod:`~tracekit.qualify.results`), computes the verdicts (:mod:`~tracekit.qualify.verdicts`)
+and the chart frames (:mod:`~tracekit.qualify.frames`, :mod:`~tracekit.qualify.diff_frames`),
+and hands the finished :class:`~tracekit.report.ReportInputs` to
+:func:`tracekit.report.render_page`. ``tracekit qualify`` and ``tracekit report`` both call it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tracekit.qualify import frames
+from tracekit.qualify.diff_frames import diff_classes_frame, diff_timeline_frame, first_difference
+from tracekit.qualify.effectiveness import interval_frame
+from tracekit.qualify.results import BASELINE, Results, load_results
+from tracekit.qualify.verdicts import (
+    EQUIVALENT_VERDICTS,
+    QUALIFICATION_NAME,
+    dumps_qualification,
+    qualification_from_results,
+)
+from tracekit.report import REPORT_NAME, ReportInputs, render_page
+
+__all__ = ["report_inputs", "write_report"]
+
+
+def report_inputs(results: Results, qualification: dict[str, Any]) -> ReportInputs:
+    """Everything the page shows, computed from a loaded results folder.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    qualification
+        Its :func:`~tracekit.qualify.verdicts.qualification_from_results` document.
+
+    Returns
+    -------
+    ReportInputs
+        The document, ``qualify.json`` and the finished frames of every section.
+    """
+    strategies = results.strategies
+    recomputed = frames.recomputed_frame(results)
+    summary = results.replay_summary
+    counts = victims = decisions = None
+    if summary is not None:
+        counts, victims = frames.replay_summary_frame(summary)
+        decisions = int(summary["decisions"].max()) if "decisions" in summary.columns else None
+    diff = results.diff
+    verdict = None if diff is None else str(diff.get("verdict"))
+    return ReportInputs(
+        qualification=qualification,
+        inputs=results.inputs,
+        strategies=tuple(strategies),
+        changed_settings=results.changed_settings,
+        cells=results.cells,
+        intervals=interval_frame(qualification["effectiveness"]["cells"]),
+        latency_ecdf=frames.latency_ecdf_frame(results),
+        # The KV chart compares the baseline with the candidate on repeat 0 only: one run each.
+        kv_usage=frames.kv_usage_frame(results, [BASELINE, results.candidate], repeat=0),
+        preemption_histogram=frames.preemption_histogram_frame(results),
+        most_preempted=frames.most_preempted_frame(results),
+        recomputed=recomputed,
+        recomputed_summary=frames.recomputed_summary_frame(recomputed, strategies),
+        counters=frames.counter_frame(results),
+        agreement=frames.agreement_frame(results),
+        replay_counts=counts,
+        replay_victims=victims,
+        replay_decisions=decisions,
+        diff_verdict=verdict,
+        diff_equivalent=verdict in EQUIVALENT_VERDICTS,
+        diff_classes=diff_classes_frame(diff),
+        diff_timeline=diff_timeline_frame(results),
+        first_difference=first_difference(diff),
+    )
+
+
+def write_report(results_dir: str | Path, out_html: str | Path | None = None) -> Path:
+    """Render the qualification report of a results folder.
+
+    Writes the HTML page and, beside it, ``qualification.json`` (the verdicts). The same folder
+    gives byte-identical files.
+
+    Parameters
+    ----------
+    results_dir
+        A folder written by ``tracekit qualify`` (or ``tracekit sweep``).
+    out_html
+        The HTML file to write; ``<results_dir>/report.html`` by default.
+
+    Returns
+    -------
+    Path
+        The HTML file.
+
+    Raises
+    ------
+    ResultsError
+        The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column.
+    """
+    results = load_results(results_dir)
+    out = Path(out_html) if out_html is not None else results.root / REPORT_NAME
+    qualification = qualification_from_results(results)
+    render_page(report_inputs(results, qualification), out)
+    (out.parent / QUALIFICATION_NAME).write_text(dumps_qualification(qualification), "utf-8")
+    return out
