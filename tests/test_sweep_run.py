@@ -24,7 +24,7 @@ from tracekit.trace import open_trace
 from tracekit.trace.validate import validate_trace
 
 EPOCH = "1700000000"
-# Columns the qualification report reads (tracekit.report.results.CELL_COLUMNS).
+# Columns the qualification report reads (tracekit.qualify.results.CELL_COLUMNS).
 REPORT_COLUMNS = (
     "repeat", "strategy", "host_path", "run_id", "bundle", "cell", "requests", "finished",
     "all_finished", "throughput_rps", "output_tokens_per_s", "ttft_p95_s", "e2e_p95_s",
