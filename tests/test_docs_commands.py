@@ -148,6 +148,8 @@ def test_resolve_rejects_what_the_cli_does_not_have() -> None:
 def test_every_cli_command_has_help_and_is_documented(path: tuple[str, ...]) -> None:
     result = CliRunner().invoke(cli, [*path, "--help"], catch_exceptions=False)
     assert result.exit_code == 0
+    short = CliRunner().invoke(cli, [*path, "-h"], catch_exceptions=False)
+    assert (short.exit_code, short.output) == (0, result.output)
     assert result.output.startswith(f"Usage: cli {' '.join(path)} ") or result.output.startswith(
         f"Usage: tracekit {' '.join(path)} "
     )
