@@ -401,28 +401,57 @@ def _vllm_venv() -> str:
     return venv
 
 
+# 12 requests of the synthetic chunked-prefill workload on 40 blocks: 39 * 16 = 624 usable
+# tokens, so max_model_len 624, and the long prompts force preemptions.
+TINY_VLLM_RUN = [
+    "--workload", REPO / "traces" / "vllm-fixtures" / "workloads" / "synthetic-chunked.csv",
+    "--limit", "12", "--engine-mode", "vllm", "--num-blocks", "40", "--max-num-seqs", "8",
+    "--max-num-batched-tokens", "256", "--max-model-len", "624",
+    "--long-prefill-token-threshold", "128", "--watermark", "0", "--vllm-version", "0.32",
+    "--scheduling-policy", "fcfs", "--clock", "steps", "--step-s", "0.05",
+]  # fmt: skip
+
+
 @pytest.mark.vllm
 def test_record_vllm_on_a_tiny_workload_validates_and_matches_the_engine(tmp_path: Path) -> None:
     venv = _vllm_venv()
-    # 12 requests of the synthetic chunked-prefill workload on 40 blocks: 39 * 16 = 624 usable
-    # tokens, so max_model_len 624, and the long prompts force preemptions.
-    options = [
-        "--workload", REPO / "traces" / "vllm-fixtures" / "workloads" / "synthetic-chunked.csv",
-        "--limit", "12", "--engine-mode", "vllm", "--num-blocks", "40", "--max-num-seqs", "8",
-        "--max-num-batched-tokens", "256", "--max-model-len", "624",
-        "--long-prefill-token-threshold", "128", "--watermark", "0", "--vllm-version", "0.32",
-        "--scheduling-policy", "fcfs", "--clock", "steps", "--step-s", "0.05",
-        "--strategy", "builtin",
-    ]  # fmt: skip
+    options = [*TINY_VLLM_RUN, "--strategy", "builtin"]
     live = tmp_path / "vllm"
     result = run(["record", "vllm", *options, "--vllm-venv", venv, "--out", live])
     assert "engine                          vllm-0.32.0" in result.output
     data = manifest(live)
     assert data["engine"] == "vllm-0.32.0" and data["vllm"]["version"].startswith("0.32.")
     assert data["tables"]["requests"]["rows"] == 12
-    assert pl.read_parquet(live / "decisions.parquet").height > 0  # the workload preempts
+    decisions = pl.read_parquet(live / "decisions.parquet")
+    assert decisions.height > 0  # the workload preempts
+    assert (decisions["applied_victim_id"] == decisions["builtin_victim_id"]).all()
     validated = run(["validate", live])
     assert validated.output.startswith("ok ")
+    sim = tmp_path / "sim"
+    run(["record", "sim", *options, "--record-scheduled", "--out", sim])
+    assert run(["fidelity", sim, live]).output.startswith("fidelity: MATCH")
+
+
+@pytest.mark.vllm
+def test_record_vllm_with_a_policy_through_the_shim(tmp_path: Path) -> None:
+    venv = _vllm_venv()
+    options = [*TINY_VLLM_RUN, "--strategy", "largest-first", "--host", "typed"]
+    live = tmp_path / "vllm"
+    run(["record", "vllm", *options, "--vllm-venv", venv, "--out", live])
+    run(["validate", live])
+    # In the real scheduler the policy chose every victim: largest-first's rule (reference),
+    # recomputed from the candidates vLLM offered.
+    decisions = pl.read_parquet(live / "decisions.parquet")
+    expected = (
+        pl.read_parquet(live / "candidates.parquet")
+        .sort("seq", "position")
+        .group_by("seq", maintain_order=True)
+        .agg(pl.col("request_id").get(pl.col("num_computed_tokens").arg_max()).alias("expected"))
+    )
+    joined = decisions.join(expected, on="seq")
+    assert joined.height == decisions.height > 0
+    assert (joined["outcome"] == "selected").all()
+    assert (joined["applied_victim_id"] == joined["expected"]).all()
     sim = tmp_path / "sim"
     run(["record", "sim", *options, "--record-scheduled", "--out", sim])
     assert run(["fidelity", sim, live]).output.startswith("fidelity: MATCH")
