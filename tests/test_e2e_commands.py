@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -80,10 +81,24 @@ def test_fidelity_of_a_sim_recording_against_the_committed_vllm_fixture(tmp_path
     )
     report = json.loads(run(["fidelity", sim, FIXTURE, "--json"]).output)
     assert report["compared"]["steps"] == tables["steps"]
-    # The same workload under the priority policy is another run: not identical.
-    other = CliRunner().invoke(cli, ["fidelity", str(sim), str(OTHER_FIXTURE)])
-    assert other.exit_code in (1, 2), other.output
-    assert "MATCH" not in other.output.splitlines()[0]
+    # One step of the real recording altered by hand: a mismatch (exit 1) at exactly that step.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(FIXTURE, tampered)
+    steps = pl.read_parquet(FIXTURE / "steps.parquet")
+    running = steps.filter(pl.col("step") == 100)["num_running"].item()
+    steps.with_columns(
+        pl.when(pl.col("step") == 100)
+        .then(pl.col("num_running") + 1)
+        .otherwise(pl.col("num_running"))
+        .alias("num_running")
+    ).write_parquet(tampered / "steps.parquet")
+    mismatch = run(["fidelity", sim, tampered], exit_code=1)
+    assert mismatch.output.splitlines()[0] == (
+        f"fidelity: MISMATCH at step 100 (step): steps.num_running {running} vs {running + 1}"
+    )
+    # The same workload under the priority policy is another run: bad input, exit 2.
+    other = run(["fidelity", sim, OTHER_FIXTURE], exit_code=2)
+    assert "scheduling_policy 'fcfs' vs 'priority'" in other.output
 
 
 # -- replay --------------------------------------------------------------------------------
