@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib.metadata
+import json
 import math
+import re
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +22,18 @@ import pytest
 
 import bidkv
 from bidkv.adapters.base import BaseAdapterMetrics, FrameworkAdapter
+from bidkv.baselines import BaselineRegistry, BaselineStrategy, CompressionAction, RequestState
 from bidkv.config import BidKVConfig
 from bidkv.experiments import ExperimentMetrics
 from bidkv.pool import BidPoolManager
 from bidkv.pressure import PressureConfig, PressureDetector
 from bidkv.protocol import BidPool, CompressionBid
 from bidkv.scoring import PositionalScoring, ScoringStrategy, build_bids
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the tracekit extra installs the backport there
+    import tomli as tomllib
 
 PACKAGE_DIR = Path(bidkv.__file__).parent
 
@@ -64,9 +74,16 @@ class TestBidKVConfig:
     def test_kill_switch_wins(self, enabled: bool, kill_switch: bool, active: bool) -> None:
         assert BidKVConfig(enabled=enabled, kill_switch=kill_switch).is_active is active
 
-    def test_frozen(self) -> None:
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            BidKVConfig().enabled = True  # type: ignore[misc]
+    def test_altered_copies_are_validated_too(self) -> None:
+        active = dataclasses.replace(BidKVConfig(), enabled=True)
+        assert active.is_active
+        assert not dataclasses.replace(active, kill_switch=True).is_active
+        with pytest.raises(ValueError, match=r"truncation_ratio must be in \[0.0, 1.0\], got 2"):
+            dataclasses.replace(active, truncation_ratio=2)
+
+    def test_equal_settings_are_one_dict_key(self) -> None:
+        seen = {BidKVConfig(enabled=True): "a", BidKVConfig(enabled=True, delta_budget=1.0): "b"}
+        assert seen == {BidKVConfig(enabled=True): "b"}
 
     def test_boundaries_accepted(self) -> None:
         BidKVConfig(delta_budget=0.0, max_bids_per_solve=0, truncation_ratio=0.0)
@@ -591,14 +608,19 @@ class TestAdapterBase:
         with pytest.raises(TypeError):
             _Incomplete(BidKVConfig(), PositionalScoring())  # type: ignore[abstract]
 
-    def test_concrete(self) -> None:
-        config, scoring = BidKVConfig(enabled=True), PositionalScoring()
-        adapter = _Adapter(config, scoring)
-        assert adapter.config is config
-        assert adapter.scoring is scoring
-        assert adapter.get_kv_stats() == (10, 100)
-        adapter.on_request_complete("r")
-        assert adapter.completed == ["r"]
+    def test_the_contract_is_the_three_reference_methods(self) -> None:
+        # Reference §I: FrameworkAdapter(config, scoring) ABC with install(), get_kv_stats()
+        # and on_request_complete(request_id); a subclass missing any one cannot be built.
+        assert FrameworkAdapter.__abstractmethods__ == {
+            "install",
+            "get_kv_stats",
+            "on_request_complete",
+        }
+        with pytest.raises(TypeError, match=r"get_kv_stats.*on_request_complete"):
+            _Incomplete(BidKVConfig(), PositionalScoring())  # type: ignore[abstract]
+        adapter = _Adapter(BidKVConfig(), PositionalScoring())
+        assert isinstance(adapter, FrameworkAdapter)
+        assert isinstance(adapter.scoring, ScoringStrategy)
 
     def test_metrics(self) -> None:
         metrics = BaseAdapterMetrics()
@@ -636,6 +658,45 @@ class TestAdapterBase:
         assert exported["preemptions_avoided"] == 3
 
 
+class _Oldest(BaselineStrategy):
+    """A user strategy: evict the oldest request (smallest arrival), whole."""
+
+    @property
+    def name(self) -> str:
+        return "bidkv"  # shadows a built-in name on purpose
+
+    def select_victims(
+        self, candidates: Sequence[RequestState], needed_tokens: int, **kwargs: Any
+    ) -> list[CompressionAction]:
+        if needed_tokens <= 0 or not candidates:
+            return []
+        oldest = min(candidates, key=lambda r: r.arrival_time_ms)
+        return [CompressionAction(oldest.request_id, "evict", oldest.current_tokens)]
+
+
+class TestUserStrategyInTheRegistry:
+    def test_registered_user_strategy_survives_the_defaults_and_is_used(self) -> None:
+        # Reference §A: create_default_registry() skips names already registered.
+        registry = BaselineRegistry()
+        registry.register(_Oldest())
+        registry.create_default_registry()
+        assert registry.count == 5
+        strategy = registry.get("bidkv")
+        assert type(strategy) is _Oldest
+        candidates = [
+            RequestState("young", current_tokens=40, arrival_time_ms=5.0),
+            RequestState("old", current_tokens=30, arrival_time_ms=1.0),
+        ]
+        actions = strategy.select_victims(candidates, needed_tokens=10)
+        assert [(a.request_id, a.action_type, a.target_tokens) for a in actions] == [
+            ("old", "evict", 30)
+        ]
+        with pytest.raises(ValueError, match="Strategy 'bidkv' already registered"):
+            registry.register(_Oldest())
+        with pytest.raises(KeyError, match="Available: bidkv, largest-first, preempt-evict,"):
+            registry.get("oldest")
+
+
 class TestExperimentMetrics:
     def test_defaults_and_dict(self) -> None:
         adapter = {"total_evictions": 4}
@@ -653,9 +714,11 @@ class TestExperimentMetrics:
         assert exported["adapter_metrics"] is not adapter
         assert ExperimentMetrics(1, 2, 3, 4).adapter_metrics == {}
 
-    def test_frozen(self) -> None:
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            ExperimentMetrics(1, 2, 3, 4).throughput_rps = 5  # type: ignore[misc]
+    def test_round_trips_through_json(self) -> None:
+        metrics = ExperimentMetrics(0.97, 631.0, 3.42, 0.5, 0.4, None, {"total_evictions": 4})
+        restored = ExperimentMetrics(**json.loads(json.dumps(metrics.to_dict())))
+        assert restored == metrics
+        assert restored != dataclasses.replace(metrics, adapter_metrics={"total_evictions": 5})
 
 
 # --------------------------------------------------------------------------------------------
@@ -682,10 +745,28 @@ class TestPackage:
         for name in bidkv.__all__:
             assert hasattr(bidkv, name), name
 
-    def test_version_comes_from_version_module(self) -> None:
-        from bidkv import _version
-
-        assert bidkv.__version__ == _version.__version__
+    def test_version_is_the_one_the_distribution_and_manifests_declare(self) -> None:
+        # pyproject's dynamic version names a module attribute: read that literal from the
+        # source (not by importing it), then compare it with what pip installed and shipped.
+        root = PACKAGE_DIR.parent
+        pyproject = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))
+        attr = pyproject["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+        module, _, name = attr.rpartition(".")
+        source = (root / (module.replace(".", "/") + ".py")).read_text("utf-8")
+        literals = [
+            node.value.value
+            for node in ast.parse(source).body
+            if isinstance(node, ast.Assign)
+            and [t.id for t in node.targets if isinstance(t, ast.Name)] == [name]
+            and isinstance(node.value, ast.Constant)
+        ]
+        assert literals == [bidkv.__version__]
+        assert re.fullmatch(r"\d+\.\d+\.\d+", bidkv.__version__)
+        assert importlib.metadata.version("bidkv") == bidkv.__version__
+        for manifest in sorted((PACKAGE_DIR / "manifests").glob("*.json")):
+            data = json.loads(manifest.read_text("utf-8"))
+            shipped = data.get("bundle_version", data.get("extension_version"))
+            assert shipped == bidkv.__version__, manifest.name
 
     def test_import_is_cheap_and_stdlib_only(self) -> None:
         code = (

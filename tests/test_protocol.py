@@ -69,9 +69,13 @@ class TestCompressionBid:
         assert first.metadata == {}
         assert first.metadata is not second.metadata
 
-    def test_frozen(self) -> None:
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            bid().tokens_freed = 5  # type: ignore[misc]
+    def test_altered_copy_recomputes_utility_and_is_validated(self) -> None:
+        # 200 / (0.5 + 0.001) = 399.2015968...
+        assert dataclasses.replace(bid(), tokens_freed=200).utility == pytest.approx(
+            399.2015968063872, rel=1e-12
+        )
+        with pytest.raises(ValueError, match="tokens_freed must be > 0, got 0"):
+            dataclasses.replace(bid(), tokens_freed=0)
 
     @pytest.mark.parametrize(
         ("overrides", "message"),

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from trace_helpers import write_bundle
 
 from tracekit.cli import cli
 from tracekit.errors import ConfigError
@@ -16,7 +16,7 @@ from tracekit.trace.query import run_query
 
 
 @pytest.fixture
-def dataset(tmp_path: Path) -> Path:
+def dataset(tmp_path: Path, write_bundle: Callable[..., Path]) -> Path:
     write_bundle(tmp_path / "d" / "one", run_id="one")
     write_bundle(tmp_path / "d" / "two", run_id="two")
     return tmp_path / "d"
@@ -52,7 +52,9 @@ def test_refused_statements(dataset: Path, sql: str, message: str) -> None:
         run_query(dataset, sql)
 
 
-def test_no_file_access_outside_the_dataset(dataset: Path, tmp_path: Path) -> None:
+def test_no_file_access_outside_the_dataset(
+    dataset: Path, tmp_path: Path, write_bundle: Callable[..., Path]
+) -> None:
     other = write_bundle(tmp_path / "elsewhere", run_id="x")
     with pytest.raises(ConfigError, match=r"disabled|Permission"):
         run_query(dataset, f"select * from '{other}/decisions.parquet'")

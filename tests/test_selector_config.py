@@ -273,7 +273,42 @@ def test_boundary_values_are_accepted() -> None:
 
 
 def test_validate_is_public_and_idempotent() -> None:
-    BidkvSelectorConfig().validate()
+    # Construction normalises raw values (strings, ints) into typed ones; normalising and
+    # validating the result again must change nothing.
+    raw = BidkvSelectorConfig(
+        enable_utility_victim_selection="yes",  # type: ignore[arg-type]
+        utility_strategy=" BidKV ",
+        utility_min_running="3",  # type: ignore[arg-type]
+        utility_kv_gate="0.5",  # type: ignore[arg-type]
+    )
+    assert raw.validate() is None
+    assert raw.validate() is None
+    assert (raw.enable_utility_victim_selection, raw.utility_strategy) == (True, "bidkv")
+    assert (raw.utility_min_running, raw.utility_kv_gate) == (3, 0.5)
+    again = BidkvSelectorConfig(**raw.to_additional_config())
+    assert again == raw
+    assert again.to_additional_config() == raw.to_additional_config()
+    assert BidkvSelectorConfig.from_additional_config(again.to_additional_config()) == raw
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("utility_kv_gate", 1.5, r"utility_kv_gate must be in \[0, 1\]"),
+        ("utility_min_running", 0, "utility_min_running must be positive"),
+        ("utility_strategy", "nope", "utility_strategy must be one of"),
+        ("utility_epsilon", math.inf, "utility_epsilon must be finite"),
+    ],
+)
+def test_validate_rejects_a_config_made_invalid_after_construction(
+    name: str, value: object, message: str
+) -> None:
+    cfg = BidkvSelectorConfig()
+    object.__setattr__(cfg, name, value)  # bypass the frozen dataclass, as a host patch could
+    with pytest.raises(ValueError, match=message):
+        cfg.validate()
+    with pytest.raises(ValueError, match=message):
+        BidkvSelectorConfig(**{name: value})  # type: ignore[arg-type]
 
 
 def test_configuration_error_fails_host_startup() -> None:

@@ -73,9 +73,18 @@ class TestSolverConfig:
     def test_is_active(self, enabled: bool, kill_switch: bool, active: bool) -> None:
         assert SolverConfig(enabled=enabled, kill_switch=kill_switch).is_active is active
 
-    def test_frozen(self) -> None:
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            SolverConfig().enabled = True  # type: ignore[misc]
+    def test_kill_switch_thrown_at_run_time_stops_solving(self) -> None:
+        # update_config's documented use: a new config (an altered copy) replaces the old one.
+        running = solver()
+        assert running.solve(POOL, 250).accepted_bid_ids == ("C:bid:0", "D:bid:0")
+        stopped = dataclasses.replace(running.config, kill_switch=True)
+        running.update_config(stopped)
+        assert running.config is stopped
+        assert running.solve(POOL, 250).accepted_bid_ids == ()
+
+    def test_altered_copies_are_validated_too(self) -> None:
+        with pytest.raises(ValueError, match=r"delta_budget must be in \[0.0, 1.0\], got 2.0"):
+            dataclasses.replace(SolverConfig(), delta_budget=2.0)
 
     @pytest.mark.parametrize(
         ("overrides", "message"),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal, assert_series_equal
+from polars.testing import assert_frame_equal, assert_series_equal, assert_series_not_equal
 
 from tracekit.errors import WorkloadError
 from tracekit.workloads import (
@@ -405,7 +405,9 @@ def test_vidur_lengths_get_seeded_poisson_arrivals() -> None:
     again = read_vidur(DATA / "vidur_lengths.csv", rate=2.0, seed=3)
     assert_frame_equal(workload.frame, again.frame)
     other = read_vidur(DATA / "vidur_lengths.csv", rate=2.0, seed=4)
-    assert not other.frame.get_column("arrival_s").equals(workload.frame.get_column("arrival_s"))
+    assert_series_not_equal(
+        other.frame.get_column("arrival_s"), workload.frame.get_column("arrival_s")
+    )
 
 
 def test_vidur_shuffle_permutes_lengths_deterministically() -> None:
@@ -624,7 +626,7 @@ def test_seeded_priorities_are_deterministic_and_stable_under_slicing() -> None:
     again = load_workload(AZURE_SAMPLE, priority_seed=7, priority_levels=4)
     other = load_workload(AZURE_SAMPLE, priority_seed=8, priority_levels=4)
     assert_frame_equal(full.frame, again.frame)
-    assert not full.frame.get_column("priority").equals(other.frame.get_column("priority"))
+    assert_series_not_equal(full.frame.get_column("priority"), other.frame.get_column("priority"))
     priorities = full.frame.get_column("priority")
     assert set(priorities.unique().to_list()) == {0, 1, 2, 3}
     assert priorities.to_list() == [
@@ -638,8 +640,8 @@ def test_seeded_priorities_are_deterministic_and_stable_under_slicing() -> None:
     )
     joined = sliced.frame.join(full.frame, on="request_id", suffix="_full")
     assert joined.height == 40
-    assert joined.get_column("priority").equals(
-        joined.get_column("priority_full"), check_names=False
+    assert_series_equal(
+        joined.get_column("priority"), joined.get_column("priority_full"), check_names=False
     )
 
 
