@@ -726,7 +726,7 @@ class TestExperimentMetrics:
 
 
 REFERENCE_ALL = {
-    # reference §I, top-level bidkv.__all__
+    # docs/bidkv-core.md, "Public names": top-level bidkv.__all__
     "__version__", "FEATURE_GATE_ID", "BidAcceptance", "BidCapacityError", "BidExecutionError",
     "BidExpiredError", "BidKVConfig", "BidPool", "CompressionBid", "CompressionBidError",
     "CompressionBidProvider", "compute_utility", "make_bid_id", "BidPoolManager",
