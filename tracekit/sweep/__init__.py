@@ -1,5 +1,9 @@
 """Sweeps: a matrix of closed-loop runs recorded into one partitioned dataset.
 
+The one plan / executor / resume machinery of the toolkit: ``qualify``, the experiment matrix
+and closed-mode replay build :class:`PlannedRun` sequences and run them with
+:func:`execute_runs` too.
+
 ``run_sweep(matrix, out)`` runs strategies x workloads x rates x repeats x engine configurations
 x policy settings (a TOML matrix, ``docs/sweep.md``) on local processes or a Ray cluster, and
 writes ``out/runs/workload=.../rate=.../strategy=.../config=.../repeat=.../`` bundles,
@@ -12,19 +16,32 @@ from __future__ import annotations
 
 from tracekit.sweep.executors import make_executor
 from tracekit.sweep.matrix import Matrix, load_matrix
-from tracekit.sweep.plan import SweepPlan, plan_sweep
+from tracekit.sweep.plan import PlannedRun, SweepPlan, plan_sweep
 from tracekit.sweep.progress import ProgressSnapshot, StderrProgress
-from tracekit.sweep.run import RunRecord, SweepInterrupted, SweepResult, execute_plan, run_sweep
+from tracekit.sweep.run import (
+    Execution,
+    RunFailedError,
+    RunRecord,
+    SweepInterrupted,
+    SweepResult,
+    execute_plan,
+    execute_runs,
+    run_sweep,
+)
 
 __all__ = [
+    "Execution",
     "Matrix",
+    "PlannedRun",
     "ProgressSnapshot",
+    "RunFailedError",
     "RunRecord",
     "StderrProgress",
     "SweepInterrupted",
     "SweepPlan",
     "SweepResult",
     "execute_plan",
+    "execute_runs",
     "load_matrix",
     "make_executor",
     "plan_sweep",
