@@ -169,7 +169,7 @@ def bench_qualify(workload: Path, repeat: int) -> int:
         for _ in range(repeat):
             for jobs in wall:
                 shutil.rmtree(out, ignore_errors=True)
-                command = [sys.executable, "-m", "tracekit.cli", "qualify", "--workload",
+                command = [sys.executable, "-m", "tracekit", "qualify", "--workload",
                            str(workload), "--jobs", str(jobs), "--out", str(out)]  # fmt: skip
                 start = time.perf_counter()
                 subprocess.run(command, check=True, stdout=subprocess.DEVNULL)

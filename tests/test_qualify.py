@@ -144,6 +144,9 @@ def test_two_jobs_write_the_same_results_as_one(
     two = _files(run_qualify(plan, tmp_path / "results", jobs=2, overwrite=True))
     assert sorted(one) == sorted(two) and "runs/r2/bidkv/decisions.parquet" in one
     assert [name for name in one if one[name] != two[name]] == []
+    # Those paths name the results folder, not the staging one (its name holds the pid).
+    for name in ("diff/diff.json", "diff/diff.txt", "replay/replay.json"):
+        assert b".partial-" not in one[name] and str(tmp_path / "results").encode() in one[name]
 
 
 def test_a_failing_run_fails_the_job_and_leaves_nothing(

@@ -182,6 +182,7 @@ def run_qualify(
         notify("report", 0, 1)
         _render(staging)
         notify("report", 1, 1)
+        _name_final_paths(staging, final)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)
@@ -290,6 +291,28 @@ def _user_settings(spec: StrategySpec) -> dict[str, Any]:
 def _open_replay(staging: Path, strategies: list[StrategySpec]) -> None:
     """Replay every strategy in open mode on the first repeat's baseline decisions."""
     replay_open(staging / "runs" / "r0" / strategies[0].label, strategies, staging / "replay")
+
+
+# Files that name input bundles by their path while the job runs (in the staging folder).
+PATH_FILES = ("diff/diff.json", "diff/diff.txt", "replay/replay.json")
+
+
+def _name_final_paths(staging: Path, final: Path) -> None:
+    """Point the bundle paths of :data:`PATH_FILES` at the results folder, not the staging one.
+
+    The staging folder's name holds the process id and disappears at the rename, so without
+    this, two jobs with the same inputs would differ (and name folders that do not exist).
+    """
+    # Absolute first: the relative form (as given in ``out``) is a suffix of it.
+    pairs = [(str(staging.absolute()), str(final.absolute())), (str(staging), str(final))]
+    for name in PATH_FILES:
+        file = staging / name
+        text = file.read_text("utf-8")
+        for old, new in pairs:
+            if name.endswith(".json"):
+                old, new = json.dumps(old)[1:-1], json.dumps(new)[1:-1]
+            text = text.replace(old, new)
+        file.write_text(text, "utf-8")
 
 
 def _render(staging: Path) -> None:
