@@ -1,7 +1,7 @@
 """Executors: where recorded runs execute (this process, local processes, or Ray).
 
 The one pool of the toolkit: sweeps, ``qualify``, the experiment matrix and closed-mode replay
-all hand their runs to these executors (through :func:`tracekit.sweep.run.execute_runs`).
+all hand their runs to these executors (through :func:`tracekit.sweep.execute.execute_runs`).
 Every executor takes the same :class:`~tracekit.sweep.task.SweepTask` list and reports each
 start and each :class:`~tracekit.sweep.task.TaskOutcome` to a :class:`Listener`; the records are
 the same whichever executor ran them (a run is deterministic, and ``created_at`` is pinned with

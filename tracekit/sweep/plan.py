@@ -39,7 +39,7 @@ class PlannedRun:
     """One run to record: its inputs, identity and labels.
 
     The one execution plan type: a sequence of ``PlannedRun`` is what
-    :func:`tracekit.sweep.run.execute_runs` runs on any executor. Sweeps expand their TOML
+    :func:`tracekit.sweep.execute.execute_runs` runs on any executor. Sweeps expand their TOML
     matrix into it (:func:`plan_sweep`); ``qualify``, the experiment matrix and closed-mode
     replay build it from their own specifications.
 
