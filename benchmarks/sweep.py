@@ -17,7 +17,12 @@ byte-identical bundles and ``cells.parquet`` (``SOURCE_DATE_EPOCH`` pins ``creat
 script checks it. The machine has 2 cores: other load skews the 2-worker figures, so the script
 prints the load average before and after.
 
+``--qualify`` times ``tracekit qualify`` instead (the shipped Azure sample by default), with
+``--jobs 1`` and ``--jobs 2`` in alternation, into the same results folder (``diff/`` and
+``replay/`` name bundle paths), and checks that both write byte-identical results.
+
 Usage: ``python benchmarks/sweep.py [--matrix FILE] [--repeat 1] [--no-ray]``
+or ``python benchmarks/sweep.py --qualify [--workload FILE] [--repeat 1]``
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,8 +60,16 @@ def main() -> int:
     )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--no-ray", action="store_true", help="Skip the Ray measurement.")
+    parser.add_argument(
+        "--qualify", action="store_true", help="Time tracekit qualify --jobs 1 and --jobs 2."
+    )
+    parser.add_argument(
+        "--workload", type=Path, default=ROOT / "traces/azure-llm-2023/azure_conv_sample.csv"
+    )
     args = parser.parse_args()
     os.environ["SOURCE_DATE_EPOCH"] = "1700000000"
+    if args.qualify:
+        return bench_qualify(args.workload, args.repeat)
     plan = plan_sweep(load_matrix(args.matrix))
     runs = len(plan.runs)
     print(f"matrix {args.matrix} ({runs} runs); cores: {os.cpu_count()}")
@@ -139,6 +154,36 @@ def main() -> int:
             f"{per_run_wall:+.0f} ms on wall time (start-up included)"
         )
     print("results: byte-identical across every executor")
+    print(f"load average after: {os.getloadavg()}")
+    return 0
+
+
+def bench_qualify(workload: Path, repeat: int) -> int:
+    """Wall time of ``tracekit qualify`` with 1 and 2 jobs, and a byte-for-byte comparison."""
+    print(f"qualify {workload}; cores: {os.cpu_count()}")
+    print(f"load average before: {os.getloadavg()}")
+    wall: dict[int, list[float]] = {1: [], 2: []}
+    with tempfile.TemporaryDirectory(prefix="qualify-bench-") as scratch:
+        out = Path(scratch) / "results"
+        reference: dict[str, bytes] | None = None
+        for _ in range(repeat):
+            for jobs in wall:
+                shutil.rmtree(out, ignore_errors=True)
+                command = [sys.executable, "-m", "tracekit", "qualify", "--workload",
+                           str(workload), "--jobs", str(jobs), "--out", str(out)]  # fmt: skip
+                start = time.perf_counter()
+                subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+                wall[jobs].append(time.perf_counter() - start)
+                written = files(out)
+                if reference is None:
+                    reference = written
+                elif written != reference:
+                    print(f"--jobs {jobs}: results differ", file=sys.stderr)
+                    return 1
+    one, two = statistics.median(wall[1]), statistics.median(wall[2])
+    print(f"(medians of {repeat}; each includes the command's start-up)")
+    print(f"--jobs 1: {one:.2f} s   --jobs 2: {two:.2f} s   serial / 2 jobs: {one / two:.2f}x")
+    print("results: byte-identical")
     print(f"load average after: {os.getloadavg()}")
     return 0
 

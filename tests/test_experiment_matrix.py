@@ -170,3 +170,41 @@ def test_cells_and_spec_checks(tmp_path: Path) -> None:
             ),
             tmp_path / "bad",
         )  # fmt: skip
+
+
+def test_resume_goes_through_the_sweep_mechanism(tmp_path: Path) -> None:
+    spec = MatrixSpec(strategies=("preempt-evict",), rates=(3.8,), runs=2, num_requests=20)
+    out = tmp_path / "m"
+    first = run_matrix(spec, out)
+    with pytest.raises(ConfigError, match="already exists; pass --resume"):
+        run_matrix(spec, out)
+    # A bundle left incomplete (a killed run) is recorded again; the complete one is kept.
+    manifest = out / "bundles" / "preempt-evict" / "rate3.8" / "run1" / "manifest.json"
+    kept = out / "bundles" / "preempt-evict" / "rate3.8" / "run0" / "requests.parquet"
+    before = kept.stat().st_mtime_ns
+    payload = json.loads(manifest.read_text("utf-8"))
+    manifest.write_text(json.dumps({**payload, "complete": False}), "utf-8")
+    again = run_matrix(spec, out, resume=True)
+    assert json.loads((out / "matrix.json").read_text("utf-8"))["runs_recorded"] == 1
+    assert json.loads(manifest.read_text("utf-8"))["complete"] is True
+    assert kept.stat().st_mtime_ns == before
+    assert_frame_equal(again.runs, first.runs)
+
+
+def test_detached_experiment_runs_return_their_send_times(tmp_path: Path) -> None:
+    """What a Ray node does with an experiment run: the sidecar file comes back too."""
+    from tracekit.experiment import matrix_plan
+    from tracekit.sweep.task import SweepTask, execute_detached, publish_files, publish_sidecar
+
+    spec = MatrixSpec(strategies=("preempt-evict",), rates=(3.8,), runs=1, num_requests=20)
+    run_matrix(spec, tmp_path / "a")
+    (planned,) = matrix_plan(spec, tmp_path / "a")
+    task = SweepTask(0, planned.path, planned.run, planned.run_id,
+                     recorder=planned.recorder, sidecar=planned.sidecar)  # fmt: skip
+    outcome = execute_detached(task)
+    assert outcome.status == "done" and outcome.files and outcome.sidecar
+    assert planned.sidecar is not None
+    publish_sidecar(tmp_path / "b" / planned.sidecar, outcome.sidecar)
+    publish_files(tmp_path / "b" / planned.path, outcome.files)
+    for name in (planned.sidecar, f"{planned.path}/requests.parquet"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

@@ -14,6 +14,7 @@ from tracekit.errors import ConfigError
 from tracekit.qualify import QualifyPlan, run_qualify
 from tracekit.recording.sim import make_engine_config
 from tracekit.strategies import parse_strategy_list, resolve_strategy
+from tracekit.sweep import RunFailedError
 from tracekit.workloads import load_workload
 from tracekit.workloads.repeats import plan_repeats
 
@@ -120,3 +121,43 @@ def test_existing_results_are_refused(results: Path) -> None:
     result = CliRunner().invoke(cli, ["qualify", *ARGS, "--out", str(results)])
     assert result.exit_code == 1
     assert "already exists" in result.output
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_two_jobs_write_the_same_results_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    plan = QualifyPlan(
+        load_workload(SAMPLE, limit=90), make_engine_config(num_blocks=300, max_model_len=4608),
+        tuple(parse_strategy_list("builtin,largest-first")), resolve_strategy("bidkv"),
+    )  # fmt: skip
+    # The same folder both times: diff.json and replay.json name their input bundles' paths.
+    one = _files(run_qualify(plan, tmp_path / "results", jobs=1))
+    two = _files(run_qualify(plan, tmp_path / "results", jobs=2, overwrite=True))
+    assert sorted(one) == sorted(two) and "runs/r2/bidkv/decisions.parquet" in one
+    assert [name for name in one if one[name] != two[name]] == []
+    # Those paths name the results folder, not the staging one (its name holds the pid).
+    for name in ("diff/diff.json", "diff/diff.txt", "replay/replay.json"):
+        assert b".partial-" not in one[name] and str(tmp_path / "results").encode() in one[name]
+
+
+def test_a_failing_run_fails_the_job_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    plan = QualifyPlan(
+        load_workload(SAMPLE, limit=60), make_engine_config(num_blocks=300, max_model_len=4608),
+        tuple(parse_strategy_list("builtin")),
+        resolve_strategy("sweep_helpers:CrashingPolicy"),
+    )  # fmt: skip
+    with pytest.raises(RunFailedError, match="worker process died"):
+        run_qualify(plan, tmp_path / "out", jobs=2)
+    assert list(tmp_path.iterdir()) == []

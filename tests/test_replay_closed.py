@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from tracekit.errors import ConfigError, TraceSchemaError
 from tracekit.recording.sim import SimRun, make_engine_config, record_sim
@@ -95,3 +96,17 @@ def test_runs_without_requests_cannot_be_resimulated(tmp_path: Path) -> None:
     with pytest.raises(TraceSchemaError, match="no requests table rows"):
         replay_closed(bundle, parse_strategy_list("builtin"), tmp_path / "out")
     assert open_trace(bundle)
+
+
+def test_two_jobs_resimulate_the_same_runs(
+    recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    specs = parse_strategy_list("builtin,largest-first")
+    one = replay_closed(recorded, specs, tmp_path / "one", jobs=1)
+    two = replay_closed(recorded, specs, tmp_path / "two", jobs=2)
+    assert_frame_equal(one.summary.drop("bundle"), two.summary.drop("bundle"))
+    files = sorted(p.relative_to(one.out) for p in (one.out / "bundles").rglob("*") if p.is_file())
+    assert len(files) > 8
+    for name in files:
+        assert (one.out / name).read_bytes() == (two.out / name).read_bytes(), name

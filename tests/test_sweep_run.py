@@ -19,8 +19,15 @@ from tracekit.errors import ConfigError
 from tracekit.sweep import StderrProgress, load_matrix, plan_sweep, run_sweep
 from tracekit.sweep.executors import WORKER_DIED, ProcessExecutor, SerialExecutor, make_executor
 from tracekit.sweep.progress import ProgressCounter, format_duration, render_progress
-from tracekit.sweep.task import SweepTask, execute_detached, execute_task, publish_files
+from tracekit.sweep.task import (
+    SweepTask,
+    bundle_state,
+    execute_detached,
+    execute_task,
+    publish_files,
+)
 from tracekit.trace import open_trace
+from tracekit.trace.bundle import Bundle
 from tracekit.trace.validate import validate_trace
 
 EPOCH = "1700000000"
@@ -300,3 +307,18 @@ def test_plan_render_summarises_the_expansion() -> None:
     assert text.splitlines()[0] == "smoke: 20 runs in 4 cells"
     assert "  rates (rate_scale): 1.0, 2.0" in text
     assert "utility_preempt_weight=0.3" in text
+
+
+def test_resume_asks_bundle_complete_and_nothing_else(tmp_path: Path) -> None:
+    """bundle_state is Bundle.complete over a leniently read manifest (the one check)."""
+    folder = tmp_path / "b"
+    assert bundle_state(folder) == ("missing", None) and Bundle.peek(folder) is None
+    folder.mkdir()
+    assert bundle_state(folder) == ("incomplete", None)
+    (folder / "manifest.json").write_text("{not json", "utf-8")
+    assert bundle_state(folder) == ("incomplete", None)
+    for flag, state in ((False, "incomplete"), ("true", "incomplete"), (True, "complete")):
+        (folder / "manifest.json").write_text(json.dumps({"run_id": "r", "complete": flag}))
+        bundle = Bundle.peek(folder)
+        assert bundle is not None and bundle.complete is (state == "complete")
+        assert bundle_state(folder) == (state, "r")

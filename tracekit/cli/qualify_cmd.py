@@ -47,6 +47,13 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
 @click.option("--slo-ttft-s", type=float, default=2.0, show_default=True)
 @click.option("--slo-tpot-s", type=float, default=0.1, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes recording the runs (default: the number of cores; 1 runs in this "
+    "process). Results are identical for any number.",
+)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 def qualify(**options: Any) -> None:
     """Qualify a policy end to end and write the HTML report (docs/qualify.md).
@@ -67,8 +74,9 @@ def qualify(**options: Any) -> None:
             slo=SloTargets(options["slo_ttft_s"], options["slo_tpot_s"]),
         )  # fmt: skip
         results = run_qualify(
-            plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"]
-        )
+            plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"],
+            jobs=options["jobs"],
+        )  # fmt: skip
     click.echo(results / "report.html")
 
 

@@ -42,7 +42,13 @@ from tracekit.trace.query import write_query_result
     show_default=True,
     help="Closed mode: the contract the policies are called through.",
 )
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes: runs replayed (open) or re-simulated (closed) in parallel.",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Open mode: first N.")
 @click.option(
     "--reference", is_flag=True, help="Open mode: the plain controller loop only (no fast path)."
@@ -55,7 +61,7 @@ def replay(**options: Any) -> None:
         if options["mode"] == "closed":
             closed = replay_closed(
                 options["trace"], specs, options["out"], host_path=options["host_path"],
-                progress=lambda label: Progress(f"replay {label}"),
+                progress=lambda label: Progress(f"replay {label}"), jobs=options["workers"],
             )  # fmt: skip
             columns = [
                 "recorded_run_id", "strategy", "throughput_rps", "e2e_p95_s", "preemptions",

@@ -4,7 +4,8 @@
   mode, over any workload's lengths;
 - :mod:`~tracekit.experiment.record`: one run of the legacy experiment path (the adapter's
   scheduler hooks, :mod:`tracekit.experiment.hooks`) recorded as a trace bundle;
-- :mod:`~tracekit.experiment.matrix`: the published matrix, 5 strategies x 3 rates x 3 runs;
+- :mod:`~tracekit.experiment.matrix`: the published matrix, 5 strategies x 3 rates x 3 runs,
+  recorded by the sweep's executor;
 - :mod:`~tracekit.experiment.summary`: the original runner's summary figures with 95% CIs;
 - :mod:`~tracekit.experiment.paper`: the paper's Table 1/2 beside ours and its claims checked.
 
@@ -22,6 +23,7 @@ from tracekit.experiment.matrix import (
     MatrixResult,
     MatrixSpec,
     matrix_cells,
+    matrix_plan,
     run_matrix,
     summarize_matrix,
 )
@@ -88,6 +90,7 @@ __all__ = [
     "load_length_pool",
     "make_experiment_run_id",
     "matrix_cells",
+    "matrix_plan",
     "original_percentile",
     "paper_frame",
     "record_experiment",

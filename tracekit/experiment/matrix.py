@@ -17,6 +17,10 @@ Layout of the output folder::
     traces/run<i>/              frozen traces of run i (manifest.json + <prefix>_rate<r>.json)
     bundles/<strategy>/rate<r>/run<i>/   one trace bundle per run
     sent/<strategy>__rate<r>__run<i>.parquet   when the emulated client sent each request
+
+The runs are recorded by the sweep's executor (:func:`tracekit.sweep.execute_runs`), which also
+resumes a matrix: a run whose bundle is complete (:attr:`tracekit.trace.bundle.Bundle.complete`)
+is skipped.
     runs.parquet                one row per run: summary figures (tracekit.experiment.summary)
     summary.parquet, summary.json        mean and 95% CI per (strategy, rate)
     comparison.parquet, claims.parquet   the paper beside ours (tracekit.experiment.paper)
@@ -26,11 +30,8 @@ Layout of the output folder::
 from __future__ import annotations
 
 import dataclasses
-import json
-import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,7 +42,12 @@ from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.experiment.hooks import LEGACY_STRATEGIES, STRATEGY_PLANS, HookSettings
 from tracekit.experiment.paper import claims_frame, comparison_frame, render_html, render_markdown
-from tracekit.experiment.record import ExperimentRun, record_experiment
+from tracekit.experiment.record import (
+    HOST_PATH,
+    ExperimentRun,
+    make_experiment_run_id,
+    record_experiment_run,
+)
 from tracekit.experiment.summary import METRICS, SloSpec, aggregate_runs, run_metrics
 from tracekit.experiment.traces import (
     DEFAULT_MAX_OUTPUT_TOKENS,
@@ -52,10 +58,12 @@ from tracekit.experiment.traces import (
     load_length_pool,
     trace_filename,
 )
+from tracekit.sweep import PlannedRun, execute_runs, make_executor
+from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import write_json_atomic
-from tracekit.workloads import load_workload
+from tracekit.workloads import Workload, load_workload
 
 __all__ = [
     "PAPER_RATES",
@@ -63,6 +71,7 @@ __all__ = [
     "MatrixResult",
     "MatrixSpec",
     "matrix_cells",
+    "matrix_plan",
     "run_matrix",
     "summarize_matrix",
 ]
@@ -226,40 +235,63 @@ class MatrixResult:
     wall_s: float
 
 
-def _record_cell(
-    trace: str,
-    strategy: str,
-    engine: dict[str, Any],
-    settings: dict[str, Any],
-    seed: int,
-    bundle: str,
-    sent: str,
-    labels: dict[str, Any],
-) -> float:
-    """Record one run and its client send times (in a worker process); returns its wall time."""
-    start = time.perf_counter()
-    run = ExperimentRun(
-        load_workload(trace),
-        strategy,
-        EngineConfig(**engine),
-        seed=seed,
-        settings=HookSettings(**settings),
-        labels=labels,
-    )
-    recorded = record_experiment(run, bundle)
-    recorded.sent_frame().write_parquet(sent)
-    return time.perf_counter() - start
-
-
 def _sent_path(root: Path, cell: MatrixCell) -> Path:
     return root / "sent" / f"{cell.label}.parquet"
 
 
-def _is_complete(bundle: Path) -> bool:
-    manifest = bundle / "manifest.json"
-    if not manifest.exists():
-        return False
-    return bool(json.loads(manifest.read_text("utf-8")).get("complete", False))
+def matrix_plan(spec: MatrixSpec, out: str | Path) -> list[PlannedRun]:
+    """The runs of ``spec`` as an execution plan for :func:`tracekit.sweep.execute_runs`.
+
+    Reads the frozen traces below ``out`` (each once), so call it after they were frozen. The
+    plan is in execution order: costliest first (``largest-first`` scores every token position,
+    then the highest rates), so that the workers finish together.
+    """
+    root = Path(out)
+    workloads: dict[Path, Workload] = {}
+    runs = []
+    for cell in matrix_cells(spec, root):
+        if cell.trace not in workloads:
+            workloads[cell.trace] = load_workload(str(cell.trace))
+        run = ExperimentRun(
+            workloads[cell.trace],
+            cell.strategy,
+            spec.engine_config,
+            seed=cell.seed,
+            settings=spec.settings,
+            labels={
+                "rate": cell.rate,
+                "arrival_rate": cell.arrival_rate,
+                "run_index": cell.run_index,
+            },
+        )
+        runs.append(
+            PlannedRun(
+                path=cell.bundle.relative_to(root).as_posix(),
+                run=run,
+                run_id=make_experiment_run_id(run),
+                workload=spec.prefix,
+                rate=cell.rate,
+                strategy=cell.strategy,
+                config=HOST_PATH,
+                repeat=cell.run_index,
+                seed=cell.seed,
+                recorder=record_experiment_run,
+                sidecar=_sent_path(root, cell).relative_to(root).as_posix(),
+            )
+        )
+    runs.sort(key=lambda r: (r.strategy != "largest-first", -r.rate))
+    return runs
+
+
+def _counts(progress: Progress) -> ProgressCallback:
+    """A sweep progress callback that reports ``(runs ended, runs total)`` to ``progress``."""
+
+    def report(snapshot: ProgressSnapshot) -> None:
+        if snapshot.event in ("start", "finished", "end"):
+            ended = snapshot.skipped + snapshot.done + snapshot.failed
+            progress(ended, snapshot.total)
+
+    return report
 
 
 def run_matrix(
@@ -272,6 +304,9 @@ def run_matrix(
 ) -> MatrixResult:
     """Freeze the traces, record every run and summarise the matrix into ``out``.
 
+    The runs go through the sweep's executor and resume mechanism
+    (:func:`tracekit.sweep.execute_runs`).
+
     Parameters
     ----------
     spec
@@ -281,8 +316,8 @@ def run_matrix(
     jobs
         Worker processes recording runs in parallel (1: in this process).
     resume
-        Keep complete bundles already in ``out`` (the original runner's ``--resume``);
-        otherwise an existing bundle is an error.
+        Keep complete bundles already in ``out`` (the original runner's ``--resume``) and
+        record the rest; otherwise an existing bundle is an error.
     progress
         Called with ``(runs done, runs total)``.
 
@@ -290,6 +325,14 @@ def run_matrix(
     -------
     MatrixResult
         Frames as written to ``out``.
+
+    Raises
+    ------
+    tracekit.errors.ConfigError
+        A bad ``jobs``, a bundle already in ``out`` without ``resume``, or a complete bundle
+        that holds another run than ``spec`` gives.
+    tracekit.sweep.RunFailedError
+        A run failed (the complete ones are kept; ``resume`` records the rest).
     """
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1; found {jobs}")
@@ -308,47 +351,22 @@ def run_matrix(
             prefix=spec.prefix,
             max_output_tokens=spec.max_output_tokens,
         )
-    cells = matrix_cells(spec, root)
-    todo = [c for c in cells if not (resume and _is_complete(c.bundle))]
-    engine = dataclasses.asdict(spec.engine_config)
-    settings = spec.settings.as_dict()
-    # Costliest first (largest-first scores every token position) so the workers finish together.
-    todo.sort(key=lambda c: (c.strategy != "largest-first", -c.rate))
-    (root / "sent").mkdir(parents=True, exist_ok=True)
-    arguments = [
-        (
-            str(c.trace),
-            c.strategy,
-            engine,
-            settings,
-            c.seed,
-            str(c.bundle),
-            str(_sent_path(root, c)),
-            {"rate": c.rate, "arrival_rate": c.arrival_rate, "run_index": c.run_index},
-        )
-        for c in todo
-    ]
-    run_walls: list[float] = []
-    done = len(cells) - len(todo)
-    if progress is not None:
-        progress(done, len(cells))
-    if jobs == 1:
-        for args in arguments:
-            run_walls.append(_record_cell(*args))
-            done += 1
-            if progress is not None:
-                progress(done, len(cells))
-    else:
-        # "spawn": forking a process that has polars' thread pool running can deadlock.
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as executor:
-            futures = [executor.submit(_record_cell, *args) for args in arguments]
-            for future in futures:
-                run_walls.append(future.result())
-                done += 1
-                if progress is not None:
-                    progress(done, len(cells))
-    result = summarize_matrix(root, spec, cells)
+    plan = matrix_plan(spec, root)
+    if not resume:
+        existing = next((r.path for r in plan if (root / r.path).exists()), None)
+        if existing is not None:
+            raise ConfigError(
+                f"{root / existing}: output folder already exists; pass --resume to keep the "
+                "complete bundles, or choose a new --out"
+            )
+    execution = execute_runs(
+        plan,
+        root,
+        make_executor(jobs),
+        progress=_counts(progress) if progress is not None else None,
+    )
+    execution.check()
+    result = summarize_matrix(root, spec)
     wall = time.perf_counter() - start
     write_json_atomic(
         root / "matrix.json",
@@ -357,9 +375,11 @@ def run_matrix(
             "tool_version": __version__,
             "finished_at": utc_now_iso(),
             "jobs": jobs,
-            "runs_recorded": len(todo),
+            "runs_recorded": execution.count("done"),
             "wall_s": wall,
-            "run_wall_s_total": sum(run_walls),
+            "run_wall_s_total": sum(
+                r.duration_s or 0.0 for r in execution.records if r.status == "done"
+            ),
         },
     )
     return dataclasses.replace(result, wall_s=wall)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "RecordedExperiment",
     "make_experiment_run_id",
     "record_experiment",
+    "record_experiment_run",
 ]
 
 #: The manifest's ``host_path`` of legacy-experiment runs.
@@ -156,6 +158,7 @@ def record_experiment(
     *,
     run_id: str | None = None,
     overwrite: bool = False,
+    sent: str | Path | None = None,
 ) -> RecordedExperiment:
     """Run ``run`` on the embedded engine with the legacy hooks and write its bundle to ``out``.
 
@@ -169,6 +172,9 @@ def record_experiment(
         Defaults to :func:`make_experiment_run_id`.
     overwrite
         Replace an existing bundle at ``out`` (once the new one is complete).
+    sent
+        Also write :meth:`RecordedExperiment.sent_frame` to this Parquet file, atomically and
+        before the bundle is renamed into place (a complete bundle implies its send times).
 
     Returns
     -------
@@ -196,4 +202,27 @@ def record_experiment(
             "controller_stats": dataclasses.asdict(observer.stats),
             "policy_metrics": hooks.export_metrics(),
         }
-    return RecordedExperiment(Path(out), run_id, hooks)
+        recorded = RecordedExperiment(Path(out), run_id, hooks)
+        if sent is not None:
+            _write_parquet_atomic(recorded.sent_frame(), Path(sent))
+    return recorded
+
+
+def _write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        frame.write_parquet(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def record_experiment_run(
+    run: ExperimentRun, out: Path, sent: Path | None, run_id: str, overwrite: bool
+) -> None:
+    """The executor's recorder of an experiment run (:data:`tracekit.sweep.task.Recorder`).
+
+    The sidecar file is the run's client send times (see :func:`record_experiment`).
+    """
+    record_experiment(run, out, run_id=run_id, overwrite=overwrite, sent=sent)

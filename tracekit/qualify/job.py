@@ -10,7 +10,9 @@ For one workload and engine configuration it
 4. replays every strategy in open mode on the baseline's decisions (``replay/``);
 5. renders the report (``report.html`` and ``qualification.json``).
 
-The results folder appears only when the whole job completed.
+The results folder appears only when the whole job completed. The recordings of steps 1 and 3 go
+through the sweep's executor (:func:`tracekit.sweep.execute_runs`, ``--jobs``), and are
+byte-identical for any number of jobs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +33,16 @@ from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.qualify.reporting import write_report
-from tracekit.recording.sim import SimRun, record_sim
+from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
 from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
+from tracekit.sweep import PlannedRun, execute_runs, make_executor
+from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
 from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
 
-__all__ = ["QualifyPlan", "run_qualify"]
+__all__ = ["QualifyPlan", "qualify_runs", "run_qualify"]
 
 Stage = Callable[[str, int, int], None]
 
@@ -112,6 +116,7 @@ def run_qualify(
     *,
     stage: Stage | None = None,
     overwrite: bool = False,
+    jobs: int | None = None,
 ) -> Path:
     """Run the whole qualification job into the results folder ``out``.
 
@@ -125,15 +130,24 @@ def run_qualify(
         Progress callback ``(stage name, done, total)``.
     overwrite
         Replace an existing results folder (after the new one completed).
+    jobs
+        Worker processes recording the runs (default: the number of cores; 1 runs in this
+        process). The results are byte-identical for any number.
 
     Returns
     -------
     Path
         The results folder; ``report.html`` is inside.
+
+    Raises
+    ------
+    tracekit.sweep.RunFailedError
+        A run failed (nothing is left behind).
     """
     final = Path(out)
     if final.exists() and not overwrite:
         raise ConfigError(f"{final}: results folder already exists; choose a new --out")
+    executor = make_executor(jobs)
     staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -143,28 +157,23 @@ def run_qualify(
         strategies = plan.run_strategies
         _write_json(staging / "qualify.json", _inputs(plan, repeats, strategies))
 
-        runs: list[CellRun] = []
-        total = len(repeats) * len(strategies)
-        for repeat in repeats:
-            for strategy in strategies:
-                notify("closed-loop runs", len(runs), total)
-                bundle = staging / "runs" / repeat.label / strategy.label
-                seeded = _seeded(strategy, repeat.seed)
-                run = SimRun(repeat.workload, plan.engine_config, seeded, "typed", repeat.seed)
-                record_sim(run, bundle)
-                runs.append(CellRun(repeat.index, repeat.seed, strategy.name, bundle))
-        notify("closed-loop runs", total, total)
-        cells = cells_frame(staging, runs, _cell_label(plan), plan.slo)
+        runs = qualify_runs(plan, repeats, strategies)
+        notify("closed-loop runs", 0, len(runs))
+        execution = execute_runs(
+            runs, staging, executor, progress=_stage_counts(notify, "closed-loop runs")
+        )
+        execution.check()
+        cells = cells_frame(
+            staging,
+            [CellRun(r.repeat, r.seed, r.strategy, staging / r.path) for r in runs[:-2]],
+            _cell_label(plan),
+            plan.slo,
+        )
         cells.write_parquet(staging / "cells.parquet", compression="zstd")
 
-        notify("legacy vs typed", 0, 2)
-        for index, host_path in enumerate(("legacy", "typed")):
-            candidate = _seeded(plan.candidate, repeats[0].seed)
-            run = SimRun(repeats[0].workload, plan.engine_config, candidate, host_path,
-                         repeats[0].seed)  # fmt: skip
-            record_sim(run, staging / "diff" / host_path)
-            notify("legacy vs typed", index + 1, 2)
+        notify("legacy vs typed", 0, 1)
         _diff_and_conformance(staging, plan)
+        notify("legacy vs typed", 1, 1)
 
         notify("open-mode replay", 0, 1)
         _open_replay(staging, strategies)
@@ -173,6 +182,7 @@ def run_qualify(
         notify("report", 0, 1)
         _render(staging)
         notify("report", 1, 1)
+        _name_final_paths(staging, final)
         if final.exists():
             shutil.rmtree(final)
         os.replace(staging, final)
@@ -180,6 +190,52 @@ def run_qualify(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def qualify_runs(
+    plan: QualifyPlan, repeats: Sequence[Repeat], strategies: Sequence[StrategySpec]
+) -> list[PlannedRun]:
+    """The job's recordings as an execution plan for :func:`tracekit.sweep.execute_runs`.
+
+    Every strategy on every repeat, through the typed host, into ``runs/r<k>/<strategy>``; then
+    the candidate on repeat 0 through the legacy and the typed hosts, into ``diff/<host>`` (the
+    last two runs). The production policy is seeded with the repeat's seed.
+    """
+    rate = float(plan.workload.options.get("rate_scale", 1.0))
+    cells = [
+        (f"runs/{repeat.label}/{strategy.label}", repeat, strategy, "typed")
+        for repeat in repeats
+        for strategy in strategies
+    ]
+    cells += [(f"diff/{host}", repeats[0], plan.candidate, host) for host in ("legacy", "typed")]
+    runs = []
+    for path, repeat, strategy, host_path in cells:
+        seeded = _seeded(strategy, repeat.seed)
+        run = SimRun(repeat.workload, plan.engine_config, seeded, host_path, repeat.seed)
+        runs.append(
+            PlannedRun(
+                path=path,
+                run=run,
+                run_id=make_run_id(run),
+                workload=plan.workload.name,
+                rate=rate,
+                strategy=strategy.name,
+                config=host_path,
+                repeat=repeat.index,
+                seed=repeat.seed,
+            )
+        )
+    return runs
+
+
+def _stage_counts(notify: Stage, name: str) -> ProgressCallback:
+    """A sweep progress callback that reports ``(name, runs ended, runs total)`` to ``notify``."""
+
+    def report(snapshot: ProgressSnapshot) -> None:
+        if snapshot.event in ("finished", "end"):
+            notify(name, snapshot.skipped + snapshot.done + snapshot.failed, snapshot.total)
+
+    return report
 
 
 def _inputs(plan: QualifyPlan, repeats: list[Repeat], strategies: list[StrategySpec]) -> dict:
@@ -235,6 +291,28 @@ def _user_settings(spec: StrategySpec) -> dict[str, Any]:
 def _open_replay(staging: Path, strategies: list[StrategySpec]) -> None:
     """Replay every strategy in open mode on the first repeat's baseline decisions."""
     replay_open(staging / "runs" / "r0" / strategies[0].label, strategies, staging / "replay")
+
+
+# Files that name input bundles by their path while the job runs (in the staging folder).
+PATH_FILES = ("diff/diff.json", "diff/diff.txt", "replay/replay.json")
+
+
+def _name_final_paths(staging: Path, final: Path) -> None:
+    """Point the bundle paths of :data:`PATH_FILES` at the results folder, not the staging one.
+
+    The staging folder's name holds the process id and disappears at the rename, so without
+    this, two jobs with the same inputs would differ (and name folders that do not exist).
+    """
+    # Absolute first: the relative form (as given in ``out``) is a suffix of it.
+    pairs = [(str(staging.absolute()), str(final.absolute())), (str(staging), str(final))]
+    for name in PATH_FILES:
+        file = staging / name
+        text = file.read_text("utf-8")
+        for old, new in pairs:
+            if name.endswith(".json"):
+                old, new = json.dumps(old)[1:-1], json.dumps(new)[1:-1]
+            text = text.replace(old, new)
+        file.write_text(text, "utf-8")
 
 
 def _render(staging: Path) -> None:

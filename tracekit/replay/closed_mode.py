@@ -4,12 +4,14 @@ Open mode asks "what would each policy have chosen on the recorded contexts"; cl
 "how would the run have gone": the recorded workload (every request's arrival, lengths, priority
 and input order, from the ``requests`` table) runs again on the embedded engine with the
 recorded engine configuration, once per strategy, and the counterfactual runs are compared with
-the recorded one on serving metrics.
+the recorded one on serving metrics. The counterfactual runs are a plan for the sweep's executor
+(:func:`tracekit.sweep.execute_runs`), so they run in parallel with ``jobs``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import shutil
@@ -21,8 +23,10 @@ import polars as pl
 
 from tracekit.analysis.serving import SloTargets, serving_metrics
 from tracekit.errors import ConfigError, TraceSchemaError
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.recording.sim import SimRun, make_engine_config, make_run_id
 from tracekit.strategies import HostPath, StrategySpec
+from tracekit.sweep import PlannedRun, execute_runs, make_executor
+from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.bundle import Bundle, open_trace
 from tracekit.workloads import Workload
 
@@ -91,6 +95,7 @@ def replay_closed(
     seed: int | None = None,
     slo: SloTargets | None = None,
     progress: Callable[[str], Callable[[int, int], None] | None] | None = None,
+    jobs: int | None = 1,
 ) -> ClosedReplay:
     """Re-simulate every run of ``trace`` once per strategy and compare with the recording.
 
@@ -111,7 +116,11 @@ def replay_closed(
     slo
         Latency targets of SLO attainment.
     progress
-        Given a label, returns a ``(done, total)`` callback for that run, or None.
+        Given a label, returns a ``(runs done, runs total)`` callback, or None.
+    jobs
+        Worker processes re-simulating the runs (1: in this process; ``None``: one per core).
+        The counterfactual runs go through the sweep's executor
+        (:func:`tracekit.sweep.execute_runs`); the output is the same for any number.
 
     Returns
     -------
@@ -125,27 +134,45 @@ def replay_closed(
     final = Path(out)
     if final.exists():
         raise ConfigError(f"{final}: output folder already exists; choose a new --out")
+    executor = make_executor(jobs)
     staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
-        runs: list[tuple[Path, Path, str, str, str]] = []
+        planned: list[PlannedRun] = []
+        recorded: list[tuple[Bundle, int]] = []
         for bundle in dataset:
             workload = recorded_workload(bundle)
             config = _engine_config(bundle)
             run_seed = int(bundle.manifest.get("seed") or 0) if seed is None else seed
-            runs.append((bundle.path, bundle.path, bundle.run_id, "recorded", bundle.run_id))
+            recorded.append((bundle, len(strategies)))
             for strategy in strategies:
-                where = Path("bundles") / bundle.run_id / strategy.label
-                target = staging / where
-                callback = progress(f"{bundle.run_id} {strategy.name}") if progress else None
-                record_sim(
-                    SimRun(workload, config, strategy, host_path, run_seed),
-                    target,
-                    progress=callback,
+                run = SimRun(workload, config, strategy, host_path, run_seed)
+                planned.append(
+                    PlannedRun(
+                        path=f"bundles/{bundle.run_id}/{strategy.label}",
+                        run=run,
+                        run_id=make_run_id(run),
+                        workload=workload.name,
+                        rate=float(workload.options.get("rate_scale", 1.0)),
+                        strategy=strategy.name,
+                        config=host_path,
+                        repeat=0,
+                        seed=run_seed,
+                    )
                 )
-                new = open_trace(target).bundles[0]
-                runs.append((target, final / where, new.run_id, strategy.name, bundle.run_id))
+        callback = progress("closed-mode runs") if progress is not None else None
+        execute_runs(
+            planned, staging, executor, progress=_run_counts(callback) if callback else None
+        ).check()
+        runs: list[tuple[Path, Path, str, str, str]] = []
+        todo = iter(planned)
+        for bundle, count in recorded:
+            runs.append((bundle.path, bundle.path, bundle.run_id, "recorded", bundle.run_id))
+            for new in itertools.islice(todo, count):
+                runs.append(
+                    (staging / new.path, final / new.path, new.run_id, new.strategy, bundle.run_id)
+                )
         summary = _summarise(runs, slo)
         summary.write_parquet(staging / f"{CLOSED_SUMMARY}.parquet", compression="zstd")
         (staging / f"{CLOSED_SUMMARY}.json").write_text(
@@ -156,6 +183,16 @@ def replay_closed(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return ClosedReplay(final, summary)
+
+
+def _run_counts(callback: Callable[[int, int], None]) -> ProgressCallback:
+    """A sweep progress callback that reports ``(runs ended, runs total)`` to ``callback``."""
+
+    def report(snapshot: ProgressSnapshot) -> None:
+        if snapshot.event in ("start", "finished", "end"):
+            callback(snapshot.skipped + snapshot.done + snapshot.failed, snapshot.total)
+
+    return report
 
 
 def _relative_change(metric: str) -> pl.Expr:

@@ -1,5 +1,7 @@
-"""Executors: where the runs of a sweep execute (this process, local processes, or Ray).
+"""Executors: where recorded runs execute (this process, local processes, or Ray).
 
+The one pool of the toolkit: sweeps, ``qualify``, the experiment matrix and closed-mode replay
+all hand their runs to these executors (through :func:`tracekit.sweep.execute.execute_runs`).
 Every executor takes the same :class:`~tracekit.sweep.task.SweepTask` list and reports each
 start and each :class:`~tracekit.sweep.task.TaskOutcome` to a :class:`Listener`; the records are
 the same whichever executor ran them (a run is deterministic, and ``created_at`` is pinned with
@@ -35,6 +37,7 @@ from tracekit.sweep.task import (
     execute_detached,
     execute_task,
     publish_files,
+    publish_sidecar,
 )
 
 __all__ = [
@@ -356,10 +359,12 @@ class RayExecutor:
         except Exception as exc:  # a lost node or a worker crash: Ray's errors vary
             message = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
             return TaskOutcome(task.index, "failed", 0.0, message)
+        if outcome.sidecar is not None and task.sidecar:
+            # Before the bundle: a complete bundle implies its sidecar is in place.
+            publish_sidecar(root / task.sidecar, outcome.sidecar)
         if outcome.files is not None:
             publish_files(root / task.path, outcome.files)
-            outcome = dataclasses.replace(outcome, files=None)
-        return outcome
+        return dataclasses.replace(outcome, files=None, sidecar=None)
 
 
 def _cancel(ray: Any, refs: list[Any]) -> None:

@@ -25,6 +25,7 @@ from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.strategies import StrategySpec, resolve_strategy
 from tracekit.sweep.checks import LABEL
 from tracekit.sweep.matrix import EngineSpec, Matrix, PolicyPoint, WorkloadSpec, is_production
+from tracekit.sweep.task import Recorder, record_sim_run
 from tracekit.workloads import Workload, load_workload
 from tracekit.workloads.repeats import plan_repeats
 
@@ -35,39 +36,51 @@ RUNS_DIR = "runs"
 
 @dataclass(frozen=True, slots=True)
 class PlannedRun:
-    """One closed-loop run of the sweep: its inputs, identity and partition values.
+    """One run to record: its inputs, identity and labels.
+
+    The one execution plan type: a sequence of ``PlannedRun`` is what
+    :func:`tracekit.sweep.execute.execute_runs` runs on any executor. Sweeps expand their TOML
+    matrix into it (:func:`plan_sweep`); ``qualify``, the experiment matrix and closed-mode
+    replay build it from their own specifications.
 
     Attributes
     ----------
     path
-        The bundle folder relative to the sweep folder (``runs/workload=.../repeat=k``).
+        The bundle folder relative to the output folder (``runs/workload=.../repeat=k``).
     run
-        Everything :func:`tracekit.recording.sim.record_sim` needs.
+        Everything ``recorder`` needs (for the default, a
+        :class:`~tracekit.recording.sim.SimRun`).
     run_id
-        :func:`tracekit.recording.sim.make_run_id` of ``run`` (checked when resuming).
+        The run's deterministic id (checked when resuming).
     workload, rate, strategy, config, repeat
-        Partition values (``config`` is the engine label, plus ``+<policy label>`` for production
-        strategies when the matrix has a ``[policy]`` grid).
-    engine, policy
-        Engine label and policy point label (empty for strategies without settings).
+        Labels (a sweep's partition values: ``config`` is the engine label, plus
+        ``+<policy label>`` for production strategies when the matrix has a ``[policy]`` grid).
     seed
         The run's seed (repeat seed; also the policy's ``utility_seed`` unless the grid sets it).
+    engine, policy
+        Engine label and policy point label (empty for strategies without settings).
     cells
         Labels of the cells the run belongs to (a baseline belongs to every policy point's cell).
+    recorder
+        Records the run (:func:`tracekit.sweep.task.record_sim_run` by default).
+    sidecar
+        A file the recorder writes beside the bundle, relative to the output folder, or ``None``.
     """
 
     path: str
-    run: SimRun
+    run: Any
     run_id: str
     workload: str
     rate: float
     strategy: str
     config: str
-    engine: str
-    policy: str
     repeat: int
     seed: int
-    cells: tuple[str, ...]
+    engine: str = ""
+    policy: str = ""
+    cells: tuple[str, ...] = ()
+    recorder: Recorder = record_sim_run
+    sidecar: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,23 +19,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
 from bidkv._version import __version__
 from tracekit.analysis.cells import CellRun, cells_frame
-from tracekit.errors import ConfigError
+from tracekit.sweep.execute import Execution, RunRecord, execute_runs
 from tracekit.sweep.executors import Executor, make_executor
-from tracekit.sweep.guards import interrupt_guard, sweep_lock
 from tracekit.sweep.matrix import load_matrix
 from tracekit.sweep.plan import RUNS_DIR, SweepPlan, plan_sweep
-from tracekit.sweep.progress import ProgressCallback, ProgressCounter
-from tracekit.sweep.task import SweepTask, TaskOutcome, bundle_state, remove_partials
+from tracekit.sweep.progress import ProgressCallback
 from tracekit.trace.bundle import find_bundle_dirs
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import write_json_atomic
@@ -43,7 +39,6 @@ from tracekit.trace.writer import write_json_atomic
 __all__ = [
     "CELLS_FILE",
     "SWEEP_FILE",
-    "RunRecord",
     "SweepInterrupted",
     "SweepResult",
     "execute_plan",
@@ -57,39 +52,6 @@ CELL_LEADING = (
     "repeat", "strategy", "host_path", "run_id", "bundle", "cell", "workload", "rate", "config",
     "engine", "policy", "rate_unit", "rate_scale", "seed",
 )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """One run of the sweep and how it ended.
-
-    Attributes
-    ----------
-    path
-        Bundle folder relative to the sweep folder.
-    run_id, workload, rate, strategy, config, repeat, seed
-        The run's identity and partition values.
-    status
-        ``done`` (completed now), ``skipped`` (already complete), ``failed`` or ``interrupted``
-        (not run because the sweep was stopped).
-    error, traceback
-        For a failed run.
-    duration_s
-        Wall time of the run (for a skipped run: from the earlier sweep's record, if any).
-    """
-
-    path: str
-    run_id: str
-    workload: str
-    rate: float
-    strategy: str
-    config: str
-    repeat: int
-    seed: int
-    status: str
-    error: str | None = None
-    traceback: str | None = None
-    duration_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,38 +174,6 @@ def run_sweep(
     return execute_plan(plan, out, make_executor(jobs, ray_address), progress=progress)
 
 
-class _Tracker:
-    """Keeps each run's record and the progress counts as executors report."""
-
-    def __init__(self, records: list[RunRecord], counter: ProgressCounter) -> None:
-        self.records = records
-        self.counter = counter
-
-    def started(self, index: int) -> None:
-        self.counter.started(self.records[index].path)
-
-    def requeued(self, index: int) -> None:
-        self.counter.requeued(self.records[index].path)
-
-    def finished(self, outcome: TaskOutcome) -> None:
-        old = self.records[outcome.index]
-        self.records[outcome.index] = _replace(
-            old,
-            status=outcome.status,
-            error=outcome.error,
-            traceback=outcome.traceback,
-            duration_s=round(outcome.duration_s, 6),
-        )
-        self.counter.finished(old.path, outcome.status == "done", outcome.error)
-
-    def stopping(self) -> None:
-        self.counter.emit("stopping")
-
-
-def _replace(record: RunRecord, **changes: Any) -> RunRecord:
-    return dataclasses.replace(record, **changes)
-
-
 def execute_plan(
     plan: SweepPlan,
     out: str | Path,
@@ -270,85 +200,29 @@ def execute_plan(
         As :func:`run_sweep`.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: is a file; pass a folder for --out")
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with sweep_lock(out):
-        remove_partials(out / RUNS_DIR)
-        records, tasks = _resume(plan, out)
-        skipped = sum(r.status == "skipped" for r in records)
-        counter = ProgressCounter(len(records), skipped, progress)
-        tracker = _Tracker(records, counter)
-        counter.emit("start")
-        interrupted = False
-        with interrupt_guard(tracker.stopping) as requested:
-            try:
-                executor.run(tasks, out, tracker, requested)
-            except KeyboardInterrupt:
-                interrupted = True
-            except BaseException:
-                remove_partials(out / RUNS_DIR)
-                raise
-            # A Ctrl-C that came as the last run finished interrupted nothing.
-            stopped = interrupted or requested()
-            interrupted = stopped and any(r.status == "pending" for r in records)
-            remove_partials(out / RUNS_DIR)
-            records = [
-                _replace(r, status="interrupted") if r.status == "pending" else r for r in records
-            ]
-            cells_path = _write_cells(plan, records, out)
-            result = SweepResult(
-                out=out,
-                runs=tuple(records),
-                cells_path=cells_path,
-                sweep_path=out / SWEEP_FILE,
-                executor=executor.name,
-                elapsed_s=time.perf_counter() - start,
-                interrupted=interrupted,
-                extra_bundles=_extra_bundles(plan, out),
-            )
-            _write_sweep_json(plan, result, executor)
-    counter.running = 0  # runs aborted by a second Ctrl-C never reported back
-    counter.emit("end")
-    if interrupted:
+    results: list[SweepResult] = []
+
+    def finish(execution: Execution) -> None:
+        cells_path = _write_cells(plan, execution.records, out)
+        result = SweepResult(
+            out=out,
+            runs=execution.records,
+            cells_path=cells_path,
+            sweep_path=out / SWEEP_FILE,
+            executor=execution.executor,
+            elapsed_s=execution.elapsed_s,
+            interrupted=execution.interrupted,
+            extra_bundles=_extra_bundles(plan, out),
+        )
+        _write_sweep_json(plan, result, executor)
+        results.append(result)
+
+    previous = _previous_durations(out / SWEEP_FILE) if out.is_dir() else {}
+    execute_runs(plan.runs, out, executor, progress=progress, previous=previous, finish=finish)
+    (result,) = results
+    if result.interrupted:
         raise SweepInterrupted(result)
     return result
-
-
-def _resume(plan: SweepPlan, out: Path) -> tuple[list[RunRecord], list[SweepTask]]:
-    """Records of every run (complete ones ``skipped``) and the tasks still to run."""
-    previous = _previous_durations(out / SWEEP_FILE)
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    records: list[RunRecord] = []
-    tasks: list[SweepTask] = []
-    for index, run in enumerate(plan.runs):
-        state, found = bundle_state(out / run.path)
-        if state == "complete" and found != run.run_id:
-            raise ConfigError(
-                f"{out / run.path}: holds run {found}, but the matrix now gives {run.run_id} "
-                "there (a workload, engine or policy value changed); use a new --out or delete "
-                "that folder to re-run it"
-            )
-        status = "skipped" if state == "complete" else "pending"
-        records.append(
-            RunRecord(
-                path=run.path,
-                run_id=run.run_id,
-                workload=run.workload,
-                rate=run.rate,
-                strategy=run.strategy,
-                config=run.config,
-                repeat=run.repeat,
-                seed=run.seed,
-                status=status,
-                duration_s=previous.get(run.path) if status == "skipped" else None,
-            )
-        )
-        if status == "pending":
-            overwrite = state == "incomplete"
-            tasks.append(SweepTask(index, run.path, run.run, run.run_id, overwrite, epoch))
-    return records, tasks
 
 
 def _extra_bundles(plan: SweepPlan, out: Path) -> tuple[str, ...]:

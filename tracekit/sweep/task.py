@@ -1,38 +1,44 @@
-"""One sweep run as a task that any executor can hand to a worker, and its bundle on disk.
+"""One run as a task that any executor can hand to a worker, and its bundle on disk.
 
-A task records one closed-loop run with :func:`tracekit.recording.sim.record_sim`, which writes
-into a hidden ``.<name>.partial-<pid>`` sibling and renames it into place only once the run
-completed. A worker that shares the sweep folder (local processes) records in place; a worker that
-may not (a Ray node) records into a temporary folder and returns the files, which the driver
-publishes with the same hidden-sibling-and-rename rule (:func:`publish_files`). Either way, a
-run's folder exists only when its bundle is complete.
+A task records one run with its *recorder*: :func:`record_sim_run` (a closed-loop run of
+:func:`tracekit.recording.sim.record_sim`; sweeps, ``qualify`` and closed-mode replay) or
+another module-level function such as the experiment matrix's
+:func:`tracekit.experiment.record.record_experiment_run`. Recorders write into a hidden
+``.<name>.partial-<pid>`` sibling and rename it into place only once the run completed. A worker
+that shares the output folder (local processes) records in place; a worker that may not (a Ray
+node) records into a temporary folder and returns the files, which the driver publishes with the
+same hidden-sibling-and-rename rule (:func:`publish_files`). Either way, a run's folder exists
+only when its bundle is complete.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from tracekit.recording.sim import SimRun, record_sim
+from tracekit.trace.bundle import Bundle
 
 __all__ = [
     "BundleState",
+    "Recorder",
     "SweepTask",
     "TaskOutcome",
     "bundle_state",
     "execute_detached",
     "execute_task",
     "publish_files",
+    "publish_sidecar",
+    "record_sim_run",
     "remove_partials",
 ]
 
@@ -41,6 +47,17 @@ PARTIAL_GLOB = ".*.partial-*"
 EPOCH = "SOURCE_DATE_EPOCH"
 # Scratch folders of detached runs: <tmp>/tracekit-sweep-<pid>-<random>.
 SCRATCH_PREFIX = "tracekit-sweep-"
+
+#: ``(run, bundle folder, sidecar file or None, run id, overwrite)``: records one run. It must be
+#: a module-level function (tasks are pickled to worker processes and Ray nodes).
+Recorder = Callable[[Any, Path, Path | None, str, bool], None]
+
+
+def record_sim_run(
+    run: SimRun, out: Path, sidecar: Path | None, run_id: str, overwrite: bool
+) -> None:
+    """The default :data:`Recorder`: a closed-loop run of the embedded engine (no sidecar)."""
+    record_sim(run, out, run_id=run_id, overwrite=overwrite)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,21 +69,29 @@ class SweepTask:
     index
         The run's position in the plan.
     path
-        Its bundle folder, relative to the sweep folder.
+        Its bundle folder, relative to the output folder.
     run, run_id
-        The run and its id.
+        The run (a :class:`~tracekit.recording.sim.SimRun` or what ``recorder`` takes; it has a
+        ``workload`` field) and its id.
     overwrite
         The folder holds an incomplete bundle: replace it once the new run completed.
     source_date_epoch
         The driver's ``SOURCE_DATE_EPOCH`` (pins ``created_at`` in every worker alike).
+    recorder
+        Records the run (:func:`record_sim_run` by default).
+    sidecar
+        A file the recorder also writes, outside the bundle, relative to the output folder
+        (the experiment matrix's client send times); ``None``: none.
     """
 
     index: int
     path: str
-    run: SimRun
+    run: Any
     run_id: str
     overwrite: bool = False
     source_date_epoch: str | None = None
+    recorder: Recorder = record_sim_run
+    sidecar: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +110,8 @@ class TaskOutcome:
         One-line error and the full traceback of a failed run.
     files
         A detached run's bundle: relative file name -> bytes (``None`` when recorded in place).
+    sidecar
+        A detached run's sidecar file (see :class:`SweepTask`), if it has one.
     """
 
     index: int
@@ -93,6 +120,7 @@ class TaskOutcome:
     error: str | None = None
     traceback: str | None = None
     files: dict[str, bytes] | None = None
+    sidecar: bytes | None = None
 
 
 @contextlib.contextmanager
@@ -117,9 +145,9 @@ def _failed(task: SweepTask, start: float, exc: BaseException) -> TaskOutcome:
     )
 
 
-def _record(task: SweepTask, out: Path, *, overwrite: bool) -> None:
+def _record(task: SweepTask, out: Path, sidecar: Path | None, *, overwrite: bool) -> None:
     with _pinned_epoch(task.source_date_epoch):
-        record_sim(task.run, out, run_id=task.run_id, overwrite=overwrite)
+        task.recorder(task.run, out, sidecar, task.run_id, overwrite)
 
 
 def execute_task(task: SweepTask, root: str | Path) -> TaskOutcome:
@@ -130,7 +158,7 @@ def execute_task(task: SweepTask, root: str | Path) -> TaskOutcome:
     task
         The run to record.
     root
-        The sweep folder.
+        The output folder.
 
     Returns
     -------
@@ -140,7 +168,8 @@ def execute_task(task: SweepTask, root: str | Path) -> TaskOutcome:
     """
     start = time.perf_counter()
     try:
-        _record(task, Path(root) / task.path, overwrite=task.overwrite)
+        sidecar = Path(root) / task.sidecar if task.sidecar else None
+        _record(task, Path(root) / task.path, sidecar, overwrite=task.overwrite)
     except (Exception, SystemExit) as exc:
         return _failed(task, start, exc)
     return TaskOutcome(task.index, "done", time.perf_counter() - start)
@@ -169,17 +198,21 @@ def execute_detached(task: SweepTask, workload: object | None = None) -> TaskOut
     scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     try:
         bundle = scratch / "bundle"
-        _record(task, bundle, overwrite=False)
+        sidecar = scratch / "sidecar" if task.sidecar else None
+        _record(task, bundle, sidecar, overwrite=False)
         files = {
             p.relative_to(bundle).as_posix(): p.read_bytes()
             for p in sorted(bundle.rglob("*"))
             if p.is_file()
         }
+        extra = sidecar.read_bytes() if sidecar is not None else None
     except (Exception, SystemExit) as exc:
         return _failed(task, start, exc)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return TaskOutcome(task.index, "done", time.perf_counter() - start, files=files)
+    return TaskOutcome(
+        task.index, "done", time.perf_counter() - start, files=files, sidecar=extra
+    )
 
 
 def _remove_orphan_scratch() -> None:
@@ -197,8 +230,7 @@ def _remove_orphan_scratch() -> None:
 
 
 def _with_workload(task: SweepTask, workload: object) -> SweepTask:
-    run: SimRun = dataclasses.replace(task.run, workload=workload)  # type: ignore[arg-type]
-    return dataclasses.replace(task, run=run)
+    return dataclasses.replace(task, run=dataclasses.replace(task.run, workload=workload))
 
 
 def publish_files(dest: Path, files: Mapping[str, bytes]) -> None:
@@ -222,18 +254,24 @@ def publish_files(dest: Path, files: Mapping[str, bytes]) -> None:
         raise
 
 
-def bundle_state(folder: Path) -> tuple[BundleState, str | None]:
-    """Whether ``folder`` holds a complete bundle, and the run id its manifest names."""
-    if not folder.exists():
-        return "missing", None
+def publish_sidecar(dest: Path, data: bytes) -> None:
+    """Write a returned sidecar file to ``dest`` atomically (hidden sibling, then a rename)."""
+    staging = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        manifest = json.loads((folder / "manifest.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return "incomplete", None
-    if not isinstance(manifest, dict):
-        return "incomplete", None
-    run_id = manifest.get("run_id")
-    state: BundleState = "complete" if manifest.get("complete") is True else "incomplete"
+        staging.write_bytes(data)
+        os.replace(staging, dest)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def bundle_state(folder: Path) -> tuple[BundleState, str | None]:
+    """Whether ``folder`` holds a complete bundle (:attr:`Bundle.complete`), and its run id."""
+    bundle = Bundle.peek(folder)
+    if bundle is None:
+        return "missing", None
+    run_id = bundle.manifest.get("run_id")
+    state: BundleState = "complete" if bundle.complete else "incomplete"
     return state, str(run_id) if run_id is not None else None
 
 

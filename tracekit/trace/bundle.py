@@ -38,8 +38,28 @@ class Bundle:
 
     @property
     def complete(self) -> bool:
-        """Whether the recorder closed the bundle (false: killed or still running)."""
-        return bool(self.manifest.get("complete", False))
+        """Whether the recorder closed the bundle (false: killed, still running, or unreadable).
+
+        The one completeness rule: readers, resuming sweeps and the experiment matrix all ask it.
+        """
+        return self.manifest.get("complete") is True
+
+    @classmethod
+    def peek(cls, folder: str | Path) -> Bundle | None:
+        """The bundle at ``folder`` without format checks, or ``None`` when the folder is absent.
+
+        A missing or unreadable manifest gives an empty one, so the bundle is not
+        :attr:`complete`. For resuming, where a half-written folder is expected; readers use
+        :func:`open_trace`, which checks every manifest.
+        """
+        path = Path(folder)
+        if not path.exists():
+            return None
+        try:
+            manifest = json.loads((path / MANIFEST).read_text("utf-8"))
+        except (OSError, ValueError):
+            manifest = {}
+        return cls(path, manifest if isinstance(manifest, dict) else {})
 
     def table_files(self, table: str) -> list[Path]:
         """Parquet files of ``table`` (one file, or live part files), in order."""
