@@ -84,3 +84,95 @@ def test_truncated_parquet_is_a_one_line_error(dataset: Path) -> None:
     assert result.exit_code == 1
     assert "decisions.parquet: not a readable Parquet file" in result.output
     assert result.output.strip().count("\n") == 0
+
+
+def _digests(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+@pytest.mark.parametrize(
+    "target", ["one/decisions.parquet", "one/new.parquet", "result.parquet", "one/sub/x.parquet"]
+)
+def test_out_never_writes_inside_the_dataset(
+    dataset: Path, target: str, overwrite: list[str]
+) -> None:
+    (dataset / "one" / "sub").mkdir()
+    before = _digests(dataset)
+    out = dataset / target
+    result = CliRunner().invoke(
+        cli,
+        [
+            "query",
+            str(dataset),
+            "select 1 as x",
+            "--format",
+            "parquet",
+            "--out",
+            str(out),
+            *overwrite,
+        ],
+    )
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: --out {out}: inside the dataset")
+    assert result.output.strip().count("\n") == 0
+    assert _digests(dataset) == before
+    assert sorted(p.name for p in (dataset / "one").iterdir()) == sorted(
+        [
+            "candidates.parquet",
+            "decisions.parquet",
+            "manifest.json",
+            "requests.parquet",
+            "steps.parquet",
+            "sub",
+        ]
+    )
+
+
+def test_out_inside_the_dataset_through_a_symlink_is_refused(dataset: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(dataset / "one")
+    before = _digests(dataset)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "query",
+            str(dataset),
+            "select 1 as x",
+            "--format",
+            "csv",
+            "--out",
+            str(link / "decisions.parquet"),
+            "--overwrite",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "inside the dataset" in result.output
+    assert _digests(dataset) == before
+
+
+def test_out_refuses_an_existing_file_without_overwrite(dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "mine.csv"
+    out.write_text("keep me\n")
+    runner = CliRunner()
+    args = ["query", str(dataset), "select 7 as x", "--format", "csv", "--out", str(out)]
+    refused = runner.invoke(cli, args)
+    assert refused.exit_code == 2
+    assert refused.output == (
+        f"Error: --out {out}: the file exists; pass --overwrite to replace it\n"
+    )
+    assert out.read_text() == "keep me\n"
+    replaced = runner.invoke(cli, [*args, "--overwrite"])
+    assert replaced.exit_code == 0
+    assert out.read_text() == "x\n7\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_out_in_a_missing_folder_is_a_one_line_error(dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "nope" / "r.csv"
+    result = CliRunner().invoke(
+        cli, ["query", str(dataset), "select 1", "--format", "csv", "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0
+    assert "folder" in result.output and str(out.parent) in result.output

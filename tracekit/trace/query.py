@@ -22,7 +22,7 @@ from tracekit.errors import ConfigError
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.schema import trace_schema
 
-__all__ = ["OutputFormat", "connect_trace", "run_query", "write_query_result"]
+__all__ = ["OutputFormat", "check_output", "connect_trace", "run_query", "write_query_result"]
 
 OutputFormat = Literal["table", "csv", "json", "parquet"]
 _ALLOWED = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
@@ -92,10 +92,33 @@ def run_query(path: str | Path, sql: str) -> pl.DataFrame:
         con.close()
 
 
-def write_query_result(frame: pl.DataFrame, fmt: OutputFormat, out: Path | None) -> str | None:
+def check_output(out: Path, trace: str | Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` inside the dataset ``trace``, in a missing folder, or that exists.
+
+    An existing file is replaced only with ``overwrite``; a file inside the dataset never is.
+    Paths are compared after resolving symlinks.
+    """
+    target = out.resolve()
+    root = Path(trace).resolve()
+    if target == root or root in target.parents:
+        raise ConfigError(
+            f"--out {out}: inside the dataset {trace} that the query reads; write the result "
+            "outside it"
+        )
+    if not target.parent.is_dir():
+        raise ConfigError(f"--out {out}: the folder {out.parent} does not exist; create it first")
+    if out.exists() and not overwrite:
+        raise ConfigError(f"--out {out}: the file exists; pass --overwrite to replace it")
+
+
+def write_query_result(
+    frame: pl.DataFrame, fmt: OutputFormat, out: Path | None, overwrite: bool = False
+) -> str | None:
     """Render ``frame`` as ``fmt``; return the text, or write ``out`` atomically and return None.
 
-    ``parquet`` needs ``out``; the other formats are printed when ``out`` is None.
+    ``parquet`` needs ``out``; the other formats are printed when ``out`` is None. The result is
+    written to a hidden file beside ``out`` and renamed into place; an existing ``out`` is
+    replaced only with ``overwrite``.
     """
     if fmt == "parquet" and out is None:
         raise ConfigError("--format parquet needs --out FILE")
@@ -116,8 +139,25 @@ def write_query_result(frame: pl.DataFrame, fmt: OutputFormat, out: Path | None)
             frame.write_parquet(tmp, compression="zstd")
         else:
             tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
+        if overwrite:
+            os.replace(tmp, out)
+        else:
+            _link_new(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
     return None
+
+
+def _link_new(tmp: Path, out: Path) -> None:
+    """Move ``tmp`` to ``out`` unless ``out`` exists (a hard link fails rather than replace)."""
+    try:
+        os.link(tmp, out)
+    except FileExistsError:
+        raise ConfigError(f"--out {out}: the file exists; pass --overwrite to replace it") from None
+    except OSError:  # a file system without hard links: check, then rename
+        if out.exists():
+            raise ConfigError(
+                f"--out {out}: the file exists; pass --overwrite to replace it"
+            ) from None
+        os.replace(tmp, out)
