@@ -521,7 +521,7 @@ def _check_decisions(
         if n:
             state.last_time = frame.get_column("time_s")[-1]
             state.last_step = frame.get_column("step")[-1]
-    state.per_decision = pl.concat(state.parts, rechunk=True) if state.parts else None
+    state.per_decision = pl.concat(state.parts, rechunk=False) if state.parts else None
     state.parts = []
     return state
 
