@@ -81,7 +81,7 @@ def test_truncated_parquet_is_a_one_line_error(dataset: Path) -> None:
     file = dataset / "one" / "decisions.parquet"
     file.write_bytes(file.read_bytes()[:100])
     result = CliRunner().invoke(cli, ["query", str(dataset), "select 1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "decisions.parquet: not a readable Parquet file" in result.output
     assert result.output.strip().count("\n") == 0
 
@@ -176,3 +176,30 @@ def test_out_in_a_missing_folder_is_a_one_line_error(dataset: Path, tmp_path: Pa
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0
     assert "folder" in result.output and str(out.parent) in result.output
+
+
+def test_a_deleted_table_is_an_error_not_an_empty_view(dataset: Path) -> None:
+    file = dataset / "two" / "decisions.parquet"
+    file.unlink()
+    result = CliRunner().invoke(cli, ["query", str(dataset), "select count(*) from decisions"])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"Error: {file}: table 'decisions' is missing (the manifest lists 2 rows); restore the "
+        "file or re-record the bundle\n"
+    )
+
+
+def test_a_column_of_the_wrong_type_is_a_one_line_error(dataset: Path) -> None:
+    file = dataset / "one" / "steps.parquet"
+    frame = pl.read_parquet(file).with_columns(pl.col("time_s").cast(pl.String))
+    frame.write_parquet(file)
+    result = CliRunner().invoke(cli, ["query", str(dataset), "select count(*) from requests"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: {file}: column 'time_s' has type")
+    assert result.output.count("\n") == 1
+
+
+def test_bad_sql_exits_2(dataset: Path) -> None:
+    result = CliRunner().invoke(cli, ["query", str(dataset), "select * from nope"])
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: SQL: Catalog Error")

@@ -75,7 +75,7 @@ def query(trace: Path, sql: str, fmt: str, out: Path | None, overwrite: bool) ->
     if out is not None:
         with library_errors(exit_code=2):
             check_output(out, trace, overwrite)
-    with library_errors():
+    with library_errors(exit_code=2):
         frame = run_query(trace, sql)
     with library_errors(exit_code=2):
         text = write_query_result(frame, fmt, out, overwrite)  # type: ignore[arg-type]

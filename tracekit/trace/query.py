@@ -21,6 +21,7 @@ import pyarrow.dataset as pads
 from tracekit.errors import ConfigError
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.schema import trace_schema
+from tracekit.trace.validate import check_readable
 
 __all__ = ["OutputFormat", "check_output", "connect_trace", "run_query", "write_query_result"]
 
@@ -49,13 +50,15 @@ def connect_trace(path: str | Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with one view per trace table of ``path``, read-only.
 
     The connection cannot open any file: each view scans an Arrow dataset of the table's
-    Parquet files, and external access is disabled and locked before it is returned.
+    Parquet files, and external access is disabled and locked before it is returned. Raises
+    ``TraceSchemaError`` if a bundle is malformed (see ``check_readable``).
     """
     dataset = open_trace(path)
+    # A truncated file, a table that is gone or a column of the wrong type is a one-line error.
+    for bundle in dataset:
+        check_readable(bundle)
     con = duckdb.connect(":memory:", config={"temp_directory": ""})
     for table in trace_schema().tables.values():
-        # Scanning checks every file's footer and columns: a truncated file is a one-line error.
-        dataset.scan(table.name)
         source = pads.dataset(
             [str(f) for f in dataset.files(table.name)],
             schema=table.arrow_schema,
