@@ -250,3 +250,32 @@ def test_findings_do_not_depend_on_the_batch_size(
     for rows in (1, 2, 3):
         monkeypatch.setattr(validate_module, "BATCH_ROWS", rows)
         assert [validate_trace(b).bundles[0].problems for b in bundles] == reference
+
+
+def _with_orphan(frame: pl.DataFrame) -> pl.DataFrame:
+    """One more candidate row, of a decision seq 2 that was never stored."""
+    extra = frame.tail(1).with_columns(
+        pl.lit(2, pl.Int64).alias("seq"), pl.lit(0).alias("position")
+    )
+    return pl.concat([frame, extra.cast(frame.schema)])
+
+
+@pytest.mark.parametrize(("complete", "status"), [(False, "truncated"), (True, "invalid")])
+def test_orphan_candidates_are_allowed_only_in_an_unfinished_bundle(
+    tmp_path: Path, complete: bool, status: str
+) -> None:
+    # Recorders flush candidates before their decisions, so a kill in between leaves orphans.
+    bundle = write_bundle(tmp_path / "b")
+    _rewrite(bundle, "candidates", _with_orphan)
+    _edit_manifest(bundle, complete=complete)
+    report = validate_trace(bundle)
+    assert report.status == status, report.bundles[0].problems
+    orphans = [p for p in report.bundles[0].problems if "refers to no decision" in p]
+    assert len(orphans) == (1 if complete else 0)
+
+
+def test_inspect_and_query_refuse_a_manifest_field_of_the_wrong_type(tmp_path: Path) -> None:
+    bundle = write_bundle(tmp_path / "b")
+    _edit_manifest(bundle, complete="no")
+    for args in (["inspect", str(bundle)], ["query", str(bundle), "select 1"]):
+        _one_line_error(_run(*args), str(bundle / "manifest.json"), "'complete'", "'no'")

@@ -332,8 +332,12 @@ def _listed_files_missing(bundle: Bundle, name: str) -> list[str]:
 
 
 def check_readable(bundle: Bundle) -> None:
-    """Raise ``TraceSchemaError`` (one line) if a table of ``bundle`` is gone or malformed."""
-    problems, _ = _structure_problems(bundle)
+    """Raise ``TraceSchemaError`` (one line) for the first malformed part of ``bundle``.
+
+    A manifest field of the wrong type, a table that is gone, a table with a missing, unknown
+    or mistyped column; the rows themselves are not read.
+    """
+    problems = _manifest_problems(bundle) + _structure_problems(bundle)[0]
     if problems:
         raise TraceSchemaError(problems[0])
 
@@ -537,8 +541,9 @@ def _check_counters(
         return
     flags = frame.select(**{name: expr.cast(pl.Int64) for name, expr in _COUNTERS.items()})
     if state.first_counters is None:
-        state.first_counters = {name: frame.get_column(name)[0] for name in _COUNTERS}
-        state.first_outcomes = {name: flags.get_column(name)[0] for name in _COUNTERS}
+        # A null here is reported as a null; 0 stands in for it.
+        state.first_counters = {name: frame.get_column(name)[0] or 0 for name in _COUNTERS}
+        state.first_outcomes = {name: flags.get_column(name)[0] or 0 for name in _COUNTERS}
         state.sums = dict.fromkeys(_COUNTERS, 0)
     assert state.first_outcomes is not None
     for name in _COUNTERS:
@@ -567,11 +572,13 @@ def _check_candidates(
     run_id: str,
     state: _DecisionState,
     decision_file: Path,
+    complete: bool,
 ) -> None:
     """Each decision's candidates: stored together in seq order, matching the decision.
 
     A batch is checked up to its last seq; that seq's rows are carried into the next batch, so
-    every group is whole when it is checked.
+    every group is whole when it is checked. An unfinished bundle may end with candidates of a
+    decision that was never flushed (recorders flush candidates first).
     """
     groups = _Groups()
     carry: pl.DataFrame | None = None
@@ -595,9 +602,9 @@ def _check_candidates(
         last_seq = part.get_column("seq")[-1]
         tail = pl.col("seq") == last_seq
         carry, carry_file = part.filter(tail), file
-        _check_groups(findings, file, part.filter(~tail), state, groups, decision_file)
+        _check_groups(findings, file, part.filter(~tail), state, groups, decision_file, complete)
     if carry is not None:
-        _check_groups(findings, carry_file, carry, state, groups, decision_file)
+        _check_groups(findings, carry_file, carry, state, groups, decision_file, complete)
     _check_without_rows(findings, state, groups.next_seq, state.count, decision_file)
 
 
@@ -632,21 +639,23 @@ def _check_groups(
     state: _DecisionState,
     groups: _Groups,
     decision_file: Path,
+    complete: bool,
 ) -> None:
     """Check whole groups of candidate rows (all rows of each seq in ``part``)."""
-    if not part.height or state.per_decision is None:
+    if not part.height:
         return
     known = (pl.col("seq") >= 0) & (pl.col("seq") < state.count)
+    orphan = (pl.col("seq") < 0) | (pl.col("seq") >= state.count) if complete else pl.col("seq") < 0
     findings.flag(
         file,
         part,
-        ~known,
+        orphan,
         "seq",
         "candidates.seq refers to no decision",
         f"every candidate row belongs to a stored decision: {RERECORD}",
     )
     part = part.filter(known)
-    if not part.height:
+    if not part.height or state.per_decision is None:
         return
     decided = state.per_decision.gather(part.get_column("seq"))
     hashes = _id_hash(part.get_column("request_id"))
@@ -786,7 +795,11 @@ def _check_bundle(bundle: Bundle) -> BundleReport:
                 run,
                 state,
                 usable["decisions"][0],
+                complete,
             )
+    elif "candidates" in usable:
+        for file, frame in _batches(usable["candidates"], schema.table("candidates").column_names):
+            _check_values(findings, file, frame, schema.table("candidates"), run)
     if "steps" in usable:
         _check_steps(findings, usable["steps"], schema.table("steps"), run)
     if "scheduled" in usable:
