@@ -72,12 +72,10 @@ def query(trace: Path, sql: str, fmt: str, out: Path | None, overwrite: bool) ->
     Views: requests, decisions, candidates, steps, scheduled (each across every bundle of the
     dataset) and runs (one row per manifest). --out never writes inside TRACE.
     """
-    if out is not None:
-        with library_errors(exit_code=2):
+    with library_errors(exit_code=2):
+        if out is not None:
             check_output(out, trace, overwrite)
-    with library_errors(exit_code=2):
         frame = run_query(trace, sql)
-    with library_errors(exit_code=2):
         text = write_query_result(frame, fmt, out, overwrite)  # type: ignore[arg-type]
     if text is not None:
         click.echo(text, nl=not text.endswith("\n"))
