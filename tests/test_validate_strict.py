@@ -169,7 +169,9 @@ def test_bad_values_are_invalid(
     hits = [p for p in report.bundles[0].problems if message in p]
     assert hits, report.bundles[0].problems
     assert hits[0].startswith(f"{file}: ")
-    assert ": 1 row(s)" in hits[0]
+    key = {"requests": "request_id", "steps": "step"}.get(table, "seq")
+    first = pl.read_parquet(file)[key][row]
+    assert f": 1 row(s), the first at {key} {first!r}; re-record the bundle" in hits[0]
 
 
 def test_decisions_in_reverse_order_are_refused_as_replay_refuses_them(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ class ValidationReport:
 class _Tally:
     file: Path
     count: int
-    first: Any
+    first: str
     fix: str
 
 
@@ -127,7 +127,7 @@ class _Findings:
             return
         tally = self._tallies.get(message)
         if tally is None:
-            self._tallies[message] = _Tally(file, keys.len(), keys[0], fix)
+            self._tallies[message] = _Tally(file, keys.len(), f"{keys.name} {keys[0]!r}", fix)
         else:
             tally.count += keys.len()
 
@@ -146,7 +146,7 @@ class _Findings:
     def lines(self) -> list[str]:
         """One line per message: file, what, how many rows, the first, and the fix."""
         return [
-            f"{t.file}: {message}: {t.count} row(s), first {t.first!r}; {t.fix}"
+            f"{t.file}: {message}: {t.count} row(s), the first at {t.first}; {t.fix}"
             for message, t in self._tallies.items()
         ]
 
@@ -431,7 +431,7 @@ def _check_requests(findings: _Findings, files: list[Path], spec: TableSpec, run
         findings.add(
             file,
             "requests.request_id is not unique",
-            pl.Series(repeats, dtype=pl.String),
+            pl.Series("request_id", repeats, dtype=pl.String),
             f"each request needs its own id: {RERECORD}",
         )
 
