@@ -281,3 +281,24 @@ def test_inspect_and_query_refuse_a_manifest_field_of_the_wrong_type(tmp_path: P
     _edit_manifest(bundle, complete="no")
     for args in (["inspect", str(bundle)], ["query", str(bundle), "select 1"]):
         _one_line_error(_run(*args), str(bundle / "manifest.json"), "'complete'", "'no'")
+
+
+@pytest.mark.parametrize("rows", [1, 2, 65_536])
+def test_a_decision_without_candidate_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int
+) -> None:
+    monkeypatch.setattr(validate_module, "BATCH_ROWS", rows)
+    bundle = write_bundle(tmp_path / "b")
+    _rewrite(bundle, "candidates", lambda f: f.filter(pl.col("seq") != 0))
+    problems = validate_trace(bundle).bundles[0].problems
+    decisions = bundle / "decisions.parquet"
+    assert problems == [
+        f"{bundle / 'candidates.parquet'}: table 'candidates' has 2 rows, the manifest's field "
+        "'tables' says 5; restore the file or re-record the bundle",
+        f"{decisions}: candidates do not match num_candidates: 1 row(s), the first at seq 0; "
+        "re-record the bundle",
+        f"{decisions}: decisions.applied_victim_id is not among the decision's candidates: "
+        "1 row(s), the first at seq 0; re-record the bundle",
+        f"{decisions}: decisions.builtin_victim_id is not among the decision's candidates: "
+        "1 row(s), the first at seq 0; re-record the bundle",
+    ]

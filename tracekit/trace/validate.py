@@ -678,14 +678,17 @@ def _check_groups(
         )
         .sort("seq")
     )
-    seqs = summary.get_column("seq")
-    # Decisions between the groups seen so far and these have no candidate rows at all.
-    before = groups.next_seq
-    for seq in seqs.to_list():
-        if seq > before:
-            _check_without_rows(findings, state, before, seq, decision_file)
-        before = max(before, seq + 1)
-    groups.next_seq = before
+    # Decisions between the groups seen so far and these have no candidate rows at all. The
+    # seqs are sorted and unique, so a gap opens where a seq is past the previous one + 1.
+    gaps = summary.select(
+        pl.max_horizontal(
+            pl.col("seq").shift(1, fill_value=groups.next_seq - 1) + 1, groups.next_seq
+        ).alias("start"),
+        pl.col("seq").alias("stop"),
+    ).filter(pl.col("stop") > pl.col("start"))
+    for start, stop in gaps.iter_rows():
+        _check_without_rows(findings, state, start, stop, decision_file)
+    groups.next_seq = max(groups.next_seq, int(summary.get_column("seq").max()) + 1)  # type: ignore[arg-type]
     findings.flag(
         file,
         summary,
