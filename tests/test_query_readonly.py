@@ -73,6 +73,11 @@ def _routes(t: Path, secret: Path) -> list[str]:
         f"SELECT * FROM read_text('{t / 'manifest.json'}')",
         f"SELECT * FROM '{steps}'",
         f"SELECT * FROM glob('{t.parent}/*')",
+        f"SELECT * FROM parquet_metadata('{steps}')",
+        f"SELECT * FROM read_json_auto('{t / 'manifest.json'}')",
+        f"CALL enable_logging(storage = 'file', storage_path = '{t / 'logs'}')",
+        "SET logging_sink = 'file'",
+        "CREATE PERSISTENT SECRET s (TYPE s3, KEY_ID 'a', SECRET 'b')",
     ]
 
 
