@@ -19,8 +19,9 @@ from tracekit.trace.validate import validate_trace
 def validate(trace: Path, as_json: bool) -> None:
     """Check every bundle of TRACE against the schema and the trace invariants.
 
-    Exit status: 0 valid, 1 an invariant fails, 2 unreadable input, 3 truncated (a recording
-    that never finished: what was flushed is readable).
+    Exit status: 0 valid, 1 an invariant fails, 2 malformed or unreadable input (a manifest
+    field of the wrong type, a table that is gone, a missing, unknown or mistyped column), 3
+    truncated (a recording that never finished: what was flushed is readable).
     """
     with library_errors(exit_code=2):
         report = validate_trace(trace)
