@@ -53,6 +53,9 @@ def _routes(t: Path, secret: Path) -> list[str]:
         f"ATTACH '{t / 'db.duckdb'}' AS f",
         f"ATTACH '{t.parent / 'db.duckdb'}' AS f",
         f"CREATE TABLE '{t / 'x.duckdb'}'.main.t AS SELECT 1",
+        f"ATTACH '{t / 'f.duckdb'}' AS f; CREATE TABLE f.t AS SELECT 1; CREATE VIEW f.v AS "
+        "SELECT 1",
+        "CREATE TABLE copy AS SELECT * FROM steps; CREATE VIEW v AS SELECT * FROM decisions",
         "INSTALL httpfs",
         "LOAD httpfs",
         "SET enable_external_access = true",
@@ -81,8 +84,12 @@ def _routes(t: Path, secret: Path) -> list[str]:
     ]
 
 
-def test_no_sql_route_writes_or_reads_outside_the_views(world: tuple[Path, Path]) -> None:
+def test_no_sql_route_writes_or_reads_outside_the_views(
+    world: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     t, secret = world
+    # From inside the dataset, a relative spill or log folder would land in it.
+    monkeypatch.chdir(t)
     before, beside = _snapshot(t), _snapshot(t.parent)
     runner = CliRunner()
     for sql in _routes(t, secret):
