@@ -83,6 +83,125 @@ def test_truncated_parquet_is_a_one_line_error(dataset: Path) -> None:
     file = dataset / "one" / "decisions.parquet"
     file.write_bytes(file.read_bytes()[:100])
     result = CliRunner().invoke(cli, ["query", str(dataset), "select 1"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "decisions.parquet: not a readable Parquet file" in result.output
     assert result.output.strip().count("\n") == 0
+
+
+def _digests(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+@pytest.mark.parametrize(
+    "target", ["one/decisions.parquet", "one/new.parquet", "result.parquet", "one/sub/x.parquet"]
+)
+def test_out_never_writes_inside_the_dataset(
+    dataset: Path, target: str, overwrite: list[str]
+) -> None:
+    (dataset / "one" / "sub").mkdir()
+    before = _digests(dataset)
+    out = dataset / target
+    result = CliRunner().invoke(
+        cli,
+        [
+            "query",
+            str(dataset),
+            "select 1 as x",
+            "--format",
+            "parquet",
+            "--out",
+            str(out),
+            *overwrite,
+        ],
+    )
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: --out {out}: inside the dataset")
+    assert result.output.strip().count("\n") == 0
+    assert _digests(dataset) == before
+    assert sorted(p.name for p in (dataset / "one").iterdir()) == sorted(
+        [
+            "candidates.parquet",
+            "decisions.parquet",
+            "manifest.json",
+            "requests.parquet",
+            "steps.parquet",
+            "sub",
+        ]
+    )
+
+
+def test_out_inside_the_dataset_through_a_symlink_is_refused(dataset: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(dataset / "one")
+    before = _digests(dataset)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "query",
+            str(dataset),
+            "select 1 as x",
+            "--format",
+            "csv",
+            "--out",
+            str(link / "decisions.parquet"),
+            "--overwrite",
+        ],
+    )
+    assert result.exit_code == 2
+    assert "inside the dataset" in result.output
+    assert _digests(dataset) == before
+
+
+def test_out_refuses_an_existing_file_without_overwrite(dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "mine.csv"
+    out.write_text("keep me\n")
+    runner = CliRunner()
+    args = ["query", str(dataset), "select 7 as x", "--format", "csv", "--out", str(out)]
+    refused = runner.invoke(cli, args)
+    assert refused.exit_code == 2
+    assert refused.output == (
+        f"Error: --out {out}: the file exists; pass --overwrite to replace it\n"
+    )
+    assert out.read_text() == "keep me\n"
+    replaced = runner.invoke(cli, [*args, "--overwrite"])
+    assert replaced.exit_code == 0
+    assert out.read_text() == "x\n7\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_out_in_a_missing_folder_is_a_one_line_error(dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "nope" / "r.csv"
+    result = CliRunner().invoke(
+        cli, ["query", str(dataset), "select 1", "--format", "csv", "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0
+    assert "folder" in result.output and str(out.parent) in result.output
+
+
+def test_a_deleted_table_is_an_error_not_an_empty_view(dataset: Path) -> None:
+    file = dataset / "two" / "decisions.parquet"
+    file.unlink()
+    result = CliRunner().invoke(cli, ["query", str(dataset), "select count(*) from decisions"])
+    assert result.exit_code == 2
+    assert result.output == (
+        f"Error: {file}: table 'decisions' is missing (the manifest lists 2 rows); restore the "
+        "file or re-record the bundle\n"
+    )
+
+
+def test_a_column_of_the_wrong_type_is_a_one_line_error(dataset: Path) -> None:
+    file = dataset / "one" / "steps.parquet"
+    frame = pl.read_parquet(file).with_columns(pl.col("time_s").cast(pl.String))
+    frame.write_parquet(file)
+    result = CliRunner().invoke(cli, ["query", str(dataset), "select count(*) from requests"])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: {file}: column 'time_s' has type")
+    assert result.output.count("\n") == 1
+
+
+def test_bad_sql_exits_2(dataset: Path) -> None:
+    result = CliRunner().invoke(cli, ["query", str(dataset), "select * from nope"])
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: SQL: Catalog Error")

@@ -9,7 +9,7 @@ import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
 from tracekit.trace.inspect import inspect_trace, render_inspection
-from tracekit.trace.query import run_query, write_query_result
+from tracekit.trace.query import check_output, run_query, write_query_result
 from tracekit.trace.validate import validate_trace
 
 
@@ -19,8 +19,9 @@ from tracekit.trace.validate import validate_trace
 def validate(trace: Path, as_json: bool) -> None:
     """Check every bundle of TRACE against the schema and the trace invariants.
 
-    Exit status: 0 valid, 1 an invariant fails, 2 unreadable input, 3 truncated (a recording
-    that never finished: what was flushed is readable).
+    Exit status: 0 valid, 1 an invariant fails, 2 malformed or unreadable input (a manifest
+    field of the wrong type, a table that is gone, a missing, unknown or mistyped column), 3
+    truncated (a recording that never finished: what was flushed is readable).
     """
     with library_errors(exit_code=2):
         report = validate_trace(trace)
@@ -65,13 +66,17 @@ def inspect(trace: Path, as_json: bool) -> None:
     show_default=True,
 )
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
-def query(trace: Path, sql: str, fmt: str, out: Path | None) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
+def query(trace: Path, sql: str, fmt: str, out: Path | None, overwrite: bool) -> None:
     """Run a read-only SQL SELECT over TRACE with DuckDB.
 
     Views: requests, decisions, candidates, steps, scheduled (each across every bundle of the
-    dataset) and runs (one row per manifest).
+    dataset) and runs (one row per manifest). --out never writes inside TRACE.
     """
-    with library_errors():
-        text = write_query_result(run_query(trace, sql), fmt, out)  # type: ignore[arg-type]
+    with library_errors(exit_code=2):
+        if out is not None:
+            check_output(out, trace, overwrite)
+        frame = run_query(trace, sql)
+        text = write_query_result(frame, fmt, out, overwrite)  # type: ignore[arg-type]
     if text is not None:
         click.echo(text, nl=not text.endswith("\n"))

@@ -1,7 +1,8 @@
 """``tracekit inspect``: a one-screen summary of a bundle or dataset.
 
 Per run: engine, host path, strategy, requests finished, decisions by outcome, preemptions per
-request and KV pressure. All figures are polars aggregations over the lazily scanned tables.
+request and KV pressure. All figures are polars aggregations over the lazily scanned tables. A
+bundle with a table that is gone or has unexpected columns is a one-line error, not a summary.
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ from typing import Any
 import polars as pl
 
 from tracekit.trace.bundle import open_trace
+from tracekit.trace.validate import check_readable
 
 __all__ = ["inspect_trace", "render_inspection"]
 
 
 def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
-    """Summarise every run at or below ``path``; one dictionary per run, in dataset order."""
+    """Summarise every run at or below ``path``; one dictionary per run, in dataset order.
+
+    Raises ``TraceSchemaError`` if a bundle lacks a table it should hold or a table's columns
+    differ from the schema.
+    """
     dataset = open_trace(path)
+    for bundle in dataset:
+        check_readable(bundle)
     outcomes = (
         dataset.scan("decisions")
         .group_by("run_id", "outcome")

@@ -1,29 +1,66 @@
 """``tracekit validate``: check a bundle or dataset against the schema and its invariants.
 
-Every check is a polars expression over the lazily scanned tables, so large traces stream. A
-bundle whose recorder never closed it (``complete: false``) is *truncated*: its flushed rows are
-checked like any other, and it is reported as truncated rather than corrupt.
+Validation streams: every table is read in batches of at most :data:`BATCH_ROWS` rows (row group
+by row group), and what a check needs beyond one batch is carried over as a few scalars (the
+previous seq, step, time and counters) or, for the checks between tables, a few bytes per
+decision or request (candidate counts and 64-bit hashes of the victims' and requests' ids), so
+memory grows with the number of decisions at about 25 bytes each, never with a whole table.
+
+Findings are of two kinds. *Malformed* input exits 2: a manifest field of the wrong type, a table
+the manifest lists but that is gone, a table with a missing or unknown column or a column of the
+wrong type (its rows are then not checked). *Invalid* rows exit 1: a value that breaks an
+invariant of the format. A bundle whose recorder never closed it (``complete: false``) is
+*truncated*: its flushed rows are checked like any other, and it exits 3 when nothing else is
+wrong. Each finding is one line that names the file, the field and the fix.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from tracekit.trace.bundle import Bundle, TraceDataset, open_trace
-from tracekit.trace.schema import trace_schema
+from tracekit.errors import TraceSchemaError
+from tracekit.trace.bundle import MANIFEST, Bundle, open_trace
+from tracekit.trace.schema import SCHEMA_VERSION, TableSpec, trace_schema
 
-__all__ = ["BundleReport", "ValidationReport", "validate_trace"]
+__all__ = ["BATCH_ROWS", "BundleReport", "ValidationReport", "check_readable", "validate_trace"]
 
 OUTCOMES = ("selected", "abstained", "invalid", "exception", "disabled", "builtin")
 # Outcomes that mean the controller called the policy (disabled/builtin do not;
 # docs/trace-format.md, "Outcomes and counters").
 CALLED = ("selected", "abstained", "invalid", "exception")
+# Rows read at a time; the writers' row groups hold 65,536 rows.
+BATCH_ROWS = 65_536
+# Integer columns that may be negative (vLLM priorities are any integer); every other integer
+# column counts something or indexes something.
+SIGNED = frozenset({"priority"})
+# Integer columns with a sentinel below 0: live recorders and imports cannot see the scheduler
+# step, and store -1.
+FLOORS = {("decisions", "step"): -1}
+# Times measured from the start of the run, so never negative.
+NON_NEGATIVE_TIMES = {
+    "requests": ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"),
+    "decisions": ("time_s",),
+    "steps": ("time_s", "duration_s"),
+}
+# The column that locates an offending row in a message.
+KEYS = {
+    "requests": "request_id",
+    "decisions": "seq",
+    "candidates": "seq",
+    "steps": "step",
+    "scheduled": "step",
+}
+RERECORD = "re-record the bundle"
 
-Status = Literal["ok", "truncated", "invalid"]
+Status = Literal["ok", "truncated", "invalid", "malformed"]
 
 
 @dataclass(slots=True)
@@ -35,10 +72,13 @@ class BundleReport:
     complete: bool
     rows: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    malformed: bool = False
 
     @property
     def status(self) -> Status:
-        """``invalid`` if any invariant fails, else ``truncated`` if unfinished, else ``ok``."""
+        """``malformed``, else ``invalid`` if any invariant fails, else ``truncated``/``ok``."""
+        if self.malformed:
+            return "malformed"
         if self.problems:
             return "invalid"
         return "ok" if self.complete else "truncated"
@@ -54,190 +94,731 @@ class ValidationReport:
     def status(self) -> Status:
         """The worst status over all bundles."""
         statuses = {b.status for b in self.bundles}
-        for status in ("invalid", "truncated"):
+        for status in ("malformed", "invalid", "truncated"):
             if status in statuses:
                 return status  # type: ignore[return-value]
         return "ok"
 
     @property
     def exit_code(self) -> int:
-        """0 valid, 1 invalid, 3 truncated (readable but unfinished)."""
-        return {"ok": 0, "invalid": 1, "truncated": 3}[self.status]
+        """0 valid, 1 invalid, 2 malformed (unreadable as a trace), 3 truncated."""
+        return {"ok": 0, "invalid": 1, "malformed": 2, "truncated": 3}[self.status]
 
 
-def _count(frame: pl.LazyFrame) -> int:
-    return int(frame.select(pl.len()).collect().item())
+# --- findings -----------------------------------------------------------------------------
 
 
-def _problem(report: BundleReport, frame: pl.LazyFrame, message: str, sample: str) -> None:
-    """Record ``message`` with the number of offending rows and the first one, if any."""
-    bad = frame.collect()
-    if bad.height:
-        first = bad.row(0, named=True)
-        report.problems.append(f"{message}: {bad.height} row(s), first {first.get(sample)!r}")
+@dataclass(slots=True)
+class _Tally:
+    file: Path
+    count: int
+    first: str
+    fix: str
+
+
+class _Findings:
+    """Offending rows per message, counted over every batch: the count and the first row."""
+
+    def __init__(self) -> None:
+        self._tallies: dict[str, _Tally] = {}
+
+    def add(self, file: Path, message: str, keys: pl.Series, fix: str) -> None:
+        """Count ``keys`` (the offending rows' key values) under ``message``."""
+        if not keys.len():
+            return
+        tally = self._tallies.get(message)
+        if tally is None:
+            self._tallies[message] = _Tally(file, keys.len(), f"{keys.name} {keys[0]!r}", fix)
+        else:
+            tally.count += keys.len()
+
+    def flag(
+        self,
+        file: Path,
+        frame: pl.DataFrame,
+        bad: pl.Expr,
+        key: str,
+        message: str,
+        fix: str = RERECORD,
+    ) -> None:
+        """Count the rows of ``frame`` where ``bad`` is true."""
+        self.add(file, message, frame.filter(bad.fill_null(False)).get_column(key), fix)
+
+    def lines(self) -> list[str]:
+        """One line per message: file, what, how many rows, the first, and the fix."""
+        return [
+            f"{t.file}: {message}: {t.count} row(s), the first at {t.first}; {t.fix}"
+            for message, t in self._tallies.items()
+        ]
+
+
+# --- manifest and file structure (malformed) ----------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _manifest_problems(bundle: Bundle) -> list[str]:
+    """Manifest fields of the wrong type (``open_trace`` has checked presence and version)."""
+    m = bundle.manifest
+    names = set(trace_schema().tables)
+    checks: list[tuple[str, bool, str]] = [
+        ("complete", isinstance(m.get("complete"), bool), "true or false"),
+        ("schema_version", _is_int(m.get("schema_version")), f"the integer {SCHEMA_VERSION}"),
+        (
+            "run_id",
+            isinstance(m.get("run_id"), str) and bool(m.get("run_id")),
+            "a non-empty string",
+        ),
+        (
+            "tables",
+            isinstance(m.get("tables"), dict)
+            and all(
+                name in names
+                and isinstance(entry, dict)
+                and _is_int(entry.get("rows"))
+                and entry["rows"] >= 0
+                and isinstance(entry.get("files"), list)
+                and all(isinstance(f, str) for f in entry["files"])
+                for name, entry in m["tables"].items()
+            ),
+            "an object: table name -> {rows: integer >= 0, files: [names]}",
+        ),
+        ("seed", m.get("seed") is None or _is_int(m.get("seed")), "an integer or null"),
+        (
+            "time_scaling",
+            m.get("time_scaling") is None
+            or (_is_number(m.get("time_scaling")) and m["time_scaling"] > 0),
+            "a positive number or null",
+        ),
+        (
+            "engine_config",
+            m.get("engine_config") is None or isinstance(m.get("engine_config"), dict),
+            "an object or null",
+        ),
+        (
+            "missing_tables",
+            "missing_tables" not in m
+            or (
+                isinstance(m["missing_tables"], list)
+                and all(isinstance(t, str) and t in names for t in m["missing_tables"])
+            ),
+            "a list of table names",
+        ),
+    ]
+    return [
+        f"{bundle.path / MANIFEST}: field {name!r} is {m.get(name)!r}, expected {expected}; "
+        f"correct the manifest or {RERECORD}"
+        for name, ok, expected in checks
+        if not ok
+    ]
+
+
+def _is_type(actual: pa.DataType, expected: pa.DataType) -> bool:
+    if pa.types.is_dictionary(actual):
+        actual = actual.value_type
+    if pa.types.is_string(expected):
+        return (
+            pa.types.is_string(actual)
+            or pa.types.is_large_string(actual)
+            or pa.types.is_string_view(actual)
+        )
+    return bool(actual.equals(expected))
+
+
+def _open_parquet(file: Path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(file)
+    except Exception as exc:  # pyarrow raises several types for truncated or foreign files
+        raise TraceSchemaError(
+            f"{file}: not a readable Parquet file ({type(exc).__name__}: {exc}); "
+            f"the file is truncated or corrupt: {RERECORD}"
+        ) from None
+
+
+def _column_problems(file: Path, spec: TableSpec) -> list[str]:
+    """Missing, unknown and mistyped columns of one Parquet file of table ``spec``."""
+    source = _open_parquet(file)
+    try:
+        schema = source.schema_arrow
+    finally:
+        source.close()
+    expected = {f.name: f.type for f in spec.arrow_schema}
+    names = {c.name: c.type for c in spec.columns}
+    problems = []
+    missing = [c for c in expected if c not in schema.names]
+    if missing:
+        problems.append(
+            f"{file}: missing column(s) {', '.join(map(repr, missing))} of table {spec.name!r}; "
+            f"the file does not follow trace schema v{SCHEMA_VERSION}: {RERECORD}"
+        )
+    unknown = [c for c in schema.names if c not in expected]
+    if unknown:
+        problems.append(
+            f"{file}: column(s) {', '.join(map(repr, unknown))} are not in table {spec.name!r} "
+            f"of trace schema v{SCHEMA_VERSION}; rewrite the file with only the schema's "
+            f"columns or {RERECORD}"
+        )
+    for f in schema:
+        if f.name in expected and not _is_type(f.type, expected[f.name]):
+            problems.append(
+                f"{file}: column {f.name!r} has type {f.type}, trace schema v{SCHEMA_VERSION} "
+                f"says {names[f.name]}; rewrite the column as {names[f.name]} or {RERECORD}"
+            )
+    return problems
+
+
+def _expects_table(bundle: Bundle, name: str) -> bool:
+    """Whether ``bundle`` should hold table ``name``: required and closed, or listed with files."""
+    listed = bundle.manifest.get("tables")
+    entry = listed.get(name) if isinstance(listed, dict) else None
+    if isinstance(entry, dict) and entry.get("files"):
+        return True
+    spec = trace_schema().table(name)
+    declared_missing = bundle.manifest.get("missing_tables") or ()
+    return (
+        bundle.manifest.get("complete") is True
+        and not spec.optional
+        and (name not in declared_missing)
+    )
+
+
+def _missing_table_problem(bundle: Bundle, name: str) -> str:
+    listed = bundle.manifest.get("tables")
+    entry = listed.get(name) if isinstance(listed, dict) else None
+    rows = entry.get("rows") if isinstance(entry, dict) else None
+    said = f" (the manifest lists {rows} rows)" if rows is not None else ""
+    return (
+        f"{bundle.path / f'{name}.parquet'}: table {name!r} is missing{said}; restore the file "
+        f"or {RERECORD}"
+    )
+
+
+def _structure_problems(bundle: Bundle) -> tuple[list[str], dict[str, list[Path]]]:
+    """Missing tables and bad columns, and the files of each table whose columns are right."""
+    problems: list[str] = []
+    usable: dict[str, list[Path]] = {}
+    for name, spec in trace_schema().tables.items():
+        files = bundle.table_files(name)
+        if not files:
+            if _expects_table(bundle, name):
+                problems.append(_missing_table_problem(bundle, name))
+            continue
+        found = [p for f in files for p in _column_problems(f, spec)]
+        found += _listed_files_missing(bundle, name)
+        problems.extend(found)
+        if not found:
+            usable[name] = files
+    return problems, usable
+
+
+def _listed_files_missing(bundle: Bundle, name: str) -> list[str]:
+    """Files the manifest lists for table ``name`` that are not on disk."""
+    listed = bundle.manifest.get("tables")
+    entry = listed.get(name) if isinstance(listed, dict) else None
+    files = entry.get("files") if isinstance(entry, dict) else None
+    if not isinstance(files, list):
+        return []
+    return [
+        f"{bundle.path / f}: file of table {name!r} listed in the manifest is missing; restore "
+        f"it or {RERECORD}"
+        for f in files
+        if isinstance(f, str) and not (bundle.path / f).is_file()
+    ]
+
+
+def check_readable(bundle: Bundle) -> None:
+    """Raise ``TraceSchemaError`` (one line) for the first malformed part of ``bundle``.
+
+    A manifest field of the wrong type, a table that is gone, a table with a missing, unknown
+    or mistyped column; the rows themselves are not read.
+    """
+    problems = _manifest_problems(bundle) + _structure_problems(bundle)[0]
+    if problems:
+        raise TraceSchemaError(problems[0])
+
+
+# --- row checks (invalid) -----------------------------------------------------------------
+
+
+def _batches(files: list[Path], columns: list[str]) -> Iterator[tuple[Path, pl.DataFrame]]:
+    """The rows of ``files`` in stored order, at most :data:`BATCH_ROWS` at a time."""
+    for file in files:
+        source = _open_parquet(file)
+        try:
+            for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=columns):
+                frame = pl.from_arrow(batch)
+                assert isinstance(frame, pl.DataFrame)
+                yield file, frame
+        except TraceSchemaError:
+            raise
+        except Exception as exc:
+            raise TraceSchemaError(
+                f"{file}: a row group cannot be read ({type(exc).__name__}: {exc}); the file is "
+                f"corrupt: {RERECORD}"
+            ) from None
+        finally:
+            source.close()
+
+
+def _check_values(
+    findings: _Findings, file: Path, frame: pl.DataFrame, spec: TableSpec, run_id: str
+) -> None:
+    """Per-row checks that every table shares: nulls, run id, finite and non-negative values."""
+    table = spec.name
+    key = KEYS[table]
+    for column in spec.columns:
+        col = pl.col(column.name)
+        if not column.nullable:
+            findings.flag(file, frame, col.is_null(), key, f"{table}.{column.name} is null")
+        if column.type == "float64":
+            findings.flag(
+                file, frame, ~col.is_finite(), key, f"{table}.{column.name} is NaN or infinite"
+            )
+        floor = FLOORS.get((table, column.name))
+        if floor is not None:
+            findings.flag(file, frame, col < floor, key, f"{table}.{column.name} is below {floor}")
+        elif (column.type == "int64" and column.name not in SIGNED) or (
+            column.name in NON_NEGATIVE_TIMES.get(table, ())
+        ):
+            findings.flag(file, frame, col < 0, key, f"{table}.{column.name} is negative")
+    findings.flag(
+        file,
+        frame,
+        pl.col("run_id") != run_id,
+        key,
+        f"{table}.run_id differs from the manifest's run_id {run_id!r}",
+    )
+
+
+def _id_hash(ids: pl.Series) -> pl.Series:
+    """64-bit hashes of ids (one seed for the whole run, so equal ids hash equal)."""
+    return ids.hash(seed=0)
+
+
+def _check_requests(findings: _Findings, files: list[Path], spec: TableSpec, run_id: str) -> None:
+    hashes = []
+    for file, frame in _batches(files, spec.column_names):
+        _check_values(findings, file, frame, spec, run_id)
+        findings.flag(
+            file,
+            frame,
+            pl.col("prompt_tokens") <= 0,
+            "request_id",
+            "requests.prompt_tokens is not positive",
+        )
+        hashes.append(_id_hash(frame.get_column("request_id")))
+    if not hashes:
+        return
+    every = pl.concat(hashes)
+    repeated = every.filter(every.is_duplicated()).unique()
+    del every, hashes
+    if not repeated.len():
+        return
+    # A second pass names the repeated ids (hashes alone could collide; ids are compared).
+    seen: set[str] = set()
+    for file, frame in _batches(files, ["request_id"]):
+        ids = frame.get_column("request_id")
+        repeats = []
+        for rid in ids.filter(_id_hash(ids).is_in(repeated)).to_list():
+            if rid in seen:
+                repeats.append(rid)
+            seen.add(rid)
+        findings.add(
+            file,
+            "requests.request_id is not unique",
+            pl.Series("request_id", repeats, dtype=pl.String),
+            f"each request needs its own id: {RERECORD}",
+        )
+
+
+@dataclass(slots=True)
+class _DecisionState:
+    """What the decisions stream hands on: per-decision columns and the carried scalars."""
+
+    count: int = 0
+    parts: list[pl.DataFrame] = field(default_factory=list)
+    per_decision: pl.DataFrame | None = None
+    last_step: int | None = None
+    last_time: float | None = None
+    first_counters: dict[str, int] | None = None
+    first_outcomes: dict[str, int] | None = None
+    sums: dict[str, int] = field(default_factory=dict)
+
+
+_COUNTERS = {
+    "calls": pl.col("outcome").is_in(CALLED),
+    "selections": pl.col("outcome") == "selected",
+    "abstentions": pl.col("outcome") == "abstained",
+    "failures": pl.col("outcome").is_in(("invalid", "exception")),
+    "invalid_selections": pl.col("outcome") == "invalid",
+}
+
+
+def _check_decisions(
+    findings: _Findings, files: list[Path], spec: TableSpec, run_id: str
+) -> _DecisionState:
+    state = _DecisionState()
+    for file, frame in _batches(files, spec.column_names):
+        _check_values(findings, file, frame, spec, run_id)
+        n = frame.height
+        start = state.count
+        frame = frame.with_columns(
+            pl.int_range(start, start + n, dtype=pl.Int64).alias("expected"),
+            pl.col("time_s").shift(1, fill_value=state.last_time).alias("prev_time"),
+            pl.col("step").shift(1, fill_value=state.last_step).alias("prev_step"),
+        )
+        findings.flag(
+            file,
+            frame,
+            pl.col("seq") != pl.col("expected"),
+            "seq",
+            "decisions.seq is not contiguous from 0 in stored order (0, 1, 2, ...)",
+            f"decisions must be stored in seq order without gaps (replay needs it): {RERECORD}",
+        )
+        findings.flag(
+            file,
+            frame,
+            (pl.col("time_s") < pl.col("prev_time")) | (pl.col("step") < pl.col("prev_step")),
+            "seq",
+            "decisions.time_s or step decreases",
+        )
+        findings.flag(
+            file,
+            frame,
+            ~pl.col("outcome").is_in(OUTCOMES),
+            "seq",
+            f"decisions.outcome is not one of {', '.join(OUTCOMES)}",
+        )
+        findings.flag(
+            file,
+            frame,
+            (pl.col("kv_usage") < 0) | (pl.col("kv_usage") > 1),
+            "seq",
+            "decisions.kv_usage is outside [0, 1]",
+        )
+        findings.flag(
+            file,
+            frame,
+            (pl.col("outcome") == "selected")
+            & (pl.col("applied_victim_id") != pl.col("raw_result"))
+            | (pl.col("outcome") != "selected")
+            & (pl.col("applied_victim_id") != pl.col("builtin_victim_id")),
+            "seq",
+            "decisions.applied_victim_id disagrees with the outcome (selected: the policy's id; "
+            "otherwise: the built-in victim)",
+        )
+        _check_counters(findings, file, frame, state)
+        # What the candidates check needs, by stored row (which is the seq when valid).
+        state.parts.append(
+            frame.select(
+                pl.col("num_candidates").fill_null(-1),
+                pl.col("applied_victim_id").hash(seed=0).alias("applied"),
+                pl.col("builtin_victim_id").hash(seed=0).alias("builtin"),
+            )
+        )
+        state.count += n
+        if n:
+            state.last_time = frame.get_column("time_s")[-1]
+            state.last_step = frame.get_column("step")[-1]
+    state.per_decision = pl.concat(state.parts, rechunk=False) if state.parts else None
+    state.parts = []
+    return state
+
+
+def _check_counters(
+    findings: _Findings, file: Path, frame: pl.DataFrame, state: _DecisionState
+) -> None:
+    """Counter increments since the first decision must equal the outcomes counted since then.
+
+    Counters may start above 0 (a live recorder attached to a running controller).
+    """
+    if not frame.height:
+        return
+    flags = frame.select(**{name: expr.cast(pl.Int64) for name, expr in _COUNTERS.items()})
+    if state.first_counters is None:
+        # A null here is reported as a null; 0 stands in for it.
+        state.first_counters = {name: frame.get_column(name)[0] or 0 for name in _COUNTERS}
+        state.first_outcomes = {name: flags.get_column(name)[0] or 0 for name in _COUNTERS}
+        state.sums = dict.fromkeys(_COUNTERS, 0)
+    assert state.first_outcomes is not None
+    for name in _COUNTERS:
+        running = flags.get_column(name).cum_sum() + state.sums[name]
+        expected = running - state.first_outcomes[name] + state.first_counters[name]
+        findings.add(
+            file,
+            f"decisions.{name} is inconsistent with the outcomes",
+            frame.get_column("seq").filter(frame.get_column(name) != expected),
+            RERECORD,
+        )
+        state.sums[name] = int(running[-1])
+
+
+@dataclass(slots=True)
+class _Groups:
+    """Candidate groups checked so far: the next seq expected to have rows."""
+
+    next_seq: int = 0
+
+
+def _check_candidates(
+    findings: _Findings,
+    files: list[Path],
+    spec: TableSpec,
+    run_id: str,
+    state: _DecisionState,
+    decision_file: Path,
+    complete: bool,
+) -> None:
+    """Each decision's candidates: stored together in seq order, matching the decision.
+
+    A batch is checked up to its last seq; that seq's rows are carried into the next batch, so
+    every group is whole when it is checked. An unfinished bundle may end with candidates of a
+    decision that was never flushed (recorders flush candidates first).
+    """
+    groups = _Groups()
+    carry: pl.DataFrame | None = None
+    carry_file = files[0]
+    last_seq: int | None = None
+    for file, frame in _batches(files, spec.column_names):
+        _check_values(findings, file, frame, spec, run_id)
+        seqs = frame.get_column("seq")
+        findings.add(
+            file,
+            "candidates.seq decreases (a decision's candidates are not stored together, "
+            "in decision order)",
+            seqs.filter((seqs < seqs.shift(1, fill_value=last_seq)).fill_null(False)),
+            f"store candidates in seq order, as replay reads them: {RERECORD}",
+        )
+        part = frame.select("seq", "position", "request_id").drop_nulls()
+        if carry is not None:
+            part = pl.concat([carry, part])
+        if not part.height:
+            continue
+        last_seq = part.get_column("seq")[-1]
+        tail = pl.col("seq") == last_seq
+        carry, carry_file = part.filter(tail), file
+        _check_groups(findings, file, part.filter(~tail), state, groups, decision_file, complete)
+    if carry is not None:
+        _check_groups(findings, carry_file, carry, state, groups, decision_file, complete)
+    _check_without_rows(findings, state, groups.next_seq, state.count, decision_file)
+
+
+def _check_without_rows(
+    findings: _Findings, state: _DecisionState, start: int, stop: int, decision_file: Path
+) -> None:
+    """Decisions ``start`` to ``stop - 1`` have no candidate rows."""
+    if stop <= start or state.per_decision is None:
+        return
+    empty = state.per_decision.slice(start, stop - start).with_row_index("seq", offset=start)
+    empty = empty.with_columns(pl.col("seq").cast(pl.Int64))
+    findings.flag(
+        decision_file,
+        empty,
+        pl.col("num_candidates") != 0,
+        "seq",
+        "candidates do not match num_candidates",
+    )
+    for name in ("applied_victim_id", "builtin_victim_id"):
+        findings.add(
+            decision_file,
+            f"decisions.{name} is not among the decision's candidates",
+            empty.get_column("seq"),
+            RERECORD,
+        )
+
+
+def _check_groups(
+    findings: _Findings,
+    file: Path,
+    part: pl.DataFrame,
+    state: _DecisionState,
+    groups: _Groups,
+    decision_file: Path,
+    complete: bool,
+) -> None:
+    """Check whole groups of candidate rows (all rows of each seq in ``part``)."""
+    if not part.height:
+        return
+    known = (pl.col("seq") >= 0) & (pl.col("seq") < state.count)
+    orphan = (pl.col("seq") < 0) | (pl.col("seq") >= state.count) if complete else pl.col("seq") < 0
+    findings.flag(
+        file,
+        part,
+        orphan,
+        "seq",
+        "candidates.seq refers to no decision",
+        f"every candidate row belongs to a stored decision: {RERECORD}",
+    )
+    part = part.filter(known)
+    if not part.height or state.per_decision is None:
+        return
+    decided = state.per_decision.gather(part.get_column("seq"))
+    hashes = _id_hash(part.get_column("request_id"))
+    summary = (
+        part.with_columns(
+            (hashes == decided.get_column("applied")).alias("is_applied"),
+            (hashes == decided.get_column("builtin")).alias("is_builtin"),
+            decided.get_column("num_candidates").alias("expected"),
+        )
+        .group_by("seq", maintain_order=True)
+        .agg(
+            pl.len().alias("n"),
+            pl.col("request_id").n_unique().alias("ids"),
+            pl.col("position").n_unique().alias("positions"),
+            pl.col("position").min().alias("low"),
+            pl.col("position").max().alias("high"),
+            pl.col("is_applied").any().alias("applied_found"),
+            pl.col("is_builtin").any().alias("builtin_found"),
+            pl.col("expected").first(),
+        )
+        .sort("seq")
+    )
+    # Decisions between the groups seen so far and these have no candidate rows at all. The
+    # seqs are sorted and unique, so a gap opens where a seq is past the previous one + 1.
+    gaps = summary.select(
+        pl.max_horizontal(
+            pl.col("seq").shift(1, fill_value=groups.next_seq - 1) + 1, groups.next_seq
+        ).alias("start"),
+        pl.col("seq").alias("stop"),
+    ).filter(pl.col("stop") > pl.col("start"))
+    for start, stop in gaps.iter_rows():
+        _check_without_rows(findings, state, start, stop, decision_file)
+    groups.next_seq = max(groups.next_seq, int(summary.get_column("seq").max()) + 1)  # type: ignore[arg-type]
+    findings.flag(
+        file,
+        summary,
+        pl.col("ids") != pl.col("n"),
+        "seq",
+        "candidates.request_id repeats within a decision",
+    )
+    findings.flag(
+        file,
+        summary,
+        (pl.col("positions") != pl.col("n"))
+        | (pl.col("low") != 0)
+        | (pl.col("high") != pl.col("n") - 1),
+        "seq",
+        "candidates.position is not 0, 1, ..., num_candidates - 1 within a decision",
+    )
+    findings.flag(
+        file,
+        summary,
+        pl.col("n") != pl.col("expected"),
+        "seq",
+        "candidates do not match num_candidates",
+    )
+    for name, found in (
+        ("applied_victim_id", "applied_found"),
+        ("builtin_victim_id", "builtin_found"),
+    ):
+        findings.flag(
+            decision_file,
+            summary,
+            ~pl.col(found),
+            "seq",
+            f"decisions.{name} is not among the decision's candidates",
+        )
+
+
+def _check_steps(findings: _Findings, files: list[Path], spec: TableSpec, run_id: str) -> None:
+    last_step: int | None = None
+    last_time: float | None = None
+    for file, frame in _batches(files, spec.column_names):
+        _check_values(findings, file, frame, spec, run_id)
+        frame = frame.with_columns(
+            pl.col("step").shift(1, fill_value=last_step).alias("prev_step"),
+            pl.col("time_s").shift(1, fill_value=last_time).alias("prev_time"),
+        )
+        findings.flag(
+            file,
+            frame,
+            (pl.col("step") <= pl.col("prev_step")) | (pl.col("time_s") < pl.col("prev_time")),
+            "step",
+            "steps.step is not increasing or steps.time_s decreases",
+        )
+        findings.flag(
+            file,
+            frame,
+            pl.col("kv_blocks_used") > pl.col("kv_blocks_total"),
+            "step",
+            "steps.kv_blocks_used is outside [0, kv_blocks_total]",
+        )
+        if frame.height:
+            last_step = frame.get_column("step")[-1]
+            last_time = frame.get_column("time_s")[-1]
+
+
+def _row_count(files: list[Path]) -> int:
+    total = 0
+    for file in files:
+        source = _open_parquet(file)
+        try:
+            total += source.metadata.num_rows
+        finally:
+            source.close()
+    return total
 
 
 def _check_bundle(bundle: Bundle) -> BundleReport:
     schema = trace_schema()
-    one = TraceDataset(bundle.path, (bundle,))
-    report = BundleReport(bundle.path, bundle.run_id, bundle.complete)
-    # Live recorders cannot see requests or steps; their manifests say which tables they lack.
-    declared_missing = set(bundle.manifest.get("missing_tables") or ())
-    for name in schema.required_tables:
-        if name not in declared_missing and not bundle.has_table(name):
-            if bundle.complete:
-                report.problems.append(f"table {name!r} is missing")
-            return report
-    for name, spec in schema.tables.items():
-        if not bundle.has_table(name):
-            continue
-        scan = one.scan(name)
-        report.rows[name] = _count(scan)
-        declared = bundle.manifest.get("tables", {}).get(name, {}).get("rows")
-        if bundle.complete and declared is not None and declared != report.rows[name]:
+    complete = bundle.manifest.get("complete") is True
+    report = BundleReport(bundle.path, bundle.run_id, complete)
+    format_problems = _manifest_problems(bundle)
+    structure, usable = _structure_problems(bundle)
+    format_problems += structure
+    if format_problems:
+        report.problems = format_problems
+        report.malformed = True
+    findings = _Findings()
+    listed = bundle.manifest.get("tables")
+    for name, files in usable.items():
+        report.rows[name] = _row_count(files)
+        entry = listed.get(name) if isinstance(listed, dict) else None
+        declared = entry.get("rows") if isinstance(entry, dict) else None
+        if complete and _is_int(declared) and declared != report.rows[name]:
             report.problems.append(
-                f"table {name!r} has {report.rows[name]} rows, manifest says {declared}"
+                f"{files[0]}: table {name!r} has {report.rows[name]} rows, the manifest's "
+                f"field 'tables' says {declared}; restore the file or {RERECORD}"
             )
-        for column in spec.columns:
-            if not column.nullable:
-                _problem(
-                    report,
-                    scan.filter(pl.col(column.name).is_null()),
-                    f"{name}.{column.name} is null",
-                    "run_id",
-                )
-        _problem(
-            report,
-            scan.filter(pl.col("run_id") != bundle.run_id),
-            f"{name}.run_id differs from the manifest's run_id",
-            "run_id",
-        )
-
-    requests = one.scan("requests")  # empty frames for tables a live bundle lacks
-    decisions = one.scan("decisions").sort("seq")
-    candidates = one.scan("candidates")
-    steps = one.scan("steps")
-
-    _problem(
-        report,
-        requests.group_by("request_id").len().filter(pl.col("len") > 1),
-        "requests.request_id is not unique",
-        "request_id",
-    )
-    _problem(
-        report,
-        requests.filter(
-            (pl.col("prompt_tokens") <= 0)
-            | (pl.col("num_preemptions") < 0)
-            | (pl.col("recomputed_tokens") < 0)
-            | (pl.col("output_tokens") < 0)
-        ),
-        "requests has non-positive prompt_tokens or negative counts",
-        "request_id",
-    )
-    _problem(
-        report,
-        decisions.with_row_index("expected").filter(pl.col("seq") != pl.col("expected")),
-        "decisions.seq is not contiguous from 0",
-        "seq",
-    )
-    _problem(
-        report,
-        decisions.filter((pl.col("time_s").diff() < 0) | (pl.col("step").diff() < 0)),
-        "decisions.time_s or step decreases",
-        "seq",
-    )
-    _problem(
-        report,
-        decisions.filter(~pl.col("outcome").is_in(OUTCOMES)),
-        f"decisions.outcome is not one of {', '.join(OUTCOMES)}",
-        "seq",
-    )
-    _problem(
-        report,
-        decisions.filter((pl.col("kv_usage") < 0) | (pl.col("kv_usage") > 1)),
-        "decisions.kv_usage is outside [0, 1]",
-        "seq",
-    )
-    per_decision = candidates.group_by("seq").agg(
-        pl.len().alias("n"),
-        pl.col("request_id").n_unique().alias("unique"),
-        (pl.col("position").max() + 1).alias("span"),
-    )
-    _problem(
-        report,
-        decisions.join(per_decision, on="seq", how="left").filter(
-            (pl.col("n").fill_null(0) != pl.col("num_candidates"))
-            | (pl.col("unique") != pl.col("n"))
-            | (pl.col("span") != pl.col("n"))
-        ),
-        "candidates do not match num_candidates (or ids repeat, or positions have gaps)",
-        "seq",
-    )
-    for column in ("applied_victim_id", "builtin_victim_id"):
-        _problem(
-            report,
-            decisions.join(
-                candidates.select("seq", pl.col("request_id").alias(column)),
-                on=["seq", column],
-                how="anti",
-            ),
-            f"decisions.{column} is not among the decision's candidates",
-            "seq",
-        )
-    _problem(
-        report,
-        decisions.filter(
-            (pl.col("outcome") == "selected")
-            & (pl.col("applied_victim_id") != pl.col("raw_result"))
-            | (pl.col("outcome") != "selected")
-            & (pl.col("applied_victim_id") != pl.col("builtin_victim_id"))
-        ),
-        "decisions.applied_victim_id disagrees with the outcome (selected: the policy's id; "
-        "otherwise: the built-in victim)",
-        "seq",
-    )
-    cumulative = {
-        "calls": pl.col("outcome").is_in(CALLED),
-        "selections": pl.col("outcome") == "selected",
-        "abstentions": pl.col("outcome") == "abstained",
-        "failures": pl.col("outcome").is_in(("invalid", "exception")),
-        "invalid_selections": pl.col("outcome") == "invalid",
-    }
-    # Counters may start above 0 (a live recorder attached to a running controller), so compare
-    # increments: counter(seq) - counter(first) must equal the outcomes counted since then.
-    for counter, expr in cumulative.items():
-        _problem(
-            report,
-            decisions.filter(
-                (pl.col(counter) - pl.col(counter).first())
-                != (expr.cast(pl.Int64).cum_sum() - expr.cast(pl.Int64).first())
-            ),
-            f"decisions.{counter} is inconsistent with the outcomes",
-            "seq",
-        )
-    _problem(
-        report,
-        steps.sort("step").filter((pl.col("step").diff() <= 0) | (pl.col("time_s").diff() < 0)),
-        "steps.step is not increasing or steps.time_s decreases",
-        "step",
-    )
-    _problem(
-        report,
-        steps.filter(
-            (pl.col("kv_blocks_used") < 0) | (pl.col("kv_blocks_used") > pl.col("kv_blocks_total"))
-        ),
-        "steps.kv_blocks_used is outside [0, kv_blocks_total]",
-        "step",
-    )
+    run = bundle.run_id
+    if "requests" in usable:
+        _check_requests(findings, usable["requests"], schema.table("requests"), run)
+    if "decisions" in usable:
+        state = _check_decisions(findings, usable["decisions"], schema.table("decisions"), run)
+        if "candidates" in usable:
+            _check_candidates(
+                findings,
+                usable["candidates"],
+                schema.table("candidates"),
+                run,
+                state,
+                usable["decisions"][0],
+                complete,
+            )
+    elif "candidates" in usable:
+        for file, frame in _batches(usable["candidates"], schema.table("candidates").column_names):
+            _check_values(findings, file, frame, schema.table("candidates"), run)
+    if "steps" in usable:
+        _check_steps(findings, usable["steps"], schema.table("steps"), run)
+    if "scheduled" in usable:
+        for file, frame in _batches(usable["scheduled"], schema.table("scheduled").column_names):
+            _check_values(findings, file, frame, schema.table("scheduled"), run)
+    report.problems.extend(findings.lines())
     return report
 
 
 def validate_trace(path: str | Path) -> ValidationReport:
-    """Validate every bundle at or below ``path``.
+    """Validate every bundle at or below ``path``, streaming each table by row group.
 
-    Unreadable input (no bundle, bad manifest, truncated Parquet) raises ``TraceSchemaError``;
-    broken invariants are collected as problems in the report.
+    Unreadable input (no bundle, a manifest that is not a trace manifest, a truncated Parquet
+    file) raises ``TraceSchemaError``; malformed tables and broken invariants are collected as
+    problems in the report.
     """
     dataset = open_trace(path)
     return ValidationReport([_check_bundle(b) for b in dataset])
