@@ -22,7 +22,9 @@ from tracekit.qualify.verdicts import (
     dumps_qualification,
     qualification_from_results,
 )
-from tracekit.report import REPORT_NAME, ReportInputs, render_page
+from tracekit.report import REPORT_NAME, ReportInputs
+from tracekit.report.html import page_html, write_files
+from tracekit.report.sections import build_sections
 
 __all__ = ["report_inputs", "write_report"]
 
@@ -99,11 +101,18 @@ def write_report(results_dir: str | Path, out_html: str | Path | None = None) ->
     Raises
     ------
     ResultsError
-        The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column.
+        The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column, or one
+        of its tables cannot be read. Nothing is written then.
+
+    Notes
+    -----
+    Both files are computed in full first, then written to temporary files beside their final
+    names and renamed into place: a failure leaves no partial file and keeps an existing report.
     """
     results = load_results(results_dir)
     out = Path(out_html) if out_html is not None else results.root / REPORT_NAME
     qualification = qualification_from_results(results)
-    render_page(report_inputs(results, qualification), out)
-    (out.parent / QUALIFICATION_NAME).write_text(dumps_qualification(qualification), "utf-8")
+    view = report_inputs(results, qualification)
+    page = page_html(view, build_sections(view))
+    write_files({out: page, out.parent / QUALIFICATION_NAME: dumps_qualification(qualification)})
     return out

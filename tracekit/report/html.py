@@ -14,8 +14,11 @@ clock or on dictionary order).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import esc, fmt_value, script_json
 from tracekit.report.sections import Section, build_sections
 
-__all__ = ["REPORT_NAME", "javascript_bundle", "page_html", "render_page"]
+__all__ = ["REPORT_NAME", "javascript_bundle", "page_html", "render_page", "write_files"]
 
 # The page's file name in a results folder.
 REPORT_NAME = "report.html"
@@ -257,7 +260,32 @@ def render_page(view: ReportInputs, out_html: str | Path) -> Path:
         ``out_html``.
     """
     out = Path(out_html)
-    page = page_html(view, build_sections(view))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, "utf-8")
+    write_files({out: page_html(view, build_sections(view))})
     return out
+
+
+def write_files(files: Mapping[Path, str]) -> None:
+    """Write text files so that a failure leaves no partial file and replaces nothing.
+
+    Every file is first written in full to a hidden temporary file beside it; only when all are
+    written are they renamed into place (an atomic rename on one file system). If anything fails,
+    the temporary files are removed and the existing files are left as they were.
+
+    Parameters
+    ----------
+    files
+        Each file's path and text (UTF-8); their folders are created if needed.
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
+            staged.append((temporary, path))
+            temporary.write_text(text, "utf-8")
+        for temporary, path in staged:
+            os.replace(temporary, path)
+    finally:
+        for temporary, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                temporary.unlink()
