@@ -63,6 +63,9 @@ caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { border: 1px solid var(--line); padding: 3px 7px; vertical-align: top; text-align: left; }
 th { background: var(--bg-soft); font-weight: 600; }
 th { max-width: 120px; }
+table.candidates th { min-width: 4.5em; overflow-wrap: normal; }
+/* Candidate values are short ids and numbers: keep each on one line; the wrap scrolls. */
+table.candidates td { white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.num { white-space: nowrap; }
 td { overflow-wrap: anywhere; max-width: 520px; }
