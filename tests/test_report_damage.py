@@ -132,3 +132,18 @@ def test_a_successful_report_replaces_the_earlier_one_and_leaves_no_temporary_fi
     assert out.read_text().startswith("<!DOCTYPE html>")
     assert (results / QUALIFICATION_NAME).read_text().startswith("{")
     assert sorted(p.name for p in results.iterdir() if p.name.startswith(".")) == []
+
+
+def test_an_out_that_cannot_be_created_is_one_line_exit_2(results: Path, tmp_path: Path) -> None:
+    # Issue 18, item 7 ("output paths"): a file where a folder is needed.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    out = blocker / "report.html"
+    with pytest.raises(TracekitError, match="a-file"):
+        write_report(results, out)
+    result = CliRunner().invoke(cli, ["report", str(results), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "--out" in lines[0], result.output
+    assert blocker.read_text() == "not a folder\n"
+    _assert_untouched(results)

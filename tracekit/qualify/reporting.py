@@ -15,7 +15,7 @@ from typing import Any
 from tracekit.qualify import frames
 from tracekit.qualify.diff_frames import diff_classes_frame, diff_timeline_frame, first_difference
 from tracekit.qualify.effectiveness import interval_frame
-from tracekit.qualify.results import BASELINE, Results, load_results
+from tracekit.qualify.results import BASELINE, Results, ResultsError, load_results
 from tracekit.qualify.verdicts import (
     EQUIVALENT_VERDICTS,
     QUALIFICATION_NAME,
@@ -102,7 +102,8 @@ def write_report(results_dir: str | Path, out_html: str | Path | None = None) ->
     ------
     ResultsError
         The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column, or one
-        of its tables cannot be read. Nothing is written then.
+        of its tables cannot be read; or the files cannot be written (``out_html``'s folder
+        cannot be created or written to). Nothing is written then.
 
     Notes
     -----
@@ -114,5 +115,17 @@ def write_report(results_dir: str | Path, out_html: str | Path | None = None) ->
     qualification = qualification_from_results(results)
     view = report_inputs(results, qualification)
     page = page_html(view, build_sections(view))
-    write_files({out: page, out.parent / QUALIFICATION_NAME: dumps_qualification(qualification)})
+    files = {out: page, out.parent / QUALIFICATION_NAME: dumps_qualification(qualification)}
+    try:
+        write_files(files)
+    except OSError as exc:
+        # A missing permission, a file where a folder is needed, a full disk: one line.
+        where = exc.filename or out
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            reason = "a file is where a folder is needed"
+        raise ResultsError(
+            f"{where}: cannot write the report ({reason}); choose another --out "
+            "(a folder you can write to)"
+        ) from None
     return out
