@@ -7,6 +7,7 @@ place, so a failure leaves no partial file and keeps an existing report (docs/re
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import polars as pl
@@ -146,4 +147,38 @@ def test_an_out_that_cannot_be_created_is_one_line_exit_2(results: Path, tmp_pat
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "--out" in lines[0], result.output
     assert blocker.read_text() == "not a folder\n"
+    _assert_untouched(results)
+
+
+@pytest.mark.parametrize("name", ["qualify.json", "diff/diff.json", "conformance.json"])
+def test_binary_json_input_is_one_line_exit_2(results: Path, name: str) -> None:
+    (results / name).write_bytes(b"\xff\xfe\x00 not text")
+    with pytest.raises(ResultsError, match=re.escape(name)):
+        load_results(results)
+    code, output = _run_report(results)
+    assert code == 2, output
+    assert len(output.strip().splitlines()) == 1, output
+    _assert_untouched(results)
+
+
+def test_unreadable_qualify_json_is_one_line_exit_2(
+    results: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = Path.read_text
+
+    def denied(self: Path, *args: object, **kwargs: object) -> str:
+        if self.name == "qualify.json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(ResultsError, match=r"qualify\.json.*Permission denied"):
+        load_results(results)
+
+
+def test_deeply_nested_qualify_json_is_one_line_exit_2(results: Path) -> None:
+    (results / "qualify.json").write_text("[" * 200_000 + "]" * 200_000)
+    code, output = _run_report(results)
+    assert code == 2, output
+    assert len(output.strip().splitlines()) == 1 and "qualify.json" in output, output
     _assert_untouched(results)

@@ -138,6 +138,15 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         raise ResultsError(
             f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); re-run tracekit qualify"
         ) from None
+    except UnicodeDecodeError:
+        raise ResultsError(f"{path}: not UTF-8 text; re-run tracekit qualify") from None
+    except OSError as exc:
+        raise ResultsError(
+            f"{path}: cannot be read ({exc.strerror or exc}); check its permissions or re-run "
+            "tracekit qualify"
+        ) from None
+    except RecursionError:
+        raise ResultsError(f"{path}: JSON nested too deeply; re-run tracekit qualify") from None
     if not isinstance(value, dict):
         raise ResultsError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
