@@ -75,7 +75,11 @@ def _diff(root: Path, workload_path: Path) -> None:
     _record(workload_path, 0, "bidkv", "legacy", folder / "legacy")
     _record(workload_path, 0, "bidkv", "typed", folder / "typed")
     report = diff_traces(folder / "legacy", folder / "typed", allow_contract_differences=True)
-    (folder / "diff.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    # Sorted keys, as tracekit qualify writes it (tracekit/qualify/job.py): the candidates'
+    # fields come in alphabetical order, and the report must put them in the contract's order.
+    (folder / "diff.json").write_text(
+        json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str)
+    )
     conformance = run_conformance(["bidkv"], POLICY_CONFIG)
     (root / "conformance.json").write_text(json.dumps(conformance.to_dict(), indent=2))
 

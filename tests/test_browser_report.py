@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import queue
@@ -244,11 +245,11 @@ def open_page(tools: DevTools, url: str) -> tuple[str, list[dict[str, Any]]]:
     return session, tools.events()
 
 
-def screenshot(tools: DevTools, session: str, out: Path) -> Path:
+def screenshot(tools: DevTools, session: str, out: Path, width: int = 1280) -> Path:
     """A full-page PNG screenshot."""
     metrics = tools.send("Page.getLayoutMetrics", session)
     height = int(metrics["cssContentSize"]["height"])
-    tools.send("Emulation.setDeviceMetricsOverride", session, width=1280, height=height,
+    tools.send("Emulation.setDeviceMetricsOverride", session, width=width, height=height,
                deviceScaleFactor=1, mobile=False)  # fmt: skip
     data = tools.send("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)
     out.write_bytes(base64.b64decode(data["data"]))
@@ -304,3 +305,49 @@ def test_report_renders_offline_without_errors_or_injection(report: Path, tmp_pa
     assert EVIL_ID in text  # the planted payloads show as text
     assert EVIL_WORKLOAD in text
     assert shot.stat().st_size > 10_000
+
+
+# Per table header cell: the box of its text and the box of the cell (issue 18, item 15).
+HEADER_BOXES = """
+(() => Array.from(document.querySelectorAll("table")).map(table => ({
+  caption: table.caption ? table.caption.textContent : "",
+  cells: Array.from(table.querySelectorAll("thead th")).map(th => {
+    const range = document.createRange();
+    range.selectNodeContents(th);
+    const text = range.getBoundingClientRect(), cell = th.getBoundingClientRect();
+    return { name: th.textContent, left: text.left, right: text.right,
+             top: text.top, bottom: text.bottom,
+             cellLeft: cell.left, cellRight: cell.right };
+  }),
+})))()
+"""
+
+
+def _overlaps(tables: list[dict[str, Any]]) -> list[str]:
+    """Header texts that leave their cell or cover a neighbour's text."""
+    found = []
+    for table in tables:
+        cells = table["cells"]
+        for cell in cells:
+            if cell["right"] > cell["cellRight"] + 0.5 or cell["left"] < cell["cellLeft"] - 0.5:
+                found.append(f"{table['caption']}: {cell['name']} leaves its cell")
+        for a, b in itertools.pairwise(cells):
+            same_line = a["top"] < b["bottom"] and b["top"] < a["bottom"]
+            if same_line and a["right"] > b["left"] + 0.5:
+                found.append(f"{table['caption']}: {a['name']} covers {b['name']}")
+    return found
+
+
+@pytest.mark.parametrize("width", [1280, 760])
+def test_table_headers_do_not_overlap(report: Path, tmp_path: Path, width: int) -> None:
+    with browser() as tools:
+        session, _ = open_page(tools, report.resolve().as_uri())
+        tools.send("Emulation.setDeviceMetricsOverride", session, width=width, height=900,
+                   deviceScaleFactor=1, mobile=False)  # fmt: skip
+        time.sleep(0.3)
+        tables = _evaluate(tools, session, HEADER_BOXES)
+        shot = screenshot(tools, session, tmp_path / f"report-{width}.png", width)
+    print(f"screenshot: {shot}")
+    captions = {t["caption"] for t in tables}
+    assert {"legacy candidates", "typed candidates"} <= captions  # the tables of item 15
+    assert _overlaps(tables) == []

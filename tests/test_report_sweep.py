@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,43 @@ def test_sweep_report_is_deterministic(sweep: Path, tmp_path: Path) -> None:
     assert (a.parent / QUALIFICATION_NAME).read_bytes() == (
         b.parent / QUALIFICATION_NAME
     ).read_bytes()
+
+
+def _header(page: str) -> tuple[str, dict[str, str]]:
+    header = re.search(r"<header>(.*?)</header>", page, flags=re.S)
+    assert header
+    title = re.search(r"<h1>(.*?)</h1>", header.group(1))
+    assert title
+    rows = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", header.group(1)))
+    return html.unescape(title.group(1)), {k: html.unescape(v) for k, v in rows.items()}
+
+
+def test_sweep_report_header_describes_the_sweep(sweep: Path, tmp_path: Path) -> None:
+    # Issue 18, item 12: the header said "bidkv on ?", an empty engine and "2 by windows ()".
+    page = write_report(sweep, tmp_path / "report.html").read_text()
+    title, rows = _header(page)
+    assert "?" not in title
+    assert title == "Qualification report: bidkv on sweep smoke"
+    assert "<title>Qualification report: bidkv on sweep smoke</title>" in page
+    assert "?" not in "".join(rows.values())
+    assert rows["sweep"].startswith("smoke (")
+    assert rows["sweep"].endswith("examples/sweeps/smoke.toml): 4 cells, 20 runs")
+    # The one workload, with its hash, request count and the rates it ran at.
+    assert rows["workloads"].startswith("azure_conv_sample (sha256 199ec10343bc..., 120 requests)")
+    assert "rate scale 1.0, 2.0" in rows["workloads"]
+    assert rows["candidate"] == "bidkv vs baseline builtin"
+    assert rows["strategies"] == "builtin, pe, bidkv"
+    # The policy grid's points, not "defaults".
+    assert rows["policy settings"] == (
+        "p996a95ca: utility_preempt_weight=0.3; p17aea9e2: utility_preempt_weight=1.0 "
+        "(others default)"
+    )
+    assert rows["engines"].startswith("small: mode=vllm, num_blocks=300, block_size=16,")
+    assert "max_model_len=4608" in rows["engines"]
+    repeats = rows["repeats"]
+    assert repeats.startswith("2 by windows (")
+    assert "()" not in repeats
+    assert "azure_conv_sample at rate scale 1.0: r0: window 0 to 22.7514 s, seed 0" in repeats
+    # smoke.toml has 2 repeats: the header says why every label is inconclusive.
+    assert "fewer than the 3 repeats the effectiveness rule needs" in repeats
+    assert rows["SLO"] == "TTFT <= 2.0 s, TPOT <= 0.1 s"

@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
 from tracekit.qualify.results import Results
 from tracekit.trace.bundle import open_trace
 
@@ -117,6 +118,31 @@ def diff_timeline_frame(results: Results, max_marks: int = 1000) -> pl.DataFrame
     return pl.concat([*sides, differences], how="diagonal_relaxed").sort("lane", "seq")
 
 
+def _contract_order(candidate: dict[str, Any]) -> dict[str, Any]:
+    """A candidate's fields: ``position``, the contract's fields in order, then any others."""
+    first = ["position", *CANDIDATE_FIELDS]
+    keys = [k for k in first if k in candidate] + [k for k in candidate if k not in first]
+    return {k: candidate[k] for k in keys}
+
+
+def _ordered_divergence(divergence: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a divergence whose candidates list their fields in the contract's order.
+
+    ``diff.json`` is written with sorted keys, so its candidates' fields come alphabetically.
+    """
+    ordered = dict(divergence)
+    for side in ("legacy", "typed"):
+        value = divergence.get(side)
+        if isinstance(value, dict) and isinstance(value.get("candidates"), list):
+            ordered[side] = {
+                **value,
+                "candidates": [
+                    _contract_order(c) if isinstance(c, dict) else c for c in value["candidates"]
+                ],
+            }
+    return ordered
+
+
 def first_difference(diff: dict[str, Any] | None) -> dict[str, Any] | None:
     """The earliest differing decision and the first divergence of the contexts, if any.
 
@@ -130,6 +156,8 @@ def first_difference(diff: dict[str, Any] | None) -> dict[str, Any] | None:
     dict or None
         ``{"decision": <first decision-scope difference or None>, "divergence": <the first
         pair's divergence or None>, "verdict": ...}``; ``None`` when there is no diff at all.
+        The divergence's candidates list ``position`` first, then the fields of
+        :class:`~tracekit.hosts.preemption_policy.PreemptionCandidate` in its order.
     """
     if diff is None:
         return None
@@ -145,5 +173,5 @@ def first_difference(diff: dict[str, Any] | None) -> dict[str, Any] | None:
         if decisions and decision is None:
             decision = min(decisions, key=lambda d: int(d["seq"]))
         if divergence is None and isinstance(pair.get("divergence"), dict):
-            divergence = pair["divergence"]
+            divergence = _ordered_divergence(pair["divergence"])
     return {"verdict": diff.get("verdict"), "decision": decision, "divergence": divergence}

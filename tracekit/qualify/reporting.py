@@ -15,14 +15,16 @@ from typing import Any
 from tracekit.qualify import frames
 from tracekit.qualify.diff_frames import diff_classes_frame, diff_timeline_frame, first_difference
 from tracekit.qualify.effectiveness import interval_frame
-from tracekit.qualify.results import BASELINE, Results, load_results
+from tracekit.qualify.results import BASELINE, Results, ResultsError, load_results
 from tracekit.qualify.verdicts import (
     EQUIVALENT_VERDICTS,
     QUALIFICATION_NAME,
     dumps_qualification,
     qualification_from_results,
 )
-from tracekit.report import REPORT_NAME, ReportInputs, render_page
+from tracekit.report import REPORT_NAME, ReportInputs
+from tracekit.report.html import page_html, write_files
+from tracekit.report.sections import build_sections
 
 __all__ = ["report_inputs", "write_report"]
 
@@ -99,11 +101,31 @@ def write_report(results_dir: str | Path, out_html: str | Path | None = None) ->
     Raises
     ------
     ResultsError
-        The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column.
+        The folder lacks ``qualify.json`` or ``cells.parquet``, or a required column, or one
+        of its tables cannot be read; or the files cannot be written (``out_html``'s folder
+        cannot be created or written to). Nothing is written then.
+
+    Notes
+    -----
+    Both files are computed in full first, then written to temporary files beside their final
+    names and renamed into place: a failure leaves no partial file and keeps an existing report.
     """
     results = load_results(results_dir)
     out = Path(out_html) if out_html is not None else results.root / REPORT_NAME
     qualification = qualification_from_results(results)
-    render_page(report_inputs(results, qualification), out)
-    (out.parent / QUALIFICATION_NAME).write_text(dumps_qualification(qualification), "utf-8")
+    view = report_inputs(results, qualification)
+    page = page_html(view, build_sections(view))
+    files = {out: page, out.parent / QUALIFICATION_NAME: dumps_qualification(qualification)}
+    try:
+        write_files(files)
+    except OSError as exc:
+        # A missing permission, a file where a folder is needed, a full disk: one line.
+        where = exc.filename or out
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            reason = "a file is where a folder is needed"
+        raise ResultsError(
+            f"{where}: cannot write the report ({reason}); choose another --out "
+            "(a folder you can write to)"
+        ) from None
     return out

@@ -138,13 +138,33 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         raise ResultsError(
             f"{path}: not valid JSON (line {exc.lineno}: {exc.msg}); re-run tracekit qualify"
         ) from None
+    except UnicodeDecodeError:
+        raise ResultsError(f"{path}: not UTF-8 text; re-run tracekit qualify") from None
+    except OSError as exc:
+        raise ResultsError(
+            f"{path}: cannot be read ({exc.strerror or exc}); check its permissions or re-run "
+            "tracekit qualify"
+        ) from None
+    except RecursionError:
+        raise ResultsError(f"{path}: JSON nested too deeply; re-run tracekit qualify") from None
     if not isinstance(value, dict):
         raise ResultsError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
 
 
 def _read_parquet(path: Path) -> pl.DataFrame | None:
-    return pl.read_parquet(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        # A truncated, empty, overwritten or unreadable table: one line, not a traceback.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        reason = " ".join(str(reason).split())[:200]
+        raise ResultsError(
+            f"{path}: cannot be read as a Parquet table ({reason}); re-run tracekit qualify "
+            "(or tracekit sweep) to write it again"
+        ) from None
 
 
 def load_results(results_dir: str | Path) -> Results:
@@ -163,8 +183,8 @@ def load_results(results_dir: str | Path) -> Results:
     Raises
     ------
     ResultsError
-        ``qualify.json`` or ``cells.parquet`` is missing or unreadable, or a required column
-        of ``cells.parquet`` is missing.
+        ``qualify.json`` or ``cells.parquet`` is missing or unreadable, a required column
+        of ``cells.parquet`` is missing or it has no rows, or a replay table is unreadable.
     """
     root = Path(results_dir)
     # A sweep folder carries the same input fields in sweep.json (docs/sweep.md).
@@ -183,6 +203,8 @@ def load_results(results_dir: str | Path) -> Results:
         raise ResultsError(
             f"{cells_path}: missing column(s) {', '.join(missing)}; re-run tracekit qualify"
         )
+    if cells.height == 0:
+        raise ResultsError(f"{cells_path}: no rows (no run finished); re-run tracekit qualify")
     conformance = _read_json(root / "diff" / "conformance.json")
     if conformance is None:
         conformance = _read_json(root / "conformance.json")

@@ -36,8 +36,10 @@ def _candidates(side: dict[str, Any], differing: set[tuple[int, str]], title: st
     candidates = side.get("candidates") or []
     if not candidates:
         return ""
+    # In the order given (qualify puts position first, then the contract's fields).
     columns = [c for c in candidates[0] if not c.startswith("sglang_")]
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
+    # Field names are long words joined by "_": let a header wrap only after an underscore.
+    head = "".join(f"<th>{esc(c).replace('_', '_<wbr>')}</th>" for c in columns)
     rows = "".join(
         "<tr>"
         + "".join(
@@ -49,7 +51,8 @@ def _candidates(side: dict[str, Any], differing: set[tuple[int, str]], title: st
         for cand in candidates
     )
     return (
-        f'<div class="table-wrap"><table><caption>{esc(title)}</caption><thead><tr>{head}</tr>'
+        f'<div class="table-wrap"><table class="candidates"><caption>{esc(title)}</caption>'
+        f"<thead><tr>{head}</tr>"
         f"</thead><tbody>{rows}</tbody></table></div>"
     )
 

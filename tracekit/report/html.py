@@ -14,8 +14,11 @@ clock or on dictionary order).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import esc, fmt_value, script_json
 from tracekit.report.sections import Section, build_sections
 
-__all__ = ["REPORT_NAME", "javascript_bundle", "page_html", "render_page"]
+__all__ = ["REPORT_NAME", "javascript_bundle", "page_html", "render_page", "write_files"]
 
 # The page's file name in a results folder.
 REPORT_NAME = "report.html"
@@ -60,6 +63,9 @@ caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { border: 1px solid var(--line); padding: 3px 7px; vertical-align: top; text-align: left; }
 th { background: var(--bg-soft); font-weight: 600; }
 th { max-width: 120px; }
+table.candidates th { min-width: 4.5em; overflow-wrap: normal; }
+/* Candidate values are short ids and numbers: keep each on one line; the wrap scrolls. */
+table.candidates td { white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.num { white-space: nowrap; }
 td { overflow-wrap: anywhere; max-width: 520px; }
@@ -144,19 +150,19 @@ def _settings_text(changed: dict[str, Any]) -> str:
     return f"{shown} (others default)"
 
 
-def _header(view: ReportInputs) -> str:
-    inputs = view.inputs
-    q = view.qualification
-    workload = inputs.get("workload") or {}
-    engine = inputs.get("engine_config") or {}
-    shown_engine = ", ".join(
-        f"{k}={engine[k]}"
-        for k in ("mode", "num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
-                  "max_model_len", "scheduling_policy", "clock")
-        if k in engine
-    )  # fmt: skip
-    repeats = inputs.get("repeat_details") or []
-    windows = "; ".join(
+# The engine settings the header shows, in this order.
+_ENGINE_KEYS = (
+    "mode", "num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens",
+    "max_model_len", "scheduling_policy", "clock",
+)  # fmt: skip
+
+
+def _engine_text(engine: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={engine[k]}" for k in _ENGINE_KEYS if k in engine)
+
+
+def _windows_text(repeats: list[dict[str, Any]]) -> str:
+    return "; ".join(
         f"r{r.get('repeat')}: "
         + (
             f"window {r['window'][0]:g} to {r['window'][1]:g} s"
@@ -166,20 +172,123 @@ def _header(view: ReportInputs) -> str:
         + f", seed {r.get('seed')}"
         for r in repeats
     )
+
+
+def _repeats_text(view: ReportInputs, details: str) -> str:
+    """``N by KIND (details)``, and why every label is inconclusive when N is too small."""
+    inputs = view.inputs
+    count = inputs.get("repeats", "?")
+    text = f"{count} by {inputs.get('repeat_kind', '?')} ({details})"
+    rule = view.qualification.get("effectiveness", {}).get("rule", {})
+    minimum = rule.get("min_repeats")
+    if isinstance(count, int) and isinstance(minimum, int) and count < minimum:
+        text += (
+            f"; fewer than the {minimum} repeats the effectiveness rule needs, so every "
+            "effectiveness label is inconclusive"
+        )
+    return text
+
+
+def _common_rows(view: ReportInputs) -> list[tuple[str, str]]:
+    inputs = view.inputs
     slo = inputs.get("slo") or {}
-    sha = str(workload.get("sha256", "?"))[:12]
-    repeat_kind = f"{inputs.get('repeats', '?')} by {inputs.get('repeat_kind', '?')}"
     created = f"{inputs.get('created_at', '?')} with tracekit {inputs.get('tool_version', '?')}"
-    rows = [
-        ("workload", f"{workload.get('name', '?')} (sha256 {sha}...)"),
-        ("candidate", f"{q['candidate']} vs baseline {view.baseline}"),
-        ("strategies", ", ".join(view.strategies)),
-        ("policy settings", _settings_text(view.changed_settings)),
-        ("engine", shown_engine or fmt_value(engine)),
-        ("repeats", f"{repeat_kind} ({windows})"),
+    return [
         ("SLO", f"TTFT <= {slo.get('ttft_s', '?')} s, TPOT <= {slo.get('tpot_s', '?')} s"),
         ("created", created),
     ]
+
+
+def _is_sweep(view: ReportInputs) -> bool:
+    return view.inputs.get("format") == "tracekit.sweep"
+
+
+def _subject(view: ReportInputs) -> str:
+    """What the report is about: the workload of a qualify folder, or the sweep."""
+    if _is_sweep(view):
+        name = (view.inputs.get("matrix") or {}).get("name")
+        return f"sweep {name}" if name else "sweep"
+    return str((view.inputs.get("workload") or {}).get("name", "?"))
+
+
+def _rate_text(unit: Any, rates: list[Any]) -> str:
+    shown = ", ".join(str(r) for r in rates)
+    return f"rate scale {shown}" if unit == "scale" else f"rate {shown} {unit}"
+
+
+def _sweep_rows(view: ReportInputs) -> list[tuple[str, str]]:
+    """The header of a ``tracekit sweep`` folder, from its ``sweep.json`` (docs/sweep.md)."""
+    inputs = view.inputs
+    matrix = inputs.get("matrix") or {}
+    plan = inputs.get("plan") or {}
+    unit = matrix.get("rate_unit", "scale")
+    planned = [w for w in plan.get("workloads") or [] if isinstance(w, dict)]
+    # One line per workload (name and hash), with every rate it ran at.
+    workloads: dict[tuple[str, str], dict[str, Any]] = {}
+    for w in planned:
+        key = (str(w.get("name")), str(w.get("sha256", "")))
+        entry = workloads.setdefault(key, {"requests": w.get("num_requests"), "rates": []})
+        entry["rates"].append(w.get("rate"))
+    workload_text = "; ".join(
+        f"{name} (sha256 {sha[:12]}..., {entry['requests']} requests) at "
+        f"{_rate_text(unit, entry['rates'])}"
+        for (name, sha), entry in workloads.items()
+    )
+    points = [p for p in matrix.get("policy_points") or [] if isinstance(p, dict)]
+    settings = "; ".join(
+        f"{p.get('label')}: "
+        + (
+            ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in p["settings"].items())
+            if p.get("settings")
+            else "defaults"
+        )
+        for p in points
+    )
+    engines = "; ".join(
+        f"{e.get('label')}: {_engine_text(e.get('config') or {})}"
+        for e in matrix.get("engines") or []
+        if isinstance(e, dict)
+    )
+    windows = "; ".join(
+        f"{w.get('name')} at {_rate_text(unit, [w.get('rate')])}: "
+        f"{_windows_text(list(w.get('repeats') or []))}"
+        for w in planned
+    )
+    cells = len(plan.get("cells") or []) or view.cells.get_column("cell").n_unique()
+    runs = len(inputs.get("runs") or [])
+    return [
+        ("sweep", f"{matrix.get('name', '?')} ({matrix.get('path', '?')}): {cells} cells, "
+                  f"{runs} runs"),
+        ("workloads", workload_text or "?"),
+        ("candidate", f"{view.candidate} vs baseline {view.baseline}"),
+        ("strategies", ", ".join(view.strategies)),
+        ("policy settings", f"{settings} (others default)" if settings else "defaults"),
+        ("engines", engines or "defaults"),
+        ("repeats", _repeats_text(view, windows)),
+        *_common_rows(view),
+    ]  # fmt: skip
+
+
+def _qualify_rows(view: ReportInputs) -> list[tuple[str, str]]:
+    """The header of a ``tracekit qualify`` folder, from its ``qualify.json``."""
+    inputs = view.inputs
+    workload = inputs.get("workload") or {}
+    engine = inputs.get("engine_config") or {}
+    sha = str(workload.get("sha256", "?"))[:12]
+    return [
+        ("workload", f"{workload.get('name', '?')} (sha256 {sha}...)"),
+        ("candidate", f"{view.candidate} vs baseline {view.baseline}"),
+        ("strategies", ", ".join(view.strategies)),
+        ("policy settings", _settings_text(view.changed_settings)),
+        ("engine", _engine_text(engine) or fmt_value(engine)),
+        ("repeats", _repeats_text(view, _windows_text(inputs.get("repeat_details") or []))),
+        *_common_rows(view),
+    ]
+
+
+def _header(view: ReportInputs) -> str:
+    q = view.qualification
+    rows = _sweep_rows(view) if _is_sweep(view) else _qualify_rows(view)
     items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows)
     gate = q["functional_compatibility"]["status"]
     mine = [e["label"] for e in q["effectiveness"]["cells"] if e["strategy"] == q["candidate"]]
@@ -189,7 +298,7 @@ def _header(view: ReportInputs) -> str:
     )
     return (
         f"<header><h1>Qualification report: {esc(q['candidate'])} on "
-        f"{esc(workload.get('name', '?'))}</h1><p><strong>{summary}</strong></p>"
+        f"{esc(_subject(view))}</h1><p><strong>{summary}</strong></p>"
         f"<dl>{items}</dl></header>"
     )
 
@@ -221,9 +330,7 @@ def page_html(view: ReportInputs, sections: list[Section]) -> str:
         for s in sections
         for chart_id, chart in s.charts.items()
     )
-    title = f"Qualification report: {view.candidate} on " + str(
-        (view.inputs.get("workload") or {}).get("name", "?")
-    )
+    title = f"Qualification report: {view.candidate} on {_subject(view)}"
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -257,7 +364,32 @@ def render_page(view: ReportInputs, out_html: str | Path) -> Path:
         ``out_html``.
     """
     out = Path(out_html)
-    page = page_html(view, build_sections(view))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, "utf-8")
+    write_files({out: page_html(view, build_sections(view))})
     return out
+
+
+def write_files(files: Mapping[Path, str]) -> None:
+    """Write text files so that a failure leaves no partial file and replaces nothing.
+
+    Every file is first written in full to a hidden temporary file beside it; only when all are
+    written are they renamed into place (an atomic rename on one file system). If anything fails,
+    the temporary files are removed and the existing files are left as they were.
+
+    Parameters
+    ----------
+    files
+        Each file's path and text (UTF-8); their folders are created if needed.
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
+            staged.append((temporary, path))
+            temporary.write_text(text, "utf-8")
+        for temporary, path in staged:
+            os.replace(temporary, path)
+    finally:
+        for temporary, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                temporary.unlink()
