@@ -112,6 +112,7 @@ class RequestState:
         "request_id",
         "status",
         "stop_output_tokens",
+        "stop_status",
         "target_output_tokens",
     )
 
@@ -122,9 +123,10 @@ class RequestState:
         self.num_prompt_tokens = request.prompt_tokens
         self.target_output_tokens = request.output_tokens
         self.max_tokens = request.max_tokens
-        # The output length at which generation stops (vLLM ``check_stop``: ``max_tokens``; the
-        # target stands for the end-of-sequence token of a real model).
-        self.stop_output_tokens = min(request.output_tokens, request.max_tokens)
+        # The output count at which generation stops and the status it stops with: they depend
+        # on max_model_len, so the scheduler sets them on add (fake_model.stop_rule).
+        self.stop_output_tokens = 0
+        self.stop_status = ""
         # Position in the input; breaks no scheduling tie, only orders records.
         self.index = index
         self.num_output_tokens = 0

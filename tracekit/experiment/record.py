@@ -188,7 +188,12 @@ def record_experiment(
             total_requests=len(requests),
         )
         result = run_engine(
-            requests, run.engine_config, BuiltinHost(), observer, collect=False, hooks=hooks
+            requests,
+            run.engine_config,
+            BuiltinHost(),
+            observer,
+            collect=False,
+            scheduler_factory=hooks.make_scheduler,
         )
         writer.manifest["final_state"] = {
             "num_steps": result.num_steps,
