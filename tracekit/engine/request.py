@@ -9,13 +9,16 @@ with fake model outputs only their counts matter.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "FINISHED_STATUSES",
     "EngineRequest",
     "RequestState",
     "RequestStatus",
+    "engine_requests",
 ]
 
 
@@ -151,3 +154,26 @@ class RequestState:
             f"computed={self.num_computed_tokens}/{self.num_tokens}, "
             f"blocks={self.num_blocks}, preemptions={self.num_preemptions})"
         )
+
+
+class _WorkloadRequest(Protocol):
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    max_tokens: int
+    priority: int
+
+
+class _Workload(Protocol):
+    def iter_requests(self) -> Iterable[_WorkloadRequest]: ...
+
+
+def engine_requests(workload: _Workload) -> list[EngineRequest]:
+    """A workload's requests (``tracekit.workloads.Workload``) as engine inputs, in its order."""
+    return [
+        EngineRequest(
+            r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens, r.priority
+        )
+        for r in workload.iter_requests()
+    ]

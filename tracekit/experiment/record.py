@@ -22,6 +22,7 @@ import polars as pl
 
 from bidkv._version import __version__
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
+from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
 from tracekit.experiment.hooks import (
     LEGACY_STRATEGIES,
@@ -29,7 +30,7 @@ from tracekit.experiment.hooks import (
     ExperimentHooks,
     HookSettings,
 )
-from tracekit.recording.sim import ENGINE_NAMES, TraceObserver, engine_requests
+from tracekit.recording.sim import ENGINE_NAMES, TraceObserver
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
 from tracekit.workloads import Workload

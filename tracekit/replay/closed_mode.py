@@ -20,8 +20,9 @@ from typing import Any
 import polars as pl
 
 from tracekit.analysis.serving import SloTargets, serving_metrics
+from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError, TraceSchemaError
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.trace.bundle import Bundle, open_trace
 from tracekit.workloads import Workload
