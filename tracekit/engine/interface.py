@@ -86,10 +86,10 @@ class EngineScheduler(Protocol):
         """Run one scheduling step at engine time ``now``.
 
         Returns the scheduled tokens per request in scheduling order, the step's prefill and
-        decode tokens (:func:`~tracekit.engine.fake_model.split_tokens`), the KV tokens read and
-        the preemptions. Every victim decision is passed to the ``on_decision`` callback the
-        scheduler was built with, in order, before this returns. ``num_computed_tokens`` of the
-        scheduled requests has advanced.
+        decode tokens (for vLLM, :func:`~tracekit.engine.fake_model.split_tokens`), the KV tokens
+        read and the preemptions. Every victim decision is passed to the ``on_decision``
+        callback the scheduler was built with, in order, before this returns.
+        ``num_computed_tokens`` of the scheduled requests has advanced.
         """
         ...
 
