@@ -54,7 +54,7 @@ class _Request:
     def __init__(self, computed: int, prompt: int, output: int) -> None:
         self.num_computed_tokens = computed
         self.num_output_tokens = output
-        self.num_tokens = prompt + output
+        self.num_prompt_tokens = prompt
 
 
 def test_split_tokens_counts_one_decode_token_per_finished_input() -> None:

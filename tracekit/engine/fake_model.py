@@ -47,8 +47,8 @@ class ScheduledRequest(Protocol):
         ...
 
     @property
-    def num_tokens(self) -> int:
-        """Prompt plus output so far."""
+    def num_prompt_tokens(self) -> int:
+        """Prompt length."""
         ...
 
 
@@ -89,11 +89,9 @@ def split_tokens(
     for request_id, num_new_tokens in num_scheduled_tokens.items():
         request = requests[request_id]
         computed = request.num_computed_tokens
-        if (
-            num_new_tokens == 1
-            and request.num_output_tokens
-            and computed == request.num_tokens
-        ):
+        output = request.num_output_tokens
+        # Prompt plus output, not num_tokens: a property call on every decode of the hot loop.
+        if num_new_tokens == 1 and output and computed == request.num_prompt_tokens + output:
             decode += 1
         else:
             prefill += num_new_tokens
