@@ -547,6 +547,7 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
         elif scenario.strategy.get("kind") != "builtin":
             raise ValueError("a strategy other than builtin runs through the shim (shim=True)")
         made: list[RealScheduler] = []
+        setup: list[float] = []
 
         def factory(
             config: EngineConfig,
@@ -554,9 +555,9 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
             on_decision: Callable[[DecisionRecord], None],
         ) -> RealScheduler:
             made.append(RealScheduler(backend, config, host, on_decision))
+            setup.append(time.perf_counter() - started)
             return made[0]
 
-        setup_s = time.perf_counter() - started
         result = run_engine(
             scenario.requests,
             scenario.config,
@@ -576,7 +577,7 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
         "final_state": final_state(host, result.num_steps, result.end_s),
         "vllm_config": real.vllm_config,
         "builtin_rule_mismatches": real.hooks.builtin_rule_mismatches,
-        "timing": {"setup_s": setup_s, "wall_s": wall_s, "scheduler_s": real.scheduler_s},
+        "timing": {"setup_s": setup[0], "wall_s": wall_s, "scheduler_s": real.scheduler_s},
     }
 
 
