@@ -134,10 +134,12 @@ def run_engine(
     scheduler: EngineScheduler
     if scheduler_factory is not None:
         scheduler = scheduler_factory(config, host, record_decision)
-    elif config.mode == "vllm":
-        scheduler = VllmScheduler(config, host or BuiltinHost(), record_decision)
     else:
-        scheduler = SglangScheduler(config, host or BuiltinHost(), record_decision)
+        victim_host = host if host is not None else BuiltinHost()
+        if config.mode == "vllm":
+            scheduler = VllmScheduler(config, victim_host, record_decision)
+        else:
+            scheduler = SglangScheduler(config, victim_host, record_decision)
     clock = make_clock(config)
     pool = scheduler.block_pool
     kv_blocks_total = pool.num_usable_blocks

@@ -306,7 +306,8 @@ class ExperimentHooks:
         if self._scheduler_made:
             raise ValueError("an ExperimentHooks object serves one run; make a new one per run")
         self._scheduler_made = True
-        return HookedVllmScheduler(config, host or BuiltinHost(), self, on_decision)
+        victim_host = host if host is not None else BuiltinHost()
+        return HookedVllmScheduler(config, victim_host, self, on_decision)
 
     def on_arrival(self, request: RequestState, sent_s: float) -> None:
         """Note a request the client sent at ``sent_s``; its first sighting is the next step."""
