@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from tracekit.engine import DecisionRecord, EngineConfig, RequestRecord, StepRecord, run_engine
-from tracekit.recording.sim import SimRun, engine_requests, record_sim
+from tracekit.engine.request import engine_requests
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
 from tracekit.workloads import load_workload
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from tracekit.engine import BuiltinHost, DecisionRecord, EngineConfig, StepRecord, run_engine
-from tracekit.recording.sim import engine_requests
+from tracekit.engine.request import engine_requests
 from tracekit.vllm.protocol import Scenario, decision_from_wire, step_from_wire
 from tracekit.vllm.record import run_driver
 from tracekit.workloads import load_workload

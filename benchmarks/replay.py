@@ -49,7 +49,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bidkv._version import __version__
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.engine.config import make_engine_config
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay import replay_open
 from tracekit.strategies import parse_strategy_list, resolve_strategy
 from tracekit.trace import open_trace

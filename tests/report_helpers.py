@@ -18,7 +18,8 @@ from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.analysis.serving import SloTargets
 from tracekit.conformance import run_conformance
 from tracekit.diff import diff_traces
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.engine.config import make_engine_config
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay import replay_open
 from tracekit.strategies import resolve_strategy
 from tracekit.workloads import load_workload

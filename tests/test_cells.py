@@ -7,7 +7,8 @@ from pathlib import Path
 import polars as pl
 
 from tracekit.analysis.cells import CellRun, cells_frame
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.engine.config import make_engine_config
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
 from tracekit.workloads import load_workload
 

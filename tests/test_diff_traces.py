@@ -31,8 +31,9 @@ from tracekit.diff import (
 from tracekit.diff.align import align
 from tracekit.diff.pairing import pair_runs
 from tracekit.diff.policy_views import policy_views
+from tracekit.engine.config import make_engine_config
 from tracekit.errors import TracekitError, TraceSchemaError
-from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config, record_sim
+from tracekit.recording.sim import SimRun, load_run_workload, record_sim
 from tracekit.strategies import resolve_strategy
 
 WORKLOAD = Path(__file__).parents[1] / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"

@@ -46,8 +46,7 @@ def make_engine(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
-        step_s=1.0,
-        **overrides,  # type: ignore[arg-type]
+        **{"clock": "steps", "step_s": 1.0, **overrides},  # type: ignore[arg-type]
     )
 
 
@@ -167,7 +166,7 @@ def test_config_validation_names_the_field(field: str, value: object) -> None:
 
 
 def test_config_rejects_unknown_cost_model_only_on_that_clock() -> None:
-    EngineConfig(cost_model="nope")  # not used by the steps clock
+    EngineConfig(clock="steps", cost_model="nope")  # not used by the steps clock
     with pytest.raises(ValueError, match="cost_model"):
         EngineConfig(clock="cost-model", cost_model="nope")
 
@@ -177,6 +176,8 @@ def test_config_defaults_and_watermark_blocks() -> None:
     assert (config.num_blocks, config.block_size, config.max_num_seqs) == (600, 16, 32)
     assert config.max_num_batched_tokens == 2048
     assert config.watermark == 0.0 and config.full_sequence_must_fit
+    # One default clock for the engine, the CLI and the sweep: the cost model.
+    assert config.clock == "cost-model" and config.cost_model == "a6000-llama3-8b"
     # int(watermark * num_blocks), the null block included, as vLLM's KVCacheManager.
     assert EngineConfig(num_blocks=11, max_model_len=160, watermark=0.1).watermark_blocks == 1
 

@@ -486,8 +486,9 @@ def _small_config() -> EngineConfig:
 def test_preempt_evict_hooks_change_nothing() -> None:
     requests = _workload(1)
     plain = run_engine(requests, _small_config(), BuiltinHost())
+    hooks = ExperimentHooks("preempt-evict")
     hooked = run_engine(
-        requests, _small_config(), BuiltinHost(), hooks=ExperimentHooks("preempt-evict")
+        requests, _small_config(), BuiltinHost(), scheduler_factory=hooks.make_scheduler
     )
     assert plain.num_decisions > 0
     assert [s.num_scheduled_tokens for s in hooked.steps] == [
@@ -501,7 +502,11 @@ def test_preempt_evict_hooks_change_nothing() -> None:
 def test_every_strategy_runs_consistently_and_counts_hook_preemptions(strategy: str) -> None:
     hooks = ExperimentHooks(strategy, seed=3)
     result = run_engine(
-        _workload(2, 120), _small_config(), BuiltinHost(), hooks=hooks, check_consistency=True
+        _workload(2, 120),
+        _small_config(),
+        BuiltinHost(),
+        scheduler_factory=hooks.make_scheduler,
+        check_consistency=True,
     )
     assert {r.status for r in result.requests} <= {
         RequestStatus.FINISHED_STOPPED,
@@ -524,12 +529,13 @@ def test_every_strategy_runs_consistently_and_counts_hook_preemptions(strategy: 
 
 def test_hooks_serve_one_run_and_need_fcfs() -> None:
     hooks = ExperimentHooks("bidkv")
-    run_engine(_workload(3, 5), _small_config(), BuiltinHost(), hooks=hooks)
+    run_engine(_workload(3, 5), _small_config(), None, scheduler_factory=hooks.make_scheduler)
     with pytest.raises(ValueError, match="one run"):
-        run_engine(_workload(3, 5), _small_config(), BuiltinHost(), hooks=hooks)
+        run_engine(_workload(3, 5), _small_config(), None, scheduler_factory=hooks.make_scheduler)
     config = EngineConfig(scheduling_policy="priority")
+    factory = ExperimentHooks("bidkv").make_scheduler
     with pytest.raises(ValueError, match="fcfs"):
-        run_engine(_workload(3, 5), config, BuiltinHost(), hooks=ExperimentHooks("bidkv"))
+        run_engine(_workload(3, 5), config, BuiltinHost(), scheduler_factory=factory)
     with pytest.raises(ValueError, match="strategy must be one of"):
         ExperimentHooks("slack-aware")
 
@@ -540,7 +546,11 @@ def test_client_cap_holds_requests_until_one_finishes() -> None:
     requests = [EngineRequest(f"r{i}", 0.0, 32, 3, 3) for i in range(3)]
     hooks = ExperimentHooks("bidkv", settings=HookSettings(client_max_in_flight=1))
     result = run_engine(
-        requests, _small_config(), BuiltinHost(), hooks=hooks, check_consistency=True
+        requests,
+        _small_config(),
+        BuiltinHost(),
+        scheduler_factory=hooks.make_scheduler,
+        check_consistency=True,
     )
     records = {r.request_id: r for r in result.requests}
     assert hooks.sent_s["r0"] == 0.0
@@ -549,7 +559,7 @@ def test_client_cap_holds_requests_until_one_finishes() -> None:
     assert max(s.num_running + s.num_waiting for s in result.steps) == 1
     assert records["r2"].arrival_s == 0.0
     uncapped = ExperimentHooks("bidkv")
-    run_engine(requests, _small_config(), BuiltinHost(), hooks=uncapped)
+    run_engine(requests, _small_config(), None, scheduler_factory=uncapped.make_scheduler)
     assert uncapped.sent_s == {"r0": 0.0, "r1": 0.0, "r2": 0.0}
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
-from tracekit.recording.sim import engine_requests, record_sim
+from tracekit.engine.request import engine_requests
+from tracekit.recording.sim import record_sim
 from tracekit.trace.validate import validate_trace
 from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.fixtures import (

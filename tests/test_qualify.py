@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import cli
+from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
 from tracekit.qualify import QualifyPlan, run_qualify
-from tracekit.recording.sim import make_engine_config
 from tracekit.strategies import parse_strategy_list, resolve_strategy
 from tracekit.sweep import RunFailedError
 from tracekit.workloads import load_workload

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import cli
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.engine.config import make_engine_config
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
 from tracekit.trace import open_trace
 from tracekit.trace.validate import validate_trace

@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError, TraceSchemaError
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay.closed_mode import replay_closed
 from tracekit.strategies import parse_strategy_list, resolve_strategy
 from tracekit.trace import open_trace

@@ -16,8 +16,9 @@ import pytest
 from test_replay_open import cand, column, ctx, read_rows, write_trace
 
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy
+from tracekit.engine.config import make_engine_config
 from tracekit.hosts.preemption_policy import PreemptionPolicyController
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay import replay_open
 from tracekit.replay.contexts import build_contexts, iter_run_chunks
 from tracekit.strategies import ALL_STRATEGIES, StrategySpec, parse_strategy_list, resolve_strategy

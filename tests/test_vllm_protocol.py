@@ -37,7 +37,9 @@ SAMPLE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
 
 # ------------------------------------------------------------------------------ messages
 def small_run() -> tuple[EngineConfig, list[EngineRequest]]:
-    config = EngineConfig(num_blocks=11, block_size=16, max_model_len=160, step_s=1.0)
+    config = EngineConfig(
+        num_blocks=11, block_size=16, max_model_len=160, clock="steps", step_s=1.0
+    )
     requests = [EngineRequest(name, 0.0, 48, 20, 20) for name in "ABC"]
     requests.append(EngineRequest("late", 2.5, 30, 4, 3, priority=2))
     return config, requests

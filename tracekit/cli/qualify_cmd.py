@@ -17,8 +17,9 @@ from tracekit.cli.options import (
     workload_options,
     workload_settings,
 )
+from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
-from tracekit.recording.sim import load_run_workload, make_engine_config
+from tracekit.recording.sim import load_run_workload
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
 
 

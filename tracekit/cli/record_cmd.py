@@ -16,8 +16,9 @@ from tracekit.cli.options import (
     workload_options,
     workload_settings,
 )
+from tracekit.engine.config import make_engine_config
 from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
-from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config, record_sim
+from tracekit.recording.sim import SimRun, load_run_workload, record_sim
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.trace.inspect import inspect_trace, render_inspection
 

@@ -18,7 +18,8 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.record_cmd import record
-from tracekit.recording.sim import SimRun, load_run_workload, make_engine_config
+from tracekit.engine.config import make_engine_config
+from tracekit.recording.sim import SimRun, load_run_workload
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.vllm.fidelity import compare_fidelity

@@ -6,7 +6,15 @@ GPU. ``docs/engine.md`` lists every reproduced vLLM rule with its source. Standa
 """
 
 from tracekit.engine.clock import COST_MODEL_PRESETS, CostModel
-from tracekit.engine.config import EngineConfig
+from tracekit.engine.config import (
+    CLOCKS,
+    DEFAULT_CLOCK,
+    ENGINE_DEFAULTS,
+    ENGINE_MODES,
+    SCHEDULING_POLICIES,
+    EngineConfig,
+    make_engine_config,
+)
 from tracekit.engine.engine import EngineObserver, EngineResult, run_engine
 from tracekit.engine.hosts import (
     BuiltinHost,
@@ -17,11 +25,17 @@ from tracekit.engine.hosts import (
     VictimChoice,
     VictimHost,
 )
+from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
-from tracekit.engine.request import EngineRequest, RequestStatus
+from tracekit.engine.request import EngineRequest, RequestStatus, engine_requests
 
 __all__ = [
+    "CLOCKS",
     "COST_MODEL_PRESETS",
+    "DEFAULT_CLOCK",
+    "ENGINE_DEFAULTS",
+    "ENGINE_MODES",
+    "SCHEDULING_POLICIES",
     "BuiltinHost",
     "ContractHost",
     "CostModel",
@@ -30,13 +44,17 @@ __all__ = [
     "EngineObserver",
     "EngineRequest",
     "EngineResult",
+    "EngineScheduler",
     "LegacyHost",
     "LegacySchedulingPolicy",
     "RequestRecord",
     "RequestStatus",
+    "SchedulerFactory",
     "StepRecord",
     "TypedHost",
     "VictimChoice",
     "VictimHost",
+    "engine_requests",
+    "make_engine_config",
     "run_engine",
 ]

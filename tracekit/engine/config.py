@@ -9,15 +9,21 @@ length). docs/engine.md, "Configuration defaults" lists where each one comes fro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any, Literal
+
+from tracekit.errors import ConfigError
 
 __all__ = [
     "CLOCKS",
+    "DEFAULT_CLOCK",
+    "ENGINE_DEFAULTS",
     "ENGINE_MODES",
     "SCHEDULING_POLICIES",
     "VLLM_VERSIONS",
     "EngineConfig",
+    "make_engine_config",
 ]
 
 EngineMode = Literal["vllm", "sglang"]
@@ -33,6 +39,8 @@ SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
 CLOCKS: tuple[str, ...] = ("steps", "cost-model")
 #: vLLM releases whose scheduling rules the ``vllm`` mode reproduces.
 VLLM_VERSIONS: tuple[str, ...] = ("0.32", "0.33")
+#: The clock every run uses unless told otherwise (the engine, the CLI and the sweep alike).
+DEFAULT_CLOCK: ClockName = "cost-model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +78,8 @@ class EngineConfig:
         ``"0.32"`` or ``"0.33"``: 0.33 lets the running scan continue after a request preempted
         itself under PRIORITY; 0.32 stops the scan.
     clock
-        ``"steps"`` (every step lasts ``step_s``) or ``"cost-model"`` (see ``clock.py``).
+        ``"cost-model"`` (the default; see ``clock.py``) or ``"steps"`` (every step lasts
+        ``step_s``).
     step_s
         Step length of the ``steps`` clock, in seconds.
     cost_model
@@ -88,7 +97,7 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0
     full_sequence_must_fit: bool = True
     vllm_version: VllmVersion = "0.32"
-    clock: ClockName = "steps"
+    clock: ClockName = DEFAULT_CLOCK
     step_s: float = 0.02
     cost_model: str = "a6000-llama3-8b"
 
@@ -153,6 +162,27 @@ class EngineConfig:
     def watermark_blocks(self) -> int:
         """Blocks kept free on admission: ``int(watermark * num_blocks)`` as in vLLM."""
         return int(self.watermark * self.num_blocks)
+
+
+#: Every :class:`EngineConfig` field and its default, for option help and documentation.
+ENGINE_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
+    {f.name: f.default for f in fields(EngineConfig)}
+)
+
+
+def make_engine_config(**settings: Any) -> EngineConfig:
+    """An :class:`EngineConfig` from option values; ``None`` values keep the defaults.
+
+    Raises
+    ------
+    ConfigError
+        An unknown setting or an invalid value (the message names the field).
+    """
+    given = {k: v for k, v in settings.items() if v is not None}
+    try:
+        return EngineConfig(**given)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"engine configuration: {exc}") from None
 
 
 def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -21,18 +21,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from tracekit.engine.clock import make_clock
 from tracekit.engine.config import EngineConfig
-from tracekit.engine.hosts import VictimHost
+from tracekit.engine.hosts import BuiltinHost, VictimHost
+from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
 from tracekit.engine.scheduler import VllmScheduler
 from tracekit.engine.sglang import SglangScheduler
-
-if TYPE_CHECKING:
-    from tracekit.experiment.hooks import ExperimentHooks
 
 __all__ = ["EngineObserver", "EngineResult", "run_engine"]
 
@@ -76,12 +74,12 @@ class EngineResult:
 def run_engine(
     requests: Iterable[EngineRequest],
     config: EngineConfig,
-    host: VictimHost,
+    host: VictimHost | None,
     observer: EngineObserver | None = None,
     *,
     collect: bool = True,
     check_consistency: bool = False,
-    hooks: ExperimentHooks | None = None,
+    scheduler_factory: SchedulerFactory | None = None,
 ) -> EngineResult:
     """Run ``requests`` through the embedded engine until every one has finished.
 
@@ -92,7 +90,7 @@ def run_engine(
     config
         Engine configuration.
     host
-        Chooses preemption victims (``BuiltinHost()`` for the engine's own rule).
+        Chooses preemption victims; ``None`` or ``BuiltinHost()`` for the scheduler's own rule.
     observer
         Receives every record as it is produced.
     collect
@@ -101,10 +99,11 @@ def run_engine(
     check_consistency
         After every step, re-check the block accounting and queue membership from scratch
         (a pass over all requests; for tests and debugging).
-    hooks
-        Experiment mode: the legacy BidKV adapter's hooks, run before every step of a ``vllm``
-        FCFS engine (:mod:`tracekit.experiment.hooks`). None (the default) runs the
-        plain engine.
+    scheduler_factory
+        Builds the scheduler from ``(config, host, on_decision)`` (any
+        :class:`~tracekit.engine.interface.EngineScheduler`: experiment mode's hooked scheduler,
+        the real vLLM scheduler's adapter). None (the default): the embedded scheduler of
+        ``config.mode``.
 
     Returns
     -------
@@ -132,13 +131,15 @@ def run_engine(
         if observer is not None:
             observer.on_decision(record)
 
-    scheduler: VllmScheduler | SglangScheduler
-    if hooks is not None:
-        scheduler = hooks.make_scheduler(config, host, record_decision)
-    elif config.mode == "vllm":
-        scheduler = VllmScheduler(config, host, record_decision)
+    scheduler: EngineScheduler
+    if scheduler_factory is not None:
+        scheduler = scheduler_factory(config, host, record_decision)
     else:
-        scheduler = SglangScheduler(config, host, record_decision)
+        victim_host = host if host is not None else BuiltinHost()
+        if config.mode == "vllm":
+            scheduler = VllmScheduler(config, victim_host, record_decision)
+        else:
+            scheduler = SglangScheduler(config, victim_host, record_decision)
     clock = make_clock(config)
     pool = scheduler.block_pool
     kv_blocks_total = pool.num_usable_blocks

@@ -9,13 +9,16 @@ with fake model outputs only their counts matter.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "FINISHED_STATUSES",
     "EngineRequest",
     "RequestState",
     "RequestStatus",
+    "engine_requests",
 ]
 
 
@@ -112,6 +115,7 @@ class RequestState:
         "request_id",
         "status",
         "stop_output_tokens",
+        "stop_status",
         "target_output_tokens",
     )
 
@@ -122,9 +126,10 @@ class RequestState:
         self.num_prompt_tokens = request.prompt_tokens
         self.target_output_tokens = request.output_tokens
         self.max_tokens = request.max_tokens
-        # The output length at which generation stops (vLLM ``check_stop``: ``max_tokens``; the
-        # target stands for the end-of-sequence token of a real model).
-        self.stop_output_tokens = min(request.output_tokens, request.max_tokens)
+        # The output count at which generation stops and the status it stops with: they depend
+        # on max_model_len, so the scheduler sets them on add (fake_model.stop_rule).
+        self.stop_output_tokens = 0
+        self.stop_status = ""
         # Position in the input; breaks no scheduling tie, only orders records.
         self.index = index
         self.num_output_tokens = 0
@@ -149,3 +154,26 @@ class RequestState:
             f"computed={self.num_computed_tokens}/{self.num_tokens}, "
             f"blocks={self.num_blocks}, preemptions={self.num_preemptions})"
         )
+
+
+class _WorkloadRequest(Protocol):
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    max_tokens: int
+    priority: int
+
+
+class _Workload(Protocol):
+    def iter_requests(self) -> Iterable[_WorkloadRequest]: ...
+
+
+def engine_requests(workload: _Workload) -> list[EngineRequest]:
+    """A workload's requests (``tracekit.workloads.Workload``) as engine inputs, in its order."""
+    return [
+        EngineRequest(
+            r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens, r.priority
+        )
+        for r in workload.iter_requests()
+    ]

@@ -14,102 +14,16 @@ victims are exactly vLLM's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tracekit.engine.block_pool import BlockPool
+from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.fake_model import split_tokens
 from tracekit.engine.hosts import VictimHost
-from tracekit.engine.outputs import DecisionRecord
-from tracekit.engine.queues import create_request_queue
 from tracekit.engine.request import RequestState, RequestStatus
-from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
 
-__all__ = ["ScheduledStep", "VllmScheduler", "make_candidates"]
-
-DecisionCallback = Callable[[DecisionRecord], None]
+__all__ = ["VllmScheduler"]
 
 
-class ScheduledStep:
-    """What one ``schedule()`` call decided (cf. vLLM ``SchedulerOutput``)."""
-
-    __slots__ = (
-        "kv_tokens_read",
-        "num_decode_tokens",
-        "num_preemptions",
-        "num_prefill_tokens",
-        "num_scheduled_tokens",
-        "step",
-        "time_s",
-    )
-
-    def __init__(self, step: int, time_s: float) -> None:
-        self.step = step
-        self.time_s = time_s
-        # req_id -> num_scheduled_tokens, in scheduling order: running queue first, then admitted.
-        self.num_scheduled_tokens: dict[str, int] = {}
-        self.num_prefill_tokens = 0
-        self.num_decode_tokens = 0
-        # Context tokens (already computed plus scheduled) whose KV the step's attention reads.
-        self.kv_tokens_read = 0
-        self.num_preemptions = 0
-
-
-def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:
-    """The running queue as the host shows it to a policy, in queue order."""
-    return tuple(
-        PreemptionCandidate(
-            r.request_id,
-            r.priority,
-            r.arrival_s,
-            r.num_prompt_tokens,
-            r.num_output_tokens,
-            r.num_computed_tokens,
-            r.num_preemptions,
-            r.max_tokens,
-        )
-        for r in running
-    )
-
-
-def apply_fake_outputs(
-    out: ScheduledStep,
-    requests: dict[str, RequestState],
-    block_pool: BlockPool,
-    max_model_len: int,
-    end_s: float,
-) -> list[RequestState]:
-    """Sample one token for every scheduled request whose input is complete; apply the stops.
-
-    A partial (chunked) prefill samples nothing. A request stops at ``max_tokens`` or
-    ``max_model_len`` (length capped) or at its target output length (stopped); a finished
-    request frees its blocks and leaves ``requests``. Both engine modes use this rule. Returns
-    the finished requests in scheduling order (the caller removes them from its queues).
-    """
-    finished: list[RequestState] = []
-    for request_id in out.num_scheduled_tokens:
-        request = requests[request_id]
-        num_tokens = request.num_prompt_tokens + request.num_output_tokens
-        if request.num_computed_tokens < num_tokens:
-            continue
-        output = request.num_output_tokens + 1
-        request.num_output_tokens = output
-        if output == 1:
-            request.first_token_s = end_s
-        if num_tokens + 1 >= max_model_len or output >= request.max_tokens:
-            request.status = RequestStatus.FINISHED_LENGTH_CAPPED
-        elif output >= request.target_output_tokens:
-            request.status = RequestStatus.FINISHED_STOPPED
-        else:
-            continue
-        request.finish_s = end_s
-        block_pool.free(request.num_blocks)
-        request.num_blocks = 0
-        del requests[request_id]
-        finished.append(request)
-    return finished
-
-
-class VllmScheduler:
+class VllmScheduler(SchedulerBase):
     """vLLM's v1 ``Scheduler`` over request counts, with the victim chosen by a host.
 
     Parameters
@@ -128,16 +42,7 @@ class VllmScheduler:
         host: VictimHost,
         on_decision: DecisionCallback | None = None,
     ) -> None:
-        self.config = config
-        self.host = host
-        self.on_decision = on_decision
-        self.policy = config.scheduling_policy
-        self.block_pool = BlockPool(config.num_blocks)
-        self.waiting = create_request_queue(config.scheduling_policy)
-        self.running: list[RequestState] = []
-        # req_id -> request, for every request added and not finished (vLLM ``self.requests``).
-        self.requests: dict[str, RequestState] = {}
-        self.num_decisions = 0
+        super().__init__(config, host, on_decision)
         self._watermark_blocks = config.watermark_blocks
         # 0.33 lets the running scan go on after a PRIORITY self-preemption; 0.32 stops it.
         self._continue_after_self_preemption = (
@@ -146,19 +51,6 @@ class VllmScheduler:
         # Step-local state shared with _preempt (set by schedule()).
         self._scheduled: dict[str, int] = {}
         self._num_preempted = 0
-
-    # ----------------------------------------------------------------------------- queues
-    def add_request(self, request: RequestState) -> None:
-        """Queue a newly arrived request (vLLM ``Scheduler.add_request``)."""
-        if request.request_id in self.requests:
-            raise ValueError(f"duplicate request_id {request.request_id!r}")
-        request.status = RequestStatus.WAITING
-        self.requests[request.request_id] = request
-        self.waiting.add_request(request)
-
-    def has_unfinished_requests(self) -> bool:
-        """Whether any request is running or waiting."""
-        return bool(self.running) or len(self.waiting) > 0
 
     # ----------------------------------------------------------------------------- schedule
     def schedule(self, step: int, now: float) -> ScheduledStep:
@@ -269,24 +161,11 @@ class VllmScheduler:
 
         # _update_after_schedule: computed tokens advance when the step is scheduled.
         requests = self.requests
-        prefill = decode = kv_read = 0
         for request_id, num_new_tokens in scheduled.items():
-            request = requests[request_id]
-            computed = request.num_computed_tokens
-            if (
-                num_new_tokens == 1
-                and request.num_output_tokens
-                and computed + 1 == request.num_prompt_tokens + request.num_output_tokens
-            ):
-                decode += 1
-            else:
-                prefill += num_new_tokens
-            computed += num_new_tokens
-            kv_read += computed
-            request.num_computed_tokens = computed
-        out.num_prefill_tokens = prefill
-        out.num_decode_tokens = decode
-        out.kv_tokens_read = kv_read
+            requests[request_id].num_computed_tokens += num_new_tokens
+        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
+            scheduled, requests
+        )
         out.num_preemptions = self._num_preempted
         return out
 
@@ -315,7 +194,9 @@ class VllmScheduler:
                     pool.num_free_blocks -= need
                     request.num_blocks += need
                 return True, req_index, refunded
-            victim = self._choose_victim(request, step, now)
+            victim = self._choose_victim(
+                request.request_id, self._builtin_victim().request_id, step, now
+            )
             req_index, refund = self._preempt(victim, req_index)
             refunded += refund
             if victim is request:
@@ -329,39 +210,6 @@ class VllmScheduler:
             return max(running, key=lambda r: (r.priority, r.arrival_s))
         return running[-1]
 
-    def _choose_victim(self, requester: RequestState, step: int, now: float) -> RequestState:
-        """Ask the host for one victim among the running queue and record the decision."""
-        running = self.running
-        candidates = make_candidates(running)
-        builtin = self._builtin_victim().request_id
-        usage = self.block_pool.get_usage()
-        context = PreemptionContext(
-            candidates, self.policy, requester.request_id, usage, now, builtin
-        )
-        choice = self.host.choose_victim(context)
-        victim = next((r for r in running if r.request_id == choice.victim_id), None)
-        if victim is None:
-            raise RuntimeError(f"host chose {choice.victim_id!r}, which is not running")
-        if self.on_decision is not None:
-            self.on_decision(
-                DecisionRecord(
-                    seq=self.num_decisions,
-                    step=step,
-                    time_s=now,
-                    requesting_request_id=requester.request_id,
-                    kv_cache_usage=usage,
-                    candidates=candidates,
-                    builtin_victim_id=builtin,
-                    raw_result=choice.raw_result,
-                    outcome=choice.outcome,
-                    victim_id=choice.victim_id,
-                    decision_reason=choice.decision_reason,
-                    counters=choice.counters,
-                )
-            )
-        self.num_decisions += 1
-        return victim
-
     def _preempt(self, victim: RequestState, req_index: int) -> tuple[int, int]:
         """Preempt ``victim`` and put it back in the waiting queue (vLLM ``_preempt_request``).
 
@@ -371,7 +219,6 @@ class VllmScheduler:
         ``num_computed_tokens`` to 0 (recompute, no swap), counts the preemption, and prepends it
         to the waiting queue. Returns ``(req_index, tokens_refunded)``.
         """
-        assert victim.status == RequestStatus.RUNNING, "only running requests can be preempted"
         running = self.running
         index = next(i for i, r in enumerate(running) if r is victim)
         del running[index]
@@ -379,29 +226,10 @@ class VllmScheduler:
             req_index -= 1
         # Only possible when the victim sat before the cursor (PRIORITY or a policy's choice).
         refund = self._scheduled.pop(victim.request_id, 0)
-        self.block_pool.free(victim.num_blocks)
-        victim.num_blocks = 0
-        victim.recomputed_tokens += victim.num_computed_tokens
-        victim.num_computed_tokens = 0
-        victim.status = RequestStatus.PREEMPTED
-        victim.num_preemptions += 1
+        self._release_victim(victim)
         self.waiting.prepend_request(victim)
         self._num_preempted += 1
         return req_index, refund
-
-    # ----------------------------------------------------------------------------- outputs
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
-        """Apply the fake model output of a step (vLLM ``Scheduler.update_from_output``).
-
-        See :func:`apply_fake_outputs`. Finished requests leave the running queue, which keeps
-        its order (vLLM ``remove_all``: a new list). Returns them in scheduling order.
-        """
-        finished = apply_fake_outputs(
-            out, self.requests, self.block_pool, self.config.max_model_len, end_s
-        )
-        if finished:
-            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
-        return finished
 
     def check_consistency(self) -> None:
         """Check the block accounting and queue membership; raise ``AssertionError`` if broken.

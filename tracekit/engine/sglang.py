@@ -30,19 +30,10 @@ scheduling, priority-based retraction, page sizes other than ``block_size``.
 
 from __future__ import annotations
 
-from tracekit.engine.block_pool import BlockPool
+from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
-from tracekit.engine.outputs import DecisionRecord
-from tracekit.engine.queues import create_request_queue
 from tracekit.engine.request import RequestState, RequestStatus
-from tracekit.engine.scheduler import (
-    DecisionCallback,
-    ScheduledStep,
-    apply_fake_outputs,
-    make_candidates,
-)
-from tracekit.hosts.preemption_policy import PreemptionContext
 
 __all__ = [
     "CLIP_MAX_NEW_TOKENS",
@@ -74,7 +65,7 @@ def retraction_order(running: list[RequestState]) -> list[RequestState]:
     return sorted(running, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens), reverse=True)
 
 
-class SglangScheduler:
+class SglangScheduler(SchedulerBase):
     """SGLang-style scheduling over request counts, with retraction victims chosen by a host.
 
     Parameters
@@ -93,29 +84,13 @@ class SglangScheduler:
         host: VictimHost,
         on_decision: DecisionCallback | None = None,
     ) -> None:
-        self.config = config
-        self.host = host
-        self.on_decision = on_decision
-        self.policy = config.scheduling_policy
-        self.block_pool = BlockPool(config.num_blocks)
-        self.waiting = create_request_queue(config.scheduling_policy)
-        self.running: list[RequestState] = []
+        super().__init__(config, host, on_decision)
         # A request part-way through a chunked prefill: neither waiting nor decoding.
         self.chunked: RequestState | None = None
-        self.requests: dict[str, RequestState] = {}
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self._ratio_decay = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / (
             NEW_TOKEN_RATIO_DECAY_STEPS
         )
-        self.num_decisions = 0
-
-    def add_request(self, request: RequestState) -> None:
-        """Queue a newly arrived request."""
-        if request.request_id in self.requests:
-            raise ValueError(f"duplicate request_id {request.request_id!r}")
-        request.status = RequestStatus.WAITING
-        self.requests[request.request_id] = request
-        self.waiting.add_request(request)
 
     def has_unfinished_requests(self) -> bool:
         """Whether any request is running, chunked or waiting."""
@@ -247,38 +222,9 @@ class SglangScheduler:
                 break
             first = False
             builtin = order[-1]
-            victim = self._choose_victim(builtin, step, now)
+            victim = self._choose_victim("", builtin.request_id, step, now)
             order.remove(victim)
             self._retract_request(victim)
-
-    def _choose_victim(self, builtin: RequestState, step: int, now: float) -> RequestState:
-        running = self.running
-        candidates = make_candidates(running)
-        usage = self.block_pool.get_usage()
-        context = PreemptionContext(candidates, self.policy, "", usage, now, builtin.request_id)
-        choice = self.host.choose_victim(context)
-        victim = next((r for r in running if r.request_id == choice.victim_id), None)
-        if victim is None:
-            raise RuntimeError(f"host chose {choice.victim_id!r}, which is not running")
-        if self.on_decision is not None:
-            self.on_decision(
-                DecisionRecord(
-                    self.num_decisions,
-                    step,
-                    now,
-                    "",
-                    usage,
-                    candidates,
-                    builtin.request_id,
-                    choice.raw_result,
-                    choice.outcome,
-                    choice.victim_id,
-                    choice.decision_reason,
-                    choice.counters,
-                )
-            )
-        self.num_decisions += 1
-        return victim
 
     def _retract_request(self, victim: RequestState) -> None:
         """Retract ``victim``: precondition, it is in ``self.running`` and RUNNING.
@@ -286,25 +232,9 @@ class SglangScheduler:
         Frees all its blocks without caching them, resets its computed tokens and appends it to
         the waiting queue for a fresh prefill of prompt plus output.
         """
-        assert victim.status == RequestStatus.RUNNING, "only running requests can be retracted"
         self.running.remove(victim)
-        self.block_pool.free(victim.num_blocks)
-        victim.num_blocks = 0
-        victim.recomputed_tokens += victim.num_computed_tokens
-        victim.num_computed_tokens = 0
-        victim.status = RequestStatus.PREEMPTED
-        victim.num_preemptions += 1
+        self._release_victim(victim)
         self.waiting.add_request(victim)
-
-    # ----------------------------------------------------------------------------- outputs
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
-        """Each scheduled request with its input complete samples one token; apply stops."""
-        finished = apply_fake_outputs(
-            out, self.requests, self.block_pool, self.config.max_model_len, end_s
-        )
-        if finished:
-            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
-        return finished
 
     def check_consistency(self) -> None:
         """Check block accounting and queue membership; raise ``AssertionError`` if broken."""

@@ -42,7 +42,8 @@ candidates (the original solver's ``max_bids_per_solve``; both in
 docs/experiments.md, "Experiment mode in the engine").
 
 :class:`HookedVllmScheduler` (``experiment_scheduler.py``) is the scheduler that calls these
-hooks. The default engine path never imports either module: ``run_engine(..., hooks=None)``.
+hooks. ``run_engine(..., scheduler_factory=hooks.make_scheduler)`` runs them; the engine never
+imports either module.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ from bidkv.baselines.base import CompressionAction
 from bidkv.baselines.base import RequestState as StrategyRequest
 from bidkv.baselines.registry import create_default_registry
 from bidkv.baselines.static_random import StaticRandomStrategy
+from tracekit.engine.base import DecisionCallback
 from tracekit.engine.config import EngineConfig
-from tracekit.engine.hosts import VictimHost
+from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.request import RequestState
-from tracekit.engine.scheduler import DecisionCallback
 from tracekit.experiment.scheduler import HookedVllmScheduler
 
 __all__ = [
@@ -302,13 +303,17 @@ class ExperimentHooks:
 
     # ----------------------------------------------------------------------------- engine side
     def make_scheduler(
-        self, config: EngineConfig, host: VictimHost, on_decision: DecisionCallback | None
+        self, config: EngineConfig, host: VictimHost | None, on_decision: DecisionCallback | None
     ) -> HookedVllmScheduler:
-        """The scheduler that calls these hooks (``run_engine`` calls this once per run)."""
+        """The scheduler that calls these hooks: ``run_engine``'s ``scheduler_factory``.
+
+        ``run_engine`` calls it once per run; ``host`` None is the built-in rule.
+        """
         if self._scheduler_made:
             raise ValueError("an ExperimentHooks object serves one run; make a new one per run")
         self._scheduler_made = True
-        return HookedVllmScheduler(config, host, self, on_decision)
+        victim_host = host if host is not None else BuiltinHost()
+        return HookedVllmScheduler(config, victim_host, self, on_decision)
 
     def on_arrival(self, request: RequestState, sent_s: float) -> None:
         """Note a request the client sent at ``sent_s``; its first sighting is the next step."""

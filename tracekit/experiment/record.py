@@ -23,6 +23,7 @@ import polars as pl
 
 from bidkv._version import __version__
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
+from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
 from tracekit.experiment.hooks import (
     LEGACY_STRATEGIES,
@@ -30,7 +31,7 @@ from tracekit.experiment.hooks import (
     ExperimentHooks,
     HookSettings,
 )
-from tracekit.recording.sim import ENGINE_NAMES, TraceObserver, engine_requests
+from tracekit.recording.sim import ENGINE_NAMES, TraceObserver
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
 from tracekit.workloads import Workload
@@ -194,7 +195,12 @@ def record_experiment(
             total_requests=len(requests),
         )
         result = run_engine(
-            requests, run.engine_config, BuiltinHost(), observer, collect=False, hooks=hooks
+            requests,
+            run.engine_config,
+            BuiltinHost(),
+            observer,
+            collect=False,
+            scheduler_factory=hooks.make_scheduler,
         )
         writer.manifest["final_state"] = {
             "num_steps": result.num_steps,

@@ -14,16 +14,12 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from tracekit.engine.base import DecisionCallback, ScheduledStep, make_candidates
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.outputs import DecisionRecord
 from tracekit.engine.request import RequestState
-from tracekit.engine.scheduler import (
-    DecisionCallback,
-    ScheduledStep,
-    VllmScheduler,
-    make_candidates,
-)
+from tracekit.engine.scheduler import VllmScheduler
 
 if TYPE_CHECKING:
     from tracekit.experiment.hooks import ExperimentHooks

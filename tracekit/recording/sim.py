@@ -20,12 +20,11 @@ from bidkv._version import __version__
 from tracekit.engine import (
     DecisionRecord,
     EngineConfig,
-    EngineRequest,
     RequestRecord,
     StepRecord,
     run_engine,
 )
-from tracekit.errors import ConfigError
+from tracekit.engine.request import engine_requests
 from tracekit.hosts.preemption_policy import PreemptionPolicyStats
 from tracekit.recording.rows import candidate_rows, decision_row
 from tracekit.recording.state import final_state as _final_state
@@ -38,9 +37,7 @@ __all__ = [
     "ENGINE_NAMES",
     "SimRun",
     "TraceObserver",
-    "engine_requests",
     "load_run_workload",
-    "make_engine_config",
     "make_run_id",
     "record_sim",
 ]
@@ -236,16 +233,6 @@ class _DecisionContext(NamedTuple):
     now: float
 
 
-def engine_requests(workload: Workload) -> list[EngineRequest]:
-    """The workload's requests as engine inputs, in arrival order."""
-    return [
-        EngineRequest(
-            r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens, r.priority
-        )
-        for r in workload.iter_requests()
-    ]
-
-
 def record_sim(
     run: SimRun,
     out: str | Path,
@@ -344,12 +331,3 @@ def load_run_workload(
         rate_scale=rate_scale,
         priority_seed=priority_seed,
     )
-
-
-def make_engine_config(**settings: Any) -> EngineConfig:
-    """An :class:`EngineConfig` from option values; ``None`` values keep the defaults."""
-    given = {k: v for k, v in settings.items() if v is not None}
-    try:
-        return EngineConfig(**given)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"engine configuration: {exc}") from None

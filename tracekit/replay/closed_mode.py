@@ -22,8 +22,9 @@ from typing import Any
 import polars as pl
 
 from tracekit.analysis.serving import SloTargets, serving_metrics
+from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError, TraceSchemaError
-from tracekit.recording.sim import SimRun, make_engine_config, make_run_id
+from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot

@@ -4,7 +4,7 @@ A matrix names every dimension of a qualification sweep: workloads, rates, strat
 engine configurations and a grid of production-policy settings (``docs/sweep.md``). Parsing
 checks everything that can be checked without loading a workload: key names and types, strategy
 names and policy settings (through :func:`tracekit.strategies.resolve_strategy`) and engine
-values (through :func:`tracekit.recording.sim.make_engine_config`). Every problem is one
+values (through :func:`tracekit.engine.config.make_engine_config`). Every problem is one
 :class:`~tracekit.errors.ConfigError` line naming the file, the key and the fix.
 """
 
@@ -28,8 +28,8 @@ from bidkv.adapters.vllm_hust.config import (
 )
 from tracekit.analysis.serving import SloTargets
 from tracekit.engine import EngineConfig
+from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
-from tracekit.recording.sim import make_engine_config
 from tracekit.strategies import HostPath, resolve_strategy
 from tracekit.sweep.checks import Checker, show
 

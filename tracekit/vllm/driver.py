@@ -8,16 +8,19 @@ library, vLLM (inside :class:`VllmBackend`) and the project's standard-library p
 ``--scenarios FILE``, runs them one after the other in this one process (importing vLLM takes
 about 10 s), and streams records back as JSON lines (see :mod:`tracekit.vllm.protocol`).
 
-The loop around the scheduler follows the embedded engine's (``tracekit.engine.engine``): the
-same clock (``tracekit.engine.clock``: a request arriving at ``arrival_s`` is added before the
-first step whose index is at least ``arrival_s / step_s`` on the steps clock), the same rejection
-of prompts of ``max_model_len`` tokens or more (vLLM refuses them before the scheduler), and fake
-model outputs: one sampled token per scheduled request whose prefill is complete, none for a
-partial chunk. The sampled token is a stop token (``SamplingParams.stop_token_ids``) when the
-request reaches its target output length without reaching ``max_tokens`` or ``max_model_len``,
-so vLLM's own ``check_stop`` finishes it as the embedded engine does (FINISHED_STOPPED at the
-target, FINISHED_LENGTH_CAPPED at the caps). No model weights, tokenizer or hub access: the model
-is a folder with a tiny ``config.json`` that the driver writes itself.
+The step loop is the embedded engine's own: ``run_engine`` drives :class:`RealScheduler`, an
+adapter that implements the engine interface (``tracekit.engine.interface``) around the real
+scheduler. So the clock, the arrivals (a request arriving at ``arrival_s`` is added before the
+first step whose index is at least ``arrival_s / step_s`` on the steps clock), the rejection of
+prompts of ``max_model_len`` tokens or more (vLLM refuses them before the scheduler) and the
+records are those of the embedded engine. Fake model outputs follow
+``tracekit.engine.fake_model``: one sampled token per scheduled request whose prefill is complete,
+none for a partial chunk; the sampled token is a stop token (``SamplingParams.stop_token_ids``)
+when the request reaches its target output length without reaching ``max_tokens`` or
+``max_model_len``, so vLLM's own ``check_stop`` finishes it as the embedded engine does
+(FINISHED_STOPPED at the target, FINISHED_LENGTH_CAPPED at the caps). No model weights,
+tokenizer or hub access: the model is a folder with a tiny ``config.json`` that the driver writes
+itself.
 """
 
 from __future__ import annotations
@@ -30,15 +33,18 @@ import os
 import sys
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from tracekit.engine.clock import make_clock
+from tracekit.engine.base import ScheduledStep
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.engine import run_engine
+from tracekit.engine.fake_model import split_tokens, stop_rule
+from tracekit.engine.hosts import VictimHost
+from tracekit.engine.interface import BlockPoolView
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
-from tracekit.engine.request import EngineRequest
+from tracekit.engine.request import RequestState, RequestStatus
 from tracekit.recording.state import final_state
 from tracekit.strategies import StrategySpec
 from tracekit.vllm.hooks import SchedulerHooks
@@ -50,7 +56,7 @@ from tracekit.vllm.protocol import (
     step_to_wire,
 )
 
-__all__ = ["TINY_MODEL_CONFIG", "VllmBackend", "main", "run_scenario"]
+__all__ = ["TINY_MODEL_CONFIG", "RealScheduler", "VllmBackend", "main", "run_scenario"]
 
 #: The model the scheduler is configured for: a config only (no weights, no tokenizer).
 TINY_MODEL_CONFIG: dict[str, Any] = {
@@ -98,7 +104,8 @@ class VllmBackend:
             KVCacheGroupSpec,
         )
         from vllm.v1.outputs import ModelRunnerOutput
-        from vllm.v1.request import Request, RequestStatus
+        from vllm.v1.request import Request
+        from vllm.v1.request import RequestStatus as VllmStatus
         from vllm.v1.structured_output import StructuredOutputManager
 
         self.torch = torch
@@ -117,11 +124,11 @@ class VllmBackend:
         self.ModelRunnerOutput = ModelRunnerOutput
         self.Request = Request
         self.StructuredOutputManager = StructuredOutputManager
-        self.RUNNING = RequestStatus.RUNNING
+        self.RUNNING = VllmStatus.RUNNING
         self.PRIORITY = SchedulingPolicy.PRIORITY
         self.status_names = {
-            RequestStatus.FINISHED_STOPPED: "finished_stopped",
-            RequestStatus.FINISHED_LENGTH_CAPPED: "finished_length_capped",
+            VllmStatus.FINISHED_STOPPED: RequestStatus.FINISHED_STOPPED,
+            VllmStatus.FINISHED_LENGTH_CAPPED: RequestStatus.FINISHED_LENGTH_CAPPED,
         }
         self.model_dir = write_tiny_model(model_dir)
         self._model_configs: dict[int, Any] = {}
@@ -227,17 +234,17 @@ class VllmBackend:
             ),
         }
 
-    def make_request(self, request: EngineRequest) -> Any:
+    def make_request(self, request: RequestState) -> Any:
         """A vLLM ``Request`` for ``request`` (prompt ids are one repeated token)."""
         params = self.SamplingParams(
             max_tokens=request.max_tokens, ignore_eos=True, stop_token_ids=[STOP_TOKEN]
         )
         return self.Request(
             request_id=request.request_id,
-            prompt_token_ids=[PROMPT_TOKEN] * request.prompt_tokens,
+            prompt_token_ids=[PROMPT_TOKEN] * request.num_prompt_tokens,
             sampling_params=params,
             pooling_params=None,
-            arrival_time=float(request.arrival_s),
+            arrival_time=request.arrival_s,
             priority=request.priority,
         )
 
@@ -283,19 +290,6 @@ def write_tiny_model(folder: Path) -> Path:
     return folder
 
 
-class _Tracked:
-    """The driver's bookkeeping for one request in the scheduler."""
-
-    __slots__ = ("first_scheduled_s", "first_token_s", "index", "request", "vllm")
-
-    def __init__(self, request: EngineRequest, index: int, vllm_request: Any) -> None:
-        self.request = request
-        self.index = index
-        self.vllm = vllm_request
-        self.first_scheduled_s: float | None = None
-        self.first_token_s: float | None = None
-
-
 @contextlib.contextmanager
 def capture_policy_log(emit_line: Callable[[str], None]) -> Iterator[None]:
     """Send the policy's log lines (logger ``vllm`` itself and ``vllm.preemption_policy``).
@@ -323,8 +317,207 @@ def capture_policy_log(emit_line: Callable[[str], None]) -> Iterator[None]:
         logger.setLevel(saved_level)
 
 
+class _BlockCounts:
+    """The real block pool's counts, as the step loop reads them."""
+
+    __slots__ = ("_pool", "num_usable_blocks")
+
+    def __init__(self, pool: Any, num_usable_blocks: int) -> None:
+        self._pool = pool
+        self.num_usable_blocks = num_usable_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Free usable blocks (vLLM ``BlockPool.get_num_free_blocks``)."""
+        return int(self._pool.get_num_free_blocks())
+
+
+class _WaitingCount:
+    """``len()`` is vLLM's count of waiting requests (``Scheduler.get_request_counts``)."""
+
+    __slots__ = ("_scheduler",)
+
+    def __init__(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
+
+    def __len__(self) -> int:
+        return int(self._scheduler.get_request_counts()[1])
+
+
+class RealScheduler:
+    """The real vLLM v1 ``Scheduler`` behind the engine interface, with fake model outputs.
+
+    Implements :class:`tracekit.engine.interface.EngineScheduler`, so ``run_engine`` drives it
+    with the embedded engine's step loop (arrivals, rejection, clock, records). It builds each
+    request's vLLM ``Request``, runs vLLM's ``schedule()`` and ``update_from_output()`` (timed in
+    :attr:`scheduler_s`), samples by :mod:`tracekit.engine.fake_model` (the stop token at the
+    target output length unless ``max_tokens`` or ``max_model_len`` ends the request first, which
+    vLLM's own ``check_stop`` then does), and copies each finished request's outcome back.
+
+    Parameters
+    ----------
+    backend
+        The imported vLLM.
+    config
+        Engine configuration (``mode="vllm"``).
+    host
+        ``None`` to record vLLM's own victims; otherwise the host the shim asks
+        (:class:`~tracekit.vllm.hooks.SchedulerHooks`).
+    on_decision
+        Receives every decision record, in order.
+    """
+
+    def __init__(
+        self,
+        backend: VllmBackend,
+        config: EngineConfig,
+        host: VictimHost | None,
+        on_decision: Callable[[DecisionRecord], None] | None,
+    ) -> None:
+        self.backend = backend
+        self.scheduler, self.vllm_config = backend.make_scheduler(config)
+        self.hooks = SchedulerHooks(
+            self.scheduler,
+            scheduling_policy=config.scheduling_policy,
+            running_status=backend.RUNNING,
+            priority_policy=backend.PRIORITY,
+            host=host,
+            on_decision=on_decision,
+        )
+        self.block_pool: BlockPoolView = _BlockCounts(
+            self.scheduler.kv_cache_manager.block_pool, config.num_usable_blocks
+        )
+        self.waiting = _WaitingCount(self.scheduler)
+        self.max_model_len = config.max_model_len
+        # Seconds spent inside vLLM's schedule() and update_from_output().
+        self.scheduler_s = 0.0
+        # req_id -> the engine's state and vLLM's Request, for every unfinished request.
+        self._states: dict[str, RequestState] = {}
+        self._requests: dict[str, Any] = {}
+        self._output: Any = None
+
+    @property
+    def running(self) -> list[Any]:
+        """The running queue of vLLM."""
+        return self.scheduler.running  # type: ignore[no-any-return]
+
+    @property
+    def num_decisions(self) -> int:
+        """Victim decisions recorded so far."""
+        return self.hooks.num_decisions
+
+    def add_request(self, request: RequestState) -> None:
+        """Hand a new request to vLLM (``Scheduler.add_request``)."""
+        if request.request_id in self._states:
+            raise ValueError(f"duplicate request_id {request.request_id!r}")
+        request.status = RequestStatus.WAITING
+        request.stop_output_tokens, request.stop_status = stop_rule(
+            request.num_prompt_tokens,
+            request.target_output_tokens,
+            request.max_tokens,
+            self.max_model_len,
+        )
+        vllm_request = self.backend.make_request(request)
+        self.scheduler.add_request(vllm_request)
+        self._states[request.request_id] = request
+        self._requests[request.request_id] = vllm_request
+
+    def has_unfinished_requests(self) -> bool:
+        """Whether vLLM holds an unfinished request."""
+        return bool(self.scheduler.has_unfinished_requests())
+
+    def schedule(self, step: int, now: float) -> ScheduledStep:
+        """One ``schedule()`` of vLLM, its decisions stamped with ``step`` and ``now``."""
+        hooks = self.hooks
+        hooks.begin_step(step, now)
+        started = time.perf_counter()
+        output = self.scheduler.schedule()
+        self.scheduler_s += time.perf_counter() - started
+        hooks.end_step()
+        self._output = output
+        out = ScheduledStep(step, now)
+        scheduled = out.num_scheduled_tokens = dict(output.num_scheduled_tokens)
+        states = self._states
+        for request_id in scheduled:
+            state = states[request_id]
+            if state.first_scheduled_s is None:
+                state.first_scheduled_s = now
+        # num_computed_tokens has already advanced (Scheduler._update_after_schedule).
+        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
+            scheduled, self._requests
+        )
+        out.num_preemptions = hooks.num_preempted_in_step
+        return out
+
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+        """Sample the step's tokens, run vLLM's ``update_from_output``, return the finished."""
+        states, requests = self._states, self._requests
+        req_ids = list(out.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for request_id in req_ids:
+            vllm_request = requests[request_id]
+            if vllm_request.num_computed_tokens >= vllm_request.num_tokens:
+                produced = vllm_request.num_output_tokens + 1
+                state = states[request_id]
+                stop = (
+                    produced >= state.stop_output_tokens
+                    and state.stop_status == RequestStatus.FINISHED_STOPPED
+                )
+                sampled.append([STOP_TOKEN if stop else SAMPLED_TOKEN])
+            else:
+                sampled.append([])  # a partial (chunked) prefill samples nothing
+        model_output = self.backend.model_output(req_ids, sampled)
+        started = time.perf_counter()
+        self.scheduler.update_from_output(self._output, model_output)
+        self.scheduler_s += time.perf_counter() - started
+        self._output = None
+        status_names = self.backend.status_names
+        recomputed = self.hooks.recomputed_tokens
+        finished: list[RequestState] = []
+        for request_id in req_ids:
+            state = states[request_id]
+            vllm_request = requests[request_id]
+            if state.first_token_s is None and vllm_request.num_output_tokens:
+                state.first_token_s = end_s
+            if vllm_request.is_finished():
+                del states[request_id], requests[request_id]
+                state.status = status_names.get(
+                    vllm_request.status, str(vllm_request.status).lower()
+                )
+                state.num_output_tokens = vllm_request.num_output_tokens
+                state.num_preemptions = vllm_request.num_preemptions
+                state.recomputed_tokens = recomputed.get(request_id, 0)
+                state.finish_s = end_s
+                finished.append(state)
+        return finished
+
+    def check_consistency(self) -> None:
+        """Every request vLLM holds is running or waiting there."""
+        num_running, num_waiting = self.scheduler.get_request_counts()
+        assert num_running + num_waiting == len(self._states), "request bookkeeping drifted"
+
+
+class _Emitter:
+    """Streams the engine's records as protocol messages."""
+
+    def __init__(self, run: int, emit: Emit) -> None:
+        self.run = run
+        self.emit = emit
+
+    def on_step(self, record: StepRecord) -> None:
+        self.emit({"kind": "step", "run": self.run, "r": step_to_wire(record)})
+
+    def on_decision(self, record: DecisionRecord) -> None:
+        self.emit({"kind": "decision", "run": self.run, "r": decision_to_wire(record)})
+
+    def on_request(self, record: RequestRecord) -> None:
+        self.emit({"kind": "request", "run": self.run, "r": request_to_wire(record)})
+
+
 def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[str, Any]:
     """Run one scenario on a fresh real scheduler, emitting its records; return its ``end``.
+
+    ``run_engine`` drives a :class:`RealScheduler`: the step loop is the embedded engine's.
 
     Parameters
     ----------
@@ -341,12 +534,7 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
         The ``end`` message.
     """
     run = scenario.index
-    config = scenario.config
     started = time.perf_counter()
-    scheduler, vllm_config = backend.make_scheduler(config)
-
-    def on_decision(record: DecisionRecord) -> None:
-        emit({"kind": "decision", "run": run, "r": decision_to_wire(record)})
 
     def on_log(line: str) -> None:
         emit({"kind": "log", "run": run, "line": line})
@@ -358,175 +546,39 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
             host = strategy.make_host(scenario.host_path)  # type: ignore[arg-type]
         elif scenario.strategy.get("kind") != "builtin":
             raise ValueError("a strategy other than builtin runs through the shim (shim=True)")
-        hooks = SchedulerHooks(
-            scheduler,
-            scheduling_policy=config.scheduling_policy,
-            running_status=backend.RUNNING,
-            priority_policy=backend.PRIORITY,
-            host=host,
-            on_decision=on_decision,
+        made: list[RealScheduler] = []
+        setup: list[float] = []
+
+        def factory(
+            config: EngineConfig,
+            host: VictimHost | None,
+            on_decision: Callable[[DecisionRecord], None],
+        ) -> RealScheduler:
+            made.append(RealScheduler(backend, config, host, on_decision))
+            setup.append(time.perf_counter() - started)
+            return made[0]
+
+        result = run_engine(
+            scenario.requests,
+            scenario.config,
+            host,
+            _Emitter(run, emit),
+            collect=False,
+            scheduler_factory=factory,
         )
-        setup_s = time.perf_counter() - started
-        num_steps, end_s, scheduler_s = _loop(backend, scheduler, hooks, scenario, emit)
+    real = made[0]
     wall_s = time.perf_counter() - started
     return {
         "kind": "end",
         "run": run,
-        "num_steps": num_steps,
-        "num_decisions": hooks.num_decisions,
-        "end_s": end_s,
-        "final_state": final_state(host, num_steps, end_s),
-        "vllm_config": vllm_config,
-        "builtin_rule_mismatches": hooks.builtin_rule_mismatches,
-        "timing": {"setup_s": setup_s, "wall_s": wall_s, "scheduler_s": scheduler_s},
+        "num_steps": result.num_steps,
+        "num_decisions": result.num_decisions,
+        "end_s": result.end_s,
+        "final_state": final_state(host, result.num_steps, result.end_s),
+        "vllm_config": real.vllm_config,
+        "builtin_rule_mismatches": real.hooks.builtin_rule_mismatches,
+        "timing": {"setup_s": setup[0], "wall_s": wall_s, "scheduler_s": real.scheduler_s},
     }
-
-
-def _loop(
-    backend: VllmBackend, scheduler: Any, hooks: SchedulerHooks, scenario: Scenario, emit: Emit
-) -> tuple[int, float, float]:
-    """The step loop (the embedded engine's ``run_engine`` around the real scheduler)."""
-    run = scenario.index
-    config = scenario.config
-    clock = make_clock(config)
-    max_model_len = config.max_model_len
-    usable = config.num_blocks - 1
-    block_pool = scheduler.kv_cache_manager.block_pool
-    order = sorted(range(len(scenario.requests)), key=lambda i: scenario.requests[i].arrival_s)
-    pending = deque((i, scenario.requests[i]) for i in order)
-    live: dict[str, _Tracked] = {}
-    status_names = backend.status_names
-    perf = time.perf_counter
-    num_steps = 0
-    end_s = scheduler_s = 0.0
-
-    def finish(record: RequestRecord) -> None:
-        emit({"kind": "request", "run": run, "r": request_to_wire(record)})
-
-    while True:
-        while pending and clock.is_visible(pending[0][1].arrival_s):
-            index, request = pending.popleft()
-            if request.prompt_tokens >= max_model_len:
-                # vLLM refuses such a prompt on input; it never reaches the scheduler.
-                finish(_record(request, index, None, None, float(request.arrival_s), "rejected"))
-                continue
-            vllm_request = backend.make_request(request)
-            scheduler.add_request(vllm_request)
-            live[request.request_id] = _Tracked(request, index, vllm_request)
-        if not scheduler.has_unfinished_requests():
-            if not pending:
-                break
-            clock.jump_to(pending[0][1].arrival_s)
-            continue
-
-        now = clock.now
-        hooks.begin_step(clock.step, now)
-        t0 = perf()
-        out = scheduler.schedule()
-        scheduler_s += perf() - t0
-        hooks.end_step()
-        scheduled = dict(out.num_scheduled_tokens)
-        req_ids = list(scheduled)
-        sampled: list[list[int]] = []
-        prefill = decode = kv_read = 0
-        for rid in req_ids:
-            tracked = live[rid]
-            vreq = tracked.vllm
-            num_new = scheduled[rid]
-            # num_computed_tokens has already advanced (Scheduler._update_after_schedule).
-            computed = vreq.num_computed_tokens
-            num_tokens = vreq.num_tokens
-            num_output = vreq.num_output_tokens
-            if num_new == 1 and num_output and computed == num_tokens:
-                decode += 1
-            else:
-                prefill += num_new
-            kv_read += computed
-            if tracked.first_scheduled_s is None:
-                tracked.first_scheduled_s = now
-            if computed >= num_tokens:
-                produced = num_output + 1
-                request = tracked.request
-                capped = num_tokens + 1 >= max_model_len or produced >= request.max_tokens
-                stop = produced >= request.output_tokens and not capped
-                sampled.append([STOP_TOKEN if stop else SAMPLED_TOKEN])
-            else:
-                sampled.append([])  # a partial (chunked) prefill samples nothing
-        num_running, num_waiting = scheduler.get_request_counts()
-        kv_blocks_used = usable - block_pool.get_num_free_blocks()
-        duration = clock.duration(prefill + decode, len(scheduled), kv_read)
-        end = now + duration
-        step = StepRecord(
-            clock.step,
-            now,
-            duration,
-            num_running,
-            num_waiting,
-            kv_blocks_used,
-            usable,
-            prefill,
-            decode,
-            hooks.num_preempted_in_step,
-            scheduled,
-        )
-        output = backend.model_output(req_ids, sampled)
-        t0 = perf()
-        scheduler.update_from_output(out, output)
-        scheduler_s += perf() - t0
-        emit({"kind": "step", "run": run, "r": step_to_wire(step)})
-        for rid in req_ids:
-            tracked = live[rid]
-            vreq = tracked.vllm
-            if tracked.first_token_s is None and vreq.num_output_tokens:
-                tracked.first_token_s = end
-            if vreq.is_finished():
-                del live[rid]
-                finish(
-                    _record(
-                        tracked.request,
-                        tracked.index,
-                        tracked.first_scheduled_s,
-                        tracked.first_token_s,
-                        end,
-                        status_names.get(vreq.status, str(vreq.status).lower()),
-                        vreq.num_output_tokens,
-                        vreq.num_preemptions,
-                        hooks.recomputed_tokens.get(rid, 0),
-                    )
-                )
-        num_steps += 1
-        end_s = end
-        clock.advance(duration)
-    return num_steps, end_s, scheduler_s
-
-
-def _record(
-    request: EngineRequest,
-    input_index: int,
-    first_scheduled_s: float | None,
-    first_token_s: float | None,
-    finish_s: float,
-    status: str,
-    num_output_tokens: int = 0,
-    num_preemptions: int = 0,
-    recomputed_tokens: int = 0,
-) -> RequestRecord:
-    return RequestRecord(
-        request_id=request.request_id,
-        arrival_s=float(request.arrival_s),
-        prompt_tokens=request.prompt_tokens,
-        output_tokens=request.output_tokens,
-        max_tokens=request.max_tokens,
-        priority=request.priority,
-        num_output_tokens=num_output_tokens,
-        first_scheduled_s=first_scheduled_s,
-        first_token_s=first_token_s,
-        finish_s=finish_s,
-        status=status,
-        num_preemptions=num_preemptions,
-        recomputed_tokens=recomputed_tokens,
-        input_index=input_index,
-    )
 
 
 def _protocol_channel() -> TextIO:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracekit.engine.fake_model import stop_rule
 from tracekit.errors import TracekitError
 from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
 from tracekit.trace.bundle import Bundle, open_trace
@@ -470,6 +471,8 @@ def _state_at(run: _Run, step: int, label: str) -> EngineState:
     computed: dict[str, int] = defaultdict(int)
     outputs: dict[str, int] = defaultdict(int)
     finished: set[str] = set()
+    # request_id -> the output count at which the fake model stops it.
+    stops: dict[str, int] = {}
     for past in run.steps:
         k = past["step"]
         if k >= step:
@@ -486,16 +489,18 @@ def _state_at(run: _Run, step: int, label: str) -> EngineState:
             computed[request_id] += tokens
         for request_id, _ in scheduled:
             info = requests[request_id]
-            num_tokens = info["prompt_tokens"] + outputs[request_id]
-            if computed[request_id] < num_tokens:
-                continue
+            if computed[request_id] < info["prompt_tokens"] + outputs[request_id]:
+                continue  # a partial prefill samples nothing
             outputs[request_id] += 1
-            out = outputs[request_id]
-            if (
-                out >= info["max_tokens"]
-                or out >= info["target_output_tokens"]
-                or num_tokens + 1 >= max_model_len
-            ):
+            stop_at = stops.get(request_id)
+            if stop_at is None:
+                stop_at = stops[request_id] = stop_rule(
+                    info["prompt_tokens"],
+                    info["target_output_tokens"],
+                    info["max_tokens"],
+                    max_model_len,
+                )[0]
+            if outputs[request_id] >= stop_at:
                 running.remove(request_id)
                 finished.add(request_id)
     state.running = [(r, computed[r], outputs[r], -(-computed[r] // block_size)) for r in running]

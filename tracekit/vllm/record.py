@@ -26,14 +26,9 @@ from typing import IO, Any
 import bidkv
 import tracekit
 from tracekit.engine.config import VLLM_VERSIONS
+from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError, TracekitError
-from tracekit.recording.sim import (
-    POLICY_LOG,
-    SimRun,
-    TraceObserver,
-    engine_requests,
-    make_run_id,
-)
+from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
     Scenario,

@@ -1,0 +1,185 @@
+"""What the vLLM and SGLang schedulers share: queues, arrival, victim decisions, outputs.
+
+:class:`SchedulerBase` holds the state and verbs both modes have in common (the request table,
+the waiting and running queues, the block pool, the decision counter), asks the host for a victim
+and records the decision in one place (:meth:`SchedulerBase._choose_victim`), resets a preempted
+request in one place (:meth:`SchedulerBase._release_victim`) and applies the fake model's outputs
+(:mod:`tracekit.engine.fake_model`). A mode writes its ``schedule()`` and overrides narrow
+hooks: where a preempted request goes back in the waiting queue, what else counts as unfinished,
+and what its consistency check covers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tracekit.engine.block_pool import BlockPool
+from tracekit.engine.config import EngineConfig
+from tracekit.engine.fake_model import apply_fake_outputs, stop_rule
+from tracekit.engine.hosts import VictimHost
+from tracekit.engine.outputs import DecisionRecord
+from tracekit.engine.queues import create_request_queue
+from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
+
+__all__ = ["DecisionCallback", "ScheduledStep", "SchedulerBase", "make_candidates"]
+
+DecisionCallback = Callable[[DecisionRecord], None]
+
+
+class ScheduledStep:
+    """What one ``schedule()`` call decided (cf. vLLM ``SchedulerOutput``)."""
+
+    __slots__ = (
+        "kv_tokens_read",
+        "num_decode_tokens",
+        "num_preemptions",
+        "num_prefill_tokens",
+        "num_scheduled_tokens",
+        "step",
+        "time_s",
+    )
+
+    def __init__(self, step: int, time_s: float) -> None:
+        self.step = step
+        self.time_s = time_s
+        # req_id -> num_scheduled_tokens, in scheduling order: running queue first, then admitted.
+        self.num_scheduled_tokens: dict[str, int] = {}
+        self.num_prefill_tokens = 0
+        self.num_decode_tokens = 0
+        # Context tokens (already computed plus scheduled) whose KV the step's attention reads.
+        self.kv_tokens_read = 0
+        self.num_preemptions = 0
+
+
+def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:
+    """The running queue as the host shows it to a policy, in queue order."""
+    return tuple(
+        PreemptionCandidate(
+            r.request_id,
+            r.priority,
+            r.arrival_s,
+            r.num_prompt_tokens,
+            r.num_output_tokens,
+            r.num_computed_tokens,
+            r.num_preemptions,
+            r.max_tokens,
+        )
+        for r in running
+    )
+
+
+class SchedulerBase:
+    """The state and verbs both engine modes share (``VllmScheduler``, ``SglangScheduler``).
+
+    Parameters
+    ----------
+    config
+        Engine configuration.
+    host
+        Chooses each preemption (or retraction) victim.
+    on_decision
+        Called with every :class:`DecisionRecord`, in order, as decisions are made.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        host: VictimHost,
+        on_decision: DecisionCallback | None = None,
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.on_decision = on_decision
+        self.policy = config.scheduling_policy
+        self.block_pool = BlockPool(config.num_blocks)
+        self.waiting = create_request_queue(config.scheduling_policy)
+        self.running: list[RequestState] = []
+        # req_id -> request, for every request added and not finished (vLLM ``self.requests``).
+        self.requests: dict[str, RequestState] = {}
+        self.num_decisions = 0
+
+    # ----------------------------------------------------------------------------- queues
+    def add_request(self, request: RequestState) -> None:
+        """Queue a newly arrived request (vLLM ``Scheduler.add_request``)."""
+        if request.request_id in self.requests:
+            raise ValueError(f"duplicate request_id {request.request_id!r}")
+        request.status = RequestStatus.WAITING
+        request.stop_output_tokens, request.stop_status = stop_rule(
+            request.num_prompt_tokens,
+            request.target_output_tokens,
+            request.max_tokens,
+            self.config.max_model_len,
+        )
+        self.requests[request.request_id] = request
+        self.waiting.add_request(request)
+
+    def has_unfinished_requests(self) -> bool:
+        """Whether any request is running or waiting."""
+        return bool(self.running) or len(self.waiting) > 0
+
+    # ----------------------------------------------------------------------------- victims
+    def _choose_victim(
+        self, requester_id: str, builtin_id: str, step: int, now: float
+    ) -> RequestState:
+        """Ask the host for one victim among the running queue and record the decision.
+
+        ``requester_id`` is the request whose allocation failed (``""`` when there is none);
+        ``builtin_id`` the victim of the mode's own rule.
+        """
+        running = self.running
+        candidates = make_candidates(running)
+        usage = self.block_pool.get_usage()
+        context = PreemptionContext(candidates, self.policy, requester_id, usage, now, builtin_id)
+        choice = self.host.choose_victim(context)
+        victim = next((r for r in running if r.request_id == choice.victim_id), None)
+        if victim is None:
+            raise RuntimeError(f"host chose {choice.victim_id!r}, which is not running")
+        if self.on_decision is not None:
+            self.on_decision(
+                DecisionRecord(
+                    seq=self.num_decisions,
+                    step=step,
+                    time_s=now,
+                    requesting_request_id=requester_id,
+                    kv_cache_usage=usage,
+                    candidates=candidates,
+                    builtin_victim_id=builtin_id,
+                    raw_result=choice.raw_result,
+                    outcome=choice.outcome,
+                    victim_id=choice.victim_id,
+                    decision_reason=choice.decision_reason,
+                    counters=choice.counters,
+                )
+            )
+        self.num_decisions += 1
+        return victim
+
+    def _release_victim(self, victim: RequestState) -> None:
+        """Free all of a preempted request's blocks and reset it for a full recompute.
+
+        Precondition: ``victim`` is RUNNING and the caller has taken it out of ``running``; the
+        caller also puts it back in the waiting queue (where is the mode's rule).
+        """
+        assert victim.status == RequestStatus.RUNNING, "only running requests can be preempted"
+        self.block_pool.free(victim.num_blocks)
+        victim.num_blocks = 0
+        victim.recomputed_tokens += victim.num_computed_tokens
+        victim.num_computed_tokens = 0
+        victim.status = RequestStatus.PREEMPTED
+        victim.num_preemptions += 1
+
+    # ----------------------------------------------------------------------------- outputs
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+        """Apply the fake model output of a step (vLLM ``Scheduler.update_from_output``).
+
+        See :func:`~tracekit.engine.fake_model.apply_fake_outputs`. Finished requests leave the
+        running queue, which keeps its order (vLLM ``remove_all``: a new list). Returns them in
+        scheduling order.
+        """
+        finished = apply_fake_outputs(
+            out.num_scheduled_tokens, self.requests, self.block_pool, end_s
+        )
+        if finished:
+            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+        return finished
