@@ -88,7 +88,7 @@ class EngineConfig:
     long_prefill_token_threshold: int = 0
     full_sequence_must_fit: bool = True
     vllm_version: VllmVersion = "0.32"
-    clock: ClockName = "steps"
+    clock: ClockName = "cost-model"
     step_s: float = 0.02
     cost_model: str = "a6000-llama3-8b"
 

@@ -53,9 +53,9 @@ __all__ = [
 RateUnit = Literal["scale", "rps"]
 RepeatKind = Literal["windows", "seeds"]
 
-#: The engine configuration of an ``[[engines]]`` entry that sets nothing: the defaults of
-#: ``tracekit record sim`` (``EngineConfig`` defaults with the cost-model clock).
-DEFAULT_ENGINE = EngineConfig(clock="cost-model")
+#: The engine configuration of an ``[[engines]]`` entry that sets nothing: ``EngineConfig``'s
+#: defaults, as for ``tracekit record sim``.
+DEFAULT_ENGINE = EngineConfig()
 
 TOP_KEYS = (
     "name", "seed", "strategies", "candidate", "host", "rate_scale", "rate_rps", "repeats",
@@ -480,9 +480,8 @@ def _engines(check: Checker, value: Any) -> tuple[EngineSpec, ...]:
         fields = ("label", *ENGINE_FIELDS)
         table = dict(check.table(key, entry, fields, "write [[engines]] with EngineConfig fields"))
         label = table.pop("label", None)
-        settings = {"clock": DEFAULT_ENGINE.clock, **table}
         try:
-            config = make_engine_config(**settings)
+            config = make_engine_config(**table)
         except ConfigError as exc:
             reason = str(exc).removeprefix("engine configuration: ")
             raise check.fail(
