@@ -88,7 +88,7 @@ class ConformanceReport:
     def render_text(self) -> str:
         """One line per check, then a summary line."""
         rows = [(f"{'ok  ' if c.passed else 'FAIL'} {c.name}", c.detail) for c in self.checks]
-        lines = [line.rstrip() for line in text_table(rows)] if rows else []
+        lines = [line.rstrip() for line in text_table(rows)]
         failed = len(self.failed())
         lines.append(
             f"conformance: {len(self.checks) - failed} of {len(self.checks)} checks passed"

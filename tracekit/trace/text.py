@@ -70,6 +70,8 @@ def text_table(
     align
         One alignment for every column, or one per column.
     """
+    if not rows:
+        return []
     width = len(rows[0])
     aligns = [align] * width if isinstance(align, str) else list(align)
     blocks: list[list[str]] = []
