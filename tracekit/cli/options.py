@@ -31,6 +31,7 @@ __all__ = [
     "Progress",
     "StageProgress",
     "engine_options",
+    "field_defaults",
     "policy_options",
     "workload_options",
 ]
@@ -79,11 +80,19 @@ workload_options = _stack(
     click.option("--priority-seed", type=int, default=None, help="Assign seeded priorities 0..2."),
 )
 
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """A dataclass's plain field defaults by name: options take their defaults from here."""
+    return {
+        field.name: field.default
+        for field in dataclasses.fields(cls)
+        if field.default is not dataclasses.MISSING
+    }
+
+
 #: ``EngineConfig``'s field defaults: the help text and the option defaults read them from here,
 #: so a default is stated once, in :mod:`tracekit.engine.config`.
-ENGINE_DEFAULTS: dict[str, Any] = {
-    field.name: field.default for field in dataclasses.fields(EngineConfig)
-}
+ENGINE_DEFAULTS: dict[str, Any] = field_defaults(EngineConfig)
 
 
 def _default(field: str) -> str:
