@@ -187,7 +187,7 @@ def _error_rank(error: ValidationError, order: list[str]) -> tuple[Any, ...]:
     elif not path and error.validator == "required":
         top = -1
     else:
-        name = path[0] if path else error.validator_value[0]
+        name = path[0] if path else None
         top = order.index(name) if name in order else len(order)
     return (top, len(path), [str(p) for p in path])
 

@@ -1,4 +1,4 @@
-"""The sweep matrix file: its TOML schema, parsed and validated into a :class:`Matrix`.
+"""The sweep matrix file: checked against its JSON Schema, then parsed into a :class:`Matrix`.
 
 A matrix names every dimension of a qualification sweep: workloads, rates, strategies, repeats,
 engine configurations and a grid of production-policy settings (``docs/sweep.md``). Parsing
