@@ -170,6 +170,8 @@ ERRORS = [
     (STRATS + 'candidate = "largest-first"\n' + WORKLOAD, "key 'candidate'"),
     (STRATS + 'host = "grpc"\n' + WORKLOAD, "key 'host' must be 'typed' or 'legacy'"),
     (STRATS + "seed = 1.5\n" + WORKLOAD, "key 'seed' must be an integer"),
+    (STRATS + "seed = 1.0\n" + WORKLOAD, "key 'seed' must be an integer"),
+    (STRATS + "rate_rps = [nan]\n" + WORKLOAD, "key 'rate_rps[0]' must be a finite number > 0"),
     (STRATS + "rate_scale = [1.0]\nrate_rps = [2.0]\n" + WORKLOAD, "key 'rate_rps' and"),
     (
         STRATS + "rate_scale = [-1.0]\n" + WORKLOAD,
@@ -288,6 +290,19 @@ def test_rate_rps_needs_a_workload_with_a_duration(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="key 'rate_rps': workload workloads\\[0\\] has all"):
         plan_sweep(load_matrix(path))
+
+
+def test_the_matrix_schema_is_a_valid_json_schema() -> None:
+    import jsonschema
+
+    from tracekit.sweep.checks import LABEL, matrix_schema
+    from tracekit.sweep.matrix import ENGINE_FIELDS, POLICY_SETTINGS
+
+    validator = matrix_schema(ENGINE_FIELDS, POLICY_SETTINGS)
+    jsonschema.Draft202012Validator.check_schema(validator.schema)
+    engine_keys = validator.schema["properties"]["engines"]["items"]["properties"]
+    assert list(engine_keys) == ["label", *ENGINE_FIELDS]
+    assert LABEL.match("small-cache.v2") and not LABEL.match("a/b")
 
 
 def test_unreadable_and_missing_matrix_files(tmp_path: Path) -> None:

@@ -13,11 +13,12 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from trace_helpers import RUN, write_bundle
+from trace_helpers import RUN, base_manifest, write_bundle
 
 from tracekit.errors import TracekitError, TraceSchemaError
 from tracekit.trace import BundleWriter, open_trace
 from tracekit.trace.inspect import inspect_trace
+from tracekit.trace.rows import ROW_TYPES, ScheduledRow, StepRow
 from tracekit.trace.schema import trace_schema
 from tracekit.trace.validate import validate_trace
 
@@ -53,9 +54,27 @@ def test_duckdb_reads_the_parquet_files_directly(tmp_path: Path) -> None:
 def test_failed_run_leaves_no_output(tmp_path: Path) -> None:
     out = tmp_path / "b"
     with pytest.raises(RuntimeError), BundleWriter(out, {"run_id": "x"}) as writer:
-        writer.append("steps", (RUN, 0, 0.0, 0.1, 0, 0, 0, 10, 0, 0, 0))
+        writer.append("steps", StepRow(RUN, 0, 0.0, 0.1, 0, 0, 0, 10, 0, 0, 0))
         raise RuntimeError("engine crashed")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_row_classes_follow_the_trace_schema() -> None:
+    schema = trace_schema()
+    assert set(ROW_TYPES) == set(schema.tables)
+    for name, row_type in ROW_TYPES.items():
+        assert list(row_type._fields) == schema.table(name).column_names
+
+
+def test_writer_refuses_untyped_rows_and_rows_of_another_table(tmp_path: Path) -> None:
+    with BundleWriter(tmp_path / "b", base_manifest()) as writer:
+        with pytest.raises(TracekitError, match="'steps' takes StepRow rows, got tuple"):
+            writer.append("steps", (RUN, 0, 0.0, 0.1, 0, 0, 0, 10, 0, 0, 0))  # type: ignore[arg-type]
+        with pytest.raises(TracekitError, match="takes StepRow rows, got ScheduledRow"):
+            writer.append("steps", ScheduledRow(RUN, 0, "r0", 16))
+        writer.append("steps", StepRow(RUN, 0, 0.0, 0.1, 0, 0, 0, 10, 0, 0, 0))
+    steps = open_trace(tmp_path / "b").scan("steps").collect()
+    assert steps["kv_blocks_total"].to_list() == [10]
 
 
 def test_existing_output_is_refused(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from tracekit.hosts.preemption_policy import (
     PreemptionPolicyStats,
 )
 from tracekit.recording.rows import candidate_rows, decision_row
+from tracekit.trace.rows import ROW_TYPES
 from tracekit.trace.writer import BundleWriter
 
 RUN = "run-a"
@@ -111,5 +112,5 @@ def write_bundle(out: Path, run_id: str = RUN, **overrides: Any) -> Path:
             ("steps", steps),
         ):
             for row in rows:
-                writer.append(table, row)
+                writer.append(table, ROW_TYPES[table](*row))
     return out

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.output import emit, output_options
 from tracekit.conformance import run_conformance
 from tracekit.diff import diff_traces
 from tracekit.errors import ConfigError
@@ -17,7 +17,7 @@ from tracekit.strategies import parse_policy_config
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("legacy", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.argument("typed", required=False, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@output_options("report")
 @click.option(
     "--allow-contract-differences",
     is_flag=True,
@@ -57,5 +57,5 @@ def diff(
             report = diff_traces(
                 legacy, typed, allow_contract_differences=allow_contract_differences
             )
-    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.render_text())
+    emit(as_json, report.to_dict, report.render_text)
     raise SystemExit(report.exit_code)

@@ -8,11 +8,8 @@ from typing import Any
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
-from tracekit.cli.options import (
-    Progress,
-)
+from tracekit.cli.options import Progress, field_defaults
 from tracekit.experiment import (
-    LEGACY_STRATEGIES,
     HookSettings,
     MatrixSpec,
     SloSpec,
@@ -22,6 +19,11 @@ from tracekit.experiment import (
     run_matrix,
     verify_traces,
 )
+
+# The experiment's defaults are MatrixSpec's and SloSpec's; the options show them, not restate them.
+MATRIX = field_defaults(MatrixSpec)
+SLO = field_defaults(SloSpec)
+RATES = ",".join(str(rate) for rate in MATRIX["rates"])
 
 
 def _float_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[float, ...]:
@@ -66,9 +68,11 @@ def experiment() -> None:
     default=None,
     help="Keep pool rows with at most this many prompt tokens [default pool: 1350].",
 )
-@click.option("--rates", default="2.0,3.8,5.7", show_default=True, callback=_float_list)
-@click.option("--seed", type=int, default=42, show_default=True)
-@click.option("--num-requests", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--rates", default=RATES, show_default=True, callback=_float_list)
+@click.option("--seed", type=int, default=MATRIX["seed"], show_default=True)
+@click.option(
+    "--num-requests", type=click.IntRange(min=1), default=MATRIX["num_requests"], show_default=True
+)
 def experiment_traces(
     mode: str,
     out: Path,
@@ -104,18 +108,24 @@ def experiment_traces(
     help="Matrix folder (traces, bundles, summary, comparison).",
 )
 @click.option(
-    "--strategies", default=",".join(LEGACY_STRATEGIES), show_default=True, callback=_name_list
+    "--strategies", default=",".join(MATRIX["strategies"]), show_default=True, callback=_name_list
 )
-@click.option("--rates", default="2.0,3.8,5.7", show_default=True, callback=_float_list)
-@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--num-requests", type=click.IntRange(min=1), default=1000, show_default=True)
-@click.option("--seed", type=int, default=42, show_default=True, help="Run i uses seed + i.")
-@click.option("--slo-ttft-ms", type=float, default=300.0, show_default=True)
-@click.option("--slo-tpot-ms", type=float, default=None, help="Also require TPOT <= this.")
+@click.option("--rates", default=RATES, show_default=True, callback=_float_list)
+@click.option("--runs", type=click.IntRange(min=1), default=MATRIX["runs"], show_default=True)
+@click.option(
+    "--num-requests", type=click.IntRange(min=1), default=MATRIX["num_requests"], show_default=True
+)
+@click.option(
+    "--seed", type=int, default=MATRIX["seed"], show_default=True, help="Run i uses seed + i."
+)
+@click.option("--slo-ttft-ms", type=float, default=SLO["ttft_ms"], show_default=True)
+@click.option(
+    "--slo-tpot-ms", type=float, default=SLO["tpot_ms"], help="Also require TPOT <= this."
+)
 @click.option(
     "--load-scale",
     type=float,
-    default=1.0,
+    default=MATRIX["load_scale"],
     show_default=True,
     help="Arrival rate = rate x this (cells keep the nominal rate).",
 )
@@ -128,7 +138,7 @@ def experiment_traces(
 @click.option(
     "--latency-from",
     type=click.Choice(["arrival", "sent"]),
-    default="arrival",
+    default=MATRIX["latency_from"],
     show_default=True,
     help="sent: the original runner's (defective) measurement.",
 )

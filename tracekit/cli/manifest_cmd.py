@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from tracekit import manifests
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.output import emit, output_options
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -54,7 +54,7 @@ def _key_values(
     callback=_key_values,
     help="Override a variable the manifest declares (repeatable).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@output_options("rendered settings")
 def manifest_render(path: Path, overrides: dict[str, str], as_json: bool) -> None:
     """Print the engine arguments, environment and additional_config enabling PATH sets.
 
@@ -62,4 +62,4 @@ def manifest_render(path: Path, overrides: dict[str, str], as_json: bool) -> Non
     """
     with library_errors():
         rendered = manifests.render_manifest(path, overrides)
-    click.echo(json.dumps(rendered.to_dict(), indent=2) if as_json else rendered.format_text())
+    emit(as_json, rendered.to_dict, rendered.format_text)

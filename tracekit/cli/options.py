@@ -6,6 +6,7 @@ command that takes them (in the way sqlite-utils shares ``output_options``).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -15,13 +16,22 @@ from typing import Any, TypeVar
 import click
 
 from tracekit.engine.clock import COST_MODEL_PRESETS
+from tracekit.engine.config import (
+    CLOCKS,
+    ENGINE_MODES,
+    SCHEDULING_POLICIES,
+    VLLM_VERSIONS,
+    EngineConfig,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
+    "ENGINE_DEFAULTS",
     "Progress",
     "StageProgress",
     "engine_options",
+    "field_defaults",
     "policy_options",
     "workload_options",
 ]
@@ -70,51 +80,100 @@ workload_options = _stack(
     click.option("--priority-seed", type=int, default=None, help="Assign seeded priorities 0..2."),
 )
 
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """A dataclass's plain field defaults by name: options take their defaults from here."""
+    return {
+        field.name: field.default
+        for field in dataclasses.fields(cls)
+        if field.default is not dataclasses.MISSING
+    }
+
+
+#: ``EngineConfig``'s field defaults: the help text and the option defaults read them from here,
+#: so a default is stated once, in :mod:`tracekit.engine.config`.
+ENGINE_DEFAULTS: dict[str, Any] = field_defaults(EngineConfig)
+
+
+def _default(field: str) -> str:
+    return f"default {ENGINE_DEFAULTS[field]}"
+
+
 engine_options = _stack(
     click.option(
-        "--engine-mode", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True
+        "--engine-mode",
+        type=click.Choice(ENGINE_MODES),
+        default=ENGINE_DEFAULTS["mode"],
+        show_default=True,
     ),
-    click.option("--num-blocks", type=int, default=None, help="KV blocks (default 600)."),
-    click.option("--block-size", type=int, default=None, help="Tokens per block (default 16)."),
-    click.option("--max-num-seqs", type=int, default=None, help="Running limit (default 32)."),
     click.option(
-        "--max-num-batched-tokens", type=int, default=None, help="Token budget (default 2048)."
+        "--num-blocks", type=int, default=None, help=f"KV blocks ({_default('num_blocks')})."
     ),
-    click.option("--watermark", type=float, default=None, help="Admission watermark (0.0)."),
     click.option(
-        "--max-model-len", type=int, default=None, help="Longest sequence (default 8192)."
+        "--block-size", type=int, default=None, help=f"Tokens per block ({_default('block_size')})."
+    ),
+    click.option(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help=f"Running limit ({_default('max_num_seqs')}).",
+    ),
+    click.option(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help=f"Token budget ({_default('max_num_batched_tokens')}).",
+    ),
+    click.option(
+        "--watermark",
+        type=float,
+        default=None,
+        help=f"Admission watermark ({ENGINE_DEFAULTS['watermark']}).",
+    ),
+    click.option(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help=f"Longest sequence ({_default('max_model_len')}).",
     ),
     click.option(
         "--long-prefill-token-threshold",
         type=int,
         default=None,
-        help="Cap on a long prefill's chunk (0 = off, vLLM's default).",
+        help="Cap on a long prefill's chunk "
+        f"({_default('long_prefill_token_threshold')}; 0 = off, vLLM's default).",
     ),
     click.option(
         "--vllm-version",
-        type=click.Choice(["0.32", "0.33"]),
+        type=click.Choice(VLLM_VERSIONS),
         default=None,
-        help="vLLM release whose scheduling rules the engine follows (default 0.32).",
+        help="vLLM release whose scheduling rules the engine follows "
+        f"({_default('vllm_version')}).",
     ),
     click.option(
         "--scheduling-policy",
-        type=click.Choice(["fcfs", "priority"]),
-        default="fcfs",
+        type=click.Choice(SCHEDULING_POLICIES),
+        default=ENGINE_DEFAULTS["scheduling_policy"],
         show_default=True,
     ),
     click.option(
         "--clock",
-        type=click.Choice(["steps", "cost-model"]),
-        default="cost-model",
+        type=click.Choice(CLOCKS),
+        default=ENGINE_DEFAULTS["clock"],
         show_default=True,
         help="steps: fixed step time; cost-model: modelled step times (see docs/engine.md).",
     ),
-    click.option("--step-s", type=float, default=None, help="Step time of the steps clock."),
+    click.option(
+        "--step-s",
+        type=float,
+        default=None,
+        help=f"Step time of the steps clock ({_default('step_s')}).",
+    ),
     click.option(
         "--cost-model",
         type=click.Choice(sorted(COST_MODEL_PRESETS)),
         default=None,
-        help="Cost-model preset.",
+        help=f"Cost-model preset ({_default('cost_model')}).",
     ),
 )
 

@@ -45,8 +45,8 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
     show_default=True,
     help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
 )
-@click.option("--slo-ttft-s", type=float, default=2.0, show_default=True)
-@click.option("--slo-tpot-s", type=float, default=0.1, show_default=True)
+@click.option("--slo-ttft-s", type=float, default=SloTargets().ttft_s, show_default=True)
+@click.option("--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True)
 @click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
 @click.option(
     "--jobs",

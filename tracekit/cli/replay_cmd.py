@@ -8,12 +8,10 @@ from typing import Any
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
-from tracekit.cli.options import (
-    Progress,
-)
+from tracekit.cli.options import Progress
+from tracekit.cli.output import echo_frame
 from tracekit.replay import replay_closed, replay_open
 from tracekit.strategies import parse_policy_config, parse_strategy_list
-from tracekit.trace.query import write_query_result
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -67,7 +65,7 @@ def replay(**options: Any) -> None:
                 "recorded_run_id", "strategy", "throughput_rps", "e2e_p95_s", "preemptions",
                 "throughput_rps_change_pct", "e2e_p95_s_change_pct",
             ]  # fmt: skip
-            click.echo(write_query_result(closed.summary.select(columns), "table", None))
+            echo_frame(closed.summary.select(columns))
             click.echo(f"wrote {closed.out}")
             return
         result = replay_open(

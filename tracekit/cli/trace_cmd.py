@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
+from tracekit.cli.output import emit, output_options
 from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.trace.query import check_output, run_query, write_query_result
+from tracekit.trace.text import text_table
 from tracekit.trace.validate import validate_trace
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @trace_argument
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@output_options("report")
 def validate(trace: Path, as_json: bool) -> None:
     """Check every bundle of TRACE against the schema and the trace invariants.
 
@@ -25,34 +26,33 @@ def validate(trace: Path, as_json: bool) -> None:
     """
     with library_errors(exit_code=2):
         report = validate_trace(trace)
-    if as_json:
-        payload = [
-            {
-                "path": str(b.path),
-                "run_id": b.run_id,
-                "status": b.status,
-                "rows": b.rows,
-                "problems": b.problems,
-            }
-            for b in report.bundles
-        ]
-        click.echo(json.dumps(payload, indent=2))
-    else:
-        for bundle in report.bundles:
-            click.echo(f"{bundle.status:9} {bundle.path} ({bundle.run_id})")
-            for problem in bundle.problems:
-                click.echo(f"  - {problem}")
+    bundles = report.bundles
+
+    def text() -> str:
+        rows = [(b.status, f"{b.path} ({b.run_id})") for b in bundles]
+        lines = []
+        for line, bundle in zip(text_table(rows), bundles, strict=True):
+            lines.append(line.rstrip())
+            lines.extend(f"  - {problem}" for problem in bundle.problems)
+        return "\n".join(lines)
+
+    payload = [
+        {"path": str(b.path), "run_id": b.run_id, "status": b.status, "rows": b.rows,
+         "problems": b.problems}
+        for b in bundles
+    ]  # fmt: skip
+    emit(as_json, lambda: payload, text)
     raise SystemExit(report.exit_code)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @trace_argument
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@output_options("summary")
 def inspect(trace: Path, as_json: bool) -> None:
     """Summarise TRACE: runs, decisions by outcome, preemptions per request, KV pressure."""
     with library_errors(exit_code=2):
         summaries = inspect_trace(trace)
-    click.echo(json.dumps(summaries, indent=2) if as_json else render_inspection(summaries))
+    emit(as_json, lambda: summaries, lambda: render_inspection(summaries))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)

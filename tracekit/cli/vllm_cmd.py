@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from tracekit.cli.options import (
     workload_options,
     workload_settings,
 )
+from tracekit.cli.output import emit, output_options
 from tracekit.cli.record_cmd import record
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import SimRun, load_run_workload
@@ -73,7 +73,7 @@ def record_vllm_command(**options: Any) -> None:
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("sim_trace", type=click.Path(path_type=Path))
 @click.argument("vllm_trace", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@output_options("report")
 def fidelity(sim_trace: Path, vllm_trace: Path, as_json: bool) -> None:
     """Compare SIM_TRACE (record sim) with VLLM_TRACE (record vllm) of one run, step by step.
 
@@ -82,8 +82,5 @@ def fidelity(sim_trace: Path, vllm_trace: Path, as_json: bool) -> None:
     """
     with library_errors(exit_code=2):
         report = compare_fidelity(sim_trace, vllm_trace)
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
-    else:
-        click.echo(report.render())
+    emit(as_json, report.to_dict, report.render)
     raise SystemExit(report.exit_code)

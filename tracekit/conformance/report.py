@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracekit.trace.text import text_table
+
 __all__ = ["FORMAT", "Check", "ConformanceReport"]
 
 FORMAT = "tracekit.conformance"
@@ -85,11 +87,8 @@ class ConformanceReport:
 
     def render_text(self) -> str:
         """One line per check, then a summary line."""
-        width = max((len(c.name) for c in self.checks), default=0)
-        lines = [
-            f"{'ok  ' if c.passed else 'FAIL'} {c.name.ljust(width)}  {c.detail}"
-            for c in self.checks
-        ]
+        rows = [(f"{'ok  ' if c.passed else 'FAIL'} {c.name}", c.detail) for c in self.checks]
+        lines = [line.rstrip() for line in text_table(rows)]
         failed = len(self.failed())
         lines.append(
             f"conformance: {len(self.checks) - failed} of {len(self.checks)} checks passed"

@@ -12,6 +12,7 @@ import polars as pl
 
 from tracekit.diff.align import CANDIDATE_FIELDS, CONTEXT_FIELDS
 from tracekit.diff.report import DiffReport, Divergence, PairDiff
+from tracekit.trace.text import text_table
 
 __all__ = ["render_diff"]
 
@@ -99,8 +100,7 @@ def _candidate_table(divergence: Divergence) -> list[str]:
             if side is legacy:
                 row.append("|")
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["    " + "  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return ["    " + line for line in text_table(rows, align="right")]
 
 
 def _divergence_lines(divergence: Divergence) -> list[str]:
@@ -114,10 +114,7 @@ def _divergence_lines(divergence: Divergence) -> list[str]:
         a = "(no decision)" if legacy is None else _value(legacy.get(name))
         b = "(no decision)" if typed is None else _value(typed.get(name))
         table.append([name, a, b, "*" if name in divergence.context_fields else ""])
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
-    lines += [
-        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table
-    ]
+    lines += [("  " + line).rstrip() for line in text_table(table)]
     lines.append("  candidates, legacy | typed (* marks a field that differs at that position)")
     lines += _candidate_table(divergence)
     return lines
@@ -129,13 +126,9 @@ def _counter_lines(pair: PairDiff) -> list[str]:
     table = [["counter", "legacy", "typed", "status"]] + [
         [c.name, _value(c.legacy), _value(c.typed), c.status] for c in pair.counters
     ]
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
     return [
         "host counters (the legacy host has no controller: it exports calls only)",
-        *[
-            "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-            for r in table
-        ],
+        *[("  " + line).rstrip() for line in text_table(table)],
     ]
 
 

@@ -1,16 +1,29 @@
-"""Turning one victim decision into ``decisions`` and ``candidates`` rows.
+"""Turning engine records and victim decisions into the typed rows of each trace table.
 
-Shared by every recorder so that the row layout follows ``schemas/trace-v1.json`` in one place.
+Shared by every recorder, so each table's row is built by field name in one place (the row
+classes, :mod:`tracekit.trace.rows`, follow ``schemas/trace-v1.json``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from tracekit.hosts.preemption_policy import PolicyOutcome, PreemptionPolicyStats
+from tracekit.trace.rows import CandidateRow, DecisionRow, RequestRow, ScheduledRow, StepRow
 
-__all__ = ["candidate_rows", "decision_row", "raw_result_fields"]
+if TYPE_CHECKING:
+    from tracekit.engine import RequestRecord, StepRecord
+
+__all__ = [
+    "candidate_rows",
+    "decision_row",
+    "raw_result_fields",
+    "request_row",
+    "scheduled_rows",
+    "step_row",
+]
 
 
 def raw_result_fields(raw: object, called: bool) -> tuple[str | None, str]:
@@ -36,49 +49,102 @@ def decision_row(
     applied_victim_id: str,
     decision_reason: str | None,
     stats: PreemptionPolicyStats,
-) -> tuple[Any, ...]:
-    """One ``decisions`` row in schema column order."""
+) -> DecisionRow:
+    """The ``decisions`` row of one decision."""
     raw_result, raw_type = raw_result_fields(raw, outcome not in ("disabled", "builtin"))
-    requester = getattr(context, "requesting_request_id", None) or None
-    return (
-        run_id,
-        seq,
-        step,
-        float(context.now),
-        requester,
-        float(context.kv_cache_usage),
-        str(context.scheduling_policy),
-        len(context.candidates),
-        builtin_victim_id,
-        raw_result,
-        raw_type,
-        outcome,
-        applied_victim_id,
-        decision_reason,
-        stats.calls,
-        stats.selections,
-        stats.abstentions,
-        stats.failures,
-        stats.invalid_selections,
-        stats.enabled,
+    return DecisionRow(
+        run_id=run_id,
+        seq=seq,
+        step=step,
+        time_s=float(context.now),
+        requesting_request_id=getattr(context, "requesting_request_id", None) or None,
+        kv_usage=float(context.kv_cache_usage),
+        scheduling_policy=str(context.scheduling_policy),
+        num_candidates=len(context.candidates),
+        builtin_victim_id=builtin_victim_id,
+        raw_result=raw_result,
+        raw_result_type=raw_type,
+        outcome=outcome,
+        applied_victim_id=applied_victim_id,
+        decision_reason=decision_reason,
+        calls=stats.calls,
+        selections=stats.selections,
+        abstentions=stats.abstentions,
+        failures=stats.failures,
+        invalid_selections=stats.invalid_selections,
+        policy_enabled=stats.enabled,
     )
 
 
-def candidate_rows(run_id: str, seq: int, candidates: Any) -> Iterator[tuple[Any, ...]]:
+def candidate_rows(run_id: str, seq: int, candidates: Any) -> Iterator[CandidateRow]:
     """The ``candidates`` rows of one decision, in host order."""
     for position, c in enumerate(candidates):
-        yield (
-            run_id,
-            seq,
-            position,
-            c.request_id,
-            int(c.priority),
-            float(c.arrival_time),
-            int(c.num_prompt_tokens),
-            int(c.num_output_tokens),
-            int(c.num_computed_tokens),
-            int(c.num_preemptions),
-            int(c.max_tokens),
-            getattr(c, "sglang_output_len", None),
-            getattr(c, "sglang_prompt_len", None),
+        yield CandidateRow(
+            run_id=run_id,
+            seq=seq,
+            position=position,
+            request_id=c.request_id,
+            priority=int(c.priority),
+            arrival_time=float(c.arrival_time),
+            num_prompt_tokens=int(c.num_prompt_tokens),
+            num_output_tokens=int(c.num_output_tokens),
+            num_computed_tokens=int(c.num_computed_tokens),
+            num_preemptions=int(c.num_preemptions),
+            max_tokens=int(c.max_tokens),
+            sglang_output_len=getattr(c, "sglang_output_len", None),
+            sglang_prompt_len=getattr(c, "sglang_prompt_len", None),
         )
+
+
+# Steps are the hot table (one row per engine step): their row is read from the record by one
+# C-level attrgetter instead of keyword arguments. Column -> StepRecord attribute, by name.
+_STEP_ATTRIBUTES = {
+    "step": "step",
+    "time_s": "time_s",
+    "duration_s": "duration_s",
+    "num_running": "num_running",
+    "num_waiting": "num_waiting",
+    "kv_blocks_used": "kv_blocks_used",
+    "kv_blocks_total": "kv_blocks_total",
+    "scheduled_prefill_tokens": "num_prefill_tokens",
+    "scheduled_decode_tokens": "num_decode_tokens",
+    "num_preemptions": "num_preemptions",
+}
+if ("run_id", *_STEP_ATTRIBUTES) != StepRow._fields:
+    raise RuntimeError("_STEP_ATTRIBUTES must list StepRow's fields after run_id, in order")
+_step_values = attrgetter(*_STEP_ATTRIBUTES.values())
+_new_row = tuple.__new__
+
+
+def step_row(run_id: str, record: StepRecord) -> StepRow:
+    """The ``steps`` row of one engine step."""
+    return _new_row(StepRow, (run_id, *_step_values(record)))
+
+
+def scheduled_rows(run_id: str, record: StepRecord) -> Iterator[ScheduledRow]:
+    """The ``scheduled`` rows of one engine step: tokens per request."""
+    for request_id, tokens in record.num_scheduled_tokens.items():
+        yield ScheduledRow(
+            run_id=run_id, step=record.step, request_id=request_id, num_tokens=tokens
+        )
+
+
+def request_row(run_id: str, record: RequestRecord) -> RequestRow:
+    """The ``requests`` row of one request; every ``finished_*`` status is ``finished``."""
+    return RequestRow(
+        run_id=run_id,
+        request_id=record.request_id,
+        input_index=record.input_index,
+        arrival_s=record.arrival_s,
+        prompt_tokens=record.prompt_tokens,
+        target_output_tokens=record.output_tokens,
+        max_tokens=record.max_tokens,
+        priority=record.priority,
+        first_scheduled_s=record.first_scheduled_s,
+        first_token_s=record.first_token_s,
+        finish_s=record.finish_s,
+        status="finished" if record.status.startswith("finished") else record.status,
+        output_tokens=record.num_output_tokens,
+        num_preemptions=record.num_preemptions,
+        recomputed_tokens=record.recomputed_tokens,
+    )

@@ -26,7 +26,13 @@ from tracekit.engine import (
 )
 from tracekit.engine.request import engine_requests
 from tracekit.hosts.preemption_policy import PreemptionPolicyStats
-from tracekit.recording.rows import candidate_rows, decision_row
+from tracekit.recording.rows import (
+    candidate_rows,
+    decision_row,
+    request_row,
+    scheduled_rows,
+    step_row,
+)
 from tracekit.recording.state import final_state as _final_state
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.trace.timestamps import utc_now_iso
@@ -175,49 +181,14 @@ class TraceObserver:
 
     def on_step(self, record: StepRecord) -> None:
         """Write the step (and, if asked, its per-request scheduled tokens)."""
-        self.writer.append(
-            "steps",
-            (
-                self.run_id,
-                record.step,
-                record.time_s,
-                record.duration_s,
-                record.num_running,
-                record.num_waiting,
-                record.kv_blocks_used,
-                record.kv_blocks_total,
-                record.num_prefill_tokens,
-                record.num_decode_tokens,
-                record.num_preemptions,
-            ),
-        )
+        self.writer.append("steps", step_row(self.run_id, record))
         if self.record_scheduled:
-            for request_id, tokens in record.num_scheduled_tokens.items():
-                self.writer.append("scheduled", (self.run_id, record.step, request_id, tokens))
+            for row in scheduled_rows(self.run_id, record):
+                self.writer.append("scheduled", row)
 
     def on_request(self, record: RequestRecord) -> None:
         """Write the finished request."""
-        finished = record.status.startswith("finished")
-        self.writer.append(
-            "requests",
-            (
-                self.run_id,
-                record.request_id,
-                record.input_index,
-                record.arrival_s,
-                record.prompt_tokens,
-                record.output_tokens,
-                record.max_tokens,
-                record.priority,
-                record.first_scheduled_s,
-                record.first_token_s,
-                record.finish_s,
-                "finished" if finished else record.status,
-                record.num_output_tokens,
-                record.num_preemptions,
-                record.recomputed_tokens,
-            ),
-        )
+        self.writer.append("requests", request_row(self.run_id, record))
         self.done += 1
         if self.progress is not None:
             self.progress(self.done, self.total)

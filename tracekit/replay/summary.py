@@ -22,6 +22,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.trace.text import Align, text_table
+
 __all__ = ["SummaryAccumulator", "render_summary", "summarize", "summary_records"]
 
 TOP_K = 5
@@ -351,14 +353,9 @@ def render_summary(summary: pl.DataFrame, agreement: pl.DataFrame) -> str:
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    ]
+    """Labels left, numbers right."""
+    align: list[Align] = ["left"] + ["right"] * (len(rows[0]) - 1)
+    return [line.rstrip() for line in text_table(rows, align=align)]
 
 
 def dumps(payload: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""The sweep matrix file: its TOML schema, parsed and validated into a :class:`Matrix`.
+"""The sweep matrix file: checked against its JSON Schema, then parsed into a :class:`Matrix`.
 
 A matrix names every dimension of a qualification sweep: workloads, rates, strategies, repeats,
 engine configurations and a grid of production-policy settings (``docs/sweep.md``). Parsing
@@ -31,7 +31,7 @@ from tracekit.engine import EngineConfig
 from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
 from tracekit.strategies import HostPath, resolve_strategy
-from tracekit.sweep.checks import Checker, show
+from tracekit.sweep.checks import Checker, matrix_schema
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,19 +53,10 @@ __all__ = [
 RateUnit = Literal["scale", "rps"]
 RepeatKind = Literal["windows", "seeds"]
 
-#: The engine configuration of an ``[[engines]]`` entry that sets nothing: the defaults of
-#: ``tracekit record sim`` (``EngineConfig`` defaults with the cost-model clock).
-DEFAULT_ENGINE = EngineConfig(clock="cost-model")
+#: The engine configuration of an ``[[engines]]`` entry that sets nothing: ``EngineConfig``'s
+#: defaults, as for ``tracekit record sim``.
+DEFAULT_ENGINE = EngineConfig()
 
-TOP_KEYS = (
-    "name", "seed", "strategies", "candidate", "host", "rate_scale", "rate_rps", "repeats",
-    "workloads", "engines", "policy", "slo",
-)  # fmt: skip
-WORKLOAD_KEYS = (
-    "path", "name", "format", "limit", "window", "priority_seed", "priority_levels", "options",
-)  # fmt: skip
-REPEAT_KEYS = ("count", "kind")
-SLO_KEYS = ("ttft_s", "tpot_s")
 ENGINE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineConfig))
 POLICY_SETTINGS = tuple(BidkvSelectorConfig.__dataclass_fields__)
 # Settings each production strategy sets itself: a grid over them makes no sense.
@@ -258,33 +249,22 @@ def load_matrix(path: str | Path) -> Matrix:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax there") from None
     check = Checker(path)
-    check.table("", data, TOP_KEYS, "")
-    if "workloads" not in data:
-        raise check.fail(
-            "workloads", "is missing", 'add [[workloads]] with path = "trace.csv" (one per file)'
-        )
-    if "strategies" not in data:
-        raise check.fail("strategies", "is missing", 'add strategies = ["builtin", "bidkv"]')
-    seed = check.integer("seed", data.get("seed", 0))
-    host = data.get("host", "typed")
-    if host not in ("typed", "legacy"):
-        raise check.fail(
-            "host", f"must be 'typed' or 'legacy', got {show(host)}", 'write host = "typed"'
-        )
+    check.schema(data, matrix_schema(ENGINE_FIELDS, POLICY_SETTINGS))
+    seed = data.get("seed", 0)
     policy_grid = _policy_grid(check, data.get("policy", {}))
     points = _policy_points(policy_grid)
     strategies = _strategies(check, data["strategies"], points, seed)
     candidate = _candidate(check, data.get("candidate"), strategies)
     rate_unit, rates = _rates(check, data)
-    repeats, repeat_kind = _repeats(check, data.get("repeats", 1))
+    repeats, repeat_kind = _repeats(data.get("repeats", 1))
     return Matrix(
         path=path,
         sha256=hashlib.sha256(raw_bytes).hexdigest(),
-        name=check.string("name", data.get("name", path.stem), '"my-sweep"'),
+        name=data.get("name", path.stem).strip(),
         seed=seed,
         strategies=strategies,
         candidate=candidate,
-        host=host,
+        host=data.get("host", "typed"),
         rate_unit=rate_unit,
         rates=rates,
         repeats=repeats,
@@ -297,8 +277,7 @@ def load_matrix(path: str | Path) -> Matrix:
     )
 
 
-def _policy_grid(check: Checker, value: Any) -> dict[str, list[Any]]:
-    table = check.table("policy", value, POLICY_SETTINGS, "write [policy] with setting lists")
+def _policy_grid(check: Checker, table: Mapping[str, Any]) -> dict[str, list[Any]]:
     grid: dict[str, list[Any]] = {}
     for name, values in table.items():
         key = f"policy.{name}"
@@ -306,12 +285,7 @@ def _policy_grid(check: Checker, value: Any) -> dict[str, list[Any]]:
             raise check.fail(
                 key, "is set by each strategy", "list the strategies under 'strategies' instead"
             )
-        values = check.items(key, values if isinstance(values, list) else [values], "0.3, 1.0")
-        for index, item in enumerate(values):
-            if isinstance(item, dict | list):
-                raise check.fail(
-                    f"{key}[{index}]", f"must be a scalar, got {show(item)}", "list plain values"
-                )
+        values = values if isinstance(values, list) else [values]
         check.unique(key, values)
         grid[name] = values
     return grid
@@ -331,11 +305,10 @@ def _policy_points(grid: Mapping[str, list[Any]]) -> tuple[PolicyPoint, ...]:
 def _strategies(
     check: Checker, value: Any, points: Sequence[PolicyPoint], seed: int
 ) -> tuple[str, ...]:
-    names = check.items("strategies", value, '"builtin", "bidkv"')
     resolved: list[str] = []
-    for index, name in enumerate(names):
+    for index, name in enumerate(value):
         key = f"strategies[{index}]"
-        name = check.string(key, name, '"bidkv"')
+        name = name.strip()
         if is_production(name):
             try:
                 name = canonical_strategy(name)
@@ -365,7 +338,7 @@ def _candidate(check: Checker, value: Any, strategies: Sequence[str]) -> str | N
     if value is None:
         production = [s for s in strategies if is_production(s)]
         return "bidkv" if "bidkv" in production else (production[-1] if production else None)
-    name = check.string("candidate", value, '"bidkv"')
+    name = value.strip()
     if is_production(name):
         with contextlib.suppress(ValueError):
             name = canonical_strategy(name)
@@ -383,40 +356,24 @@ def _rates(check: Checker, data: Mapping[str, Any]) -> tuple[RateUnit, tuple[flo
         )
     unit: RateUnit = "rps" if "rate_rps" in data else "scale"
     key = "rate_rps" if unit == "rps" else "rate_scale"
-    values = check.items(key, data.get(key, [1.0]), "2.0, 3.8")
+    values = data.get(key, [1.0])
     rates = tuple(check.number(f"{key}[{i}]", v, positive=True) for i, v in enumerate(values))
     check.unique(key, rates)
     return unit, rates
 
 
-def _repeats(check: Checker, value: Any) -> tuple[int, RepeatKind]:
-    if not isinstance(value, dict):
-        return check.integer("repeats", value, minimum=1), "windows"
-    table = check.table("repeats", value, REPEAT_KEYS, "write repeats = { count = 3 }")
-    count = check.integer("repeats.count", table.get("count", 1), minimum=1)
-    kind = table.get("kind", "windows")
-    if kind not in ("windows", "seeds"):
-        raise check.fail(
-            "repeats.kind",
-            f"must be 'windows' or 'seeds', got {show(kind)}",
-            'write kind = "windows" (disjoint time windows) or "seeds"',
-        )
-    return count, kind
+def _repeats(value: int | Mapping[str, Any]) -> tuple[int, RepeatKind]:
+    if not isinstance(value, Mapping):
+        return value, "windows"
+    return value.get("count", 1), value.get("kind", "windows")
 
 
-def _workloads(check: Checker, value: Any) -> tuple[WorkloadSpec, ...]:
-    entries = check.items("workloads", value, '{ path = "trace.csv" }')
+def _workloads(check: Checker, entries: Sequence[Any]) -> tuple[WorkloadSpec, ...]:
     specs = []
     for index, entry in enumerate(entries):
         key = f"workloads[{index}]"
-        if isinstance(entry, str):
-            entry = {"path": entry}
-        table = check.table(
-            key, entry, WORKLOAD_KEYS, 'write { path = "trace.csv" } or the path as a string'
-        )
-        if "path" not in table:
-            raise check.fail(f"{key}.path", "is missing", 'add path = "trace.csv"')
-        source = check.string(f"{key}.path", table["path"], '"trace.csv"')
+        table = {"path": entry} if isinstance(entry, str) else entry
+        source = table["path"].strip()
         file = Path(source)
         if not file.is_absolute():
             file = check.path.parent / file
@@ -426,31 +383,19 @@ def _workloads(check: Checker, value: Any) -> tuple[WorkloadSpec, ...]:
                 f"names no file ({file})",
                 "give a path relative to the matrix file's folder, or an absolute one",
             )
-        name = table.get("name")
-        limit = table.get("limit")
-        seed = table.get("priority_seed")
         fmt = table.get("format")
-        options = table.get("options", {})
-        if not isinstance(options, dict):
-            raise check.fail(
-                f"{key}.options",
-                f"must be a table, got {show(options)}",
-                'write options = { bucket = "spread" }',
-            )
         specs.append(
             WorkloadSpec(
                 key=key,
                 path=file,
                 source=source,
-                name=None if name is None else check.label(f"{key}.name", name),
-                format=None if fmt is None else check.string(f"{key}.format", fmt, '"azure"'),
-                limit=None if limit is None else check.integer(f"{key}.limit", limit, minimum=1),
+                name=table.get("name"),
+                format=None if fmt is None else fmt.strip(),
+                limit=table.get("limit"),
                 window=_window(check, f"{key}.window", table.get("window")),
-                priority_seed=None if seed is None else check.integer(f"{key}.priority_seed", seed),
-                priority_levels=check.integer(
-                    f"{key}.priority_levels", table.get("priority_levels", 3), minimum=1
-                ),
-                options=dict(options),
+                priority_seed=table.get("priority_seed"),
+                priority_levels=table.get("priority_levels", 3),
+                options=dict(table.get("options", {})),
             )
         )
     return tuple(specs)
@@ -459,12 +404,6 @@ def _workloads(check: Checker, value: Any) -> tuple[WorkloadSpec, ...]:
 def _window(check: Checker, key: str, value: Any) -> tuple[float, float | None] | None:
     if value is None:
         return None
-    if not isinstance(value, list) or len(value) not in (1, 2):
-        raise check.fail(
-            key,
-            f"must be [start_s, end_s] or [start_s], got {show(value)}",
-            f"write {key} = [0, 120]",
-        )
     start = check.number(f"{key}[0]", value[0])
     end = check.number(f"{key}[1]", value[1]) if len(value) == 2 else None
     if start < 0 or (end is not None and end <= start):
@@ -472,17 +411,14 @@ def _window(check: Checker, key: str, value: Any) -> tuple[float, float | None] 
     return start, end
 
 
-def _engines(check: Checker, value: Any) -> tuple[EngineSpec, ...]:
-    entries = check.items("engines", value, "{ num_blocks = 600 }")
+def _engines(check: Checker, entries: Sequence[Mapping[str, Any]]) -> tuple[EngineSpec, ...]:
     specs = []
     for index, entry in enumerate(entries):
         key = f"engines[{index}]"
-        fields = ("label", *ENGINE_FIELDS)
-        table = dict(check.table(key, entry, fields, "write [[engines]] with EngineConfig fields"))
+        table = dict(entry)
         label = table.pop("label", None)
-        settings = {"clock": DEFAULT_ENGINE.clock, **table}
         try:
-            config = make_engine_config(**settings)
+            config = make_engine_config(**table)
         except ConfigError as exc:
             reason = str(exc).removeprefix("engine configuration: ")
             raise check.fail(
@@ -492,7 +428,7 @@ def _engines(check: Checker, value: Any) -> tuple[EngineSpec, ...]:
             label = (
                 "default" if config == DEFAULT_ENGINE else f"e{digest(dataclasses.asdict(config))}"
             )
-        specs.append(EngineSpec(check.label(f"{key}.label", label), config, table))
+        specs.append(EngineSpec(label, config, table))
     check.unique(
         "engines",
         [dataclasses.asdict(s.config) for s in specs],
@@ -503,8 +439,7 @@ def _engines(check: Checker, value: Any) -> tuple[EngineSpec, ...]:
     return tuple(specs)
 
 
-def _slo(check: Checker, value: Any) -> SloTargets:
-    table = check.table("slo", value, SLO_KEYS, "write [slo] with ttft_s = 2.0")
+def _slo(check: Checker, table: Mapping[str, Any]) -> SloTargets:
     default = SloTargets()
     ttft = check.number("slo.ttft_s", table.get("ttft_s", default.ttft_s), positive=True)
     tpot = table.get("tpot_s", default.tpot_s)

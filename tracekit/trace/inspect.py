@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.trace.bundle import open_trace
+from tracekit.trace.text import text_table
 from tracekit.trace.validate import check_readable
 
 __all__ = ["inspect_trace", "render_inspection"]
@@ -99,7 +100,6 @@ def render_inspection(summaries: list[dict[str, Any]]) -> str:
     """Render :func:`inspect_trace` results as aligned text, one block per run."""
     blocks = []
     for summary in summaries:
-        width = max(len(k) for k in summary)
-        lines = [f"{key.ljust(width)}  {_fmt(value)}" for key, value in summary.items()]
-        blocks.append("\n".join(lines))
+        rows = [(key, _fmt(value)) for key, value in summary.items()]
+        blocks.append("\n".join(line.rstrip() for line in text_table(rows)))
     return "\n\n".join(blocks)

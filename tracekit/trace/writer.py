@@ -1,7 +1,8 @@
 """Streaming writer of trace bundles.
 
-Rows are buffered per table in column lists and written as Parquet row groups (zstd) once a group
-is full, so memory stays bounded however long the run. Two modes:
+Rows are the typed rows of :mod:`tracekit.trace.rows` (one class per table, built by field name).
+They are buffered per table and written as Parquet row groups (zstd) once a group is full, so
+memory stays bounded however long the run. Two modes:
 
 ``atomic`` (recorders of simulated runs)
     Everything goes into a hidden sibling folder that is renamed to the output path only when the
@@ -27,12 +28,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import TracekitError
+from tracekit.trace.rows import ROW_TYPES, TraceRow
 from tracekit.trace.schema import SCHEMA_VERSION, TableSpec, trace_schema
 
 __all__ = ["DEFAULT_ROW_GROUP_ROWS", "BundleWriter", "write_json_atomic"]
 
 DEFAULT_ROW_GROUP_ROWS = 65_536
 COMPRESSION = "zstd"
+_append = list.append
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
@@ -43,13 +46,13 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
 
 
 class _TableSink:
-    """Column buffers of one table and the Parquet file(s) they flush to."""
+    """Buffered rows of one table and the Parquet file(s) they flush to."""
 
     def __init__(self, spec: TableSpec, folder: Path, *, live: bool, row_group_rows: int) -> None:
         self.spec = spec
-        self.names = spec.column_names
+        self.row_type = ROW_TYPES[spec.name]
         self.schema = spec.arrow_schema
-        self.buffers: list[list[Any]] = [[] for _ in self.names]
+        self.buffers: list[list[Any]] = [[] for _ in spec.columns]
         self.rows = 0
         self.pending = 0
         self.live = live
@@ -60,9 +63,14 @@ class _TableSink:
         if live:
             (folder / spec.name).mkdir(parents=True, exist_ok=True)
 
-    def append(self, row: Sequence[Any]) -> None:
-        for buffer, value in zip(self.buffers, row, strict=True):
-            buffer.append(value)
+    def append(self, row: TraceRow) -> None:
+        if type(row) is not self.row_type:
+            raise TracekitError(
+                f"table {self.spec.name!r} takes {self.row_type.__name__} rows, got "
+                f"{type(row).__name__}; build the row with tracekit.trace.rows"
+            )
+        # One value onto each column buffer, looped in C (the row's type fixes its length).
+        list(map(_append, self.buffers, row))
         self.pending += 1
         # Live tables flush together (see BundleWriter.append), so a kill never splits a
         # decision from its candidates across a flushed and an unflushed part.
@@ -73,8 +81,8 @@ class _TableSink:
         if not self.pending:
             return
         arrays = [
-            pa.array(buf, type=field.type)
-            for buf, field in zip(self.buffers, self.schema, strict=True)
+            pa.array(buffer, type=field.type)
+            for buffer, field in zip(self.buffers, self.schema, strict=True)
         ]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         if self.live:
@@ -93,7 +101,7 @@ class _TableSink:
             self._writer.write_table(table, row_group_size=self.row_group_rows)
         self.rows += self.pending
         self.pending = 0
-        self.buffers = [[] for _ in self.names]
+        self.buffers = [[] for _ in self.buffers]
 
     def close(self) -> None:
         self.flush()
@@ -179,8 +187,8 @@ class BundleWriter:
         if live:
             self._write_manifest()
 
-    def append(self, table: str, row: Sequence[Any]) -> None:
-        """Append one row (values in schema column order) to ``table``."""
+    def append(self, table: str, row: TraceRow) -> None:
+        """Append one row to ``table``: an instance of its class in :mod:`tracekit.trace.rows`."""
         sink = self._sinks[table]
         sink.append(row)
         if self.mode != "live":

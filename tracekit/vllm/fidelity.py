@@ -32,6 +32,7 @@ from tracekit.engine.fake_model import stop_rule
 from tracekit.errors import TracekitError
 from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
 from tracekit.trace.bundle import Bundle, open_trace
+from tracekit.trace.text import text_table
 
 __all__ = [
     "EngineState",
@@ -598,9 +599,10 @@ def _step_row(row: dict[str, Any] | None) -> str:
 
 
 def _side_by_side(rows: list[tuple[str, str, str]], width: int) -> list[str]:
+    """Label, A and B in three columns (a differing row's label marked ``*``), wrapped to fit."""
     label_width = max(len(r[0]) for r in rows)
-    column = max(20, (width - label_width - 5) // 2)
-    lines = []
+    column = max(20, (width - label_width - 9) // 2)
+    cells: list[tuple[str, str, str]] = []
     for label, left, right in rows:
         mark = "*" if left != right and label and not label.startswith("--") else " "
         wrapped_left = textwrap.wrap(left, column) or [""]
@@ -608,6 +610,5 @@ def _side_by_side(rows: list[tuple[str, str, str]], width: int) -> list[str]:
         for i in range(max(len(wrapped_left), len(wrapped_right))):
             l_text = wrapped_left[i] if i < len(wrapped_left) else ""
             r_text = wrapped_right[i] if i < len(wrapped_right) else ""
-            head = f"{mark}{label:<{label_width}}" if i == 0 else " " * (label_width + 1)
-            lines.append(f"{head} | {l_text:<{column}} | {r_text}".rstrip())
-    return lines
+            cells.append((f"{mark}{label}" if i == 0 else "", f"| {l_text}", f"| {r_text}"))
+    return [line.rstrip() for line in text_table(cells)]
