@@ -93,7 +93,7 @@ def test_unexpected_columns_are_findings_and_inspect_errors(
         assert word in problem
     result = _run("validate", str(bundle))
     assert result.exit_code == 2
-    assert result.output.splitlines() == [f"malformed {bundle} (run-a)", f"  - {problem}"]
+    assert result.output.splitlines() == [f"malformed  {bundle} (run-a)", f"  - {problem}"]
     _one_line_error(_run("inspect", str(bundle)), str(file), *words)
 
 

@@ -18,16 +18,15 @@ import click
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import (
     CLOCKS,
+    ENGINE_DEFAULTS,
     ENGINE_MODES,
     SCHEDULING_POLICIES,
     VLLM_VERSIONS,
-    EngineConfig,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
-    "ENGINE_DEFAULTS",
     "Progress",
     "StageProgress",
     "engine_options",
@@ -90,9 +89,6 @@ def field_defaults(cls: type) -> dict[str, Any]:
     }
 
 
-#: ``EngineConfig``'s field defaults: the help text and the option defaults read them from here,
-#: so a default is stated once, in :mod:`tracekit.engine.config`.
-ENGINE_DEFAULTS: dict[str, Any] = field_defaults(EngineConfig)
 
 
 def _default(field: str) -> str:
