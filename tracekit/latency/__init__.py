@@ -9,5 +9,14 @@ import time.
 
 from tracekit.latency.interface import PrefillChunk, StepShape, StepTimeModel
 from tracekit.latency.roofline import RooflineModel
+from tracekit.latency.spec import LatencySpec, make_step_time_model, parse_latency_spec
 
-__all__ = ["PrefillChunk", "RooflineModel", "StepShape", "StepTimeModel"]
+__all__ = [
+    "LatencySpec",
+    "PrefillChunk",
+    "RooflineModel",
+    "StepShape",
+    "StepTimeModel",
+    "make_step_time_model",
+    "parse_latency_spec",
+]

@@ -48,6 +48,7 @@ __all__ = [
     "Estimator",
     "available_models",
     "available_systems",
+    "did_you_mean",
     "load_estimator",
 ]
 
@@ -108,11 +109,13 @@ def available_models() -> list[str]:
     )
 
 
-def _did_you_mean(value: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(value, choices, n=3, cutoff=0.5)
+def did_you_mean(value: str, choices: list[str]) -> str:
+    """``"; did you mean a, b?"`` with up to three close choices (case-insensitive), or ``""``."""
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(value.lower(), list(lowered), n=3, cutoff=0.5)
     if not close:
-        close = [c for c in choices if value.lower() in c.lower()][:3]
-    return f"; did you mean {', '.join(close)}?" if close else ""
+        close = [c for c in lowered if value.lower() in c][:3]
+    return f"; did you mean {', '.join(lowered[c] for c in close)}?" if close else ""
 
 
 def load_estimator(
@@ -152,13 +155,13 @@ def load_estimator(
     if system not in systems:
         raise ConfigError(
             f"--latency aiconfigurator: unknown system {system!r} for backend {backend}"
-            f"{_did_you_mean(system, list(systems))} (known: {', '.join(systems)})"
+            f"{did_you_mean(system, list(systems))} (known: {', '.join(systems)})"
         )
     models = available_models()
     if model not in models:
         raise ConfigError(
             f"--latency aiconfigurator: unknown model {model!r}"
-            f"{_did_you_mean(model, models)} (one of the {len(models)} shipped model configs)"
+            f"{did_you_mean(model, models)} (one of the {len(models)} shipped model configs)"
         )
     if version is None:
         version = perf_database.get_latest_database_version(system, backend) or systems[system][-1]
