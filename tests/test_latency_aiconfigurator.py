@@ -154,6 +154,8 @@ def test_real_estimator_h100_llama_and_the_grid_error():
 def test_real_estimator_unknown_names_suggest_close_ones():
     with pytest.raises(ConfigError, match=r"unknown system 'h100'.*did you mean.*h100_sxm"):
         load_estimator("h100", "meta-llama/Meta-Llama-3.1-8B")
+    with pytest.raises(ConfigError, match=r"RTX A6000 is not in the tables.*l40s"):
+        load_estimator("rtx_a6000", "meta-llama/Meta-Llama-3.1-8B")
     with pytest.raises(ConfigError, match=r"unknown model.*did you mean.*Meta-Llama-3.1-8B"):
         load_estimator("h100_sxm", "meta-llama/Llama-3.1-8B")
     with pytest.raises(ConfigError, match=r"no vllm 9\.9 tables"):

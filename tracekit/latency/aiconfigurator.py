@@ -153,9 +153,12 @@ def load_estimator(
             "expected vllm, sglang or trtllm"
         )
     if system not in systems:
+        hint = did_you_mean(system, list(systems))
+        if "a6000" in system.lower():
+            hint = "; the RTX A6000 is not in the tables, its stand-in is l40s (docs/latency.md)"
         raise ConfigError(
             f"--latency aiconfigurator: unknown system {system!r} for backend {backend}"
-            f"{did_you_mean(system, list(systems))} (known: {', '.join(systems)})"
+            f"{hint} (known: {', '.join(systems)})"
         )
     models = available_models()
     if model not in models:
