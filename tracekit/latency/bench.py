@@ -7,7 +7,9 @@ configuration, cost-model clock) and keeps every scheduled step's make-up, then:
    so its estimator calls are included);
 2. compares the tabulated AIConfigurator model with direct estimator calls on every
    ``--every``-th step: the relative interpolation error (max, P50, P95, P99, mean);
-3. times direct estimator calls on that sample and extrapolates to all the steps.
+3. times direct estimator calls on that sample and extrapolates to all the steps;
+4. fits the calibrated model to the tabulated model's times on that sample (steps with at most
+   one chunk) as if they were measurements, and reports its held-out error.
 
 Usage::
 
@@ -181,6 +183,20 @@ def main() -> None:
     print(
         f"per step (sample)     StepShape build {build / len(sample) * 1e6:.2f} us, roofline "
         f"{roof / m * 1e6:.2f} us, tabulated via step_time_s {via_shape / m * 1e6:.2f} us"
+    )
+    from tracekit.latency.calibrated import fit_step_time_model
+
+    start = time.perf_counter()
+    fitted = fit_step_time_model(
+        [(s, model.step_time_s(s)) for s in shapes], seed=0, source=model.name
+    )
+    held = fitted.errors["holdout"]
+    fit_wall = time.perf_counter() - start
+    print(
+        f"calibrated on it      {len(shapes):,} steps fitted in {fit_wall:.1f} s;"
+        f" held-out ({held['num_steps']:,}) MAPE {held['mape_pct']:.2f} %, "
+        f"P50 {held['p50_rel']:.4f}, P95 {held['p95_rel']:.4f}; coefficients "
+        + ", ".join(f"{c:.3g}" for c in fitted.coefficients)
     )
     longest = max(rows, key=lambda r: r[1])
     print(
