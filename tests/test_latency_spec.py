@@ -108,3 +108,13 @@ def test_build_aiconfigurator_stand_in():
     model = make_step_time_model(A6000_STAND_IN)
     assert model.describe()["system"] == "l40s"
     assert 0.01 < model.step_time_s(StepShape.of(decode=[500] * 8)) < 0.05
+
+
+@pytest.mark.parametrize("module", ["interface", "calibrated", "spec"])
+def test_doctests_of_the_latency_modules(module):
+    import doctest
+    import importlib
+
+    failures, tried = doctest.testmod(importlib.import_module(f"tracekit.latency.{module}"))
+    assert tried > 0
+    assert failures == 0
