@@ -1,0 +1,192 @@
+"""The calibrated step-time model: least squares by hand, recovery, refusals, JSON round trip."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import polars as pl
+import pytest
+
+from tracekit.errors import ConfigError
+from tracekit.latency.calibrated import (
+    FORMAT,
+    MIN_STEPS,
+    TERMS,
+    CalibratedModel,
+    FitError,
+    fit_step_time_model,
+    load_calibrated_model,
+    nnls,
+)
+from tracekit.latency.interface import StepShape
+
+TRUE = (0.004, 8e-5, 3e-4, 2e-7, 1e-4)
+
+
+def true_time(s: StepShape) -> float:
+    c0, c1, c2, c3, c4 = TRUE
+    return (
+        c0
+        + c1 * s.num_prefill_tokens
+        + c2 * s.num_decode_seqs
+        + c3 * s.kv_tokens_read
+        + c4 * s.num_sequences
+    )
+
+
+def synthetic_steps(n: int, noise: float, seed: int = 3) -> list[tuple[StepShape, float]]:
+    """Mixed steps: 0-3 prefill chunks (some with a prefix) and 0-32 decoding sequences."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        chunks = [
+            (rng.randint(1, 2048), rng.choice([0, 0, rng.randint(0, 4000)]))
+            for _ in range(rng.choice([0, 0, 1, 2, 3]))
+        ]
+        decode = [rng.randint(10, 4000) for _ in range(rng.randint(0 if chunks else 1, 32))]
+        shape = StepShape.of(chunks, decode)
+        rows.append((shape, true_time(shape) * (1 + rng.gauss(0, noise))))
+    return rows
+
+
+def test_nnls_hand_worked():
+    # Unconstrained: [[2, 1], [1, 2]] b = [4, 5] gives b = (1, 2), feasible.
+    assert nnls([[2.0, 1.0], [1.0, 2.0]], [4.0, 5.0]) == pytest.approx([1.0, 2.0])
+    # [[2, 1], [1, 2]] b = [5, 1] gives (3, -1); with b2 = 0 the optimum is 2 b1 = 5, b1 = 2.5.
+    assert nnls([[2.0, 1.0], [1.0, 2.0]], [5.0, 1.0]) == pytest.approx([2.5, 0.0])
+
+
+def test_fit_hand_worked_exact_line():
+    # Durations exactly 1 ms + 10 us per prefill token + 100 us per decode seq
+    # + 1 us per KV token read + 0 per sequence: recovered exactly, zero error.
+    rows = []
+    for i in range(60):
+        shape = StepShape.of([(1 + 37 * i % 500, 13 * i % 300)] * (i % 3), [5 + i] * (1 + i % 7))
+        t = (
+            0.001
+            + 1e-5 * shape.num_prefill_tokens
+            + 1e-4 * shape.num_decode_seqs
+            + 1e-6 * shape.kv_tokens_read
+        )
+        rows.append((shape, t))
+    model = fit_step_time_model(rows)
+    assert model.coefficients == pytest.approx((0.001, 1e-5, 1e-4, 1e-6, 0.0), abs=1e-9)
+    assert model.errors["holdout"]["mape_pct"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_fit_recovers_known_coefficients_under_noise():
+    model = fit_step_time_model(synthetic_steps(600, noise=0.02), seed=7)
+    c = dict(zip(TERMS, model.coefficients, strict=True))
+    assert c["intercept"] == pytest.approx(TRUE[0], rel=0.05)
+    assert c["num_prefill_tokens"] == pytest.approx(TRUE[1], rel=0.02)
+    assert c["kv_tokens_read"] == pytest.approx(TRUE[3], rel=0.05)
+    # Decode sequences and sequences overlap (sequences = chunks + decode sequences): their sum
+    # per decoding sequence is what the data pins down.
+    assert c["num_decode_seqs"] + c["num_sequences"] == pytest.approx(TRUE[2] + TRUE[4], rel=0.05)
+    held = model.errors["holdout"]
+    assert held["num_steps"] == 120
+    assert held["mape_pct"] < 2.5  # 2 % Gaussian noise: E|e| = 1.6 %
+    assert held["p50_rel"] < held["p95_rel"] < 0.06
+    assert model.fit["seed"] == 7
+    assert model.fit["num_train"] + model.fit["num_holdout"] == 600
+
+
+def test_fit_is_deterministic_for_a_seed_and_accepts_a_frame():
+    rows = synthetic_steps(200, noise=0.05)
+    frame = pl.DataFrame(
+        {
+            "num_prefill_tokens": [s.num_prefill_tokens for s, _ in rows],
+            "num_decode_seqs": [s.num_decode_seqs for s, _ in rows],
+            "kv_tokens_read": [s.kv_tokens_read for s, _ in rows],
+            "num_sequences": [s.num_sequences for s, _ in rows],
+            "duration_s": [d for _, d in rows],
+        }
+    )
+    a = fit_step_time_model(rows, seed=11)
+    b = fit_step_time_model(frame, seed=11)
+    assert a.coefficients == pytest.approx(b.coefficients, rel=1e-9)
+    assert a.errors == b.errors
+    assert fit_step_time_model(rows, seed=12).errors != a.errors
+
+
+def test_refuses_too_few_steps():
+    with pytest.raises(FitError, match=f"too few.*at least {MIN_STEPS}"):
+        fit_step_time_model(synthetic_steps(MIN_STEPS - 1, noise=0.01))
+
+
+def test_refuses_uniform_durations():
+    rows = [(StepShape.of(decode=[100 + i]), 0.02) for i in range(100)]
+    with pytest.raises(FitError, match="too uniform"):
+        fit_step_time_model(rows)
+
+
+def test_refuses_a_term_that_never_varies():
+    # Decode-only steps: no prefill tokens ever, so their cost cannot be estimated.
+    rng = random.Random(1)
+    rows = []
+    for _ in range(100):
+        shape = StepShape.of(decode=[rng.randint(1, 3000)] * rng.randint(1, 32))
+        rows.append((shape, true_time(shape)))
+    with pytest.raises(FitError, match="num_prefill_tokens is 0 in every step"):
+        fit_step_time_model(rows)
+
+
+def test_refuses_a_rank_deficient_design():
+    # Every step: one chunk of k tokens with k decode sequences, so prefill tokens, decode
+    # sequences and sequences move together.
+    rows = []
+    for i in range(100):
+        k = 1 + i % 20
+        shape = StepShape.of([(k, 0)], [50] * k)
+        rows.append((shape, 0.01 + 0.001 * k))
+    with pytest.raises(FitError, match="rank-deficient"):
+        fit_step_time_model(rows)
+
+
+def test_refuses_bad_durations_and_missing_columns():
+    rows = synthetic_steps(60, noise=0.01)
+    rows[3] = (rows[3][0], 0.0)
+    with pytest.raises(FitError, match="1 step"):
+        fit_step_time_model(rows)
+    with pytest.raises(ConfigError, match="lack column"):
+        fit_step_time_model(pl.DataFrame({"duration_s": [1.0]}))
+
+
+def test_save_load_round_trip(tmp_path):
+    model = fit_step_time_model(synthetic_steps(100, noise=0.02), source="live.trace")
+    path = model.save(tmp_path / "model.json")
+    doc = json.loads(path.read_text())
+    assert doc["format"] == FORMAT
+    assert doc["version"] == 1
+    assert set(doc["fit"]["inputs"]) == {*TERMS[1:], "duration_s"}
+    assert set(doc["errors"]) == {"train", "holdout"}
+    loaded = load_calibrated_model(path)
+    assert loaded.coefficients == model.coefficients
+    assert loaded.errors == model.errors
+    shape = StepShape.of([(300, 20)], [100, 200])
+    assert loaded.step_time_s(shape) == model.step_time_s(shape)
+    d = loaded.describe()
+    assert d["kind"] == "calibrated"
+    assert d["name"] == f"calibrated:{path}"
+
+
+def test_load_refuses_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_calibrated_model(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(ConfigError, match="as JSON"):
+        load_calibrated_model(bad)
+    bad.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ConfigError, match="not a step-time model"):
+        load_calibrated_model(bad)
+    bad.write_text(json.dumps({"format": FORMAT, "version": 9}))
+    with pytest.raises(ConfigError, match="version 9"):
+        load_calibrated_model(bad)
+    coeffs = dict.fromkeys(TERMS, 0.0) | {"kv_tokens_read": -1.0}
+    bad.write_text(json.dumps({"format": FORMAT, "version": 1, "coefficients": coeffs}))
+    with pytest.raises(ConfigError, match="kv_tokens_read must be finite and >= 0"):
+        load_calibrated_model(bad)
+    with pytest.raises(ConfigError, match="expected 5 coefficients"):
+        CalibratedModel((1.0,))

@@ -1,0 +1,507 @@
+"""A step-time model fitted to an engine's measured step durations.
+
+The model is linear in the step's make-up, with non-negative coefficients::
+
+    t = c0 + c1 * prefill_tokens + c2 * decode_seqs + c3 * kv_tokens_read + c4 * num_sequences
+
+- ``c0``: fixed cost of a step (launches, scheduling, sampling set-up, the weights' read when it
+  does not depend on the batch);
+- ``c1``: per prefill token (dense matmuls over the chunk);
+- ``c2``: per decoding sequence (its one token through the matmuls);
+- ``c3``: per context token read by attention (KV bandwidth);
+- ``c4``: per scheduled request (input preparation, sampling).
+
+It is fitted by non-negative least squares on the **relative** error (each step weighted by one
+over its measured duration), so short decode steps count as much as long prefill steps, which
+is what the reported MAPE measures. A seeded random fraction of the steps is held out and the
+error on it (MAPE, P50 and P95 of the absolute relative error) is reported and saved with the
+model. Data with too few steps, durations of tiny spread, or a make-up that cannot separate the
+terms (a term that never varies, or terms that move together) is refused with a
+:class:`~tracekit.errors.ConfigError`.
+
+The least squares is done on the 5 x 5 normal equations (sums computed by Polars expressions,
+the small solve in pure Python), so no numpy is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracekit.errors import ConfigError
+from tracekit.latency.interface import StepShape
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MIN_STEPS",
+    "TERMS",
+    "CalibratedModel",
+    "FitError",
+    "fit_step_time_model",
+    "load_calibrated_model",
+    "nnls",
+]
+
+FORMAT = "tracekit-step-time-model"
+FORMAT_VERSION = 1
+#: Feature columns of the design, in coefficient order (``intercept`` is the constant 1).
+TERMS = ("intercept", "num_prefill_tokens", "num_decode_seqs", "kv_tokens_read", "num_sequences")
+#: Fewest steps a fit accepts (before the hold-out split).
+MIN_STEPS = 50
+#: Smallest coefficient of variation of the durations a fit accepts.
+MIN_DURATION_CV = 0.01
+#: Smallest relative pivot of the scaled normal equations: below it the design is rank-deficient.
+_PIVOT_TOL = 1e-9
+
+
+class FitError(ConfigError):
+    """Measured steps that cannot be fitted (too few, too uniform, or rank-deficient)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FitErrors:
+    """Relative error of a model on a set of steps.
+
+    Attributes
+    ----------
+    num_steps
+        Steps evaluated.
+    mape_pct
+        Mean absolute percentage error, percent.
+    p50_rel, p95_rel
+        Median and 95th percentile of ``|predicted - measured| / measured`` (fractions).
+    """
+
+    num_steps: int
+    mape_pct: float
+    p50_rel: float
+    p95_rel: float
+
+
+@dataclass(frozen=True)
+class CalibratedModel:
+    """A fitted linear step-time model (see the module docstring).
+
+    Parameters
+    ----------
+    coefficients
+        One non-negative coefficient per :data:`TERMS` entry, seconds per unit.
+    fit
+        What the fit saw: step counts, the seed and fraction of the hold-out split, and the
+        range (min, mean, max) of every input and of the durations.
+    errors
+        ``{"train": FitErrors, "holdout": FitErrors}`` as plain mappings.
+    source
+        Where the model was loaded from or what it was fitted on (recorded, not interpreted).
+    """
+
+    coefficients: tuple[float, ...]
+    fit: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.coefficients) != len(TERMS):
+            raise ConfigError(
+                f"calibrated model: expected {len(TERMS)} coefficients ({', '.join(TERMS)}), "
+                f"found {len(self.coefficients)}"
+            )
+        for term, value in zip(TERMS, self.coefficients, strict=True):
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(
+                    f"calibrated model: coefficient {term} must be finite and >= 0, got {value}"
+                )
+
+    @property
+    def name(self) -> str:
+        """``calibrated:<source>``."""
+        return f"calibrated:{self.source or 'in-memory'}"
+
+    def step_time_s(self, shape: StepShape) -> float:
+        """The fitted time of the step; linear, so it extrapolates beyond the fitted range."""
+        c0, c1, c2, c3, c4 = self.coefficients
+        return (
+            c0
+            + c1 * shape.num_prefill_tokens
+            + c2 * shape.num_decode_seqs
+            + c3 * shape.kv_tokens_read
+            + c4 * shape.num_sequences
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """Kind, name, coefficients, the fit's summary and its held-out errors."""
+        return {
+            "kind": "calibrated",
+            "name": self.name,
+            "measured": True,
+            "coefficients": dict(zip(TERMS, self.coefficients, strict=True)),
+            "fit": self.fit,
+            "errors": self.errors,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The versioned JSON document :func:`load_calibrated_model` reads."""
+        return {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "kind": "calibrated",
+            "model": "t = " + " + ".join(f"c[{t}] * {t}" for t in TERMS).replace(
+                " * intercept", ""
+            ),
+            "units": "seconds",
+            "terms": list(TERMS),
+            "coefficients": dict(zip(TERMS, self.coefficients, strict=True)),
+            "fit": self.fit,
+            "errors": self.errors,
+        }
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`to_json` to ``path`` (indented, sorted keys)."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+        return path
+
+
+def load_calibrated_model(path: str | Path) -> CalibratedModel:
+    """Read a model saved by :meth:`CalibratedModel.save`.
+
+    Raises
+    ------
+    ConfigError
+        When the file is missing, is not JSON, or is not a version-1 step-time model.
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: calibrated model file not found") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read a calibrated model as JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f"{path}: not a step-time model (expected format {FORMAT!r})")
+    if doc.get("version") != FORMAT_VERSION:
+        raise ConfigError(
+            f"{path}: step-time model version {doc.get('version')!r} is not supported "
+            f"(expected {FORMAT_VERSION})"
+        )
+    coeffs = doc.get("coefficients")
+    if not isinstance(coeffs, dict) or set(coeffs) != set(TERMS):
+        raise ConfigError(f"{path}: field coefficients must have exactly {', '.join(TERMS)}")
+    try:
+        values = tuple(float(coeffs[t]) for t in TERMS)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{path}: field coefficients must be numbers") from None
+    try:
+        return CalibratedModel(
+            values, dict(doc.get("fit") or {}), dict(doc.get("errors") or {}), str(path)
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitting
+
+
+def nnls(gram: Sequence[Sequence[float]], rhs: Sequence[float]) -> list[float]:
+    """Non-negative least squares on the normal equations (Lawson and Hanson's active set).
+
+    Minimises ``|X b - y|^2`` subject to ``b >= 0`` given ``gram = X'X`` and ``rhs = X'y``.
+
+    Parameters
+    ----------
+    gram
+        The ``k x k`` symmetric positive definite matrix ``X'X``.
+    rhs
+        ``X'y``.
+
+    Returns
+    -------
+    list of float
+        The solution ``b``.
+
+    Examples
+    --------
+    Unconstrained optimum ``(1, 2)`` is feasible, so it is returned:
+
+    >>> [round(v, 9) for v in nnls([[2.0, 1.0], [1.0, 2.0]], [4.0, 5.0])]
+    [1.0, 2.0]
+
+    The unconstrained optimum ``(3, -1)`` is not; the best non-negative answer is ``(2.5, 0)``:
+
+    >>> [round(v, 9) for v in nnls([[2.0, 1.0], [1.0, 2.0]], [5.0, 1.0])]
+    [2.5, 0.0]
+    """
+    k = len(rhs)
+    x = [0.0] * k
+    passive: set[int] = set()
+    tol = 1e-12 * max(1.0, max(abs(v) for v in rhs))
+
+    def gradient(point: list[float]) -> list[float]:
+        return [rhs[i] - sum(gram[i][j] * point[j] for j in range(k)) for i in range(k)]
+
+    for _ in range(3 * k + 10):
+        w = gradient(x)
+        candidates = [i for i in range(k) if i not in passive and w[i] > tol]
+        if not candidates:
+            break
+        passive.add(max(candidates, key=lambda i: w[i]))
+        while True:
+            idx = sorted(passive)
+            z_p = _solve([[gram[i][j] for j in idx] for i in idx], [rhs[i] for i in idx])
+            z = [0.0] * k
+            for i, v in zip(idx, z_p, strict=True):
+                z[i] = v
+            if all(z[i] > 0 for i in idx):
+                x = z
+                break
+            alpha = min(x[i] / (x[i] - z[i]) for i in idx if z[i] <= 0)
+            x = [x[i] + alpha * (z[i] - x[i]) for i in range(k)]
+            passive = {i for i in idx if x[i] > tol}
+            for i in range(k):
+                if i not in passive:
+                    x[i] = 0.0
+    return x
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Solve ``a x = b`` by Gaussian elimination with partial pivoting (``a`` is small)."""
+    n = len(b)
+    m = [[*row, b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for c in range(col, n + 1):
+                m[r][c] -= f * m[col][c]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
+    return x
+
+
+def _min_pivot(a: list[list[float]]) -> tuple[float, int]:
+    """Smallest pivot of a Cholesky factorisation of a unit-diagonal matrix, and its column."""
+    n = len(a)
+    low = [[0.0] * n for _ in range(n)]
+    worst, worst_col = math.inf, -1
+    for j in range(n):
+        d = a[j][j] - sum(low[j][p] ** 2 for p in range(j))
+        if d < worst:
+            worst, worst_col = d, j
+        if d <= _PIVOT_TOL:
+            return d, j
+        low[j][j] = math.sqrt(d)
+        for i in range(j + 1, n):
+            low[i][j] = (a[i][j] - sum(low[i][p] * low[j][p] for p in range(j))) / low[j][j]
+    return worst, worst_col
+
+
+def _frame(steps: Any) -> Any:
+    """The steps as a Polars frame with :data:`TERMS` (intercept excluded) and ``duration_s``.
+
+    Accepts a Polars DataFrame with those columns or a sequence of ``(StepShape, duration_s)``.
+    """
+    import polars as pl
+
+    columns = [*TERMS[1:], "duration_s"]
+    if isinstance(steps, pl.DataFrame):
+        missing = [c for c in columns if c not in steps.columns]
+        if missing:
+            raise ConfigError(
+                f"calibrate: the steps lack column(s) {', '.join(missing)}; "
+                f"expected {', '.join(columns)}"
+            )
+        frame = steps.select(pl.col(c).cast(pl.Float64) for c in columns)
+    else:
+        rows = list(steps)
+        frame = pl.DataFrame(
+            {
+                "num_prefill_tokens": [s.num_prefill_tokens for s, _ in rows],
+                "num_decode_seqs": [s.num_decode_seqs for s, _ in rows],
+                "kv_tokens_read": [s.kv_tokens_read for s, _ in rows],
+                "num_sequences": [s.num_sequences for s, _ in rows],
+                "duration_s": [d for _, d in rows],
+            },
+            schema={c: pl.Float64 for c in columns},
+        )
+    bad = frame.filter(~(pl.col("duration_s") > 0) | pl.any_horizontal(pl.all().is_null()))
+    if bad.height:
+        raise FitError(
+            f"calibrate: {bad.height} step(s) have a missing or non-positive duration_s or "
+            "make-up; every measured step needs a positive duration"
+        )
+    return frame
+
+
+def _errors(frame: Any, coefficients: Sequence[float]) -> FitErrors:
+    """MAPE and P50/P95 of the absolute relative error of ``coefficients`` on ``frame``."""
+    import polars as pl
+
+    pred = pl.lit(coefficients[0]) + sum(
+        (pl.col(t) * c for t, c in zip(TERMS[1:], coefficients[1:], strict=True)), pl.lit(0.0)
+    )
+    rel = ((pred - pl.col("duration_s")).abs() / pl.col("duration_s")).alias("rel")
+    out = frame.select(
+        (rel.mean() * 100).alias("mape"),
+        rel.quantile(0.5, "linear").alias("p50"),
+        rel.quantile(0.95, "linear").alias("p95"),
+    ).row(0)
+    return FitErrors(frame.height, float(out[0]), float(out[1]), float(out[2]))
+
+
+def fit_step_time_model(
+    steps: Any,
+    *,
+    seed: int = 0,
+    holdout_fraction: float = 0.2,
+    source: str = "",
+) -> CalibratedModel:
+    """Fit the linear step-time model to measured steps and measure it on held-out steps.
+
+    Parameters
+    ----------
+    steps
+        A Polars DataFrame with columns ``num_prefill_tokens``, ``num_decode_seqs``,
+        ``kv_tokens_read``, ``num_sequences`` and ``duration_s`` (seconds), one row per
+        measured step; or a sequence of ``(StepShape, duration_s)`` pairs.
+    seed
+        Seed of the hold-out split (``random.Random(seed)``), recorded in the model.
+    holdout_fraction
+        Fraction of the steps held out for the error report (at least one step is held out).
+    source
+        What the steps came from (a recording's path), recorded in the model.
+
+    Returns
+    -------
+    CalibratedModel
+        The fitted model with its training and held-out errors.
+
+    Raises
+    ------
+    FitError
+        Fewer than :data:`MIN_STEPS` steps, durations whose coefficient of variation is below
+        :data:`MIN_DURATION_CV`, a term that never varies or terms that move together (the
+        scaled normal equations are singular).
+    """
+    import polars as pl
+
+    if not 0 < holdout_fraction < 1:
+        raise ConfigError(f"calibrate: holdout_fraction must be in (0, 1), got {holdout_fraction}")
+    frame = _frame(steps)
+    n = frame.height
+    if n < MIN_STEPS:
+        raise FitError(
+            f"calibrate: {n} measured steps are too few to fit a step-time model; "
+            f"record at least {MIN_STEPS}"
+        )
+    mean_d, std_d = frame.select(
+        pl.col("duration_s").mean().alias("mean"), pl.col("duration_s").std().alias("std")
+    ).row(0)
+    if std_d / mean_d < MIN_DURATION_CV:
+        raise FitError(
+            f"calibrate: the {n} step durations are too uniform to fit (coefficient of variation "
+            f"{std_d / mean_d:.4f} < {MIN_DURATION_CV}); record a workload that mixes prefill "
+            "and decode steps of different sizes"
+        )
+    num_holdout = max(1, round(n * holdout_fraction))
+    held = set(random.Random(seed).sample(range(n), num_holdout))
+    frame = frame.with_columns(pl.Series("holdout", [i in held for i in range(n)]))
+    train = frame.filter(~pl.col("holdout"))
+    test = frame.filter(pl.col("holdout"))
+
+    # Relative least squares: each row of the design and target is divided by its duration.
+    w = 1.0 / pl.col("duration_s")
+    design = [w, *(pl.col(t) * w for t in TERMS[1:])]
+    k = len(TERMS)
+    sums = train.select(
+        *(
+            (design[i] * design[j]).sum().alias(f"g{i}_{j}")
+            for i in range(k)
+            for j in range(i, k)
+        ),
+        *((design[i]).sum().alias(f"r{i}") for i in range(k)),  # X'y with y = duration / duration
+    ).row(0, named=True)
+    gram = [[0.0] * k for _ in range(k)]
+    for i in range(k):
+        for j in range(i, k):
+            gram[i][j] = gram[j][i] = float(sums[f"g{i}_{j}"])
+    rhs = [float(sums[f"r{i}"]) for i in range(k)]
+    _check_design(gram, frame, train.height)
+
+    scale = [math.sqrt(gram[i][i]) for i in range(k)]
+    scaled = [[gram[i][j] / (scale[i] * scale[j]) for j in range(k)] for i in range(k)]
+    beta = nnls(scaled, [rhs[i] / scale[i] for i in range(k)])
+    coefficients = tuple(b / s for b, s in zip(beta, scale, strict=True))
+
+    summary = frame.select(
+        *(
+            e
+            for c in [*TERMS[1:], "duration_s"]
+            for e in (
+                pl.col(c).min().alias(f"{c}.min"),
+                pl.col(c).mean().alias(f"{c}.mean"),
+                pl.col(c).max().alias(f"{c}.max"),
+            )
+        )
+    ).row(0, named=True)
+    inputs = {
+        c: {s: summary[f"{c}.{s}"] for s in ("min", "mean", "max")}
+        for c in [*TERMS[1:], "duration_s"]
+    }
+    fit = {
+        "method": "non-negative least squares on the relative error",
+        "num_steps": n,
+        "num_train": train.height,
+        "num_holdout": test.height,
+        "holdout_fraction": holdout_fraction,
+        "seed": seed,
+        "split": "random.Random(seed).sample(range(num_steps), num_holdout)",
+        "source": source,
+        "inputs": inputs,
+    }
+    errors = {
+        "train": _as_dict(_errors(train, coefficients)),
+        "holdout": _as_dict(_errors(test, coefficients)),
+    }
+    return CalibratedModel(coefficients, fit, errors, source)
+
+
+def _as_dict(e: FitErrors) -> dict[str, Any]:
+    return {
+        "num_steps": e.num_steps,
+        "mape_pct": e.mape_pct,
+        "p50_rel": e.p50_rel,
+        "p95_rel": e.p95_rel,
+    }
+
+
+def _check_design(gram: list[list[float]], frame: Any, num_train: int) -> None:
+    """Refuse a design whose terms cannot be told apart, naming the culprit."""
+    import polars as pl
+
+    for term in TERMS[1:]:
+        lo, hi = frame.select(pl.col(term).min().alias("lo"), pl.col(term).max().alias("hi")).row(0)
+        if lo == hi:
+            raise FitError(
+                f"calibrate: {term} is {lo:g} in every step, so its cost cannot be told apart "
+                "from the fixed cost; record a workload where it varies"
+            )
+    k = len(gram)
+    if any(gram[i][i] <= 0 for i in range(k)):
+        raise FitError("calibrate: the design has an all-zero term; cannot fit")
+    unit = [[gram[i][j] / math.sqrt(gram[i][i] * gram[j][j]) for j in range(k)] for i in range(k)]
+    pivot, col = _min_pivot(unit)
+    if pivot <= _PIVOT_TOL:
+        raise FitError(
+            f"calibrate: the {num_train} training steps cannot separate {TERMS[col]} from the "
+            "other terms (they move together: rank-deficient design); record a workload that "
+            "mixes prefill chunks, decode batches and context lengths"
+        )

@@ -1,0 +1,174 @@
+"""The ``--latency`` spelling: which step-time model a run uses.
+
+::
+
+    roofline[:<preset>]
+        the engine's cost model (preset a6000-llama3-8b by default); no dependencies
+    aiconfigurator:<system>/<model>[@<backend>[:<version>]]
+        AIConfigurator's measured tables: aiconfigurator:h100_sxm/Qwen/Qwen3-8B,
+        aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B@vllm:0.27.0 (backend vllm and the
+        current tables by default)
+    calibrated:<file>
+        a model fitted to a live engine's measured steps (``tracekit calibrate``)
+
+:func:`parse_latency_spec` checks the spelling only (cheap, no optional import; a calibrated
+model's file must exist); :meth:`LatencySpec.build` makes the model, and it is there that an
+AIConfigurator system or model name is checked against the installed tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracekit.engine.clock import COST_MODEL_PRESETS
+from tracekit.errors import ConfigError
+from tracekit.latency.aiconfigurator import DEFAULT_BACKEND, did_you_mean
+from tracekit.latency.interface import StepTimeModel
+
+__all__ = [
+    "A6000_STAND_IN",
+    "BACKENDS",
+    "KINDS",
+    "LatencySpec",
+    "make_step_time_model",
+    "parse_latency_spec",
+]
+
+#: The kinds of step-time model, in the order the help lists them.
+KINDS = ("roofline", "aiconfigurator", "calibrated")
+#: Backends aiconfigurator-core ships tables for.
+BACKENDS = ("vllm", "sglang", "trtllm")
+#: What stands in for the paper's RTX A6000 + Llama-3.1-8B set-up, which the tables lack: the
+#: L40S (Ada, 48 GB GDDR6 at 864 GB/s, the A6000's 768 GB/s is the nearest bandwidth in the
+#: tables) serving the same model under vLLM (``docs/latency.md``).
+A6000_STAND_IN = "aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B@vllm"
+
+_USAGE = (
+    "expected roofline[:<preset>], aiconfigurator:<system>/<model>[@<backend>[:<version>]] "
+    "or calibrated:<file>"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySpec:
+    """A parsed ``--latency`` value.
+
+    Attributes
+    ----------
+    kind
+        ``roofline``, ``aiconfigurator`` or ``calibrated``.
+    text
+        The value as given (recorded in manifests).
+    preset
+        Roofline preset.
+    system, model, backend, version
+        AIConfigurator set-up (``version`` None: the newest current tables).
+    path
+        Calibrated model file.
+    """
+
+    kind: str
+    text: str
+    preset: str | None = None
+    system: str | None = None
+    model: str | None = None
+    backend: str | None = None
+    version: str | None = None
+    path: Path | None = None
+
+    def build(self) -> StepTimeModel:
+        """The step-time model this spec names.
+
+        Raises
+        ------
+        ConfigError
+            aiconfigurator-core is missing, or its system or model is unknown; the calibrated
+            file is not a step-time model.
+        """
+        if self.kind == "roofline":
+            from tracekit.latency.roofline import RooflineModel
+
+            return RooflineModel.from_preset(self.preset or "a6000-llama3-8b")
+        if self.kind == "aiconfigurator":
+            from tracekit.latency.aiconfigurator import AIConfiguratorModel
+
+            assert self.system and self.model and self.backend
+            return AIConfiguratorModel(self.system, self.model, self.backend, self.version)
+        from tracekit.latency.calibrated import load_calibrated_model
+
+        assert self.path is not None
+        return load_calibrated_model(self.path)
+
+
+def parse_latency_spec(text: str) -> LatencySpec:
+    """Parse a ``--latency`` value (see the module docstring).
+
+    Examples
+    --------
+    >>> parse_latency_spec("roofline").preset
+    'a6000-llama3-8b'
+    >>> s = parse_latency_spec("aiconfigurator:h100_sxm/Qwen/Qwen3-8B@sglang")
+    >>> s.system, s.model, s.backend, s.version
+    ('h100_sxm', 'Qwen/Qwen3-8B', 'sglang', None)
+
+    Raises
+    ------
+    ConfigError
+        An unknown kind or roofline preset (with the closest names), a malformed
+        AIConfigurator set-up, an unknown backend, or a calibrated file that does not exist.
+    """
+    text = text.strip()
+    kind, sep, arg = text.partition(":")
+    kind = kind.strip().lower()
+    if kind not in KINDS:
+        raise ConfigError(
+            f"--latency {text!r}: unknown kind {kind!r}{did_you_mean(kind, list(KINDS))}; {_USAGE}"
+        )
+    if kind == "roofline":
+        preset = arg.strip() if sep else "a6000-llama3-8b"
+        if preset not in COST_MODEL_PRESETS:
+            known = sorted(COST_MODEL_PRESETS)
+            raise ConfigError(
+                f"--latency {text!r}: unknown roofline preset {preset!r}"
+                f"{did_you_mean(preset, known)} (known: {', '.join(known)})"
+            )
+        return LatencySpec("roofline", text, preset=preset)
+    if not arg.strip():
+        raise ConfigError(f"--latency {text!r}: {kind} needs an argument; {_USAGE}")
+    if kind == "calibrated":
+        path = Path(arg.strip())
+        if not path.is_file():
+            raise ConfigError(f"--latency {text!r}: calibrated model file {str(path)!r} not found")
+        return LatencySpec("calibrated", text, path=path)
+    setup, at, backend_part = arg.strip().rpartition("@")
+    if not at:
+        setup, backend_part = backend_part, DEFAULT_BACKEND
+    backend, colon, version = backend_part.partition(":")
+    backend = backend.strip().lower()
+    if backend not in BACKENDS:
+        raise ConfigError(
+            f"--latency {text!r}: unknown backend {backend!r}"
+            f"{did_you_mean(backend, list(BACKENDS))} (known: {', '.join(BACKENDS)})"
+        )
+    if colon and not version.strip():
+        raise ConfigError(f"--latency {text!r}: empty table version after {backend}:")
+    system, slash, model = setup.partition("/")
+    if not (slash and system.strip() and model.strip()):
+        raise ConfigError(
+            f"--latency {text!r}: expected aiconfigurator:<system>/<model>, e.g. "
+            "aiconfigurator:h100_sxm/meta-llama/Meta-Llama-3.1-8B"
+        )
+    return LatencySpec(
+        "aiconfigurator",
+        text,
+        system=system.strip(),
+        model=model.strip(),
+        backend=backend,
+        version=version.strip() or None,
+    )
+
+
+def make_step_time_model(text: str) -> StepTimeModel:
+    """Parse ``text`` and build its model (:func:`parse_latency_spec`, then ``build``)."""
+    return parse_latency_spec(text).build()
