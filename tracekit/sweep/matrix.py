@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bidkv.adapters.vllm_hust.config import (
-    KNOWN_STRATEGY_NAMES,
-    BidkvSelectorConfig,
-    canonical_strategy,
-)
 from tracekit.analysis.serving import SloTargets
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.recording.sim import make_engine_config
-from tracekit.strategies import HostPath, resolve_strategy
+from tracekit.strategies import (
+    KNOWN_STRATEGY_NAMES,
+    POLICY_SETTINGS,
+    HostPath,
+    canonical_strategy,
+    resolve_strategy,
+)
 from tracekit.sweep.checks import Checker, show
 
 if sys.version_info >= (3, 11):
@@ -67,7 +68,6 @@ WORKLOAD_KEYS = (
 REPEAT_KEYS = ("count", "kind")
 SLO_KEYS = ("ttft_s", "tpot_s")
 ENGINE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineConfig))
-POLICY_SETTINGS = tuple(BidkvSelectorConfig.__dataclass_fields__)
 # Settings each production strategy sets itself: a grid over them makes no sense.
 RESERVED_SETTINGS = ("enable_utility_victim_selection", "utility_strategy")
 

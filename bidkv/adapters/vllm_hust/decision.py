@@ -23,7 +23,7 @@ Steps, in order:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -36,17 +36,11 @@ __all__ = [
     "Decision",
     "DecisionRules",
     "DecisionState",
-    "Scan",
     "Step",
     "decide",
     "gate_reasons",
     "utility",
 ]
-
-#: ``scan(candidates, completion_weight, preempt_weight, epsilon, default_max_tokens,
-#: requester_id) -> ScanResult``; :func:`~bidkv.adapters.vllm_hust.scoring.scan_top` by default.
-Scan = Callable[[Any, float, float, float, int, Any], ScanResult]
-
 
 class Step(IntEnum):
     """How a ``bidkv`` decision ended; the values are stable codes (tracekit stores them)."""
@@ -173,14 +167,14 @@ def gate_reasons(rules: DecisionRules, num_candidates: int, kv_cache_usage: floa
 
 def decide(
     rules: DecisionRules,
-    candidates: Sequence[Any] | Any,
+    candidates: Sequence[Any] | None,
     num_candidates: int,
     kv_cache_usage: float | None,
     now: float,
     requester_id: object,
     last_pick: float,
     offsets: Mapping[str, int],
-    scan: Scan = scan_top,
+    found: ScanResult | None = None,
 ) -> Decision:
     """One ``bidkv`` decision: the steps of the module docstring, without side effects.
 
@@ -189,7 +183,8 @@ def decide(
     rules
         The settings.
     candidates
-        What ``scan`` reads; the candidates in host order for :func:`scan_top`.
+        In host order; scanned (:func:`~bidkv.adapters.vllm_hust.scoring.scan_top`) only past
+        the gates. ``None`` when ``found`` is given.
     num_candidates
         ``len(candidates)``.
     kv_cache_usage
@@ -200,9 +195,11 @@ def decide(
         The requesting request's id (``""`` when there is none; then no cascade).
     last_pick, offsets
         The state (:class:`DecisionState`); ``offsets`` is only read.
-    scan
-        Finds the winner, called only past the gates. tracekit passes a lookup into winners it
-        computed column-wise and checks against :func:`scan_top`.
+    found
+        The scan's result, when the caller has it already: tracekit's replay computes the
+        winners of many decisions column-wise (and its tests hold them equal to the scan's). It
+        must carry the fields the rule reads: the winner's id, ``r`` and preemptions, and the
+        requester's ``found`` flag and ``r`` (indices 2, 4, 6, 7, 8).
 
     Returns
     -------
@@ -233,14 +230,15 @@ def decide(
         or (cooldown > 0 and last_pick > -math.inf and now - last_pick < cooldown)
     ):
         return _GATE
-    found = scan(
-        candidates,
-        rules.completion_weight,
-        rules.preempt_weight,
-        rules.epsilon,
-        rules.default_max_tokens,
-        requester_id,
-    )
+    if found is None:
+        found = scan_top(
+            candidates,  # type: ignore[arg-type]
+            rules.completion_weight,
+            rules.preempt_weight,
+            rules.epsilon,
+            rules.default_max_tokens,
+            requester_id,
+        )
     top_id = found[2]
     tokens = found[4]
     threshold = rules.liveness_preemptions
