@@ -158,10 +158,12 @@ class FastStrategy:
             # choice(seq) is seq[_randbelow(len(seq))], and _randbelow draws k = n.bit_length()
             # bits until the value is below n; inlined, it costs a third of choice().
             getrandbits = rng.getrandbits
+            # n.bit_length() for every n of the chunk, looked up (cheaper than the call).
+            bits = [n.bit_length() for n in range(max(counts, default=0) + 1)]
             picks = []
             append = picks.append
             for n in counts:
-                k = n.bit_length()
+                k = bits[n]
                 r = getrandbits(k)
                 while r >= n:
                     r = getrandbits(k)
@@ -177,11 +179,24 @@ class FastStrategy:
         top = rules.utility(decision_rules)
         dec = rules.chunk.decisions
         top_row = rules.canonical(top.top_row)
+        # decide() reads the requester's id only when the requester is a candidate, and only
+        # compares it with the winner's: the winner's id where they are the same candidate
+        # (rows stand for ids) and None elsewhere say the same, without a string per decision.
+        requester = (
+            pl.DataFrame(
+                {
+                    "same": dec["requester_row"] == top_row,
+                    "id": rules.chunk.candidates["request_id"].gather(top_row),
+                }
+            )
+            .select(pl.when("same").then("id"))
+            .to_series()
+        )
         codes = self._bidkv_pass(
             dec["num_candidates"].to_list(),
             dec["kv_usage"].to_list(),
             dec["time_s"].to_list(),
-            dec["requester"].to_list(),
+            requester.to_list(),
             top,
         )
         frame = pl.DataFrame(
@@ -218,7 +233,7 @@ class FastStrategy:
         num_candidates: list[int],
         kv_usage: list[float],
         now: list[float],
-        requester: list[str],
+        requester: list[str | None],
         top: UtilityTop,
     ) -> list[int]:
         """The policy's decision function in decision order; one :class:`Step` per decision.
@@ -230,7 +245,6 @@ class FastStrategy:
         assert rules is not None
         state = self._state
         # The scan's tuples, with None for the fields the rule does not read.
-        rq_tokens = top.requester_tokens
         blank = repeat(None)
         found = zip(
             blank,
@@ -240,17 +254,18 @@ class FastStrategy:
             top.top_tokens,
             blank,
             top.top_preemptions,
-            [t is not None for t in rq_tokens],
-            rq_tokens,
+            top.requester_found,
+            top.requester_tokens,
             strict=False,  # the blanks are endless; the columns have one entry per decision
         )
         codes: list[int] = []
         append = codes.append
         commit = state.commit
+        offsets = state.offsets  # the table object never changes; only its entries do
         for n, kv, t, rq, winner in zip(
             num_candidates, kv_usage, now, requester, found, strict=True
         ):
-            decision = decide(rules, None, n, kv, t, rq, state.last_pick, state.offsets, winner)
+            decision = decide(rules, None, n, kv, t, rq, state.last_pick, offsets, winner)
             commit(rules, decision, t)
             append(decision[0])
         return codes

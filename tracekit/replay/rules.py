@@ -115,12 +115,19 @@ class UtilityTop:
         The utility winner's candidate row.
     top_id, top_tokens, top_preemptions
         The utility winner by ``(-U, arrival_time, request_id)``: its id, ``r`` and ``P``.
-    requester_tokens
-        ``r`` of the requester's best-ranked record, ``None`` when the requester is not a
-        candidate.
+    requester_found, requester_tokens
+        Whether the requester is a candidate, and ``r`` of its best-ranked record (``None``
+        when it is not a candidate).
     """
 
-    __slots__ = ("requester_tokens", "top_id", "top_preemptions", "top_row", "top_tokens")
+    __slots__ = (
+        "requester_found",
+        "requester_tokens",
+        "top_id",
+        "top_preemptions",
+        "top_row",
+        "top_tokens",
+    )
 
     def __init__(
         self,
@@ -128,12 +135,14 @@ class UtilityTop:
         top_id: list[str],
         top_tokens: list[int],
         top_preemptions: list[int],
+        requester_found: list[bool],
         requester_tokens: list[int | None],
     ) -> None:
         self.top_row = top_row
         self.top_id = top_id
         self.top_tokens = top_tokens
         self.top_preemptions = top_preemptions
+        self.requester_found = requester_found
         self.requester_tokens = requester_tokens
 
 
@@ -268,6 +277,7 @@ class ChunkRules:
             self.chunk.candidates["request_id"].gather(top).to_list(),
             scored["r"].gather(top).to_list(),
             scored["p"].gather(top).to_list(),
+            rq_tokens.is_not_null().to_list(),
             rq_tokens.to_list(),
         )
         self._utility[key] = result

@@ -138,18 +138,21 @@ class DecisionState:
         used; a liveness abstention then stores the winner's count, and a utility pick restarts
         the cooldown.
         """
-        scan = decision[1]
-        if scan is None:
+        found = decision[1]
+        if found is None:
             return
-        offsets = self.offsets
-        top_id = scan[2]
-        if rules.liveness_preemptions > 0 and top_id in offsets:
-            offsets.move_to_end(top_id)
         step = decision[0]
+        if step is _LIVENESS:
+            # put() makes the id the most recently used, which covers the read's touch.
+            self.offsets.put(found[2], found[6])
+            return
+        if rules.liveness_preemptions > 0:
+            offsets = self.offsets
+            top_id = found[2]
+            if top_id in offsets:
+                offsets.move_to_end(top_id)
         if step is _UTILITY:
             self.last_pick = now
-        elif step is _LIVENESS:
-            offsets.put(top_id, scan[6])
 
 
 def gate_reasons(rules: DecisionRules, num_candidates: int, kv_cache_usage: float | None) -> str:
