@@ -235,7 +235,7 @@ class FastStrategy:
         now: list[float],
         requester: list[str | None],
         top: UtilityTop,
-    ) -> list[int]:
+    ) -> list[Step]:
         """The policy's decision function in decision order; one :class:`Step` per decision.
 
         ``decide`` runs on every decision, given the winner computed column-wise instead of
@@ -258,17 +258,16 @@ class FastStrategy:
             top.requester_tokens,
             strict=False,  # the blanks are endless; the columns have one entry per decision
         )
-        codes: list[int] = []
-        append = codes.append
         commit = state.commit
         offsets = state.offsets  # the table object never changes; only its entries do
-        for n, kv, t, rq, winner in zip(
-            num_candidates, kv_usage, now, requester, found, strict=True
-        ):
-            decision = decide(rules, None, n, kv, t, rq, state.last_pick, offsets, winner)
-            commit(rules, decision, t)
-            append(decision[0])
-        return codes
+        # One decide() and one commit() per decision, in order; last_pick is read after the
+        # previous commit.
+        return [
+            commit(rules, decide(rules, None, n, kv, t, rq, state.last_pick, offsets, winner), t)
+            for n, kv, t, rq, winner in zip(
+                num_candidates, kv_usage, now, requester, found, strict=True
+            )
+        ]
 
 
 def _selected_result(rows: pl.Series, reason: str) -> pl.DataFrame:

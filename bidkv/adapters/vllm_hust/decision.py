@@ -8,9 +8,9 @@ and the liveness offsets) is applied afterwards by :meth:`DecisionState.commit`.
 
 Steps, in order:
 
-1. gates: fewer than ``min_running`` candidates, KV usage below the gate
-   (or unknown while a gate is set), or the cooldown since the last utility pick still running:
-   the policy returns its default victim (:attr:`Step.GATE`);
+1. gates: fewer than ``min_running`` candidates, KV usage below the gate (or unknown while a
+   gate is set), or the cooldown since the last utility pick still running: the policy returns
+   its default victim (:attr:`Step.GATE`);
 2. the utility winner by ``(-U, arrival_time, request_id)`` and the requester's best record, in
    one pass (:func:`~bidkv.adapters.vllm_hust.scoring.scan_top`);
 3. liveness (V4): the winner's preemptions since its offset reach ``liveness_preemptions``:
@@ -42,8 +42,9 @@ __all__ = [
     "utility",
 ]
 
+
 class Step(IntEnum):
-    """How a ``bidkv`` decision ended; the values are stable codes (tracekit stores them)."""
+    """How a ``bidkv`` decision ended (tracekit's replay keeps the values in an integer column)."""
 
     UTILITY = 0  #: the utility winner is selected
     GATE = 1  #: a gate is closed: the policy's default victim is selected
@@ -53,7 +54,8 @@ class Step(IntEnum):
 
 #: ``(step, scan, relative_preemptions)``: the scan is ``None`` for :attr:`Step.GATE`, and the
 #: winner's preemptions since its offset are 0 unless the step is :attr:`Step.LIVENESS`. A plain
-#: tuple, because a frozen dataclass costs 0.6 µs per decision, a tenth of a policy call.
+#: tuple: building a frozen dataclass costs 0.6 µs, about a sixth of a policy call on eight
+#: candidates.
 Decision = tuple[Step, "ScanResult | None", int]
 
 _GATE: Decision = (Step.GATE, None, 0)
@@ -131,21 +133,26 @@ class DecisionState:
         self.last_pick = -math.inf
         self.offsets = LruTable(limit)
 
-    def commit(self, rules: DecisionRules, decision: Decision, now: float) -> None:
+    def commit(self, rules: DecisionRules, decision: Decision, now: float) -> Step:
         """Apply what ``decision`` changes, as the steps of :func:`decide` would have.
 
         Past the gates the liveness step reads the winner's offset, which marks it recently
         used; a liveness abstention then stores the winner's count, and a utility pick restarts
         the cooldown.
+
+        Returns
+        -------
+        Step
+            The decision's step (so that a loop over decisions needs no second lookup).
         """
+        step = decision[0]
         found = decision[1]
         if found is None:
-            return
-        step = decision[0]
+            return step
         if step is _LIVENESS:
             # put() makes the id the most recently used, which covers the read's touch.
             self.offsets.put(found[2], found[6])
-            return
+            return step
         if rules.liveness_preemptions > 0:
             offsets = self.offsets
             top_id = found[2]
@@ -153,6 +160,7 @@ class DecisionState:
                 offsets.move_to_end(top_id)
         if step is _UTILITY:
             self.last_pick = now
+        return step
 
 
 def gate_reasons(rules: DecisionRules, num_candidates: int, kv_cache_usage: float | None) -> str:
