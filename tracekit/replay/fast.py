@@ -158,12 +158,10 @@ class FastStrategy:
             # choice(seq) is seq[_randbelow(len(seq))], and _randbelow draws k = n.bit_length()
             # bits until the value is below n; inlined, it costs a third of choice().
             getrandbits = rng.getrandbits
-            # n.bit_length() for every n of the chunk, looked up (cheaper than the call).
-            bits = [n.bit_length() for n in range(max(counts, default=0) + 1)]
             picks = []
             append = picks.append
             for n in counts:
-                k = bits[n]
+                k = n.bit_length()
                 r = getrandbits(k)
                 while r >= n:
                     r = getrandbits(k)
