@@ -227,3 +227,59 @@ def test_each_run_of_a_dataset_starts_with_a_fresh_policy(tmp_path: Path) -> Non
     runs = rows.partition_by("run_id", maintain_order=True)
     # State carried over would make run-b's first decision a pick (offset already 1).
     assert runs[0].drop("run_id").equals(runs[1].drop("run_id"))
+
+
+def test_the_column_utility_equals_the_policy_scan_bit_for_bit() -> None:
+    # The fast path's vectorised utility (with the scan's coercions) against the policy's scan
+    # of each candidate, on values that exercise every coercion: negative tokens and
+    # preemptions, max_tokens 0 or negative (replaced by the default), completions above 1.
+    from types import SimpleNamespace
+
+    from bidkv.adapters.vllm_hust.scoring import scan_top
+    from tracekit.replay.rules import utility_columns
+    from tracekit.strategies import DecisionRules
+
+    rows = [
+        (220, 12, 128, 0),
+        (-5, 4000, 0, -3),
+        (100, 512, -1, 2),
+        (7, 9, 3, 1),
+        (2**40, 1, 10**9, 2**30),
+        (0, 0, 1, 0),
+        (123_457, 77, 1001, 13),
+    ]
+    frame = pl.DataFrame(
+        rows,
+        schema=["num_computed_tokens", "num_output_tokens", "max_tokens", "num_preemptions"],
+        orient="row",
+    )
+    other = DecisionRules(
+        completion_weight=0.37, preempt_weight=5.5, epsilon=0.125, default_max_tokens=333
+    )
+    for rules in (DecisionRules(), other):
+        r, p, u = utility_columns(
+            rules,
+            pl.col("num_computed_tokens"),
+            pl.col("num_output_tokens"),
+            pl.col("max_tokens"),
+            pl.col("num_preemptions"),
+        )
+        got = frame.select(r.alias("r"), p.alias("p"), u.alias("u")).rows()
+        for (tokens, out, m, pre), (r_col, p_col, u_col) in zip(rows, got, strict=True):
+            c = SimpleNamespace(
+                request_id="x",
+                num_computed_tokens=tokens,
+                num_output_tokens=out,
+                max_tokens=m,
+                num_preemptions=pre,
+                arrival_time=0.0,
+            )
+            scan = scan_top(
+                [c],
+                rules.completion_weight,
+                rules.preempt_weight,
+                rules.epsilon,
+                rules.default_max_tokens,
+                "",
+            )
+            assert (r_col, p_col, u_col) == (scan[4], scan[6], scan[3])

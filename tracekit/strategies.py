@@ -8,6 +8,10 @@ host, ``pick_victim``).
 The production policy's settings are resolved once, from ``--policy-config`` alone: tracekit
 deliberately ignores ``BIDKV_UTILITY_*`` environment variables, so that a recorded run's manifest
 holds its complete configuration and re-running it gives the same result on any machine.
+
+This is the only tracekit module that imports ``bidkv``: the rest of tracekit reaches the policy,
+its strategy names and settings, and its decision rule (``decide``, ``utility``, used by the
+replay fast path) through the public names here.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from bidkv.adapters.vllm_hust.config import (
     BidkvSelectorConfig,
     canonical_strategy,
 )
+from bidkv.adapters.vllm_hust.decision import DecisionRules, DecisionState, Step, decide
+from bidkv.adapters.vllm_hust.scoring import utility
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvVictimSelector
 from tracekit.engine.hosts import BuiltinHost, LegacyHost, TypedHost, VictimHost
 from tracekit.errors import ConfigError
@@ -31,12 +37,22 @@ from tracekit.hosts.preemption_policy import resolve_qualname
 
 __all__ = [
     "ALL_STRATEGIES",
+    "KNOWN_STRATEGY_NAMES",
+    "POLICY_SETTINGS",
+    "PRODUCTION_STRATEGIES",
+    "DecisionRules",
+    "DecisionState",
     "HostPath",
+    "Step",
     "StrategySpec",
+    "canonical_strategy",
     "changed_settings",
+    "decide",
+    "decision_rules",
     "parse_policy_config",
     "parse_strategy_list",
     "resolve_strategy",
+    "utility",
 ]
 
 HostPath = Literal["typed", "legacy", "builtin"]
@@ -45,8 +61,27 @@ HostPath = Literal["typed", "legacy", "builtin"]
 NAMED_SETTINGS = ("enable_utility_victim_selection", "utility_strategy")
 _DEFAULT_SETTINGS = BidkvSelectorConfig().to_additional_config()
 
-# What ``--strategy all`` means: the built-in rule and every canonical production strategy.
-ALL_STRATEGIES: tuple[str, ...] = ("builtin", *STRATEGIES)
+#: The production policy's canonical strategy names.
+PRODUCTION_STRATEGIES: tuple[str, ...] = tuple(STRATEGIES)
+#: What ``--strategy all`` means: the built-in rule and every canonical production strategy.
+ALL_STRATEGIES: tuple[str, ...] = ("builtin", *PRODUCTION_STRATEGIES)
+#: The production policy's setting names (``--policy-config`` keys), in declaration order.
+POLICY_SETTINGS: tuple[str, ...] = tuple(BidkvSelectorConfig.__dataclass_fields__)
+# The settings DecisionRules.from_config reads.
+_RULE_SETTINGS = frozenset(
+    {
+        "utility_min_running",
+        "utility_kv_gate",
+        "utility_cooldown_s",
+        "utility_liveness_preemptions",
+        "utility_liveness_mode",
+        "utility_cascade_gain_ratio",
+        "utility_completion_weight",
+        "utility_preempt_weight",
+        "utility_epsilon",
+        "utility_default_max_tokens",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +106,31 @@ class StrategySpec:
     def label(self) -> str:
         """A short, file-name-safe label."""
         return self.name.replace(":", "-").replace(".", "-")
+
+    def policy_config(self) -> BidkvSelectorConfig | None:
+        """The production policy's configuration; ``None`` for builtin and user policies."""
+        return BidkvSelectorConfig(**self.settings) if self.kind == "production" else None
+
+    @property
+    def rule(self) -> str | None:
+        """The rule in force; ``None`` for a user policy.
+
+        ``builtin``, or the production strategy with aliases resolved (``pe`` when its switch
+        is off or its kill switch on).
+        """
+        config = self.policy_config()
+        if config is None:
+            return "builtin" if self.kind == "builtin" else None
+        return config.resolved_strategy if config.utility_enabled else "pe"
+
+    def decision_rules(self) -> DecisionRules:
+        """The settings of the ``bidkv`` decision rule (:func:`decide`) of this strategy."""
+        return decision_rules(self.settings)
+
+    @staticmethod
+    def new_decision_state() -> DecisionState:
+        """The state a fresh production policy starts with (its bounded liveness table)."""
+        return DecisionState(BidkvPreemptionPolicy.state_table_limit)
 
     def make_policy(self, host_path: HostPath = "typed") -> Any:
         """A fresh policy object (``None`` for builtin): stateful strategies start clean."""
@@ -100,6 +160,17 @@ class StrategySpec:
                 )
             return LegacyHost(policy)
         return TypedHost(policy)
+
+
+def decision_rules(settings: Mapping[str, Any]) -> DecisionRules:
+    """The ``bidkv`` decision rule's settings from production-policy settings.
+
+    Only the settings the rule reads are taken (a recording's configuration may carry other
+    keys, such as an imported run's strategy name); missing or null ones take the policy's
+    defaults. An invalid value raises ``ValueError``.
+    """
+    read = {k: v for k, v in settings.items() if k in _RULE_SETTINGS and v is not None}
+    return DecisionRules.from_config(BidkvSelectorConfig(**read))
 
 
 def parse_policy_config(text: str | None) -> dict[str, Any]:

@@ -40,7 +40,6 @@ from importlib.metadata import EntryPoint
 from types import SimpleNamespace
 from typing import Any
 
-from bidkv.adapters.vllm_hust.config import STRATEGIES
 from tracekit.conformance.report import Check, ConformanceReport
 from tracekit.conformance.rollback import (
     captured_logs,
@@ -54,7 +53,7 @@ from tracekit.errors import ConfigError
 from tracekit.hosts import preemption_policy as typed_host
 from tracekit.hosts import victim_selector as legacy_host
 from tracekit.hosts.preemption_policy import PreemptionContext
-from tracekit.strategies import resolve_strategy
+from tracekit.strategies import PRODUCTION_STRATEGIES, resolve_strategy
 
 __all__ = [
     "INVALID_CONFIGS",
@@ -363,7 +362,7 @@ def run_conformance(
         An unknown or non-production strategy, or an invalid ``policy_config`` (exit status 2).
     """
     # "all": every canonical production strategy (the built-in rule has no policy to check).
-    names = [n for s in strategies for n in (STRATEGIES if s.strip() == "all" else (s,))]
+    names = [n for s in strategies for n in (PRODUCTION_STRATEGIES if s.strip() == "all" else (s,))]
     with captured_logs():
         return _run(
             list(dict.fromkeys(names)),

@@ -2,9 +2,10 @@
 
 The diff verifies the contract explanations instead of trusting labels: "legacy selected the
 policy's utility top" and "the cascade condition held" are recomputed from the recorded
-candidates with the run's configuration, by the formulas of ``bidkv.adapters.vllm_hust.scoring``
-(docs/policy.md, "The bidkv decision"), in the same float64 operation order so that the
-utilities are bit-identical to the policy's:
+candidates with the run's configuration. The utility is the replay fast path's column form of the
+policy's scan (:func:`tracekit.replay.rules.utility_columns`, which calls the policy's own
+``utility``), so the utilities are bit-identical to the policy's (docs/policy.md, "The bidkv
+decision"):
 
 - ``r = max(num_computed_tokens, 0)``, ``c = clamp(num_output_tokens / M, 0, 1)`` with ``M`` the
   candidate's ``max_tokens`` or ``utility_default_max_tokens`` when not positive,
@@ -23,22 +24,10 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.replay.rules import utility_columns
+from tracekit.strategies import decision_rules
+
 __all__ = ["policy_views"]
-
-# The policy's defaults (docs/policy.md), for recordings whose configuration omits a setting.
-_DEFAULTS = {
-    "utility_completion_weight": 0.5,
-    "utility_preempt_weight": 0.3,
-    "utility_epsilon": 1e-6,
-    "utility_default_max_tokens": 1024,
-    "utility_cascade_gain_ratio": 1.25,
-}
-
-
-def _setting(config: Mapping[str, Any], name: str) -> float:
-    value = config.get(name)
-    return float(_DEFAULTS[name] if value is None else value)
-
 
 def policy_views(
     candidates: pl.LazyFrame,
@@ -68,11 +57,9 @@ def policy_views(
         ``seq, default_id, top_id, top_r, requester_r, cascade`` (``cascade`` is False when the
         requester is absent).
     """
-    wc = _setting(config, "utility_completion_weight")
-    wp = _setting(config, "utility_preempt_weight")
-    eps = _setting(config, "utility_epsilon")
-    default_max = _setting(config, "utility_default_max_tokens")
-    rho = _setting(config, "utility_cascade_gain_ratio")
+    # Settings the recording's configuration omits take the policy's defaults.
+    rules = decision_rules(config)
+    rho = rules.cascade_gain_ratio
     keys = decisions.select(
         "seq",
         pl.col(f"scheduling_policy_{side}").alias("policy"),
@@ -82,14 +69,13 @@ def policy_views(
     def col(name: str) -> pl.Expr:
         return pl.col(f"{name}_{side}")
 
-    max_tokens = col("max_tokens")
-    completion = (
-        col("num_output_tokens").cast(pl.Float64)
-        / pl.when(max_tokens > 0).then(max_tokens).otherwise(pl.lit(default_max)).cast(pl.Float64)
-    ).clip(0.0, 1.0)
-    preemptions = pl.max_horizontal(col("num_preemptions"), pl.lit(0)).cast(pl.Float64)
-    delta = 1.0 + wc * completion + wp * preemptions
-    tokens = pl.max_horizontal(col("num_computed_tokens"), pl.lit(0))
+    tokens, _, utility = utility_columns(
+        rules,
+        col("num_computed_tokens"),
+        col("num_output_tokens"),
+        col("max_tokens"),
+        col("num_preemptions"),
+    )
     scored = (
         candidates.join(keys, on="seq", how="semi")
         .filter(col("request_id").is_not_null())
@@ -100,7 +86,7 @@ def policy_views(
             col("priority").alias("priority"),
             col("arrival_time").alias("arrival"),
             tokens.alias("r"),
-            (tokens.cast(pl.Float64) / (delta + eps)).alias("utility"),
+            utility.alias("utility"),
         )
     )
     ranked = scored.sort(

@@ -6,11 +6,11 @@ stateful strategies get one ordered pass in Python over per-decision values comp
 the only loops over decisions in the fast path:
 
 ``bidkv`` (V4, ``utility_liveness_mode="abstain"``)
-    The gates, the cooldown timer, the liveness offsets and the cascade rule applied in decision
-    order exactly as ``BidkvPreemptionPolicy._pick_bidkv`` does, on the utility winner, the
-    requester's tokens and the default victim precomputed per decision. The offsets live in the
-    policy's own bounded ``LruTable`` with the policy's limit, touched in the same order, so
-    even forgetting past the bound matches.
+    The policy's own decision function (``decide``, through :mod:`tracekit.strategies`) on
+    every decision in order, with a fresh policy's state per run, so the gates, the cooldown,
+    the liveness offsets (and their bound) and the cascade rule are the policy's code. Only its
+    scan is replaced: the utility winner and the requester's tokens are computed column-wise
+    (:meth:`~tracekit.replay.rules.ChunkRules.utility`, built on the policy's ``utility``).
 ``static-random``
     The policy calls ``rng.choice(candidates)`` once per call on its own
     ``random.Random(utility_seed)``. ``choice`` reads only ``len()`` of its argument, so the
@@ -26,18 +26,15 @@ always return a candidate id or ``None`` on a valid trace, so the outcome is ``s
 
 from __future__ import annotations
 
-import math
 import random
+from itertools import repeat
 
 import polars as pl
 
-from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
-from bidkv.adapters.vllm_hust.metrics import LruTable
-from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy
 from tracekit.replay.contexts import Chunk
-from tracekit.replay.rules import ChunkRules
+from tracekit.replay.rules import ChunkRules, UtilityTop
 from tracekit.replay.table import OUTCOME, RAW_TYPE, REASON
-from tracekit.strategies import StrategySpec
+from tracekit.strategies import Step, StrategySpec, decide
 
 __all__ = ["FAST_RULES", "FastStrategy", "fast_rule"]
 
@@ -64,14 +61,12 @@ def _randbelow_is_standard() -> bool:
 
 _INLINE_RANDBELOW = _randbelow_is_standard()
 
-# Codes of the bidkv pass, in the order the policy tests them.
-_UTILITY, _GATE, _LIVENESS, _CASCADE = 0, 1, 2, 3
-# ... and the reason the policy's last_decision_reason() gives for each.
+# The reason the policy's last_decision_reason() gives for each step of the bidkv rule.
 _REASONS = {
-    _UTILITY: "strategy",
-    _GATE: "gate_fallback",
-    _LIVENESS: "liveness_abstain",
-    _CASCADE: "cascade_abstain",
+    int(Step.UTILITY): "strategy",
+    int(Step.GATE): "gate_fallback",
+    int(Step.LIVENESS): "liveness_abstain",
+    int(Step.CASCADE): "cascade_abstain",
 }
 
 
@@ -90,13 +85,9 @@ def fast_rule(spec: StrategySpec) -> str | None:
         when its switch is off or its kill switch on); ``None`` for user policies and for
         ``bidkv`` in barrier mode.
     """
-    if spec.kind == "builtin":
-        return "builtin"
-    if spec.kind != "production":
-        return None
-    config = BidkvSelectorConfig(**spec.settings)
-    rule = config.resolved_strategy if config.utility_enabled else "pe"
-    if rule == "bidkv" and config.utility_liveness_mode == "barrier":
+    rule = spec.rule
+    config = spec.policy_config()
+    if rule == "bidkv" and config is not None and config.utility_liveness_mode == "barrier":
         return None
     return rule
 
@@ -116,7 +107,8 @@ class FastStrategy:
             raise ValueError(f"strategy {spec.name} has no fast path")
         self.spec = spec
         self.rule = rule
-        self.config = BidkvSelectorConfig(**spec.settings) if spec.kind == "production" else None
+        self.config = spec.policy_config()
+        self.decision_rules = spec.decision_rules() if rule == "bidkv" else None
         # What last_decision_reason() says of a pick that is not bidkv's: a switched-off policy
         # behaves as pe and reports "disabled".
         self.reason = (
@@ -129,8 +121,7 @@ class FastStrategy:
     def start_run(self) -> None:
         """Reset to the state of a freshly constructed policy (one per run)."""
         config = self.config
-        self._last_pick = -math.inf
-        self._offsets = LruTable(BidkvPreemptionPolicy.state_table_limit)
+        self._state = self.spec.new_decision_state()
         self._rng = random.Random(config.utility_seed if config is not None else 0)
 
     def evaluate(self, rules: ChunkRules) -> pl.DataFrame:
@@ -181,26 +172,30 @@ class FastStrategy:
         return chunk.decisions["offset"] + pl.Series(picks, dtype=pl.Int64)
 
     def _bidkv(self, rules: ChunkRules) -> pl.DataFrame:
-        config = self.config
-        assert config is not None
-        top = rules.utility(
-            config.utility_completion_weight,
-            config.utility_preempt_weight,
-            config.utility_epsilon,
-            config.utility_default_max_tokens,
-        )
+        decision_rules = self.decision_rules
+        assert decision_rules is not None
+        top = rules.utility(decision_rules)
         dec = rules.chunk.decisions
         top_row = rules.canonical(top.top_row)
+        # decide() reads the requester's id only when the requester is a candidate, and only
+        # compares it with the winner's: the winner's id where they are the same candidate
+        # (rows stand for ids) and None elsewhere say the same, without a string per decision.
+        requester = (
+            pl.DataFrame(
+                {
+                    "same": dec["requester_row"] == top_row,
+                    "id": rules.chunk.candidates["request_id"].gather(top_row),
+                }
+            )
+            .select(pl.when("same").then("id"))
+            .to_series()
+        )
         codes = self._bidkv_pass(
             dec["num_candidates"].to_list(),
             dec["kv_usage"].to_list(),
             dec["time_s"].to_list(),
-            top.top_id,
-            top_row.to_list(),
-            top.top_tokens,
-            top.top_preemptions,
-            dec["requester_row"].to_list(),
-            top.requester_tokens,
+            requester.to_list(),
+            top,
         )
         frame = pl.DataFrame(
             {
@@ -211,9 +206,9 @@ class FastStrategy:
             }
         )
         code = pl.col("code")
-        picked = code <= _GATE
+        picked = code <= int(Step.GATE)
         return frame.select(
-            pl.when(code == _UTILITY)
+            pl.when(code == int(Step.UTILITY))
             .then("top")
             .when(picked)
             .then("default")
@@ -236,73 +231,41 @@ class FastStrategy:
         num_candidates: list[int],
         kv_usage: list[float],
         now: list[float],
-        top_id: list[str],
-        top_row: list[int],
-        top_tokens: list[int],
-        top_preemptions: list[int],
-        requester_row: list[int | None],
-        requester_tokens: list[int | None],
-    ) -> list[int]:
-        """``_pick_bidkv`` in decision order, on precomputed values; one code per decision.
+        requester: list[str | None],
+        top: UtilityTop,
+    ) -> list[Step]:
+        """The policy's decision function in decision order; one :class:`Step` per decision.
 
-        Mirrors the policy line by line: the gates (too few candidates, KV usage below the
-        gate, cooldown since the last utility pick), then liveness on the utility winner
-        (abstain once its preemptions since its offset reach the bound, and move the offset),
-        then the cascade rule (abstain when the requester is another candidate freeing at least
-        ``1/ratio`` of the winner's tokens), else a utility pick that restarts the cooldown.
-        Rows are the first rows of their ids, so comparing rows compares ids.
+        ``decide`` runs on every decision, given the winner computed column-wise instead of
+        scanning, and its result is committed to this run's state, as the policy does.
         """
-        config = self.config
-        assert config is not None
-        min_running = config.utility_min_running
-        gate = config.utility_kv_gate
-        cooldown = config.utility_cooldown_s
-        threshold = config.utility_liveness_preemptions
-        ratio = config.utility_cascade_gain_ratio
-        gated, cooling, live = gate > 0, cooldown > 0, threshold > 0
-        offsets = self._offsets
-        # LruTable.touch_get inlined (a dict read, then marking the id as recently used).
-        get, move_to_end, put = offsets.get, offsets.move_to_end, offsets.put
-        last = self._last_pick
-        no_pick = -math.inf
-        codes: list[int] = []
-        append = codes.append
-        for n, kv, t, tid, trow, tokens, preemptions, rq_row, rq_tokens in zip(
-            num_candidates,
-            kv_usage,
-            now,
-            top_id,
-            top_row,
-            top_tokens,
-            top_preemptions,
-            requester_row,
-            requester_tokens,
-            strict=True,
-        ):
-            if (
-                n < min_running
-                or (gated and kv < gate)
-                or (cooling and last > no_pick and t - last < cooldown)
-            ):
-                append(_GATE)
-                continue
-            if live:
-                seen = get(tid)
-                if seen is None:
-                    seen = 0
-                else:
-                    move_to_end(tid)
-                if preemptions - seen >= threshold:
-                    put(tid, preemptions)
-                    append(_LIVENESS)
-                    continue
-            if rq_row is not None and rq_row != trow and rq_tokens * ratio >= tokens:
-                append(_CASCADE)
-                continue
-            last = t
-            append(_UTILITY)
-        self._last_pick = last
-        return codes
+        rules = self.decision_rules
+        assert rules is not None
+        state = self._state
+        # The scan's tuples, with None for the fields the rule does not read.
+        blank = repeat(None)
+        found = zip(
+            blank,
+            blank,
+            top.top_id,
+            blank,
+            top.top_tokens,
+            blank,
+            top.top_preemptions,
+            top.requester_found,
+            top.requester_tokens,
+            strict=False,  # the blanks are endless; the columns have one entry per decision
+        )
+        commit = state.commit
+        offsets = state.offsets  # the table object never changes; only its entries do
+        # One decide() and one commit() per decision, in order; last_pick is read after the
+        # previous commit.
+        return [
+            commit(rules, decide(rules, None, n, kv, t, rq, state.last_pick, offsets, winner), t)
+            for n, kv, t, rq, winner in zip(
+                num_candidates, kv_usage, now, requester, found, strict=True
+            )
+        ]
 
 
 def _selected_result(rows: pl.Series, reason: str) -> pl.DataFrame:

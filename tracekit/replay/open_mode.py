@@ -24,7 +24,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from bidkv._version import __version__
+from tracekit import __version__
 from tracekit.errors import ConfigError
 from tracekit.replay.contexts import run_decision_count
 from tracekit.replay.plain import Failure

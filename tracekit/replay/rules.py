@@ -5,10 +5,12 @@ Every rule gives, per decision, the row of the chosen candidate in the chunk's c
 Each rule reproduces one function of ``bidkv/adapters/vllm_hust`` (or the host's built-in rule)
 exactly, ties included: :func:`select_rows` picks, per decision, the candidate that is best on a
 list of keys compared lexicographically, exact ties going to the first (or last) in host order,
-which is what the policy's ``max``/``<=`` loops do. The arithmetic of the utility is the policy's,
-operation by operation in the same order, so every float is bit-identical (IEEE-754 doubles in
-both). The fast path relies on the trace's floats being finite (``open_mode`` checks it per run):
-NaN orders differently in Python comparisons and in polars sorts.
+which is what the policy's ``max``/``<=`` loops do. The utility is the policy's own formula
+(``utility``, through :mod:`tracekit.strategies`) evaluated on columns, after the policy's
+coercions (:func:`utility_columns`), so every float is bit-identical (IEEE-754 doubles in both;
+tests hold it equal to the policy's scan). The fast path relies on the trace's floats being finite
+(``open_mode`` checks it per run): NaN orders differently in Python comparisons and in polars
+sorts.
 
 ``ChunkRules`` caches each rule per chunk, since several strategies share one (``pe`` and
 ``pe-sjf`` the default victim, ``bidkv`` the default and the built-in victims).
@@ -22,8 +24,9 @@ from functools import cached_property
 import polars as pl
 
 from tracekit.replay.contexts import Chunk
+from tracekit.strategies import DecisionRules, utility
 
-__all__ = ["ChunkRules", "UtilityTop", "select_rows"]
+__all__ = ["ChunkRules", "UtilityTop", "select_rows", "utility_columns"]
 
 _DEC = "dec"
 _ROW = "row"
@@ -69,6 +72,40 @@ def select_rows(
     )
 
 
+def utility_columns(
+    rules: DecisionRules,
+    tokens: pl.Expr,
+    output_tokens: pl.Expr,
+    max_tokens: pl.Expr,
+    preemptions: pl.Expr,
+) -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """The policy's scan, column-wise: ``r``, ``P`` and ``U`` from the candidate columns.
+
+    The coercions are the scan's (``r`` and ``P`` at least 0, a ``max_tokens`` not above 0
+    replaced by ``default_max_tokens``, the completion clamped to [0, 1]); ``U`` is the policy's
+    ``utility`` called on float64 columns, so its operations run in the policy's order.
+
+    Returns
+    -------
+    tuple of pl.Expr
+        ``(r, P, U)``.
+    """
+    f64 = pl.Float64
+    r = tokens.clip(lower_bound=0)
+    p = preemptions.clip(lower_bound=0)
+    m = pl.when(max_tokens > 0).then(max_tokens).otherwise(pl.lit(rules.default_max_tokens))
+    completion = (output_tokens.cast(f64) / m.cast(f64)).clip(0.0, 1.0)
+    u = utility(
+        r.cast(f64),
+        completion,
+        p.cast(f64),
+        rules.completion_weight,
+        rules.preempt_weight,
+        rules.epsilon,
+    )
+    return r, p, u
+
+
 class UtilityTop:
     """Per decision, what the ``bidkv`` strategy reads from its one-pass scan (``scan_top``).
 
@@ -78,12 +115,19 @@ class UtilityTop:
         The utility winner's candidate row.
     top_id, top_tokens, top_preemptions
         The utility winner by ``(-U, arrival_time, request_id)``: its id, ``r`` and ``P``.
-    requester_tokens
-        ``r`` of the requester's best-ranked record, ``None`` when the requester is not a
-        candidate.
+    requester_found, requester_tokens
+        Whether the requester is a candidate, and ``r`` of its best-ranked record (``None``
+        when it is not a candidate).
     """
 
-    __slots__ = ("requester_tokens", "top_id", "top_preemptions", "top_row", "top_tokens")
+    __slots__ = (
+        "requester_found",
+        "requester_tokens",
+        "top_id",
+        "top_preemptions",
+        "top_row",
+        "top_tokens",
+    )
 
     def __init__(
         self,
@@ -91,12 +135,14 @@ class UtilityTop:
         top_id: list[str],
         top_tokens: list[int],
         top_preemptions: list[int],
+        requester_found: list[bool],
         requester_tokens: list[int | None],
     ) -> None:
         self.top_row = top_row
         self.top_id = top_id
         self.top_tokens = top_tokens
         self.top_preemptions = top_preemptions
+        self.requester_found = requester_found
         self.requester_tokens = requester_tokens
 
 
@@ -182,31 +228,27 @@ class ChunkRules:
             self._slack[slo_s] = select_rows(self.frame, [(slack, True)], last=True)[_ROW]
         return self._slack[slo_s]
 
-    def utility(self, wc: float, wp: float, epsilon: float, default_max_tokens: int) -> UtilityTop:
+    def utility(self, rules: DecisionRules) -> UtilityTop:
         """``scan_top`` per decision: the utility winner and the requester's record.
 
-        ``U = r / (1 + wc * c + wp * P + epsilon)`` with the policy's coercions: ``r`` and ``P``
-        at least 0, ``max_tokens`` not above 0 replaced by ``default_max_tokens``, ``c``
-        clamped to [0, 1]. Ranking key ``(-U, arrival_time, request_id)``, host order on ties.
+        ``U`` from :func:`utility_columns`; ranking key ``(-U, arrival_time, request_id)``, host
+        order on ties.
         """
-        key = (wc, wp, epsilon, default_max_tokens)
+        key = (
+            rules.completion_weight,
+            rules.preempt_weight,
+            rules.epsilon,
+            rules.default_max_tokens,
+        )
         if key in self._utility:
             return self._utility[key]
-        f64 = pl.Float64
-        tokens = pl.col("num_computed_tokens").clip(lower_bound=0)
-        m = (
-            pl.when(pl.col("max_tokens") > 0)
-            .then(pl.col("max_tokens"))
-            .otherwise(default_max_tokens)
+        tokens, preemptions, u = utility_columns(
+            rules,
+            pl.col("num_computed_tokens"),
+            pl.col("num_output_tokens"),
+            pl.col("max_tokens"),
+            pl.col("num_preemptions"),
         )
-        completion = (pl.col("num_output_tokens").cast(f64) / m.cast(f64)).clip(0.0, 1.0)
-        preemptions = pl.col("num_preemptions").clip(lower_bound=0)
-        # Same association as the policy: ((1 + wc*c) + wp*P) + epsilon.
-        delta = (
-            pl.lit(1.0, f64)
-            + pl.lit(wc, f64) * completion
-            + pl.lit(wp, f64) * preemptions.cast(f64)
-        ) + pl.lit(epsilon, f64)
         scored = self.frame.select(
             _DEC,
             _ROW,
@@ -216,7 +258,7 @@ class ChunkRules:
             "requester_row",
             tokens.alias("r"),
             preemptions.alias("p"),
-            (tokens.cast(f64) / delta).alias("u"),
+            u.alias("u"),
         )
         top = select_rows(
             scored,
@@ -235,6 +277,7 @@ class ChunkRules:
             self.chunk.candidates["request_id"].gather(top).to_list(),
             scored["r"].gather(top).to_list(),
             scored["p"].gather(top).to_list(),
+            rq_tokens.is_not_null().to_list(),
             rq_tokens.to_list(),
         )
         self._utility[key] = result

@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bidkv.adapters.vllm_hust.config import (
-    KNOWN_STRATEGY_NAMES,
-    BidkvSelectorConfig,
-    canonical_strategy,
-)
 from tracekit.analysis.serving import SloTargets
 from tracekit.engine import EngineConfig
 from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
-from tracekit.strategies import HostPath, resolve_strategy
+from tracekit.strategies import (
+    KNOWN_STRATEGY_NAMES,
+    POLICY_SETTINGS,
+    HostPath,
+    canonical_strategy,
+    resolve_strategy,
+)
 from tracekit.sweep.checks import Checker, matrix_schema
 
 if sys.version_info >= (3, 11):
@@ -58,7 +59,6 @@ RepeatKind = Literal["windows", "seeds"]
 DEFAULT_ENGINE = EngineConfig()
 
 ENGINE_FIELDS = tuple(f.name for f in dataclasses.fields(EngineConfig))
-POLICY_SETTINGS = tuple(BidkvSelectorConfig.__dataclass_fields__)
 # Settings each production strategy sets itself: a grid over them makes no sense.
 RESERVED_SETTINGS = ("enable_utility_victim_selection", "utility_strategy")
 

@@ -90,7 +90,11 @@ class LruTable(OrderedDict[str, int]):
 
     def increment(self, key: str) -> None:
         """Add one to ``key``'s value (absent counts as 0), as the most recently used entry."""
-        self.put(key, self.get(key, 0) + 1)
+        # put() inlined: this runs on every decision.
+        self[key] = self.get(key, 0) + 1
+        self.move_to_end(key)
+        if len(self) > self.limit:
+            self.popitem(last=False)
 
 
 class DecisionRecorder:
@@ -192,8 +196,13 @@ class DecisionRecorder:
         ranked
             The ranking's first records, for snapshots (empty when not ranked).
         """
-        request_id = str(getattr(victim, "request_id", ""))
-        tokens = int(getattr(victim, "num_computed_tokens", 0) or 0)
+        request_id = getattr(victim, "request_id", "")
+        if request_id.__class__ is not str:
+            request_id = str(request_id)
+        tokens = getattr(victim, "num_computed_tokens", 0)
+        if tokens.__class__ is not int:
+            # Only non-int values need the original's coercion (an int is its own result).
+            tokens = int(tokens or 0)
         self.total_preemptions += 1
         if tokens > 0:
             self.total_tokens_freed += tokens

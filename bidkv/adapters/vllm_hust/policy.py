@@ -11,14 +11,20 @@ formats on the ``"vllm"`` logger, because external analysers count them.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
-from bidkv.adapters.vllm_hust.metrics import DEFAULT_STATE_LIMIT, DecisionRecorder, LruTable
+from bidkv.adapters.vllm_hust.decision import (
+    DecisionRules,
+    DecisionState,
+    Step,
+    decide,
+    gate_reasons,
+)
+from bidkv.adapters.vllm_hust.metrics import DEFAULT_STATE_LIMIT, DecisionRecorder
 from bidkv.adapters.vllm_hust.scoring import (
     ScanResult,
     UtilityCandidateScore,
@@ -26,7 +32,6 @@ from bidkv.adapters.vllm_hust.scoring import (
     default_victim,
     last_with_id,
     rank_candidates,
-    scan_top,
 )
 from bidkv.adapters.vllm_hust.strategies import (
     pick_largest_first,
@@ -38,6 +43,7 @@ from bidkv.adapters.vllm_hust.strategies import (
 __all__ = ["BidkvPreemptionPolicy", "BidkvVictimSelector"]
 
 _LOGGER = logging.getLogger("vllm")
+_UTILITY, _LIVENESS, _CASCADE = Step.UTILITY, Step.LIVENESS, Step.CASCADE
 
 # One decision: (candidates, scheduling policy, kv usage, now, context) -> victim object or None.
 _Decide = Callable[[Sequence[Any], Any, Any, float, Any], Any]
@@ -129,19 +135,15 @@ class BidkvPreemptionPolicy:
         self._wp = config.utility_preempt_weight
         self._eps = config.utility_epsilon
         self._default_max_tokens = config.utility_default_max_tokens
-        self._kv_gate = config.utility_kv_gate
-        self._cooldown_s = config.utility_cooldown_s
-        self._min_running = config.utility_min_running
+        self._rules = DecisionRules.from_config(config)
         self._liveness = config.utility_liveness_preemptions
-        self._gain_ratio = config.utility_cascade_gain_ratio
         self._barrier = config.utility_liveness_mode == "barrier"
         self._slo_s = config.utility_slo_s
         self._snapshots = config.utility_snapshot_enabled
         self._top_k = config.utility_snapshot_top_k
-        self._last_utility_pick_ts = -math.inf
         # Whether the last bidkv decision fell back at a gate (its record says "strategy").
         self._gate_fell_back = False
-        self._liveness_offsets = LruTable(self.state_table_limit)
+        self._state = DecisionState(self.state_table_limit)
         self._metrics = DecisionRecorder(
             config.utility_snapshot_history_size,
             config.utility_snapshot_enabled,
@@ -210,7 +212,10 @@ class BidkvPreemptionPolicy:
         if not candidates:
             raise ValueError("running is empty, cannot pick victim")
         now = context.now
-        now = time.monotonic() if now is None else float(now)
+        if now is None:
+            now = time.monotonic()
+        elif now.__class__ is not float:
+            now = float(now)
         self._gate_fell_back = False
         victim = self._decide(
             candidates, context.scheduling_policy, context.kv_cache_usage, now, context
@@ -336,7 +341,7 @@ class BidkvPreemptionPolicy:
     @property
     def liveness_offsets(self) -> dict[str, int]:
         """A copy of the liveness offsets (request id -> preemption count at its last epoch)."""
-        return dict(self._liveness_offsets)
+        return dict(self._state.offsets)
 
     @property
     def preemptions_per_request(self) -> dict[str, int]:
@@ -393,26 +398,20 @@ class BidkvPreemptionPolicy:
         self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
     ) -> Any:
         metrics = self._metrics
-        gate = self._kv_gate
+        rules = self._rules
+        gate = rules.kv_gate
         if gate > 0 and kv is not None and kv >= gate:
             metrics.kv_pressure_events += 1
         default = default_victim(candidates, policy)
         n = len(candidates)
-        if (
-            n < self._min_running
-            or (gate > 0 and (kv is None or kv < gate))
-            or (
-                self._cooldown_s > 0
-                and self._last_utility_pick_ts > -math.inf
-                and now - self._last_utility_pick_ts < self._cooldown_s
-            )
-        ):
-            return self._gate_fallback(default, n, policy, kv, now)
-
         requester = getattr(context, "requesting_request_id", "")
-        scan = scan_top(
-            candidates, self._wc, self._wp, self._eps, self._default_max_tokens, requester
+        state = self._state
+        decision = decide(
+            rules, candidates, n, kv, now, requester, state.last_pick, state.offsets
         )
+        step, scan, relative = decision
+        if scan is None:
+            return self._gate_fallback(default, n, policy, kv, now)
         # Full records are built (and sorted) only for snapshots.
         ranked: Sequence[UtilityCandidateScore] = ()
         if self._snapshots:
@@ -421,60 +420,45 @@ class BidkvPreemptionPolicy:
             )
         if self._barrier:
             return self._pick_bidkv_barrier(
-                candidates, policy, kv, now, default, requester, scan, ranked
+                candidates, policy, kv, now, default, requester, step, scan, ranked
             )
-
-        _, victim, top_id, _, tokens, _, preemptions, rq_found, rq_tokens = scan
-        threshold = self._liveness
-        if threshold > 0:
-            relative = preemptions - self._liveness_offsets.touch_get(top_id, 0)
-            if relative >= threshold:
-                # A per-victim bound (V4): one abstention hands this decision to the host's
-                # built-in victim and re-arms utility for the same request right away.
-                metrics.liveness_fallback_hits += 1
-                metrics.liveness_epochs += 1
-                metrics.policy_abstentions += 1
-                self._liveness_offsets.put(top_id, preemptions)
-                _LOGGER.warning(
-                    "[BidKV] LIVENESS_ABSTAIN | utility_victim=%s | "
-                    "builtin_victim=%s | threshold=%d | epoch=%d | "
-                    "relative_preemptions=%d | kv_util=%.2f | running=%d",
-                    top_id,
-                    default.request_id,
-                    threshold,
-                    metrics.liveness_epochs,
-                    relative,
-                    kv or 0.0,
-                    n,
-                )
-                metrics.record(
-                    default, False, policy, kv, now, _rid(default), n, "liveness_abstain", ranked
-                )
-                return None
-
-        if rq_found and requester != top_id and rq_tokens * self._gain_ratio >= tokens:
-            # Selecting the requester resets its KV and may make it retry forever; a marginal
-            # gain is not worth it, so let the host apply its stable built-in order.
+        state.commit(rules, decision, now)
+        if step is _UTILITY:
+            self._utility_pick(scan[1], scan[2:7], False, _rid(default), policy, kv, now, n, ranked)
+            return scan[1]
+        metrics.policy_abstentions += 1
+        if step is _LIVENESS:
+            metrics.liveness_fallback_hits += 1
+            metrics.liveness_epochs += 1
+            _LOGGER.warning(
+                "[BidKV] LIVENESS_ABSTAIN | utility_victim=%s | "
+                "builtin_victim=%s | threshold=%d | epoch=%d | "
+                "relative_preemptions=%d | kv_util=%.2f | running=%d",
+                scan[2],
+                default.request_id,
+                rules.liveness_preemptions,
+                metrics.liveness_epochs,
+                relative,
+                kv or 0.0,
+                n,
+            )
+            reason = "liveness_abstain"
+        else:
             metrics.cascade_guard_hits += 1
-            metrics.policy_abstentions += 1
             _LOGGER.info(
                 "[BidKV] CASCADE_ABSTAIN | utility_victim=%s | "
                 "builtin_victim=%s | requester=%s | gain_ratio=%.2f | "
                 "kv_util=%.2f | running=%d",
-                top_id,
+                scan[2],
                 default.request_id,
                 requester,
-                self._gain_ratio,
+                rules.cascade_gain_ratio,
                 kv or 0.0,
                 n,
             )
-            metrics.record(
-                default, False, policy, kv, now, _rid(default), n, "cascade_abstain", ranked
-            )
-            return None
-
-        self._utility_pick(victim, scan[2:7], False, _rid(default), policy, kv, now, n, ranked)
-        return victim
+            reason = "cascade_abstain"
+        metrics.record(default, False, policy, kv, now, _rid(default), n, reason, ranked)
+        return None
 
     def _pick_bidkv_barrier(
         self,
@@ -484,11 +468,13 @@ class BidkvPreemptionPolicy:
         now: float,
         default: Any,
         requester: Any,
+        step: Step,
         scan: ScanResult,
         ranked: Sequence[UtilityCandidateScore],
     ) -> Any:
-        # V3 (docs/policy.md, "Barrier mode (V3)"): an epoch barrier over every candidate, and a
-        # cascade rule that selects the requester. Never abstains.
+        # V3 (docs/policy.md, "Barrier mode (V3)"): an epoch barrier over every candidate (the
+        # rules carry no V4 bound in this mode), and a cascade rule that selects the requester.
+        # Never abstains.
         metrics = self._metrics
         n = len(candidates)
         threshold = self._liveness
@@ -504,7 +490,7 @@ class BidkvPreemptionPolicy:
                 for s in rank_candidates(
                     candidates, self._wc, self._wp, self._eps, self._default_max_tokens
                 ):
-                    self._liveness_offsets.put(s.request_id, s.num_preemptions)
+                    self._state.offsets.put(s.request_id, s.num_preemptions)
                 _LOGGER.warning(
                     "[BidKV] LIVENESS_FALLBACK | victim=%s (progress barrier) | "
                     "threshold=%d | epoch=%d | min_relative_preemptions=%d | "
@@ -521,9 +507,9 @@ class BidkvPreemptionPolicy:
                 )
                 return chosen
 
-        _, victim, top_id, _, tokens, _, _, rq_found, rq_tokens = scan
+        victim = scan[1]
         summary = scan[2:7]
-        cascade = rq_found and requester != top_id and rq_tokens * self._gain_ratio >= tokens
+        cascade = step is _CASCADE
         if cascade:
             # V3 prefers the requester: preempting it ends the host's retry loop after one victim.
             metrics.cascade_guard_hits += 1
@@ -533,6 +519,7 @@ class BidkvPreemptionPolicy:
             assert r is not None  # the scan found the requester among the candidates
             summary = (r.request_id, r.utility, r.tokens_freed, r.completion, r.num_preemptions)
             victim = last_with_id(candidates, requester)
+        self._state.last_pick = now  # the cooldown timer starts only on utility picks
         self._utility_pick(victim, summary, cascade, _rid(default), policy, kv, now, n, ranked)
         return victim
 
@@ -549,32 +536,25 @@ class BidkvPreemptionPolicy:
         ranked: Sequence[UtilityCandidateScore],
     ) -> None:
         # summary = (id, U, r, completion, num_preemptions) of the ranked record picked.
-        self._last_utility_pick_ts = now  # the cooldown timer starts only on utility picks
-        _LOGGER.info(
-            "[BidKV] UTILITY_ACTIVE | victim=%s | U=%.4f | r=%d tok | "
-            "completion=%.2f | preemptions=%d | kv_util=%.2f | running=%d | "
-            "cascade_guard=%s",
-            *summary,
-            kv or 0.0,
-            n,
-            cascade_guard,
-        )
+        # Logger.info makes the same check; testing first skips packing the arguments on the
+        # most frequent decision.
+        if _LOGGER.isEnabledFor(logging.INFO):
+            _LOGGER.info(
+                "[BidKV] UTILITY_ACTIVE | victim=%s | U=%.4f | r=%d tok | "
+                "completion=%.2f | preemptions=%d | kv_util=%.2f | running=%d | "
+                "cascade_guard=%s",
+                *summary,
+                kv or 0.0,
+                n,
+                cascade_guard,
+            )
         self._metrics.record(victim, True, policy, kv, now, default_id, n, "strategy", ranked)
 
     def _gate_fallback(self, default: Any, n: int, policy: Any, kv: Any, now: float) -> Any:
-        reasons = []
-        if n < self._min_running:
-            reasons.append(f"running({n})<min({self._min_running})")
-        gate = self._kv_gate
-        if gate > 0 and (kv or 0) < gate:
-            # The original formatted None with :.2f and raised; print it
-            # (docs/policy.md, "Deliberate differences from the original").
-            shown = "None" if kv is None else f"{kv:.2f}"
-            reasons.append(f"kv({shown})<gate({gate})")
         _LOGGER.info(
             "[BidKV] FALLBACK | victim=%s (default) | reason=%s | kv_util=%.2f | running=%d",
             default.request_id,
-            ",".join(reasons) or "unknown",
+            gate_reasons(self._rules, n, kv),
             kv or 0.0,
             n,
         )
@@ -584,7 +564,7 @@ class BidkvPreemptionPolicy:
 
     def _min_relative_preemptions(self, candidates: Sequence[Any], threshold: int) -> int | None:
         # The smallest relative preemption count, or None as soon as one is below the threshold.
-        offsets = self._liveness_offsets
+        offsets = self._state.offsets
         ids = [_rid(c) for c in candidates]
         if len(set(ids)) != len(ids):
             # V3 kept one count per id, that of the id's last record in ranking order.

@@ -1,0 +1,72 @@
+"""The bidkv/tracekit boundary: tracekit reaches the policy through ``tracekit.strategies`` only.
+
+``bidkv`` never imports ``tracekit``. In ``tracekit``, only ``strategies.py`` imports the policy's
+modules; the exceptions below are listed with their reason, so that a new one is a decision.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Imports of bidkv outside tracekit/strategies.py that are allowed, by file.
+ALLOWED = {
+    # The version string; these may move to tracekit.__version__.
+    "*": {"bidkv._version"},
+    # The original experiments' baseline strategies (issue 17: may stay for now).
+    "tracekit/experiment/hooks.py": {
+        "bidkv.baselines.base",
+        "bidkv.baselines.registry",
+        "bidkv.baselines.static_random",
+    },
+    # The package's location, linked into the real-vLLM driver's PYTHONPATH.
+    "tracekit/vllm/record.py": {"bidkv"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_only_tracekit_strategies_imports_the_policy() -> None:
+    offending = {}
+    for path in sorted((ROOT / "tracekit").rglob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        if name == "tracekit/strategies.py":
+            continue
+        allowed = ALLOWED["*"] | ALLOWED.get(name, set())
+        found = {
+            m for m in imported_modules(path) if m.split(".")[0] == "bidkv" and m not in allowed
+        }
+        if found:
+            offending[name] = sorted(found)
+    assert offending == {}
+
+
+def test_bidkv_never_imports_tracekit() -> None:
+    for path in sorted((ROOT / "bidkv").rglob("*.py")):
+        assert not {m for m in imported_modules(path) if m.split(".")[0] == "tracekit"}, path
+
+
+def test_strategies_hands_out_the_policy_rule_by_public_names() -> None:
+    from tracekit.strategies import DecisionRules, decision_rules, resolve_strategy
+
+    # A recording's configuration: other keys and nulls are ignored, the rest is the policy's.
+    rules = decision_rules(
+        {"utility_strategy": "pe-lifo", "utility_kv_gate": 0.5, "utility_epsilon": None}
+    )
+    assert rules == DecisionRules(kv_gate=0.5)
+    spec = resolve_strategy("bidkv", {"utility_cooldown_s": 2.0})
+    assert spec.rule == "bidkv"
+    assert spec.decision_rules() == DecisionRules(cooldown_s=2.0)
+    assert resolve_strategy("bidkv", {"utility_kill_switch": True}).rule == "pe"
+    assert resolve_strategy("builtin").rule == "builtin"
+    assert resolve_strategy("preempt-evict").rule == "pe"
