@@ -7,6 +7,13 @@ declared once, in :mod:`tracekit.workloads.model`. Bad input raises
 :class:`tracekit.errors.WorkloadError` with a one-line message. See ``docs/workloads.md``.
 """
 
+from tracekit.workloads.arrivals import (
+    ArrivalKind,
+    Arrivals,
+    apply_arrivals,
+    arrival_times,
+    parse_arrivals,
+)
 from tracekit.workloads.azure import read_azure, scan_azure
 from tracekit.workloads.bidkv_trace import read_bidkv_trace
 from tracekit.workloads.detect import WorkloadFormat, detect_format, parse_format
@@ -26,6 +33,8 @@ from tracekit.workloads.vidur import read_vidur
 from tracekit.workloads.vllm_workload import read_vllm_workload
 
 __all__ = [
+    "ArrivalKind",
+    "Arrivals",
     "OPTIONAL_SCHEMA",
     "PREFIX_HASH_IDS",
     "READERS",
@@ -33,9 +42,12 @@ __all__ = [
     "Workload",
     "WorkloadFormat",
     "WorkloadRequest",
+    "apply_arrivals",
+    "arrival_times",
     "check_workload_frame",
     "detect_format",
     "load_workload",
+    "parse_arrivals",
     "parse_format",
     "read_azure",
     "read_bidkv_trace",
