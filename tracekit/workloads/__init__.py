@@ -28,6 +28,8 @@ from tracekit.workloads.model import (
     workload_schema,
 )
 from tracekit.workloads.mooncake import read_mooncake
+from tracekit.workloads.order import Order, OrderKind, apply_order, parse_order
+from tracekit.workloads.output_lengths import apply_max_tokens
 from tracekit.workloads.table import read_table, scan_table
 from tracekit.workloads.vidur import read_vidur
 from tracekit.workloads.vllm_workload import read_vllm_workload
@@ -36,6 +38,8 @@ __all__ = [
     "ArrivalKind",
     "Arrivals",
     "OPTIONAL_SCHEMA",
+    "Order",
+    "OrderKind",
     "PREFIX_HASH_IDS",
     "READERS",
     "REQUIRED_SCHEMA",
@@ -43,12 +47,15 @@ __all__ = [
     "WorkloadFormat",
     "WorkloadRequest",
     "apply_arrivals",
+    "apply_max_tokens",
+    "apply_order",
     "arrival_times",
     "check_workload_frame",
     "detect_format",
     "load_workload",
     "parse_arrivals",
     "parse_format",
+    "parse_order",
     "read_azure",
     "read_bidkv_trace",
     "read_mooncake",
