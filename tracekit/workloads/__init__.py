@@ -2,8 +2,11 @@
 
 Each format has one loader module with a ``read_*`` function returning a checked
 :class:`Workload` (and a lazy ``scan_*`` where that helps); :func:`load_workload` detects the
-format and adds windowing, limiting, rate scaling and seeded priorities. The table's columns are
-declared once, in :mod:`tracekit.workloads.model`. Bad input raises
+format and adds windowing, limiting, rate scaling and seeded priorities. Client models (generated
+arrivals, request order, a ``max_tokens`` cap, concurrency and aborts) are applied on top, by
+:mod:`~tracekit.workloads.arrivals`, :mod:`~tracekit.workloads.order`,
+:mod:`~tracekit.workloads.output_lengths` and :mod:`~tracekit.workloads.client`. The table's
+columns are declared once, in :mod:`tracekit.workloads.model`. Bad input raises
 :class:`tracekit.errors.WorkloadError` with a one-line message. See ``docs/workloads.md``.
 """
 
@@ -16,6 +19,7 @@ from tracekit.workloads.arrivals import (
 )
 from tracekit.workloads.azure import read_azure, scan_azure
 from tracekit.workloads.bidkv_trace import read_bidkv_trace
+from tracekit.workloads.client import ClientModel, closed_loop_arrivals, dispatch_times
 from tracekit.workloads.detect import WorkloadFormat, detect_format, parse_format
 from tracekit.workloads.load import READERS, load_workload
 from tracekit.workloads.model import (
@@ -37,6 +41,7 @@ from tracekit.workloads.vllm_workload import read_vllm_workload
 __all__ = [
     "ArrivalKind",
     "Arrivals",
+    "ClientModel",
     "OPTIONAL_SCHEMA",
     "Order",
     "OrderKind",
@@ -51,7 +56,9 @@ __all__ = [
     "apply_order",
     "arrival_times",
     "check_workload_frame",
+    "closed_loop_arrivals",
     "detect_format",
+    "dispatch_times",
     "load_workload",
     "parse_arrivals",
     "parse_format",
