@@ -19,10 +19,12 @@ from tracekit.workloads.arrivals import (
 )
 from tracekit.workloads.azure import read_azure, scan_azure
 from tracekit.workloads.bidkv_trace import read_bidkv_trace
+from tracekit.workloads.cancels import apply_cancels
 from tracekit.workloads.client import ClientModel, closed_loop_arrivals, dispatch_times
 from tracekit.workloads.detect import WorkloadFormat, detect_format, parse_format
 from tracekit.workloads.load import READERS, load_workload
 from tracekit.workloads.model import (
+    CANCEL_AFTER_S,
     OPTIONAL_SCHEMA,
     PREFIX_HASH_IDS,
     REQUIRED_SCHEMA,
@@ -41,6 +43,7 @@ from tracekit.workloads.vllm_workload import read_vllm_workload
 __all__ = [
     "ArrivalKind",
     "Arrivals",
+    "CANCEL_AFTER_S",
     "ClientModel",
     "OPTIONAL_SCHEMA",
     "Order",
@@ -52,6 +55,7 @@ __all__ = [
     "WorkloadFormat",
     "WorkloadRequest",
     "apply_arrivals",
+    "apply_cancels",
     "apply_max_tokens",
     "apply_order",
     "arrival_times",
