@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tracekit.errors import ConfigError
+from tracekit.workloads.arrivals import parse_arrivals
 from tracekit.workloads.client import ClientModel, closed_loop_arrivals, dispatch_times
 
 
@@ -53,6 +54,13 @@ def test_client_model_errors(kwargs: dict[str, object], needle: str) -> None:
         ClientModel(**kwargs)  # type: ignore[arg-type]
     assert needle in str(caught.value)
     assert "\n" not in str(caught.value) and "; fix: " in str(caught.value)
+
+
+def test_closed_loop_refuses_generated_arrivals() -> None:
+    ClientModel(concurrency=2).check_arrivals(parse_arrivals("recorded"))
+    ClientModel(max_concurrency=2).check_arrivals(parse_arrivals("poisson", rate=1.0))
+    with pytest.raises(ConfigError, match=r"^--arrivals 'poisson': expected recorded with --conc"):
+        ClientModel(concurrency=2).check_arrivals(parse_arrivals("poisson", rate=1.0))
 
 
 # --- --max-concurrency ----------------------------------------------------------------------------

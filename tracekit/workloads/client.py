@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracekit.workloads._options import check_count, check_seconds, client_option_error
+from tracekit.workloads.arrivals import ArrivalKind, Arrivals
 
 __all__ = ["ClientModel", "closed_loop_arrivals", "dispatch_times"]
 
@@ -114,6 +115,28 @@ class ClientModel:
             "think_time_s": self.think_time_s,
             "ttft_timeout_s": self.ttft_timeout_s,
         }
+
+    def check_arrivals(self, arrivals: Arrivals) -> None:
+        """Refuse generated arrivals in a closed loop, whose arrivals come from finishes.
+
+        Parameters
+        ----------
+        arrivals
+            The run's arrival model.
+
+        Raises
+        ------
+        tracekit.errors.ConfigError
+            When ``concurrency`` is set and ``arrivals`` is not ``recorded``.
+        """
+        if self.closed_loop and arrivals.kind is not ArrivalKind.RECORDED:
+            raise client_option_error(
+                "--arrivals",
+                arrivals.kind.value,
+                expected="recorded with --concurrency (a closed loop's arrivals come from "
+                "finishes)",
+                fix="drop --arrivals and --rate, or drop --concurrency",
+            )
 
     def abort_at(self, sent_s: float) -> float | None:
         """Return when the client cancels a request sent at ``sent_s`` if no token came by then.
