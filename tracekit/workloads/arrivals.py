@@ -22,8 +22,9 @@ numpy's global legacy generator (``np.random.seed(args.seed)``, then ``np.random
 tracekit has no numpy and draws from its own counter-based rule
 (:mod:`tracekit.workloads.seeded`, stream ``ARRIVALS``), turned into gamma variates by the rule in
 :func:`standard_gamma`. A given ``(kind, rate, seed)`` therefore gives the same arrival process
-as ``vllm bench`` with the same ``--request-rate``/``--burstiness``, and the same bytes on every
-machine, but not the numbers ``vllm bench --seed`` prints.
+as ``vllm bench`` with the same ``--request-rate``/``--burstiness``, and the same bytes from run
+to run (across platforms, up to the last bit of the C library's ``log``/``cos``), but not the
+numbers ``vllm bench --seed`` draws.
 """
 
 from __future__ import annotations
