@@ -189,3 +189,18 @@ def test_docstring_examples_run(module: str) -> None:
     result = doctest.testmod(imported, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
     assert result.attempted > 0
+
+
+@pytest.mark.parametrize(("burstiness", "rate"), [(0.5, 3.0), (1.0, 0.7), (2.5, 10.0)])
+def test_vllm_get_request_steps_replayed_on_our_draws(burstiness: float, rate: float) -> None:
+    # vllm/benchmarks/serve.py get_request, without ramp-up: theta = 1/(rate*b), gaps
+    # ~ gamma(b, theta), cumulative sum, then rescale by (N/rate)/last. Same draws, same times.
+    n = 40
+    theta = 1.0 / (rate * burstiness)
+    delays = [g * theta for g in standard_gamma(burstiness, n, 6)]
+    for i in range(1, n):
+        delays[i] += delays[i - 1]
+    factor = (n / rate) / delays[-1]
+    expected = [d * factor for d in delays]
+    got = arrival_times(n, parse_arrivals(f"gamma:{burstiness}", rate=rate, seed=6))
+    assert got == pytest.approx(expected, rel=1e-12)
