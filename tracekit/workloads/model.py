@@ -16,6 +16,8 @@ priority           Int64           scheduling priority (vLLM meaning: lower runs
                                    unless the source or a seeded assignment sets it
 prefix_hash_ids    List(Int64)     optional: Mooncake prefix-block hashes (512 tokens a block);
                                    equal leading ids mark a shareable prompt prefix
+cancel_after_s     Float64         optional: a recorded client cancel, in seconds after the
+                                   request was sent (finite, > 0); null: never cancelled
 =================  ==============  ===========================================================
 """
 
@@ -32,6 +34,7 @@ from tracekit.workloads._errors import describe_value, workload_error
 from tracekit.workloads._readers import file_sha256
 
 __all__ = [
+    "CANCEL_AFTER_S",
     "MAX_ARRIVAL_S",
     "OPTIONAL_SCHEMA",
     "PREFIX_HASH_IDS",
@@ -60,20 +63,29 @@ REQUIRED_SCHEMA: pl.Schema = pl.Schema(
     ]
 )
 
-#: Name of the one optional column.
+#: Name of the optional prefix-hash column.
 PREFIX_HASH_IDS = "prefix_hash_ids"
 
-#: Columns a workload table may add after the required ones.
-OPTIONAL_SCHEMA: pl.Schema = pl.Schema([(PREFIX_HASH_IDS, pl.List(pl.Int64))])
+#: Name of the optional recorded-cancel column: seconds after sending at which the client
+#: cancels the request if it has not finished (null: never). Relative to the sending time, so
+#: it survives windowing, rate scaling, re-ordering and generated arrivals unchanged.
+CANCEL_AFTER_S = "cancel_after_s"
+
+#: Columns a workload table may add after the required ones, in this order.
+OPTIONAL_SCHEMA: pl.Schema = pl.Schema(
+    [(PREFIX_HASH_IDS, pl.List(pl.Int64)), (CANCEL_AFTER_S, pl.Float64)]
+)
 
 
-def workload_schema(*, prefix_hash_ids: bool = False) -> pl.Schema:
-    """Return the canonical schema, with or without the optional prefix-hash column.
+def workload_schema(*, prefix_hash_ids: bool = False, cancel_after_s: bool = False) -> pl.Schema:
+    """Return the canonical schema, with or without the optional columns.
 
     Parameters
     ----------
     prefix_hash_ids
         Include ``prefix_hash_ids`` (Mooncake workloads, or tables that carry it).
+    cancel_after_s
+        Include ``cancel_after_s`` (workloads with recorded client cancels).
 
     Returns
     -------
@@ -85,9 +97,9 @@ def workload_schema(*, prefix_hash_ids: bool = False) -> pl.Schema:
     >>> workload_schema().names()
     ['request_id', 'arrival_s', 'prompt_tokens', 'output_tokens', 'max_tokens', 'priority']
     """
-    if not prefix_hash_ids:
-        return pl.Schema(REQUIRED_SCHEMA)
-    return pl.Schema([*REQUIRED_SCHEMA.items(), *OPTIONAL_SCHEMA.items()])
+    wanted = {PREFIX_HASH_IDS: prefix_hash_ids, CANCEL_AFTER_S: cancel_after_s}
+    optional = [(name, dtype) for name, dtype in OPTIONAL_SCHEMA.items() if wanted[name]]
+    return pl.Schema([*REQUIRED_SCHEMA.items(), *optional])
 
 
 class WorkloadRequest(NamedTuple):
@@ -100,6 +112,7 @@ class WorkloadRequest(NamedTuple):
     max_tokens: int
     priority: int
     prefix_hash_ids: tuple[int, ...] | None
+    cancel_after_s: float | None = None
 
 
 def _first_bad(frame: pl.DataFrame, predicate: pl.Expr) -> Mapping[str, Any] | None:
@@ -122,7 +135,8 @@ def check_workload_frame(frame: pl.DataFrame, source: str | Path) -> None:
         The workload file, named in error messages.
     """
     with_prefix = PREFIX_HASH_IDS in frame.columns
-    expected = workload_schema(prefix_hash_ids=with_prefix)
+    with_cancel = CANCEL_AFTER_S in frame.columns
+    expected = workload_schema(prefix_hash_ids=with_prefix, cancel_after_s=with_cancel)
     if frame.schema != expected:
         found = ", ".join(f"{name}: {dtype}" for name, dtype in frame.schema.items())
         want = ", ".join(f"{name}: {dtype}" for name, dtype in expected.items())
@@ -185,6 +199,18 @@ def check_workload_frame(frame: pl.DataFrame, source: str | Path) -> None:
                 field=PREFIX_HASH_IDS,
                 expected="a non-empty list of integers",
                 found=describe_value(row[PREFIX_HASH_IDS]),
+                fix="correct that request in the source file",
+            )
+    if with_cancel:
+        cancel = pl.col(CANCEL_AFTER_S)
+        row = _first_bad(frame, ~(cancel.is_null() | (cancel.is_finite() & (cancel > 0))))
+        if row is not None:
+            raise workload_error(
+                source,
+                where=f"request {row['request_id']!r}",
+                field=CANCEL_AFTER_S,
+                expected="a finite number of seconds > 0, or empty for no cancel",
+                found=describe_value(row[CANCEL_AFTER_S]),
                 fix="correct that request in the source file",
             )
     if not frame.get_column("arrival_s").is_sorted():
@@ -271,13 +297,16 @@ class Workload:
         ------
         WorkloadRequest
             One per table row; ``prefix_hash_ids`` is a tuple, or ``None`` when the workload
-            has no such column.
+            has no such column; ``cancel_after_s`` is ``None`` without a column or a value.
         """
-        with_prefix = PREFIX_HASH_IDS in self.frame.columns
+        columns = self.frame.columns
+        prefix_at = columns.index(PREFIX_HASH_IDS) if PREFIX_HASH_IDS in columns else None
+        cancel_at = columns.index(CANCEL_AFTER_S) if CANCEL_AFTER_S in columns else None
         # The engine consumes requests one at a time, so this is the one place rows are iterated.
         for row in self.frame.iter_rows():
-            prefix = tuple(row[6]) if with_prefix else None
-            yield WorkloadRequest(row[0], row[1], row[2], row[3], row[4], row[5], prefix)
+            prefix = tuple(row[prefix_at]) if prefix_at is not None else None
+            cancel = row[cancel_at] if cancel_at is not None else None
+            yield WorkloadRequest(row[0], row[1], row[2], row[3], row[4], row[5], prefix, cancel)
 
 
 def assemble_workload(
@@ -298,7 +327,7 @@ def assemble_workload(
         The format name to record.
     frame
         A frame holding at least the required canonical columns (extra columns are dropped;
-        ``prefix_hash_ids`` is kept when present).
+        ``prefix_hash_ids`` and ``cancel_after_s`` are kept when present).
     options
         The options to record.
     name
@@ -309,8 +338,10 @@ def assemble_workload(
     Workload
         The checked workload.
     """
-    with_prefix = PREFIX_HASH_IDS in frame.columns
-    schema = workload_schema(prefix_hash_ids=with_prefix)
+    schema = workload_schema(
+        prefix_hash_ids=PREFIX_HASH_IDS in frame.columns,
+        cancel_after_s=CANCEL_AFTER_S in frame.columns,
+    )
     canonical = frame.select(
         pl.col(column).cast(dtype, strict=True) for column, dtype in schema.items()
     ).sort("arrival_s", maintain_order=True)

@@ -49,6 +49,10 @@ class Stream(IntEnum):
     """Seeded priority levels."""
     SHUFFLE = 4
     """Sort keys that shuffle a lengths-only trace."""
+    ARRIVALS = 5
+    """Inter-arrival gaps of a client model's generated arrivals (``poisson``, ``gamma:<b>``)."""
+    ORDER = 6
+    """Sort keys of a client model's ``shuffled:<seed>`` request order."""
 
 
 def splitmix64(value: int) -> int:
