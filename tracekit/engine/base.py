@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from tracekit.engine.block_pool import BlockPool
 from tracekit.engine.config import EngineConfig
-from tracekit.engine.fake_model import apply_fake_outputs, stop_rule
+from tracekit.engine.fake_model import apply_fake_outputs, mark_arrived
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.outputs import DecisionRecord
 from tracekit.engine.queues import create_request_queue
@@ -104,13 +104,7 @@ class SchedulerBase:
         """Queue a newly arrived request (vLLM ``Scheduler.add_request``)."""
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request_id {request.request_id!r}")
-        request.status = RequestStatus.WAITING
-        request.stop_output_tokens, request.stop_status = stop_rule(
-            request.num_prompt_tokens,
-            request.target_output_tokens,
-            request.max_tokens,
-            self.config.max_model_len,
-        )
+        mark_arrived(request, self.config.max_model_len)
         self.requests[request.request_id] = request
         self.waiting.add_request(request)
 

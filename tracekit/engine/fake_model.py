@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from tracekit.engine.block_pool import BlockPool
     from tracekit.engine.request import RequestState
 
-__all__ = ["ScheduledRequest", "apply_fake_outputs", "split_tokens", "stop_rule"]
+__all__ = ["ScheduledRequest", "apply_fake_outputs", "mark_arrived", "split_tokens", "stop_rule"]
 
 
 class ScheduledRequest(Protocol):
@@ -75,6 +75,14 @@ def stop_rule(
     if cap <= output_tokens:
         return cap, RequestStatus.FINISHED_LENGTH_CAPPED
     return output_tokens, RequestStatus.FINISHED_STOPPED
+
+
+def mark_arrived(request: RequestState, max_model_len: int) -> None:
+    """Set a newly added request waiting, with the output count and status it will stop at."""
+    request.status = RequestStatus.WAITING
+    request.stop_output_tokens, request.stop_status = stop_rule(
+        request.num_prompt_tokens, request.target_output_tokens, request.max_tokens, max_model_len
+    )
 
 
 def split_tokens(

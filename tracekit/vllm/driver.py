@@ -40,7 +40,7 @@ from typing import Any, TextIO
 from tracekit.engine.base import ScheduledStep
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.engine import run_engine
-from tracekit.engine.fake_model import split_tokens, stop_rule
+from tracekit.engine.fake_model import mark_arrived, split_tokens
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.interface import BlockPoolView
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
@@ -410,13 +410,7 @@ class RealScheduler:
         """Hand a new request to vLLM (``Scheduler.add_request``)."""
         if request.request_id in self._states:
             raise ValueError(f"duplicate request_id {request.request_id!r}")
-        request.status = RequestStatus.WAITING
-        request.stop_output_tokens, request.stop_status = stop_rule(
-            request.num_prompt_tokens,
-            request.target_output_tokens,
-            request.max_tokens,
-            self.max_model_len,
-        )
+        mark_arrived(request, self.max_model_len)
         vllm_request = self.backend.make_request(request)
         self.scheduler.add_request(vllm_request)
         self._states[request.request_id] = request
