@@ -176,8 +176,12 @@ def test_resume_goes_through_the_sweep_mechanism(tmp_path: Path) -> None:
     spec = MatrixSpec(strategies=("preempt-evict",), rates=(3.8,), runs=2, num_requests=20)
     out = tmp_path / "m"
     first = run_matrix(spec, out)
+    # The refusal comes before anything is written: no file below out changes.
+    stamps = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
     with pytest.raises(ConfigError, match="already exists; pass --resume"):
         run_matrix(spec, out)
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+    assert after == stamps
     # A bundle left incomplete (a killed run) is recorded again; the complete one is kept.
     manifest = out / "bundles" / "preempt-evict" / "rate3.8" / "run1" / "manifest.json"
     kept = out / "bundles" / "preempt-evict" / "rate3.8" / "run0" / "requests.parquet"

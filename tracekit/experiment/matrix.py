@@ -341,6 +341,16 @@ def run_matrix(
     pool = load_length_pool(
         spec.pool_path, max_prompt_tokens=spec.max_prompt_tokens, **spec.pool_options
     )
+    if not resume:
+        # Before anything is written: a refused run must leave the folder as it was.
+        cells = matrix_cells(spec, root)
+        folders = [c.bundle for c in cells] + sorted({c.trace.parent for c in cells})
+        existing = next((f for f in folders if f.exists()), None)
+        if existing is not None:
+            raise ConfigError(
+                f"{existing}: output folder already exists; pass --resume to keep the "
+                "complete bundles, or choose a new --out"
+            )
     for run in range(spec.runs):
         freeze_traces(
             pool,
@@ -352,13 +362,6 @@ def run_matrix(
             max_output_tokens=spec.max_output_tokens,
         )
     plan = matrix_plan(spec, root)
-    if not resume:
-        existing = next((r.path for r in plan if (root / r.path).exists()), None)
-        if existing is not None:
-            raise ConfigError(
-                f"{root / existing}: output folder already exists; pass --resume to keep the "
-                "complete bundles, or choose a new --out"
-            )
     execution = execute_runs(
         plan,
         root,

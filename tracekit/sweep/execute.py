@@ -23,7 +23,13 @@ from tracekit.sweep.executors import Executor
 from tracekit.sweep.guards import interrupt_guard, sweep_lock
 from tracekit.sweep.plan import PlannedRun
 from tracekit.sweep.progress import ProgressCallback, ProgressCounter
-from tracekit.sweep.task import SweepTask, TaskOutcome, bundle_state, remove_partials
+from tracekit.sweep.task import (
+    SweepTask,
+    TaskOutcome,
+    bundle_state,
+    existing_folders,
+    remove_partials,
+)
 
 __all__ = ["Execution", "RunFailedError", "RunRecord", "execute_runs"]
 
@@ -191,6 +197,8 @@ def execute_runs(
     start = time.perf_counter()
     roots = sorted({out / run.path.split("/", 1)[0] for run in runs})
     with sweep_lock(out):
+        # The folders there before this execution: the user's own empty folders are kept.
+        keep = frozenset().union(*(existing_folders(root) for root in roots))
         _remove_partials(roots)
         records, tasks = _resume(runs, out, previous or {})
         skipped = sum(r.status == "skipped" for r in records)
@@ -204,12 +212,12 @@ def execute_runs(
             except KeyboardInterrupt:
                 interrupted = True
             except BaseException:
-                _remove_partials(roots)
+                _remove_partials(roots, keep)
                 raise
             # A Ctrl-C that came as the last run finished interrupted nothing.
             stopped = interrupted or requested()
             interrupted = stopped and any(r.status == "pending" for r in records)
-            _remove_partials(roots)
+            _remove_partials(roots, keep)
             execution = Execution(
                 records=tuple(
                     _replace(r, status="interrupted") if r.status == "pending" else r
@@ -227,9 +235,9 @@ def execute_runs(
     return execution
 
 
-def _remove_partials(roots: Sequence[Path]) -> None:
+def _remove_partials(roots: Sequence[Path], keep: frozenset[Path] | None = None) -> None:
     for root in roots:
-        remove_partials(root)
+        remove_partials(root, keep)
 
 
 def _resume(
