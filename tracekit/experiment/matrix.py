@@ -59,6 +59,7 @@ from tracekit.experiment.traces import (
     trace_filename,
 )
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
+from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.timestamps import utc_now_iso
@@ -334,6 +335,7 @@ def run_matrix(
     tracekit.sweep.RunFailedError
         A run failed (the complete ones are kept; ``resume`` records the rest).
     """
+    refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1; found {jobs}")
     root = Path(out)

@@ -39,6 +39,7 @@ from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
 from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
+from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
@@ -164,6 +165,7 @@ def run_qualify(
     tracekit.sweep.RunFailedError
         A run failed (nothing is left behind).
     """
+    refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
     final = Path(out)
     check_results_folder(final, [plan.workload.source], overwrite=overwrite)
     executor = make_executor(jobs)

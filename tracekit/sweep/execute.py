@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import ConfigError, TracekitError
-from tracekit.sweep.executors import Executor
+from tracekit.sweep.executors import Executor, refuse_in_bootstrap
 from tracekit.sweep.guards import interrupt_guard, sweep_lock
 from tracekit.sweep.plan import PlannedRun
 from tracekit.sweep.progress import ProgressCallback, ProgressCounter
@@ -190,6 +190,7 @@ def execute_runs(
         ``out`` is a file or another execution holds its lock, or a complete bundle holds
         another run than planned.
     """
+    refuse_in_bootstrap()
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: is a file; pass a folder for --out")
