@@ -176,8 +176,12 @@ def test_resume_goes_through_the_sweep_mechanism(tmp_path: Path) -> None:
     spec = MatrixSpec(strategies=("preempt-evict",), rates=(3.8,), runs=2, num_requests=20)
     out = tmp_path / "m"
     first = run_matrix(spec, out)
+    # The refusal comes before anything is written: no file below out changes.
+    stamps = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
     with pytest.raises(ConfigError, match="already exists; pass --resume"):
         run_matrix(spec, out)
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in out.rglob("*") if p.is_file()}
+    assert after == stamps
     # A bundle left incomplete (a killed run) is recorded again; the complete one is kept.
     manifest = out / "bundles" / "preempt-evict" / "rate3.8" / "run1" / "manifest.json"
     kept = out / "bundles" / "preempt-evict" / "rate3.8" / "run0" / "requests.parquet"
@@ -208,3 +212,31 @@ def test_detached_experiment_runs_return_their_send_times(tmp_path: Path) -> Non
     publish_files(tmp_path / "b" / planned.path, outcome.files)
     for name in (planned.sidecar, f"{planned.path}/requests.parquet"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_experiment_run_takes_a_pool(tmp_path: Path) -> None:
+    """Issue 18 item 11: ``experiment run`` had no ``--pool``."""
+    import polars as pl
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    pool = tmp_path / "pool.csv"
+    pl.DataFrame(
+        {
+            "request_id": [f"p{i}" for i in range(40)],
+            "arrival_s": [float(i) for i in range(40)],
+            "prompt_tokens": [100 + 7 * i for i in range(40)],
+            "output_tokens": [20 + i for i in range(40)],
+        }
+    ).write_csv(pool)
+    out = tmp_path / "m"
+    args = [
+        "experiment", "run", "--out", str(out), "--strategies", "preempt-evict", "--rates", "3.8",
+        "--runs", "1", "--num-requests", "20", "--pool", str(pool),
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads(next((out / "traces").rglob("manifest.json")).read_text("utf-8"))
+    assert manifest["pool"]["source"] == str(pool) and manifest["pool"]["num_rows"] == 40
+    assert json.loads((out / "matrix.json").read_text("utf-8"))["spec"]["pool_path"] == str(pool)

@@ -197,3 +197,51 @@ def test_shipped_sharegpt_pool_matches_the_original_mean_prompt() -> None:
     assert described["load_options"] == DEFAULT_POOL_OPTIONS
     unfiltered = load_length_pool(DEFAULT_POOL_PATH, **DEFAULT_POOL_OPTIONS)
     assert unfiltered.describe()["mean_prompt_tokens"] == pytest.approx(2340.0, abs=0.1)
+
+
+def test_the_default_pool_is_found_outside_the_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18 item 11: the default pool was a path relative to the working directory.
+
+    It is read from the package (``tracekit/data``) and recorded by its stable name, so the
+    traces are byte-identical whichever folder they are frozen from.
+    """
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    checkout = Path(__file__).resolve().parents[1]
+    args = ["experiment", "traces", "--num-requests", "20", "--rates", "2.0", "--out"]
+    outs = {}
+    for name, cwd in (("away", tmp_path), ("checkout", checkout)):
+        monkeypatch.chdir(cwd)
+        outs[name] = tmp_path / f"traces-{name}"
+        result = CliRunner().invoke(cli, [*args, str(outs[name])])
+        assert result.exit_code == 0, result.output
+    files = {
+        name: {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+        for name, folder in outs.items()
+    }
+    assert files["away"] == files["checkout"] and len(files["away"]) == 2
+    manifest = json.loads(files["away"]["manifest.json"])
+    assert manifest["pool"]["source"] == "traces/sharegpt-lengths/" + PACKAGED_NAME
+    monkeypatch.chdir(tmp_path)
+    verify = ["experiment", "traces", "--mode", "verify", "--out", str(outs["away"])]
+    verify = CliRunner().invoke(cli, verify)
+    assert verify.exit_code == 0, verify.output
+
+
+PACKAGED_NAME = "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+
+
+def test_the_packaged_pool_and_its_licence_are_package_data() -> None:
+    import tomllib
+
+    from tracekit.experiment.traces import PACKAGED_POOL_PATH
+
+    data = PACKAGED_POOL_PATH.parent
+    assert PACKAGED_POOL_PATH.is_file() and (data / "LICENSE-sharegpt-lengths").is_file()
+    pyproject = tomllib.loads((data.parents[1] / "pyproject.toml").read_text("utf-8"))
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["tracekit.data"]
+    assert {"*.csv", "LICENSE-*"} <= set(patterns)

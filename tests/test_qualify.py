@@ -38,8 +38,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_results_folder_layout(results: Path) -> None:
     names = sorted(p.name for p in results.iterdir())
     assert names == [
-        "cells.parquet", "conformance.json", "diff", "qualification.json", "qualify.json",
-        "replay", "report.html", "runs",
+        ".tracekit-qualify", "cells.parquet", "conformance.json", "diff", "qualification.json",
+        "qualify.json", "replay", "report.html", "runs",
     ]  # fmt: skip
     assert sorted(p.name for p in (results / "runs").iterdir()) == ["r0", "r1", "r2"]
     assert sorted(p.name for p in (results / "runs" / "r0").iterdir()) == [
@@ -120,7 +120,7 @@ def test_a_failing_job_leaves_no_results(tmp_path: Path) -> None:
 def test_existing_results_are_refused(results: Path) -> None:
     result = CliRunner().invoke(cli, ["qualify", *ARGS, "--out", str(results)])
     assert result.exit_code == 1
-    assert "already exists" in result.output
+    assert "already exists" in result.output and "--overwrite" in result.output
 
 
 def _files(root: Path) -> dict[str, bytes]:

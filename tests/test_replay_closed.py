@@ -111,3 +111,53 @@ def test_two_jobs_resimulate_the_same_runs(
     assert len(files) > 8
     for name in files:
         assert (one.out / name).read_bytes() == (two.out / name).read_bytes(), name
+
+
+def _broken_copy(recorded: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    copy = tmp_path / "broken"
+    shutil.copytree(recorded, copy)
+    return copy
+
+
+@pytest.mark.parametrize("damage", ["truncated", "no-columns", "seed-nan"])
+def test_a_damaged_recording_is_refused_in_one_line(
+    recorded: Path, tmp_path: Path, damage: str
+) -> None:
+    """Issue 18 item 7: no polars traceback, one line naming the file, and no output."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    bundle = _broken_copy(recorded, tmp_path)
+    requests = bundle / "requests.parquet"
+    if damage == "truncated":
+        requests.write_bytes(requests.read_bytes()[:300])
+        expected = "requests.parquet: not a readable Parquet file"
+    elif damage == "no-columns":
+        pl.DataFrame({"x": [1]}).write_parquet(requests)
+        expected = "requests.parquet: missing column(s) input_index"
+    else:
+        manifest = json.loads((bundle / "manifest.json").read_text("utf-8"))
+        text = json.dumps({**manifest, "seed": float("nan")})  # NaN, as json.dumps writes it
+        (bundle / "manifest.json").write_text(text, "utf-8")
+        expected = "field 'seed' is nan, expected an integer"
+    out = tmp_path / "out"
+    args = ["replay", str(bundle), "--mode", "closed", "--strategy", "builtin", "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code != 0 and not isinstance(result.exception, AssertionError)
+    assert expected in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken"]
+
+
+def test_a_change_of_the_last_bit_shows_as_zero() -> None:
+    """Issue 18 item 13: ``-1.1102e-14`` where 0 is meant."""
+    from tracekit.replay.closed_mode import _relative_change
+
+    frame = pl.DataFrame({"m": [0.1 + 0.2, 0.3, 0.33], "_recorded_m": [0.3, 0.3, 0.3]})
+    assert 100.0 * (frame["m"][0] / 0.3 - 1.0) != 0.0  # the naive change is not 0
+    changes = frame.select(_relative_change("m"))["m_change_pct"].to_list()
+    assert changes[:2] == [0.0, 0.0] and str(changes[0]) == "0.0"
+    assert changes[2] == pytest.approx(10.0)

@@ -22,17 +22,17 @@ def test_smoke_matrix_expands_into_runs_cells_and_partitions() -> None:
     matrix = plan.matrix
     assert matrix.strategies == ("builtin", "pe", "bidkv")
     assert (matrix.rate_unit, matrix.rates) == ("scale", (1.0, 2.0))
-    assert (matrix.repeats, matrix.repeat_kind, matrix.seed) == (2, "windows", 0)
+    assert (matrix.repeats, matrix.repeat_kind, matrix.seed) == (3, "windows", 0)
     assert [p.settings for p in matrix.policy] == [
         {"utility_preempt_weight": 0.3},
         {"utility_preempt_weight": 1.0},
     ]
-    # builtin: 2 rates x 2 repeats; pe and bidkv: 2 rates x 2 repeats x 2 policy points.
-    assert len(plan.runs) == 4 + 8 + 8
-    assert sum(r.strategy == "builtin" for r in plan.runs) == 4
-    # A cell per (workload, rate, engine, policy point); each holds 3 strategies x 2 repeats.
+    # builtin: 2 rates x 3 repeats; pe and bidkv: 2 rates x 3 repeats x 2 policy points.
+    assert len(plan.runs) == 6 + 12 + 12
+    assert sum(r.strategy == "builtin" for r in plan.runs) == 6
+    # A cell per (workload, rate, engine, policy point); each holds 3 strategies x 3 repeats.
     assert len(plan.cells) == 4
-    assert all(len(c.runs) == 6 for c in plan.cells)
+    assert all(len(c.runs) == 9 for c in plan.cells)
     assert plan.cells[0].label == "azure_conv_sample|rate=1.0|small|utility_preempt_weight=0.3"
     first = plan.runs[0]
     assert first.path == (
@@ -44,8 +44,8 @@ def test_smoke_matrix_expands_into_runs_cells_and_partitions() -> None:
     label = matrix.policy[0].label
     assert bidkv.config == f"small+{label}" and label.startswith("p") and len(label) == 9
     assert bidkv.run.strategy.settings["utility_preempt_weight"] == 0.3
-    assert len({r.path for r in plan.runs}) == len({r.run_id for r in plan.runs}) == 20
-    # Windows: disjoint halves of the 120 requests, re-based to 0, same seed.
+    assert len({r.path for r in plan.runs}) == len({r.run_id for r in plan.runs}) == 30
+    # Windows: disjoint thirds of the 120 requests, re-based to 0, same seed.
     windows = [r.run.workload for r in plan.runs if r.strategy == "builtin" and r.rate == 1.0]
     assert sum(w.num_requests for w in windows) == 120
     assert {r.seed for r in plan.runs} == {0}
@@ -333,5 +333,12 @@ def test_the_matrices_in_docs_sweep_md_parse(tmp_path: Path) -> None:
         # Paths in the docs are relative to examples/sweeps/, like the shipped matrices.
         text = block.replace("../../traces/", f"{SMOKE.parents[2]}/traces/")
         counts.append(len(plan_of(tmp_path, text).runs))
-    # builtin 2 rates x 2 repeats + (pe, bidkv) x 2 x 2 x 4 policy points; the paper's 45.
-    assert counts == [36, 45]
+    # builtin 2 rates x 3 repeats + (pe, bidkv) x 2 x 3 x 4 policy points; the paper's 45.
+    assert counts == [54, 45]
+
+
+def test_the_smoke_matrix_has_enough_repeats_for_the_effectiveness_rule() -> None:
+    """With fewer repeats than the rule's minimum every label is bound to be inconclusive."""
+    from tracekit.qualify.effectiveness import MIN_REPEATS
+
+    assert load_matrix(SMOKE).repeats >= MIN_REPEATS

@@ -22,7 +22,7 @@ def test_ray_and_local_runs_write_identical_bundles_and_cells(
     # A private local Ray instance with 2 CPUs, started and shut down by the executor.
     ray = run_sweep(SMOKE, tmp_path / "ray", jobs=2, ray_address="local")
     assert (local.exit_code, ray.exit_code) == (0, 0)
-    assert ray.executor == "ray" and ray.count("done") == 20
+    assert ray.executor == "ray" and ray.count("done") == 30
     one, two = bundle_files(tmp_path / "local"), bundle_files(tmp_path / "ray")
     assert sorted(one) == sorted(two) and "cells.parquet" in one
     assert [name for name in one if one[name] != two[name]] == []
@@ -31,4 +31,4 @@ def test_ray_and_local_runs_write_identical_bundles_and_cells(
     assert not [p for p in (tmp_path / "ray").rglob(".*")]
     # Resuming on Ray skips what is complete (and does not even start Ray).
     again = run_sweep(SMOKE, tmp_path / "ray", ray_address="local")
-    assert again.count("skipped") == 20
+    assert again.count("skipped") == 30

@@ -50,7 +50,7 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
         patch.setenv("SOURCE_DATE_EPOCH", EPOCH)
         for jobs in (1, 2):
             result = run_sweep(SMOKE, root / f"jobs{jobs}", jobs=jobs)
-            assert result.exit_code == 0 and result.count("done") == 20
+            assert result.exit_code == 0 and result.count("done") == 30
             assert result.executor == ("serial" if jobs == 1 else "processes")
             outs[jobs] = root / f"jobs{jobs}"
     return outs
@@ -59,19 +59,19 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
 def test_two_jobs_give_byte_identical_results_to_one(smoke: dict[int, Path]) -> None:
     one, two = bundle_files(smoke[1]), bundle_files(smoke[2])
     assert sorted(one) == sorted(two)
-    assert sum(name.endswith("manifest.json") for name in one) == 20
+    assert sum(name.endswith("manifest.json") for name in one) == 30
     assert [name for name in one if one[name] != two[name]] == []
 
 
 def test_the_sweep_folder_is_a_dataset_every_reader_accepts(smoke: dict[int, Path]) -> None:
     out = smoke[1]
     dataset = open_trace(out)
-    assert len(dataset) == 20
+    assert len(dataset) == 30
     assert validate_trace(out).exit_code == 0
     assert not [p for p in out.rglob(".*")]  # no partial folder, no lock left
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     last = runs[-1]
-    assert (last["strategy"], last["rate"], last["repeat"]) == ("bidkv", 2.0, 1)
+    assert (last["strategy"], last["rate"], last["repeat"]) == ("bidkv", 2.0, 2)
     manifest = json.loads((out / last["path"] / "manifest.json").read_text())
     assert manifest["created_at"] == "2023-11-14T22:13:20+00:00"
     assert manifest["time_scaling"] == 2.0
@@ -89,10 +89,10 @@ def test_cells_parquet_has_one_cell_per_point_and_partition_columns(
         "repeat", "strategy", "host_path", "run_id", "bundle", "cell", "workload", "rate",
         "config", "engine", "policy", "rate_unit", "rate_scale", "seed",
     ]  # fmt: skip
-    # 2 rates x 2 policy points = 4 cells of 3 strategies x 2 repeats.
-    assert cells.height == 24
+    # 2 rates x 2 policy points = 4 cells of 3 strategies x 3 repeats.
+    assert cells.height == 36
     per_cell = cells.group_by("cell", "workload", "rate", "config", "policy").len()
-    assert per_cell.height == 4 and per_cell["len"].to_list() == [6] * 4
+    assert per_cell.height == 4 and per_cell["len"].to_list() == [9] * 4
     assert sorted(cells["cell"].unique().to_list()) == [
         f"azure_conv_sample|rate={rate}|small|utility_preempt_weight={w}"
         for rate in ("1.0", "2.0")
@@ -100,7 +100,7 @@ def test_cells_parquet_has_one_cell_per_point_and_partition_columns(
     ]
     # The baseline's run is shared by the cells of both policy points.
     builtin = cells.filter(pl.col("strategy") == "builtin")
-    assert builtin.height == 8 and builtin["run_id"].n_unique() == 4
+    assert builtin.height == 12 and builtin["run_id"].n_unique() == 6
     assert all("/config=small/" in b for b in builtin["bundle"].to_list())
     # Partition columns agree with the bundle folders.
     for row in cells.iter_rows(named=True):
@@ -121,14 +121,14 @@ def test_sweep_json_records_matrix_seeds_and_status(smoke: dict[int, Path]) -> N
     payload = json.loads((smoke[2] / "sweep.json").read_text())
     assert payload["format"] == "tracekit.sweep"
     assert payload["executor"] == {"name": "processes", "workers": 2}
-    assert payload["summary"] == {"done": 20, "skipped": 0, "failed": 0, "interrupted": 0}
+    assert payload["summary"] == {"done": 30, "skipped": 0, "failed": 0, "interrupted": 0}
     assert payload["strategies"] == ["builtin", "pe", "bidkv"] and payload["candidate"] == "bidkv"
-    assert payload["matrix"]["repeats"] == {"count": 2, "kind": "windows"}
+    assert payload["matrix"]["repeats"] == {"count": 3, "kind": "windows"}
     run = payload["runs"][0]
     assert run["status"] == "done" and run["error"] is None and run["duration_s"] > 0
     assert run["seed"] == 0 and len(run["cells"]) == 2
     repeats = payload["plan"]["workloads"][0]["repeats"]
-    assert [r["num_requests"] for r in repeats] == [37, 83]
+    assert [r["num_requests"] for r in repeats] == [24, 36, 60]
 
 
 def test_resume_skips_complete_runs_and_redoes_missing_ones(
@@ -147,14 +147,14 @@ def test_resume_skips_complete_runs_and_redoes_missing_ones(
     stale.mkdir()
     (stale / "manifest.json").write_text("{}")
     result = run_sweep(SMOKE, out, jobs=1)
-    assert (result.count("done"), result.count("skipped")) == (1, 19)
+    assert (result.count("done"), result.count("skipped")) == (1, 29)
     assert bundle_files(out) == before
     assert not stale.exists()
     skipped = [r for r in result.runs if r.status == "skipped"]
     assert all(r.duration_s is not None for r in skipped)  # carried over from sweep.json
     # A complete sweep re-runs nothing.
     again = run_sweep(SMOKE, out, jobs=1)
-    assert again.count("skipped") == 20 and again.exit_code == 0
+    assert again.count("skipped") == 30 and again.exit_code == 0
 
 
 def test_resume_refuses_a_folder_the_changed_matrix_would_overwrite(tmp_path: Path) -> None:
@@ -304,7 +304,7 @@ def test_bundles_the_matrix_no_longer_gives_are_reported(tmp_path: Path) -> None
 
 def test_plan_render_summarises_the_expansion() -> None:
     text = plan_sweep(load_matrix(SMOKE)).render()
-    assert text.splitlines()[0] == "smoke: 20 runs in 4 cells"
+    assert text.splitlines()[0] == "smoke: 30 runs in 4 cells"
     assert "  rates (rate_scale): 1.0, 2.0" in text
     assert "utility_preempt_weight=0.3" in text
 

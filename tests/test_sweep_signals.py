@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,7 +95,9 @@ def test_ctrl_c_leaves_only_complete_runs_and_a_rerun_finishes(
     code, output = _interrupt(matrix, out, presses, sleep_s)
     assert code == 130, output
     assert time.monotonic() - started < 60  # the 120 s run was aborted, not waited for
-    assert "stopping: waiting for 2 running run(s) to finish" in output
+    # The sleepy run is in flight; the other worker's quick run may have just ended, and its
+    # successor is then never started (on 2 loaded cores this happens): 1 or 2 are running.
+    assert re.search(r"stopping: waiting for [12] running run\(s\) to finish", output), output
     assert "interrupted: re-run the same command" in output
     done = _check_clean(out)
     payload = json.loads((out / "sweep.json").read_text())

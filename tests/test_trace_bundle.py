@@ -158,6 +158,11 @@ def test_missing_path_and_missing_manifest(tmp_path: Path) -> None:
         (lambda m: {**m, "schema_version": 99}, "schema_version"),
         (lambda m: {**m, "format": "other"}, "not a tracekit trace bundle"),
         (lambda m: {k: v for k, v in m.items() if k != "engine"}, "lacks required field"),
+        # Issue 18 item 7: a "tables" field of the wrong shape crashed validate.
+        (lambda m: {**m, "tables": "x"}, "field 'tables' is \"x\""),
+        (lambda m: {**m, "tables": {"steps": 3}}, "field 'tables.steps' is 3"),
+        (lambda m: {**m, "tables": {"steps": {"rows": "9"}}}, "'tables.steps.rows' is \"9\""),
+        (lambda m: {**m, "tables": {"steps": {"files": "a"}}}, "'tables.steps.files' is \"a\""),
     ],
 )
 def test_bad_manifests(tmp_path: Path, edit, message: str) -> None:
@@ -174,6 +179,41 @@ def test_manifest_that_is_not_json(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path / "b")
     (bundle / "manifest.json").write_text("{not json")
     with pytest.raises(TraceSchemaError, match="not valid JSON"):
+        open_trace(bundle)
+
+
+def test_a_manifest_that_cannot_be_read_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18 item 7: chmod 000 on manifest.json gave a traceback.
+
+    The tests run as root, for whom chmod 000 does not stop reads: the unreadable file is
+    simulated by a PermissionError from the read (and, for real, by a non-UTF-8 file).
+    """
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    bundle = write_bundle(tmp_path / "b")
+    manifest = bundle / "manifest.json"
+    real = Path.read_text
+
+    def denied(self: Path, *args: object, **kwargs: object) -> str:
+        if self == manifest:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "read_text", denied)
+        with pytest.raises(TraceSchemaError, match=r"cannot read the manifest \(Permission denied"):
+            open_trace(bundle)
+        for command in (["validate", str(bundle)], ["inspect", str(bundle)]):
+            result = CliRunner().invoke(cli, command)
+            assert result.exit_code != 0 and "Traceback" not in result.output
+            assert "cannot read the manifest" in result.output
+            assert len(result.output.strip().splitlines()) == 1
+    manifest.write_bytes(b"\xff\xfe{}")
+    with pytest.raises(TraceSchemaError, match="manifest is not UTF-8"):
         open_trace(bundle)
 
 

@@ -142,6 +142,12 @@ def experiment_traces(
     show_default=True,
     help="sent: the original runner's (defective) measurement.",
 )
+@click.option(
+    "--pool",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Workload whose lengths are sampled [default: shipped ShareGPT lengths].",
+)
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--resume", is_flag=True, help="Keep complete bundles already in --out.")
 def experiment_run(**options: Any) -> None:
@@ -157,6 +163,12 @@ def experiment_run(**options: Any) -> None:
             settings=HookSettings(client_max_in_flight=options["client_max_in_flight"]),
             load_scale=options["load_scale"],
             latency_from=options["latency_from"],
+            # A given pool is read as it is (as `experiment traces --pool` does).
+            **(
+                {}
+                if options["pool"] is None
+                else {"pool_path": options["pool"], "pool_options": {}, "max_prompt_tokens": None}
+            ),
         )
         result = run_matrix(
             spec,

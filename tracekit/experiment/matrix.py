@@ -59,6 +59,7 @@ from tracekit.experiment.traces import (
     trace_filename,
 )
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
+from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.timestamps import utc_now_iso
@@ -334,6 +335,7 @@ def run_matrix(
     tracekit.sweep.RunFailedError
         A run failed (the complete ones are kept; ``resume`` records the rest).
     """
+    refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1; found {jobs}")
     root = Path(out)
@@ -341,6 +343,16 @@ def run_matrix(
     pool = load_length_pool(
         spec.pool_path, max_prompt_tokens=spec.max_prompt_tokens, **spec.pool_options
     )
+    if not resume:
+        # Before anything is written: a refused run must leave the folder as it was.
+        cells = matrix_cells(spec, root)
+        folders = [c.bundle for c in cells] + sorted({c.trace.parent for c in cells})
+        existing = next((f for f in folders if f.exists()), None)
+        if existing is not None:
+            raise ConfigError(
+                f"{existing}: output folder already exists; pass --resume to keep the "
+                "complete bundles, or choose a new --out"
+            )
     for run in range(spec.runs):
         freeze_traces(
             pool,
@@ -352,13 +364,6 @@ def run_matrix(
             max_output_tokens=spec.max_output_tokens,
         )
     plan = matrix_plan(spec, root)
-    if not resume:
-        existing = next((r.path for r in plan if (root / r.path).exists()), None)
-        if existing is not None:
-            raise ConfigError(
-                f"{root / existing}: output folder already exists; pass --resume to keep the "
-                "complete bundles, or choose a new --out"
-            )
     execution = execute_runs(
         plan,
         root,

@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_POOL_MAX_PROMPT_TOKENS",
     "DEFAULT_POOL_OPTIONS",
     "DEFAULT_POOL_PATH",
+    "PACKAGED_POOL_PATH",
     "LengthPool",
     "TraceSet",
     "VerifyReport",
@@ -54,11 +55,14 @@ __all__ = [
 #: Output cap of the original generator (``max_tokens = max(1, min(output, 256))``).
 DEFAULT_MAX_OUTPUT_TOKENS = 256
 #: The shipped ShareGPT length statistics, the closest public stand-in for the "mixed" pool.
-#: Relative to the project checkout (the working directory), where ``traces/`` ships; an
-#: installed package has no data of its own, so elsewhere pass ``--pool``.
+#: This is the pool's stable name, recorded in manifests (the same on every machine, so traces
+#: stay byte-identical); it is read from the package's copy, :data:`PACKAGED_POOL_PATH`,
+#: wherever tracekit is installed and whatever the working directory.
 DEFAULT_POOL_PATH = (
     Path("traces") / "sharegpt-lengths" / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
 )
+#: The default pool's file inside the installed package (``tracekit/data``).
+PACKAGED_POOL_PATH = Path(__file__).resolve().parents[1] / "data" / DEFAULT_POOL_PATH.name
 #: A lengths-only vidur file needs a rate to load; the pool's arrivals are never used.
 DEFAULT_POOL_OPTIONS: dict[str, Any] = {"rate": 1.0}
 #: Prompt cap applied to the ShareGPT pool so that its mean prompt (505.9 tokens, 13,227 rows)
@@ -147,7 +151,11 @@ def load_length_pool(
     tracekit.errors.WorkloadError
         When the file cannot be read or no row is left.
     """
-    workload = source if isinstance(source, Workload) else load_workload(source, **options)
+    default = not isinstance(source, Workload) and Path(source) == DEFAULT_POOL_PATH
+    if isinstance(source, Workload):
+        workload = source
+    else:
+        workload = load_workload(PACKAGED_POOL_PATH if default else source, **options)
     frame = workload.frame.sort("arrival_s", maintain_order=True)
     if max_prompt_tokens is not None:
         if max_prompt_tokens < 1:
@@ -160,7 +168,8 @@ def load_length_pool(
         )
     return LengthPool(
         name=workload.name,
-        source=str(workload.source),
+        # The default pool by its stable name, not the install path.
+        source=str(DEFAULT_POOL_PATH) if default else str(workload.source),
         sha256=workload.sha256,
         options={**workload.options, "max_prompt_tokens": max_prompt_tokens},
         load_options=None if isinstance(source, Workload) else dict(options),

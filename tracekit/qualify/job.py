@@ -17,9 +17,11 @@ byte-identical for any number of jobs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,12 +39,31 @@ from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
 from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
+from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
 from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
 
-__all__ = ["QualifyPlan", "qualify_runs", "run_qualify"]
+__all__ = [
+    "MARKER",
+    "QualifyPlan",
+    "check_results_folder",
+    "qualify_runs",
+    "remove_stale_staging",
+    "run_qualify",
+]
+
+# The file that marks a folder as qualify's own results: only such a folder is replaced.
+MARKER = ".tracekit-qualify"
+MARKER_CONTENT = {"written_by": "tracekit qualify", "version": 1}
+# Everything a results folder may hold; a folder holding anything else is not replaced.
+RESULT_NAMES = frozenset(
+    {
+        MARKER, "cells.parquet", "conformance.json", "diff", "qualification.json",
+        "qualify.json", "replay", "report.html", "runs",
+    }
+)  # fmt: skip
 
 Stage = Callable[[str, int, int], None]
 
@@ -144,10 +165,11 @@ def run_qualify(
     tracekit.sweep.RunFailedError
         A run failed (nothing is left behind).
     """
+    refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
     final = Path(out)
-    if final.exists() and not overwrite:
-        raise ConfigError(f"{final}: results folder already exists; choose a new --out")
+    check_results_folder(final, [plan.workload.source], overwrite=overwrite)
     executor = make_executor(jobs)
+    remove_stale_staging(final)
     staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -155,6 +177,7 @@ def run_qualify(
     try:
         repeats = plan_repeats(plan.workload, plan.repeats, plan.repeat_kind, plan.seed)
         strategies = plan.run_strategies
+        _write_json(staging / MARKER, MARKER_CONTENT)
         _write_json(staging / "qualify.json", _inputs(plan, repeats, strategies))
 
         runs = qualify_runs(plan, repeats, strategies)
@@ -184,6 +207,8 @@ def run_qualify(
         notify("report", 1, 1)
         _name_final_paths(staging, final)
         if final.exists():
+            # Checked again: the folder may have changed while the job ran.
+            check_results_folder(final, [plan.workload.source], overwrite=True)
             shutil.rmtree(final)
         os.replace(staging, final)
     except BaseException:
@@ -318,3 +343,94 @@ def _name_final_paths(staging: Path, final: Path) -> None:
 def _render(staging: Path) -> None:
     """Render report.html and qualification.json into the results folder."""
     write_report(staging)
+
+
+def _is_within(path: Path, folder: Path) -> bool:
+    """``path`` is ``folder`` or lies below it (both resolved)."""
+    return path == folder or folder in path.parents
+
+
+def check_results_folder(final: Path, inputs: Sequence[Path], *, overwrite: bool) -> None:
+    """Refuse a results folder that writing (or replacing) could damage the user's data.
+
+    Refused: ``.`` and the current folder or any folder above it, any folder that holds an
+    input (the workload), an existing folder without ``--overwrite``, and, with ``--overwrite``,
+    a folder that qualify did not write (no :data:`MARKER`) or that holds other files.
+
+    Raises
+    ------
+    tracekit.errors.ConfigError
+        In one line, naming the folder and what to do.
+    """
+    if final.name in ("", ".", ".."):
+        raise ConfigError(
+            f"--out {final}: is the current folder or above it; qualify writes a new results "
+            "folder, choose a new one such as --out reports/qualify"
+        )
+    resolved = final.resolve()
+    if _is_within(Path.cwd().resolve(), resolved):
+        raise ConfigError(
+            f"--out {final}: is the current folder or above it; choose a new results folder"
+        )
+    for source in inputs:
+        if _is_within(Path(source).resolve(), resolved):
+            raise ConfigError(
+                f"--out {final}: holds the input {source}; choose a new results folder"
+            )
+    if not final.exists() and not final.is_symlink():
+        return
+    if not overwrite:
+        raise ConfigError(
+            f"{final}: results folder already exists; choose a new --out, or pass --overwrite "
+            "to replace it"
+        )
+    if final.is_symlink() or not final.is_dir() or not (final / MARKER).is_file():
+        raise ConfigError(
+            f"--overwrite {final}: not a results folder written by tracekit qualify (no {MARKER} "
+            "file); it is left alone, choose a new --out"
+        )
+    others = sorted(p.name for p in final.iterdir() if p.name not in RESULT_NAMES)
+    if others:
+        raise ConfigError(
+            f"--overwrite {final}: holds files qualify did not write ({', '.join(others[:3])}); "
+            "it is left alone, move them out or choose a new --out"
+        )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def remove_stale_staging(final: Path) -> list[Path]:
+    """Delete the hidden staging folders of ``final`` left by killed qualify jobs.
+
+    A staging folder is ``.<name>.partial-<pid>`` beside the results folder; one whose process
+    is gone (a kill) is removed. Those of running jobs are left alone.
+
+    Returns
+    -------
+    list of Path
+        The folders removed.
+    """
+    parent = final.parent
+    if not parent.is_dir():
+        return []
+    pattern = re.compile(rf"^\.{re.escape(final.name)}\.partial-(\d+)$")
+    removed = []
+    for folder in sorted(parent.iterdir()):
+        match = pattern.match(folder.name)
+        if match is None or folder.is_symlink() or not folder.is_dir():
+            continue
+        pid = int(match.group(1))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            shutil.rmtree(folder)
+            removed.append(folder)
+    return removed

@@ -28,7 +28,7 @@ from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
-from tracekit.trace.bundle import Bundle, open_trace
+from tracekit.trace.bundle import Bundle, check_parquet, open_trace
 from tracekit.workloads import Workload
 
 __all__ = ["CLOSED_SUMMARY", "ClosedReplay", "recorded_workload", "replay_closed"]
@@ -36,6 +36,11 @@ __all__ = ["CLOSED_SUMMARY", "ClosedReplay", "recorded_workload", "replay_closed
 CLOSED_SUMMARY = "closed_summary"
 # Metrics compared with the recorded run as relative changes (percent).
 COMPARED = ("throughput_rps", "ttft_p95_s", "tpot_p95_s", "e2e_p95_s", "preemptions")
+# The requests columns closed mode reads (it rebuilds the workload from them).
+REQUEST_COLUMNS = (
+    "input_index", "request_id", "arrival_s", "prompt_tokens", "target_output_tokens",
+    "max_tokens", "priority",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,19 +54,31 @@ class ClosedReplay:
 def recorded_workload(bundle: Bundle) -> Workload:
     """The workload of a recorded run, rebuilt from its ``requests`` table (input order kept)."""
     spec = bundle.manifest.get("workload") or {}
-    frame = (
-        pl.scan_parquet(bundle.table_files("requests"))
-        .sort("input_index")
-        .select(
-            "request_id",
-            "arrival_s",
-            "prompt_tokens",
-            pl.col("target_output_tokens").alias("output_tokens"),
-            "max_tokens",
-            "priority",
+    if not isinstance(spec, dict):
+        spec = {}
+    files = bundle.table_files("requests")
+    for file in files:  # one line naming the file, not a polars traceback
+        check_parquet(file, list(REQUEST_COLUMNS))
+    try:
+        frame = (
+            pl.scan_parquet(files)
+            .sort("input_index")
+            .select(
+                "request_id",
+                "arrival_s",
+                "prompt_tokens",
+                pl.col("target_output_tokens").alias("output_tokens"),
+                "max_tokens",
+                "priority",
+            )
+            .collect()
         )
-        .collect()
-    )
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        message = " ".join(str(exc).split())[:200]
+        raise TraceSchemaError(
+            f"{bundle.path}: cannot read the requests table ({type(exc).__name__}: {message}); "
+            "the file is truncated or corrupt: re-record the bundle"
+        ) from None
     if frame.height == 0:
         raise TraceSchemaError(
             f"{bundle.path}: the run has no requests table rows; closed mode needs the recorded "
@@ -84,7 +101,28 @@ def _engine_config(bundle: Bundle) -> Any:
             f"{bundle.path / 'manifest.json'}: field 'engine_config' is missing; closed mode "
             "needs the recorded engine configuration"
         )
-    return make_engine_config(**config)
+    try:
+        return make_engine_config(**config)
+    except TypeError as exc:
+        raise TraceSchemaError(
+            f"{bundle.path / 'manifest.json'}: field 'engine_config' does not fit this engine "
+            f"({exc}); re-record the bundle with this tracekit"
+        ) from None
+
+
+def _recorded_seed(bundle: Bundle) -> int:
+    """The recorded run's seed (0 when absent); a NaN or a non-integer is refused in one line."""
+    value = bundle.manifest.get("seed")
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceSchemaError(
+            f"{bundle.path / 'manifest.json'}: field 'seed' is {value!r}, expected an integer; "
+            "fix the manifest or pass --seed"
+        )
+    return value
 
 
 def replay_closed(
@@ -145,7 +183,7 @@ def replay_closed(
         for bundle in dataset:
             workload = recorded_workload(bundle)
             config = _engine_config(bundle)
-            run_seed = int(bundle.manifest.get("seed") or 0) if seed is None else seed
+            run_seed = _recorded_seed(bundle) if seed is None else seed
             recorded.append((bundle, len(strategies)))
             for strategy in strategies:
                 run = SimRun(workload, config, strategy, host_path, run_seed)
@@ -196,12 +234,19 @@ def _run_counts(callback: Callable[[int, int], None]) -> ProgressCallback:
     return report
 
 
+# Changes are rounded to this many decimals of a percent: a metric computed in another order
+# (another row-group split, say) may differ from the recorded one in its last bit, and
+# ``-1.1102e-14`` is meant as 0.
+CHANGE_DECIMALS = 6
+
+
 def _relative_change(metric: str) -> pl.Expr:
-    """``100 * (value / recorded - 1)`` per row; null where the recorded value is 0."""
+    """``100 * (value - recorded) / recorded`` per row, rounded; null where recorded is 0."""
     recorded = pl.col(f"_recorded_{metric}")
+    change = (100.0 * (pl.col(metric) - recorded) / recorded).round(CHANGE_DECIMALS)
     return (
         pl.when(recorded != 0)
-        .then(100.0 * (pl.col(metric) / recorded - 1.0))
+        .then(change + 0.0)  # + 0.0 turns a rounded -0.0 into 0.0
         .alias(f"{metric}_change_pct")
     )
 

@@ -19,11 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.errors import ConfigError, TracekitError
-from tracekit.sweep.executors import Executor
+from tracekit.sweep.executors import Executor, refuse_in_bootstrap
 from tracekit.sweep.guards import interrupt_guard, sweep_lock
 from tracekit.sweep.plan import PlannedRun
 from tracekit.sweep.progress import ProgressCallback, ProgressCounter
-from tracekit.sweep.task import SweepTask, TaskOutcome, bundle_state, remove_partials
+from tracekit.sweep.task import (
+    SweepTask,
+    TaskOutcome,
+    bundle_state,
+    existing_folders,
+    remove_partials,
+)
 
 __all__ = ["Execution", "RunFailedError", "RunRecord", "execute_runs"]
 
@@ -184,6 +190,7 @@ def execute_runs(
         ``out`` is a file or another execution holds its lock, or a complete bundle holds
         another run than planned.
     """
+    refuse_in_bootstrap()
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: is a file; pass a folder for --out")
@@ -191,6 +198,8 @@ def execute_runs(
     start = time.perf_counter()
     roots = sorted({out / run.path.split("/", 1)[0] for run in runs})
     with sweep_lock(out):
+        # The folders there before this execution: the user's own empty folders are kept.
+        keep = frozenset().union(*(existing_folders(root) for root in roots))
         _remove_partials(roots)
         records, tasks = _resume(runs, out, previous or {})
         skipped = sum(r.status == "skipped" for r in records)
@@ -204,12 +213,12 @@ def execute_runs(
             except KeyboardInterrupt:
                 interrupted = True
             except BaseException:
-                _remove_partials(roots)
+                _remove_partials(roots, keep)
                 raise
             # A Ctrl-C that came as the last run finished interrupted nothing.
             stopped = interrupted or requested()
             interrupted = stopped and any(r.status == "pending" for r in records)
-            _remove_partials(roots)
+            _remove_partials(roots, keep)
             execution = Execution(
                 records=tuple(
                     _replace(r, status="interrupted") if r.status == "pending" else r
@@ -227,9 +236,9 @@ def execute_runs(
     return execution
 
 
-def _remove_partials(roots: Sequence[Path]) -> None:
+def _remove_partials(roots: Sequence[Path], keep: frozenset[Path] | None = None) -> None:
     for root in roots:
-        remove_partials(root)
+        remove_partials(root, keep)
 
 
 def _resume(

@@ -16,12 +16,14 @@ cancelled. Their unfinished bundles are hidden ``.partial`` folders that the cal
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import importlib.util
 import logging
 import multiprocessing
 import os
 import signal
+import sys
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -59,6 +61,31 @@ WORKER_DIED = (
     "the worker process died while running this run (os._exit, a crash or the out-of-memory "
     "killer); it was the only run in flight, so it is the cause"
 )
+
+
+# The exit code of a worker that found itself re-running the driver's script while it started.
+BOOTSTRAP_EXIT = 87
+NO_MAIN_GUARD = (
+    "the worker processes re-ran the script that started this job (spawned workers import the "
+    "main module, and it calls run_sweep, qualify or the matrix again at import): put that call "
+    'under  if __name__ == "__main__":  in the script, or pass jobs=1'
+)
+
+
+def bootstrapping() -> bool:
+    """Whether this process is a spawned worker still importing the driver's main module."""
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def refuse_in_bootstrap() -> None:
+    """Exit a worker that re-runs the driver's unguarded script (see :data:`NO_MAIN_GUARD`).
+
+    The driver recognises :data:`BOOTSTRAP_EXIT` and explains; without this, the worker would
+    take the sweep's lock or start its own pool, and the driver would blame a crash or another
+    sweep.
+    """
+    if bootstrapping():
+        raise SystemExit(BOOTSTRAP_EXIT)
 
 
 class Listener(Protocol):
@@ -110,6 +137,7 @@ def make_executor(jobs: int | None = None, ray_address: str | None = None) -> Ex
     Executor
         A :class:`RayExecutor`, :class:`SerialExecutor` or :class:`ProcessExecutor`.
     """
+    refuse_in_bootstrap()
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ConfigError(f"--jobs {jobs!r}: must be an integer >= 1; pass --jobs 2, for example")
     if ray_address is not None:
@@ -137,13 +165,41 @@ class SerialExecutor:
             listener.finished(execute_task(task, root))
 
 
-def _init_worker() -> None:
+# prctl(2) option: the signal this process gets when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """Make this worker exit when the driver ``parent`` dies (a SIGKILL leaves no clean-up).
+
+    On Linux the kernel sends SIGKILL at the parent's death (``PR_SET_PDEATHSIG``); elsewhere
+    :func:`_run_task` checks the parent between runs. Either way a killed driver's workers do
+    not finish their runs into the sweep folder.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the driver died before the line above took effect
+        os._exit(1)
+
+
+def _init_worker(parent: int | None = None) -> None:
     # Ctrl-C reaches the whole process group: only the driver decides what it means. The
     # worker was started with SIGINT blocked (see _sigint_blocked), so a Ctrl-C during its
     # start-up stays pending until it is ignored here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if parent is not None:
+        _die_with_parent(parent)
+
+
+def _run_task(task: SweepTask, root: Path, parent: int) -> TaskOutcome:
+    """:func:`execute_task` in a worker, unless the driver ``parent`` is gone (then exit)."""
+    if os.getppid() != parent:
+        os._exit(1)
+    return execute_task(task, root)
 
 
 @contextlib.contextmanager
@@ -177,14 +233,17 @@ class ProcessExecutor:
             max_workers=max(1, min(self.workers, count)),
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
+            initargs=(os.getpid(),),
         )
 
     def run(self, tasks: Sequence[SweepTask], root: Path, listener: Listener, stop: Stop) -> None:
         """Run ``tasks`` until done or ``stop()``; see the class docstring."""
+        refuse_in_bootstrap()
         queue = deque(tasks)
         suspects: deque[SweepTask] = deque()
         inflight: dict[Future[TaskOutcome], SweepTask] = {}
         pool = self._pool(len(queue)) if queue else None
+        spawned: dict[int, Any] = {}  # every worker process, to read their exit codes
         try:
             while True:
                 if stop():
@@ -197,9 +256,13 @@ class ProcessExecutor:
                     if not source:
                         break
                     task = source.popleft()
-                    with _sigint_blocked():  # submit() starts the worker processes
-                        inflight[pool.submit(execute_task, task, root)] = task
+                    # Counted as running before it is submitted: a Ctrl-C handled during
+                    # submit() (another thread may take the signal while SIGINT is blocked
+                    # here) must not report one running run fewer than the workers hold.
                     listener.started(task.index)
+                    with _sigint_blocked():  # submit() starts the worker processes
+                        inflight[pool.submit(_run_task, task, root, os.getpid())] = task
+                    spawned.update((getattr(pool, "_processes", None) or {}).items())
                     if source is suspects:
                         break
                 if not inflight:
@@ -207,6 +270,7 @@ class ProcessExecutor:
                 done, _ = wait(inflight, timeout=POLL_S, return_when=FIRST_COMPLETED)
                 if any(isinstance(f.exception(), BrokenProcessPool) for f in done):
                     wait(inflight)
+                    _check_bootstrap(spawned.values())
                     broken = self._collect(inflight, listener)
                     for task in broken:
                         if len(broken) == 1:
@@ -241,6 +305,14 @@ class ProcessExecutor:
             else:
                 listener.finished(_future_outcome(future, task))
         return broken
+
+
+def _check_bootstrap(processes: Any) -> None:
+    """Raise :data:`NO_MAIN_GUARD` if a broken pool's worker exited with :data:`BOOTSTRAP_EXIT`."""
+    for process in processes:
+        process.join(timeout=5)
+        if process.exitcode == BOOTSTRAP_EXIT:
+            raise ConfigError(NO_MAIN_GUARD)
 
 
 def _future_outcome(future: Future[TaskOutcome], task: SweepTask) -> TaskOutcome:

@@ -28,7 +28,7 @@ import polars as pl
 from bidkv._version import __version__
 from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.sweep.execute import Execution, RunRecord, execute_runs
-from tracekit.sweep.executors import Executor, make_executor
+from tracekit.sweep.executors import Executor, make_executor, refuse_in_bootstrap
 from tracekit.sweep.matrix import load_matrix
 from tracekit.sweep.plan import RUNS_DIR, SweepPlan, plan_sweep
 from tracekit.sweep.progress import ProgressCallback
@@ -170,6 +170,7 @@ def run_sweep(
     SweepInterrupted
         Ctrl-C stopped the sweep (after writing ``cells.parquet`` and ``sweep.json``).
     """
+    refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
     plan = plan_sweep(load_matrix(matrix_path))
     return execute_plan(plan, out, make_executor(jobs, ray_address), progress=progress)
 

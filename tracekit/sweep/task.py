@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +39,7 @@ __all__ = [
     "publish_files",
     "publish_sidecar",
     "record_sim_run",
+    "existing_folders",
     "remove_partials",
 ]
 
@@ -275,11 +276,13 @@ def bundle_state(folder: Path) -> tuple[BundleState, str | None]:
     return state, str(run_id) if run_id is not None else None
 
 
-def remove_partials(root: Path) -> list[Path]:
+def remove_partials(root: Path, keep: Collection[Path] | None = None) -> list[Path]:
     """Delete unfinished hidden bundle folders below ``root`` and the empty folders left over.
 
     Only call it while no worker writes below ``root`` (the sweep folder's lock is held and
-    every worker has stopped).
+    every worker has stopped). The empty folders removed are those that held a removed partial
+    folder and, when ``keep`` is given, those not in ``keep`` (the folders that existed before
+    the execution): a user's own empty folder is never removed.
 
     Returns
     -------
@@ -293,8 +296,20 @@ def remove_partials(root: Path) -> list[Path]:
         if partial.is_dir():
             shutil.rmtree(partial, ignore_errors=True)
             removed.append(partial)
+    candidates = {
+        parent for partial in removed for parent in partial.parents if root in parent.parents
+    }
+    if keep is not None:
+        candidates |= {p for p in (root, *root.rglob("*")) if p.is_dir() and p not in keep}
     # Deepest first, so that a parent emptied by its children's removal goes too.
-    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+    for folder in sorted(candidates, key=lambda p: -len(p.parts)):
         with contextlib.suppress(OSError):
             folder.rmdir()
     return removed
+
+
+def existing_folders(root: Path) -> frozenset[Path]:
+    """``root`` and every folder below it, as they are now (the ``keep`` of remove_partials)."""
+    if not root.is_dir():
+        return frozenset()
+    return frozenset(p for p in (root, *root.rglob("*")) if p.is_dir())

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from tracekit.errors import TraceSchemaError
 from tracekit.trace.schema import SCHEMA_VERSION, trace_schema
 
-__all__ = ["Bundle", "TraceDataset", "find_bundle_dirs", "open_trace"]
+__all__ = ["Bundle", "TraceDataset", "check_parquet", "find_bundle_dirs", "open_trace"]
 
 MANIFEST = "manifest.json"
 
@@ -92,6 +92,19 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
             f"{file}: manifest is not valid JSON (line {exc.lineno}: {exc.msg}); "
             "re-record the bundle or restore the file"
         ) from None
+    except UnicodeDecodeError:
+        raise TraceSchemaError(
+            f"{file}: manifest is not UTF-8 text; re-record the bundle or restore the file"
+        ) from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TraceSchemaError(
+            f"{file}: cannot read the manifest ({reason}); check its permissions, or restore it"
+        ) from None
+    except RecursionError:
+        raise TraceSchemaError(
+            f"{file}: manifest nests too deeply to read; re-record the bundle"
+        ) from None
     if not isinstance(manifest, dict):
         raise TraceSchemaError(f"{file}: manifest must be a JSON object; re-record the bundle")
     if manifest.get("format") != "tracekit.trace":
@@ -110,7 +123,40 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         raise TraceSchemaError(
             f"{file}: manifest lacks required field(s) {', '.join(missing)}; re-record the bundle"
         )
+    _check_tables_field(file, manifest.get("tables"))
     return manifest
+
+
+def _check_tables_field(file: Path, tables: Any) -> None:
+    """Refuse a ``tables`` field that is not ``{table: {"files": [...], "rows": n}}``."""
+    if tables is None:
+        return
+    fix = 'expected an object such as {"requests": {"files": [...], "rows": 10}}; re-record'
+    if not isinstance(tables, dict):
+        raise TraceSchemaError(f"{file}: field 'tables' is {_short(tables)}; {fix}")
+    for name, entry in tables.items():
+        if not isinstance(entry, dict):
+            raise TraceSchemaError(f"{file}: field 'tables.{name}' is {_short(entry)}; {fix}")
+        rows = entry.get("rows")
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 0):
+            raise TraceSchemaError(
+                f"{file}: field 'tables.{name}.rows' is {_short(rows)}; expected a row count "
+                "(an integer >= 0); re-record the bundle"
+            )
+        files = entry.get("files")
+        if files is not None and not (
+            isinstance(files, list) and all(isinstance(f, str) for f in files)
+        ):
+            raise TraceSchemaError(
+                f"{file}: field 'tables.{name}.files' is {_short(files)}; expected a list of "
+                "file names; re-record the bundle"
+            )
+
+
+def _short(value: Any) -> str:
+    """``value`` as JSON, cut to 60 characters (for one-line errors)."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +183,7 @@ class TraceDataset:
         if not files:
             return pl.LazyFrame(schema=spec.polars_schema)
         for file in files:
-            _check_parquet(file, spec.column_names)
+            check_parquet(file, spec.column_names)
         return pl.scan_parquet(files, schema=spec.polars_schema)
 
     def runs(self) -> pl.DataFrame:
@@ -154,7 +200,7 @@ class TraceDataset:
         return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def _check_parquet(file: Path, expected: list[str]) -> None:
+def check_parquet(file: Path, expected: list[str]) -> None:
     """Fail with a one-line error if ``file`` is not readable Parquet with the schema's columns."""
     try:
         names = pq.read_schema(file).names
