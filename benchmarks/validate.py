@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import PRESSURE, RATE_SCALE, concatenated_bundle, default_cache
 
-from tracekit.recording.sim import SimRun, make_engine_config, record_sim
+from tracekit.engine.config import make_engine_config
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
 from tracekit.trace import open_trace
 from tracekit.trace.schema import trace_schema

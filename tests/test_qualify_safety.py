@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import cli
+from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify
 from tracekit.qualify.job import MARKER
-from tracekit.recording.sim import make_engine_config
 from tracekit.strategies import parse_strategy_list, resolve_strategy
 from tracekit.workloads import load_workload
 
