@@ -59,7 +59,7 @@ def test_sweep_report_header_describes_the_sweep(sweep: Path, tmp_path: Path) ->
     assert "<title>Qualification report: bidkv on sweep smoke</title>" in page
     assert "?" not in "".join(rows.values())
     assert rows["sweep"].startswith("smoke (")
-    assert rows["sweep"].endswith("examples/sweeps/smoke.toml): 4 cells, 20 runs")
+    assert rows["sweep"].endswith("examples/sweeps/smoke.toml): 4 cells, 30 runs")
     # The one workload, with its hash, request count and the rates it ran at.
     assert rows["workloads"].startswith("azure_conv_sample (sha256 199ec10343bc..., 120 requests)")
     assert "rate scale 1.0, 2.0" in rows["workloads"]
@@ -73,9 +73,23 @@ def test_sweep_report_header_describes_the_sweep(sweep: Path, tmp_path: Path) ->
     assert rows["engines"].startswith("small: mode=vllm, num_blocks=300, block_size=16,")
     assert "max_model_len=4608" in rows["engines"]
     repeats = rows["repeats"]
-    assert repeats.startswith("2 by windows (")
+    assert repeats.startswith("3 by windows (")
     assert "()" not in repeats
-    assert "azure_conv_sample at rate scale 1.0: r0: window 0 to 22.7514 s, seed 0" in repeats
-    # smoke.toml has 2 repeats: the header says why every label is inconclusive.
-    assert "fewer than the 3 repeats the effectiveness rule needs" in repeats
+    # Thirds of the 120 requests' 45.5028 s.
+    assert "azure_conv_sample at rate scale 1.0: r0: window 0 to 15.1676 s, seed 0" in repeats
+    assert "fewer than the 3 repeats" not in repeats
     assert rows["SLO"] == "TTFT <= 2.0 s, TPOT <= 0.1 s"
+
+
+def test_a_sweep_with_too_few_repeats_says_so(tmp_path: Path) -> None:
+    # With 2 repeats every effectiveness label is bound to be inconclusive: the header says why.
+    text = SMOKE.read_text("utf-8").replace("count = 3", "count = 2")
+    text = text.replace('"../../traces/', f'"{SMOKE.parents[2].as_posix()}/traces/')
+    text = text.replace("limit = 120", "limit = 40")
+    matrix = tmp_path / "two.toml"
+    matrix.write_text(text, "utf-8")
+    out = tmp_path / "two"
+    run_sweep(matrix, out, jobs=1)
+    _, rows = _header(write_report(out, tmp_path / "report.html").read_text())
+    assert rows["repeats"].startswith("2 by windows (")
+    assert "fewer than the 3 repeats the effectiveness rule needs" in rows["repeats"]

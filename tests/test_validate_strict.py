@@ -114,8 +114,6 @@ def test_polars_written_strings_are_not_a_wrong_type(tmp_path: Path) -> None:
         ({"complete": "no"}, "'complete'"),
         ({"complete": 1}, "'complete'"),
         ({"schema_version": True}, "'schema_version'"),
-        ({"tables": "x"}, "'tables'"),
-        ({"tables": {"decisions": {"rows": -2, "files": ["decisions.parquet"]}}}, "'tables'"),
         ({"seed": math.nan}, "'seed'"),
         ({"time_scaling": -1.0}, "'time_scaling'"),
         ({"missing_tables": "requests"}, "'missing_tables'"),
@@ -131,6 +129,24 @@ def test_manifest_fields_of_the_wrong_type(tmp_path: Path, fields: dict, field: 
         p.startswith(f"{bundle / 'manifest.json'}: field {field}")
         for p in report.bundles[0].problems
     ), report.bundles[0].problems
+
+
+@pytest.mark.parametrize(
+    "tables",
+    ["x", {"decisions": {"rows": -2, "files": ["decisions.parquet"]}}],
+)
+def test_a_malformed_tables_field_stops_validation_in_one_line(
+    tmp_path: Path, tables: object
+) -> None:
+    # The bundle reader refuses it on opening, before any table is read.
+    bundle = write_bundle(tmp_path / "b")
+    _edit_manifest(bundle, tables=tables)
+    with pytest.raises(TraceSchemaError, match="field 'tables"):
+        validate_trace(bundle)
+    result = _run("validate", str(bundle))
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1
+    assert "manifest.json" in result.output
 
 
 def test_complete_no_is_not_read_as_complete(tmp_path: Path) -> None:
