@@ -492,6 +492,7 @@ class _Run:
                     "kept": [r.rid for r in batch.reqs],
                     "new_token_ratio_before": old_ratio,
                     "new_token_ratio_after": new_ratio,
+                    "free_tokens_before": old_available,
                     "tokens_gained": self.allocator.available_size() - old_available,
                     "waiting_positions": positions,
                     "waiting_len": len(self.waiting_queue),
@@ -562,8 +563,14 @@ class _Run:
 
 
 def _req_view(req: Any) -> list[Any]:
-    """A candidate as recorded: ``[rid, len(origin_input_ids), len(output_ids), priority]``."""
-    return [req.rid, len(req.origin_input_ids), len(req.output_ids), req.priority]
+    """A candidate: ``[rid, len(origin_input_ids), len(output_ids), priority, retractions]``."""
+    return [
+        req.rid,
+        len(req.origin_input_ids),
+        len(req.output_ids),
+        req.priority,
+        req.retraction_count,
+    ]
 
 
 def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dict[str, Any]:
@@ -591,6 +598,8 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
     loop_s = 0.0
     total = len(rows)
     done = 0
+    carried: list[str] = []  # arrivals not yet reported with a step
+    stalled_at = -1
     while done < total:
         if step >= max_steps:
             raise RuntimeError(f"no end after {max_steps} steps")
@@ -598,60 +607,101 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         arrived = []
         while upcoming is not None and float(upcoming[1][1]) <= step * step_s * (1 + 1e-12):
             index, (rid, _arrival, prompt, output, max_tokens, priority, hashes) = upcoming
+            upcoming = next(pending, None)
+            if int(prompt) >= run.max_context_len:
+                # Scheduler.handle_generate_request -> validate_input_length aborts it.
+                done += 1
+                emit(
+                    {
+                        "kind": "request",
+                        "run": scenario["run"],
+                        "request_id": rid,
+                        "arrival_step": step,
+                        "first_step": None,
+                        "first_token_step": None,
+                        "finish_step": step,
+                        "output_tokens": 0,
+                        "finish_reason": "rejected",
+                        "retractions": 0,
+                    }
+                )
+                continue
             req = _make_req(sg, run, index, rid, prompt, max_tokens, priority, hashes)
             targets[rid] = int(output)
-            info[rid] = {"arrival_step": step, "retractions": 0, "first_step": None}
+            info[rid] = {
+                "arrival_step": step,
+                "retractions": 0,
+                "first_step": None,
+                "first_token_step": None,
+            }
             run.waiting_queue.append(req)
             arrived.append(rid)
-            upcoming = next(pending, None)
         idle = (
             not run.waiting_queue
             and run.running_batch.is_empty()
             and run.chunked_req is None
             and (run.last_batch is None or run.last_batch.is_empty())
         )
-        if idle and not arrived and upcoming is not None:
+        if idle and upcoming is not None:
             step = max(step + 1, _first_step(float(upcoming[1][1]), step_s))
             continue
+        carried.extend(arrived)
         run.retractions = []
         run.admission = None
         free_before = run.allocator.available_size()
         evictable_before = _evictable(run)
         t = time.perf_counter()
         batch = run.get_next_batch_to_run()
+        if batch is None:
+            # Scheduler.event_loop_normal: no batch -> on_idle; last_batch = None. Such an
+            # iteration runs nothing, so it takes no step index. Twice in a row at one step means
+            # nothing can run before the next arrival.
+            run.on_idle()
+            run.last_batch = None
+            loop_s += time.perf_counter() - t
+            if stalled_at == step:
+                if upcoming is None:
+                    raise RuntimeError(
+                        "requests can never be scheduled (too large for the KV pool?): "
+                        + ", ".join(r.rid for r in run.waiting_queue)
+                    )
+                step = max(step + 1, _first_step(float(upcoming[1][1]), step_s))
+            stalled_at = step
+            continue
+        stalled_at = -1
         record: dict[str, Any] = {
             "kind": "step",
             "run": scenario["run"],
             "step": step,
-            "arrived": arrived,
+            "arrived": carried,
             "free_tokens_before": free_before,
             "evictable_tokens_before": evictable_before,
         }
-        if batch is not None:
-            record.update(_describe_batch(run, batch))
-            finished = run.process_batch_result(batch, targets)
-        else:
-            run.on_idle()
-            finished = []
-            record.update({"mode": "idle", "reqs": []})
+        carried = []
+        # The step as scheduled (after admission and retraction, before outputs).
+        record["free_tokens"] = run.allocator.available_size()
+        record["evictable_tokens"] = _evictable(run)
+        record["running"] = [r.rid for r in run.running_batch.reqs]
+        record.update(_describe_batch(run, batch))
+        finished = run.process_batch_result(batch, targets)
+        for req in batch.reqs:
+            if req.output_ids and info[req.rid]["first_token_step"] is None:
+                info[req.rid]["first_token_step"] = step
         run.last_batch = batch
         loop_s += time.perf_counter() - t
         record["retractions"] = run.retractions
         record["admission"] = run.admission
         record["new_token_ratio"] = run.ratio.current
         record["waiting"] = [r.rid for r in run.waiting_queue]
-        record["running"] = [r.rid for r in run.running_batch.reqs]
         record["chunked"] = None if run.chunked_req is None else run.chunked_req.rid
-        record["free_tokens"] = run.allocator.available_size()
-        record["evictable_tokens"] = _evictable(run)
+        record["free_tokens_after"] = run.allocator.available_size()
         record["finished"] = [r.rid for r in finished]
         for retraction in run.retractions:
             for rid in retraction["victims"]:
                 info[rid]["retractions"] += 1
-        if batch is not None:
-            for entry in record["reqs"]:
-                if info[entry[0]]["first_step"] is None:
-                    info[entry[0]]["first_step"] = step
+        for entry in record["reqs"]:
+            if info[entry[0]]["first_step"] is None:
+                info[entry[0]]["first_step"] = step
         emit(record)
         for req in finished:
             done += 1
@@ -662,6 +712,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
                     "request_id": req.rid,
                     "arrival_step": info[req.rid]["arrival_step"],
                     "first_step": info[req.rid]["first_step"],
+                    "first_token_step": info[req.rid]["first_token_step"],
                     "finish_step": step,
                     "output_tokens": len(req.output_ids),
                     "finish_reason": type(req.finished_reason).__name__,
