@@ -33,6 +33,7 @@ import tracekit
 from tracekit.errors import ConfigError, TracekitError
 from tracekit.sglang.protocol import (
     PROTOCOL_VERSION,
+    Candidate,
     SglangConfig,
     SglangStep,
     scenario_message,
@@ -427,7 +428,7 @@ def bundle_rows(
                                 "arrival_time": arrival,
                                 "num_prompt_tokens": c.prompt_tokens,
                                 "num_output_tokens": c.output_tokens,
-                                "num_computed_tokens": c.prompt_tokens + c.output_tokens,
+                                "num_computed_tokens": _kv_tokens(c),
                                 "num_preemptions": c.retractions,
                                 "max_tokens": max_tokens,
                                 "sglang_output_len": c.output_tokens,
@@ -461,9 +462,7 @@ def bundle_rows(
                     )
                     seq += 1
                     gone = next(c for c in batch if c.request_id == victim)
-                    recomputed[victim] = (
-                        recomputed.get(victim, 0) + gone.prompt_tokens + gone.output_tokens
-                    )
+                    recomputed[victim] = recomputed.get(victim, 0) + _kv_tokens(gone)
                     batch.remove(gone)
             row(
                 "steps",
@@ -522,6 +521,15 @@ def bundle_rows(
                 },
             )
     return tables
+
+
+def _kv_tokens(c: Candidate) -> int:
+    """Tokens in KV of a decoding request: its prompt and every output but the newest.
+
+    The newest sampled token has no KV yet (the next decode step computes it); SGLang's
+    ``retract_decode`` frees exactly this many tokens of a victim.
+    """
+    return c.prompt_tokens + max(c.output_tokens - 1, 0)
 
 
 def _arrival_and_max(
