@@ -163,7 +163,7 @@ def test_radix_cache_hits_follow_the_hash_ids(recorded: dict[str, Path]) -> None
         for step in read_sglang_steps(bundle):
             if step.mode == "prefill":
                 for r in step.reqs:
-                    hits.setdefault(r.request_id, r.cached_tokens)
+                    hits.setdefault(r.request_id, r.radix_hit_tokens)
         return hits
 
     on = cached(recorded["radix_on"])

@@ -70,13 +70,21 @@ RETRACTION = {
 }
 MESSAGES = [
     _step(
-        0, "prefill", [["a", 10, 0, 0], ["b", 16, 0, 0], ["c", 12, 0, 0]], arrived=["a", "b", "c"]
+        0,
+        "prefill",
+        [["a", 10, 0, 0, 0], ["b", 16, 0, 0, 0], ["c", 12, 0, 0, 0]],
+        arrived=["a", "b", "c"],
     ),
-    _step(1, "decode", [["a", 1, 0, 1], ["b", 1, 0, 1], ["c", 1, 0, 1]], running=["a", "b", "c"]),
+    _step(
+        1,
+        "decode",
+        [["a", 1, 0, 1, 0], ["b", 1, 0, 1, 0], ["c", 1, 0, 1, 0]],
+        running=["a", "b", "c"],
+    ),
     _step(
         2,
         "decode",
-        [["a", 1, 0, 2]],
+        [["a", 1, 0, 2, 0]],
         running=["a"],
         retractions=[RETRACTION],
         waiting=["b", "c"],

@@ -316,6 +316,7 @@ class _Run:
         # Per-step observations (reset by the loop).
         self.retractions: list[dict[str, Any]] = []
         self.admission: dict[str, Any] | None = None
+        self.continued_chunk: str | None = None
 
     # ---- scheduler.py: get_next_batch_to_run ------------------------------------------------
 
@@ -400,6 +401,7 @@ class _Run:
             waiting_queue_len=len(self.waiting_queue),
             prefill_tile_block_m=64,  # the fallback for non-Triton attention backends
         )
+        self.continued_chunk = None if self.chunked_req is None else self.chunked_req.rid
         if self.chunked_req is not None:
             self.chunked_req.init_next_round_input()
             adder.chunked_req_limit = self.policy.shortest_prefill_chunk_limit(
@@ -648,6 +650,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         carried.extend(arrived)
         run.retractions = []
         run.admission = None
+        run.continued_chunk = None
         free_before = run.allocator.available_size()
         evictable_before = _evictable(run)
         t = time.perf_counter()
@@ -787,15 +790,16 @@ def _make_req(
 def _describe_batch(run: _Run, batch: Any) -> dict[str, Any]:
     """What the step runs: ``[rid, new tokens, cached prefix tokens, output tokens]`` each."""
     if batch.forward_mode.is_extend():
-        # ScheduleBatch.prepare_for_extend sets extend_lens and prefix_lens (radix hits).
+        # ScheduleBatch.prepare_for_extend sets extend_lens and prefix_lens: a radix-cache hit,
+        # or the request's own earlier chunks when it continues a chunked prefill (last field 1).
         reqs = [
-            [r.rid, int(extend), int(prefix), len(r.output_ids)]
+            [r.rid, int(extend), int(prefix), len(r.output_ids), int(r.rid == run.continued_chunk)]
             for r, extend, prefix in zip(
                 batch.reqs, batch.extend_lens, batch.prefix_lens, strict=True
             )
         ]
         return {"mode": "prefill", "reqs": reqs}
-    return {"mode": "decode", "reqs": [[r.rid, 1, 0, len(r.output_ids)] for r in batch.reqs]}
+    return {"mode": "decode", "reqs": [[r.rid, 1, 0, len(r.output_ids), 0] for r in batch.reqs]}
 
 
 def _describe_config(run: _Run) -> dict[str, Any]:

@@ -152,6 +152,13 @@ class ScheduledReq:
     cached_tokens: int
     # Output tokens the request had before the step.
     output_tokens: int
+    # True when the request continues its own chunked prefill (cached_tokens are its chunks).
+    continued_chunk: bool = False
+
+    @property
+    def radix_hit_tokens(self) -> int:
+        """Tokens of a prefill served from the radix cache (0 for a continued chunk)."""
+        return 0 if self.continued_chunk else self.cached_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +262,8 @@ def step_from_wire(message: Mapping[str, Any]) -> SglangStep:
             step=int(message["step"]),
             mode=mode,
             reqs=tuple(
-                ScheduledReq(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in message["reqs"]
+                ScheduledReq(str(r[0]), int(r[1]), int(r[2]), int(r[3]), bool(r[4]))
+                for r in message["reqs"]
             ),
             retractions=tuple(_retraction(r) for r in message.get("retractions", ())),
             arrived=tuple(message.get("arrived", ())),
