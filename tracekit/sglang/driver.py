@@ -317,6 +317,7 @@ class _Run:
         self.retractions: list[dict[str, Any]] = []
         self.admission: dict[str, Any] | None = None
         self.continued_chunk: str | None = None
+        self.aborted: list[Any] = []  # requests retract_decode aborted in this step
 
     # ---- scheduler.py: get_next_batch_to_run ------------------------------------------------
 
@@ -500,8 +501,8 @@ class _Run:
                     "waiting_len": len(self.waiting_queue),
                 }
             )
-            for req in to_abort:
-                self.release_finished(req)
+            # Scheduler.send_abort_output: the request ends (its KV is already released).
+            self.aborted.extend(to_abort)
         else:
             self.ratio.decay_step()
         if batch.batch_size() < initial_bs:
@@ -546,9 +547,6 @@ class _Run:
                     self.sg.release_kv_cache(req, self.tree_cache, checkpoint=True)
                     finished.append(req)
         return finished
-
-    def release_finished(self, req: Any) -> None:
-        """An aborted request: already released by ``retract_decode``; nothing more here."""
 
     @staticmethod
     def _next_token(req: Any, targets: dict[str, int]) -> int:
@@ -651,6 +649,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         run.retractions = []
         run.admission = None
         run.continued_chunk = None
+        run.aborted = []
         free_before = run.allocator.available_size()
         evictable_before = _evictable(run)
         t = time.perf_counter()
@@ -686,7 +685,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         record["evictable_tokens"] = _evictable(run)
         record["running"] = [r.rid for r in run.running_batch.reqs]
         record.update(_describe_batch(run, batch))
-        finished = run.process_batch_result(batch, targets)
+        finished = [*run.aborted, *run.process_batch_result(batch, targets)]
         for req in batch.reqs:
             if req.output_ids and info[req.rid]["first_token_step"] is None:
                 info[req.rid]["first_token_step"] = step
@@ -718,7 +717,9 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
                     "first_token_step": info[req.rid]["first_token_step"],
                     "finish_step": step,
                     "output_tokens": len(req.output_ids),
-                    "finish_reason": type(req.finished_reason).__name__,
+                    # FINISH_MATCHED_TOKEN, FINISH_LENGTH, or FINISH_ABORT (retract_decode
+                    # aborts a last request that cannot fit, setting to_finish).
+                    "finish_reason": type(req.finished_reason or req.to_finish).__name__,
                     "retractions": req.retraction_count,
                 }
             )

@@ -67,6 +67,7 @@ Progress = Callable[[int, int], None]
 _STATUS = {
     "FINISH_MATCHED_TOKEN": "finished_stopped",
     "FINISH_LENGTH": "finished_length_capped",
+    "FINISH_ABORT": "aborted",
     "rejected": "rejected",
 }
 
