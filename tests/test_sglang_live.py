@@ -173,3 +173,38 @@ def test_radix_cache_hits_follow_the_hash_ids(recorded: dict[str, Path]) -> None
     assert on["y"] >= 512
     assert on["z"] == 0
     assert set(cached(recorded["radix_off"]).values()) == {0}
+
+
+def test_ratio_decays_by_a_fixed_step_after_a_retraction(recorded: dict[str, Path]) -> None:
+    steps = read_sglang_steps(recorded["length"])
+    decay = (0.7 - 0.7 * 0.14) / 600  # NewTokenRatioTracker.from_config defaults
+    index = next(i for i, s in enumerate(steps) if s.retractions)
+    after = steps[index].retractions[-1].new_token_ratio_after
+    assert steps[index].new_token_ratio == after
+    following = steps[index + 1]
+    assert following.mode == "decode" and not following.retractions
+    assert following.new_token_ratio == pytest.approx(after - decay)
+
+
+def test_a_retracted_request_prefills_prompt_and_outputs_again_in_chunks(
+    recorded: dict[str, Path],
+) -> None:
+    steps = read_sglang_steps(recorded["length"])
+    victim = next(v for s in steps for v in s.victims)
+    retracted_at = next(i for i, s in enumerate(steps) if victim in s.victims)
+    chunks = [
+        r
+        for s in steps[retracted_at + 1 :]
+        if s.mode == "prefill"
+        for r in s.reqs
+        if r.request_id == victim
+    ]
+    # Prompt (16) plus the 88 outputs it kept, in chunks of at most 64; each continued chunk
+    # starts where the earlier ones ended.
+    assert sum(c.new_tokens for c in chunks) == 16 + chunks[0].output_tokens
+    assert all(c.new_tokens <= 64 for c in chunks)
+    assert not chunks[0].continued_chunk and all(c.continued_chunk for c in chunks[1:])
+    done = 0
+    for c in chunks:
+        assert c.cached_tokens == done
+        done += c.new_tokens
