@@ -309,6 +309,7 @@ class _Run:
         )
         self.ratio = sg.NewTokenRatioTracker.from_config()
         self.waiting_queue: list[Any] = []
+        self.entry_counter = 0
         self.running_batch = sg.ScheduleBatch(reqs=[], batch_is_full=False)
         self.chunked_req: Any = None
         self.last_batch: Any = None
@@ -318,6 +319,20 @@ class _Run:
         self.admission: dict[str, Any] | None = None
         self.continued_chunk: str | None = None
         self.aborted: list[Any] = []  # requests retract_decode aborted in this step
+
+    # ---- scheduler.py: _add_request_to_queue ------------------------------------------------
+
+    def add_request_to_queue(self, req: Any) -> None:
+        """``Scheduler._add_request_to_queue`` (no disaggregation): append, stamp the entry time.
+
+        SGLang stamps ``time_stats.wait_queue_entry_time`` with ``time.perf_counter()``; with
+        ``--enable-priority-scheduling`` FCFS sorts the queue by ``(priority, that time)``
+        (``SchedulePolicy._sort_by_priority_and_fcfs``). The stamp here is a counter: the same
+        order as the wall clock, without its ties, and the same in every run.
+        """
+        self.entry_counter += 1
+        req.time_stats.set_wait_queue_entry_time(float(self.entry_counter))
+        self.waiting_queue.append(req)
 
     # ---- scheduler.py: get_next_batch_to_run ------------------------------------------------
 
@@ -381,8 +396,9 @@ class _Run:
         if self.get_num_allocatable_reqs(running_bs) <= 0 and self.chunked_req is None:
             running_batch.batch_is_full = True
             return None
-        # Get priority queue (SchedulePolicy.calc_priority: FCFS keeps order, LPM sorts by the
-        # longest prefix match in the tree).
+        # Get priority queue (SchedulePolicy.calc_priority: FCFS keeps order, or sorts by
+        # priority then entry time with priority scheduling; LPM sorts by the longest prefix
+        # match in the tree). processed_tokens only feeds HRRN, which is not offered.
         self.policy.calc_priority(self.waiting_queue, running_batch, processed_tokens=0)
         adder = sg.PrefillAdder(
             1,  # page_size
@@ -484,7 +500,7 @@ class _Run:
             # _add_request_to_queue(req, is_retracted=True): waiting_queue.append.
             positions = []
             for req in retracted:
-                self.waiting_queue.append(req)
+                self.add_request_to_queue(req)
                 positions.append(len(self.waiting_queue) - 1)
             self.retractions.append(
                 {
@@ -634,7 +650,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
                 "first_step": None,
                 "first_token_step": None,
             }
-            run.waiting_queue.append(req)
+            run.add_request_to_queue(req)
             arrived.append(rid)
         idle = (
             not run.waiting_queue
