@@ -1,0 +1,567 @@
+"""Record runs from SGLang 0.5.23's real scheduling objects into trace bundles.
+
+The project's environment spawns the Python of a separate SGLang environment
+(``scripts/install-sglang-cpu.sh``) running :mod:`tracekit.sglang.driver`, sends it every run as
+a scenario (:mod:`tracekit.sglang.protocol`), and writes what it streams back with
+:class:`tracekit.trace.writer.BundleWriter`: the ``steps``, ``scheduled``, ``decisions`` (one per
+retracted request), ``candidates`` and ``requests`` tables, plus ``sglang-steps.jsonl``, every
+step record whole (admissions with their cached tokens, the decode batch, each retraction's
+candidate batch, keep order, victims, ``new_token_ratio`` before and after, and where the victims
+went in the waiting queue), for the step-by-step comparison with the engine's SGLang mode.
+
+One driver process serves all the runs of one call (importing SGLang takes 10 to 20 s). The SGLang
+environment is found from, in order: the ``venv`` argument, ``$BIDKV_SGLANG_VENV`` and
+``~/.cache/bidkv/sglang-cpu-venv``. ``docs/sglang-recorder.md`` describes the driver and its
+limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import bidkv
+import tracekit
+from tracekit.errors import ConfigError, TracekitError
+from tracekit.sglang.protocol import (
+    PROTOCOL_VERSION,
+    Candidate,
+    SglangConfig,
+    SglangStep,
+    scenario_message,
+    step_from_wire,
+)
+from tracekit.trace.schema import trace_schema
+from tracekit.trace.timestamps import utc_now_iso
+from tracekit.trace.writer import BundleWriter
+from tracekit.workloads.model import Workload
+
+__all__ = [
+    "DEFAULT_SGLANG_VENV",
+    "STEPS_FILE",
+    "SglangDriverError",
+    "SglangUnavailableError",
+    "bundle_rows",
+    "find_sglang_python",
+    "read_sglang_steps",
+    "record_sglang",
+    "run_driver",
+]
+
+#: Where ``scripts/install-sglang-cpu.sh`` puts SGLang unless ``BIDKV_SGLANG_VENV`` says otherwise.
+DEFAULT_SGLANG_VENV = Path.home() / ".cache" / "bidkv" / "sglang-cpu-venv"
+#: The bundle file with every step record whole, one JSON object a line.
+STEPS_FILE = "sglang-steps.jsonl"
+
+Progress = Callable[[int, int], None]
+
+# Finish reasons -> the requests table's status.
+_STATUS = {
+    "FINISH_MATCHED_TOKEN": "finished_stopped",
+    "FINISH_LENGTH": "finished_length_capped",
+    "FINISH_ABORT": "aborted",
+    "rejected": "rejected",
+}
+
+
+class SglangUnavailableError(ConfigError):
+    """No SGLang environment where one was looked for."""
+
+
+class SglangDriverError(TracekitError):
+    """The driver failed (SGLang could not start, or a run raised inside it)."""
+
+
+def find_sglang_python(venv: str | os.PathLike[str] | None = None) -> Path:
+    """The Python of the SGLang environment.
+
+    Parameters
+    ----------
+    venv
+        The environment's folder, or its Python executable. Default: ``$BIDKV_SGLANG_VENV``,
+        then :data:`DEFAULT_SGLANG_VENV`.
+
+    Raises
+    ------
+    SglangUnavailableError
+        When there is no Python there.
+    """
+    chosen = (
+        venv if venv is not None else os.environ.get("BIDKV_SGLANG_VENV") or DEFAULT_SGLANG_VENV
+    )
+    path = Path(chosen).expanduser()
+    python = path if path.is_file() else path / "bin" / "python"
+    if not python.is_file():
+        raise SglangUnavailableError(
+            f"{path}: no SGLang environment (no {python}); run scripts/install-sglang-cpu.sh or "
+            "set BIDKV_SGLANG_VENV"
+        )
+    return python
+
+
+def _package_path() -> Path:
+    """A folder holding only ``bidkv`` and ``tracekit`` (as links), for the driver's PYTHONPATH."""
+    folder = Path(tempfile.mkdtemp(prefix="bidkv-sglang-path-"))
+    for package in (bidkv, tracekit):
+        source = Path(package.__file__).resolve().parent
+        (folder / source.name).symlink_to(source, target_is_directory=True)
+    return folder
+
+
+def run_driver(
+    scenarios: Sequence[Mapping[str, Any]],
+    *,
+    venv: str | os.PathLike[str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Run ``scenarios`` (:func:`scenario_message` each) in one driver; yield its messages.
+
+    The first message is ``hello``; then, per scenario in order, its records and ``end`` (or
+    ``error``). Closing the generator early stops the driver.
+
+    Raises
+    ------
+    SglangUnavailableError
+        No SGLang environment.
+    SglangDriverError
+        The driver exited before answering every scenario (with its standard error's tail).
+    """
+    python = find_sglang_python(venv)
+    path_folder = _package_path()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(path_folder)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    model_dir = python.parent.parent / "bidkv-tiny-llama"
+    stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+    process = subprocess.Popen(
+        [str(python), "-m", "tracekit.sglang.driver", "--model-dir", str(model_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        cwd=path_folder,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    lines = [json.dumps(s, separators=(",", ":")) + "\n" for s in scenarios]
+    writer = threading.Thread(target=_write_lines, args=(process.stdin, lines), daemon=True)
+    writer.start()
+    answered = 0
+    try:
+        for line in process.stdout:
+            message = json.loads(line)
+            if message.get("kind") in ("end", "error"):
+                answered += 1
+            yield message
+        process.wait()
+        if answered < len(scenarios) or process.returncode != 0:
+            raise SglangDriverError(
+                f"the SGLang driver ({python}) exited with status {process.returncode} after "
+                f"{answered} of {len(scenarios)} runs; its last output:\n{_tail(stderr)}"
+            )
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        writer.join(timeout=5)
+        process.stdout.close()
+        stderr.close()
+        for link in path_folder.iterdir():
+            link.unlink()
+        path_folder.rmdir()
+
+
+def _write_lines(stream: IO[str], lines: Sequence[str]) -> None:
+    try:
+        for line in lines:
+            stream.write(line)
+        stream.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the driver died; run_driver reports it
+
+
+def _tail(stream: IO[str], limit: int = 4000) -> str:
+    stream.seek(0)
+    return stream.read()[-limit:]
+
+
+def _request_rows(workload: Workload) -> list[tuple[Any, ...]]:
+    return [
+        (
+            r.request_id,
+            r.arrival_s,
+            r.prompt_tokens,
+            r.output_tokens,
+            r.max_tokens,
+            r.priority,
+            r.prefix_hash_ids,
+        )
+        for r in workload.iter_requests()
+    ]
+
+
+def make_run_id(workload: Workload, config: SglangConfig, engine: str) -> str:
+    """A stable id from the workload, the configuration and the SGLang release."""
+    identity = {
+        "workload": workload.describe(),
+        "config": dataclasses.asdict(config),
+        "engine": engine,
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    return f"builtin-{engine.replace('.', '')}-{digest[:10]}"
+
+
+def record_sglang(
+    workloads: Sequence[Workload],
+    outs: Sequence[str | os.PathLike[str]],
+    *,
+    config: SglangConfig | Sequence[SglangConfig] = SglangConfig(),  # noqa: B008 - frozen
+    venv: str | os.PathLike[str] | None = None,
+    run_ids: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> list[Path]:
+    """Run each workload on SGLang's real scheduling objects; write its bundle to ``outs[i]``.
+
+    Parameters
+    ----------
+    workloads
+        The requests of each run (``prefix_hash_ids``, when present, give shared prompt prefixes:
+        radix-cache hits).
+    outs
+        One bundle folder per run; each appears only once its run completed.
+    config
+        One SGLang configuration for every run, or one per run.
+    venv
+        The SGLang environment (see :func:`find_sglang_python`).
+    run_ids
+        Defaults to :func:`make_run_id`.
+    progress
+        Called with ``(finished requests, total requests)`` of the current run.
+    overwrite
+        Replace existing bundles (once the new one is complete).
+
+    Returns
+    -------
+    list of Path
+        The bundle folders, in the order of ``workloads``.
+
+    Raises
+    ------
+    ConfigError
+        Mismatched lengths.
+    SglangUnavailableError
+        No SGLang environment.
+    SglangDriverError
+        SGLang failed to start or a run failed inside the driver (no bundle is written for it;
+        earlier runs' bundles are kept).
+    """
+    configs = [config] * len(workloads) if isinstance(config, SglangConfig) else list(config)
+    if len(workloads) != len(outs) or len(configs) != len(workloads):
+        raise ConfigError(
+            f"record_sglang: {len(workloads)} workloads, {len(outs)} output folders and "
+            f"{len(configs)} configurations"
+        )
+    if run_ids is not None and len(run_ids) != len(workloads):
+        raise ConfigError(f"record_sglang: {len(workloads)} workloads but {len(run_ids)} run ids")
+    requests = [_request_rows(w) for w in workloads]
+    scenarios = [scenario_message(i, configs[i], requests[i]) for i in range(len(workloads))]
+    messages = run_driver(scenarios, venv=venv)
+    try:
+        hello = next(messages)
+        if hello.get("kind") != "hello" or hello.get("protocol") != PROTOCOL_VERSION:
+            raise SglangDriverError(f"the SGLang driver did not start as expected: {hello}")
+        engine = f"sglang-{hello['sglang_version']}"
+        bundles = []
+        for i, workload in enumerate(workloads):
+            run_id = (
+                run_ids[i] if run_ids is not None else make_run_id(workload, configs[i], engine)
+            )
+            run_messages = _collect(i, messages, len(requests[i]), progress)
+            manifest = _manifest(workload, configs[i], run_id, engine, hello, run_messages[-1])
+            bundles.append(
+                _write_bundle(
+                    Path(outs[i]), manifest, requests[i], configs[i], run_messages, overwrite
+                )
+            )
+        for _ in messages:  # let the driver finish and report its exit status
+            pass
+    finally:
+        messages.close()
+    return bundles
+
+
+def _collect(
+    index: int, messages: Iterator[dict[str, Any]], total: int, progress: Progress | None
+) -> list[dict[str, Any]]:
+    """The messages of run ``index``, its ``end`` last."""
+    collected = []
+    finished = 0
+    for message in messages:
+        if message.get("run") != index:
+            raise SglangDriverError(f"the SGLang driver answered out of order: {message}")
+        kind = message.get("kind")
+        if kind == "error":
+            raise SglangDriverError(
+                f"run {index} failed in the SGLang driver: {message['message']}\n"
+                f"{message.get('traceback', '')[-3000:]}"
+            )
+        collected.append(message)
+        if kind == "request":
+            finished += 1
+            if progress is not None:
+                progress(finished, total)
+        if kind == "end":
+            return collected
+    raise SglangDriverError(f"the SGLang driver stopped before finishing run {index}")
+
+
+def _manifest(
+    workload: Workload,
+    config: SglangConfig,
+    run_id: str,
+    engine: str,
+    hello: Mapping[str, Any],
+    end: Mapping[str, Any],
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "tool_version": tracekit.__version__,
+        "created_at": utc_now_iso(),
+        "engine": engine,
+        "engine_config": dataclasses.asdict(config),
+        "scheduling_policy": "priority" if config.retraction_policy == "priority" else "fcfs",
+        "host_path": "builtin",
+        "strategy": "builtin",
+        "strategy_config": None,
+        "workload": workload.describe(),
+        "time_scaling": float(workload.options.get("rate_scale", 1.0)),
+        "window": workload.options.get("window"),
+        "seed": 0,
+        "clock": "steps",
+        "sglang": {
+            **end.get("sglang_config", {}),
+            "python": hello.get("python"),
+            "recorder": {
+                "driver": "tracekit.sglang.driver",
+                "import_s": hello.get("import_s"),
+                "num_steps": end.get("num_steps"),
+                **end.get("timing", {}),
+            },
+        },
+    }
+
+
+def bundle_rows(
+    run_id: str,
+    config: SglangConfig,
+    requests: Sequence[Sequence[Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> dict[str, list[tuple[Any, ...]]]:
+    """The trace tables' rows for one run's driver messages (schema column order).
+
+    Parameters
+    ----------
+    run_id
+        The bundle's run id.
+    config
+        The run's SGLang configuration (for the steps clock and the pool size).
+    requests
+        The workload rows sent in the scenario (see :func:`scenario_message`).
+    messages
+        The run's ``step`` and ``request`` messages in driver order (``end`` is ignored).
+
+    Returns
+    -------
+    dict
+        Table name -> rows: ``steps``, ``scheduled``, ``decisions``, ``candidates``,
+        ``requests``. Decisions: one per retracted request, in order; the candidates of the
+        k-th victim of one ``retract_decode`` call are the batch without the k-1 before it, in
+        batch order; ``builtin_victim_id`` and ``applied_victim_id`` are SGLang's victim.
+    """
+    schema = trace_schema()
+    columns = {name: schema.table(name).column_names for name in schema.tables}
+    by_id = {str(r[0]): (index, r) for index, r in enumerate(requests)}
+    step_s = config.step_s
+    policy = "priority" if config.retraction_policy == "priority" else "fcfs"
+    tables: dict[str, list[tuple[Any, ...]]] = {
+        "steps": [],
+        "scheduled": [],
+        "decisions": [],
+        "candidates": [],
+        "requests": [],
+    }
+    recomputed: dict[str, int] = {}
+    seq = 0
+
+    def row(table: str, values: Mapping[str, Any]) -> None:
+        tables[table].append(tuple(values.get(c) for c in columns[table]))
+
+    for message in messages:
+        kind = message.get("kind")
+        if kind == "step":
+            step = step_from_wire(message)
+            time_s = step.step * step_s
+            for retraction in step.retractions:
+                batch = list(retraction.candidates)
+                used = config.kv_tokens - retraction.free_tokens_before
+                for victim in retraction.victims:
+                    for position, c in enumerate(batch):
+                        arrival, max_tokens = _arrival_and_max(by_id, c.request_id)
+                        row(
+                            "candidates",
+                            {
+                                "run_id": run_id,
+                                "seq": seq,
+                                "position": position,
+                                "request_id": c.request_id,
+                                "priority": 0 if c.priority is None else int(c.priority),
+                                "arrival_time": arrival,
+                                "num_prompt_tokens": c.prompt_tokens,
+                                "num_output_tokens": c.output_tokens,
+                                "num_computed_tokens": _kv_tokens(c),
+                                "num_preemptions": c.retractions,
+                                "max_tokens": max_tokens,
+                                "sglang_output_len": c.output_tokens,
+                                "sglang_prompt_len": c.prompt_tokens,
+                            },
+                        )
+                    row(
+                        "decisions",
+                        {
+                            "run_id": run_id,
+                            "seq": seq,
+                            "step": step.step,
+                            "time_s": time_s,
+                            "requesting_request_id": None,
+                            "kv_usage": used / config.kv_tokens,
+                            "scheduling_policy": policy,
+                            "num_candidates": len(batch),
+                            "builtin_victim_id": victim,
+                            "raw_result": None,
+                            "raw_result_type": "not-called",
+                            "outcome": "builtin",
+                            "applied_victim_id": victim,
+                            "decision_reason": None,
+                            "calls": 0,
+                            "selections": 0,
+                            "abstentions": 0,
+                            "failures": 0,
+                            "invalid_selections": 0,
+                            "policy_enabled": False,
+                        },
+                    )
+                    seq += 1
+                    gone = next(c for c in batch if c.request_id == victim)
+                    recomputed[victim] = recomputed.get(victim, 0) + _kv_tokens(gone)
+                    batch.remove(gone)
+            row(
+                "steps",
+                {
+                    "run_id": run_id,
+                    "step": step.step,
+                    "time_s": time_s,
+                    "duration_s": step_s,
+                    # Requests holding KV after scheduling: the running batch, and those of a
+                    # prefill batch (merged into it at the next iteration).
+                    "num_running": len(set(step.running) | {r.request_id for r in step.reqs}),
+                    # Outputs do not change the waiting queue: this is it after scheduling.
+                    "num_waiting": len(step.waiting),
+                    "kv_blocks_used": config.kv_tokens - step.free_tokens,
+                    "kv_blocks_total": config.kv_tokens,
+                    "scheduled_prefill_tokens": step.num_prefill_tokens,
+                    "scheduled_decode_tokens": step.num_decode_tokens,
+                    "num_preemptions": len(step.victims),
+                },
+            )
+            for r in step.reqs:
+                row(
+                    "scheduled",
+                    {
+                        "run_id": run_id,
+                        "step": step.step,
+                        "request_id": r.request_id,
+                        "num_tokens": r.new_tokens,
+                    },
+                )
+        elif kind == "request":
+            rid = str(message["request_id"])
+            index, r = by_id[rid]
+            first = message.get("first_step")
+            first_token = message.get("first_token_step")
+            status = _STATUS.get(message["finish_reason"], str(message["finish_reason"]).lower())
+            rejected = status == "rejected"
+            row(
+                "requests",
+                {
+                    "run_id": run_id,
+                    "request_id": rid,
+                    "input_index": index,
+                    "arrival_s": float(r[1]),
+                    "prompt_tokens": int(r[2]),
+                    "target_output_tokens": int(r[3]),
+                    "max_tokens": int(r[4]),
+                    "priority": int(r[5]),
+                    "first_scheduled_s": None if first is None else first * step_s,
+                    "first_token_s": None if first_token is None else (first_token + 1) * step_s,
+                    "finish_s": float(r[1]) if rejected else (message["finish_step"] + 1) * step_s,
+                    "status": status,
+                    "output_tokens": int(message["output_tokens"]),
+                    "num_preemptions": int(message["retractions"]),
+                    "recomputed_tokens": recomputed.get(rid, 0),
+                },
+            )
+    return tables
+
+
+def _kv_tokens(c: Candidate) -> int:
+    """Tokens in KV of a decoding request: its prompt and every output but the newest.
+
+    The newest sampled token has no KV yet (the next decode step computes it); SGLang's
+    ``retract_decode`` frees exactly this many tokens of a victim.
+    """
+    return c.prompt_tokens + max(c.output_tokens - 1, 0)
+
+
+def _arrival_and_max(
+    by_id: Mapping[str, tuple[int, Sequence[Any]]], request_id: str
+) -> tuple[float, int]:
+    _, r = by_id[request_id]
+    return float(r[1]), int(r[4])
+
+
+def _write_bundle(
+    out: Path,
+    manifest: dict[str, Any],
+    requests: Sequence[Sequence[Any]],
+    config: SglangConfig,
+    messages: Sequence[Mapping[str, Any]],
+    overwrite: bool,
+) -> Path:
+    tables = bundle_rows(manifest["run_id"], config, requests, messages)
+    with BundleWriter(out, manifest, tables=list(tables), overwrite=overwrite) as writer:
+        for name, rows in tables.items():
+            for values in rows:
+                writer.append(name, values)
+        with open(writer.folder / STEPS_FILE, "w", encoding="utf-8") as steps:
+            for message in messages:
+                if message.get("kind") == "step":
+                    steps.write(json.dumps(message, separators=(",", ":")) + "\n")
+    return out
+
+
+def read_sglang_steps(bundle: str | os.PathLike[str]) -> list[SglangStep]:
+    """The step records of a bundle written by :func:`record_sglang`, in order."""
+    path = Path(bundle) / STEPS_FILE
+    with open(path, encoding="utf-8") as lines:
+        return [step_from_wire(json.loads(line)) for line in lines if line.strip()]
