@@ -39,6 +39,7 @@ from tracekit.sglang.protocol import (
     scenario_message,
     step_from_wire,
 )
+from tracekit.trace.rows import ROW_TYPES
 from tracekit.trace.schema import trace_schema
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
@@ -405,7 +406,8 @@ def bundle_rows(
     seq = 0
 
     def row(table: str, values: Mapping[str, Any]) -> None:
-        tables[table].append(tuple(values.get(c) for c in columns[table]))
+        # By field name into the table's typed row, which the writer requires.
+        tables[table].append(ROW_TYPES[table](**{c: values.get(c) for c in columns[table]}))
 
     for message in messages:
         kind = message.get("kind")
