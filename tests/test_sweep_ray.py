@@ -1,4 +1,4 @@
-"""The Ray executor gives byte-identical results to the local ones (needs ``bidkv[ray]``)."""
+"""The Ray executor gives byte-identical results to the local ones (needs the ``ray`` extra)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sweep_helpers import SMOKE, bundle_files
 
-pytest.importorskip("ray", reason="Ray is not installed: pip install 'bidkv[ray]'")
+pytest.importorskip("ray", reason='Ray is not installed: pip install ".[ray]"')
 
 from tracekit.sweep import run_sweep
 

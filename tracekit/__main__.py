@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-# Third-party modules the toolkit needs; ``pip install 'bidkv[tracekit]'`` brings them.
+# Third-party modules the toolkit needs; ``pip install ".[tracekit]"`` in the checkout brings them.
 REQUIRED_MODULES = ("click", "polars", "pyarrow", "duckdb", "altair", "jsonschema", "vl_convert")
 
 
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(
             f"tracekit: missing {', '.join(missing)}; install the extra with "
-            "\"pip install 'bidkv[tracekit]'\"",
+            "'pip install \".[tracekit]\"' in the project checkout (or '<wheel file>[tracekit]')",
             file=sys.stderr,
         )
         return 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from bidkv._version import __version__
+from tracekit import __version__
 from tracekit.cli.common import CONTEXT_SETTINGS
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment

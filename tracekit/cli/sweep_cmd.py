@@ -30,7 +30,7 @@ from tracekit.sweep import StderrProgress, SweepInterrupted, load_matrix, plan_s
     "ray_address",
     default=None,
     metavar="ADDRESS",
-    help="Run on Ray: auto, local, or a cluster address (pip install 'bidkv[ray]').",
+    help='Run on Ray: auto, local, or a cluster address (pip install ".[ray]" in the checkout).',
 )
 @click.option("--dry-run", is_flag=True, help="Print the expanded matrix and run nothing.")
 def sweep(

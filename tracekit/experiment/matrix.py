@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from bidkv._version import __version__
+from tracekit import __version__
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.experiment.hooks import LEGACY_STRATEGIES, STRATEGY_PLANS, HookSettings

@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from bidkv._version import __version__
+from tracekit import __version__
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError

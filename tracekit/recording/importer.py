@@ -27,7 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
 
-from bidkv._version import __version__
+from tracekit import __version__
 from tracekit.errors import WorkloadError
 from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionPolicyStats
 from tracekit.recording.rows import candidate_rows, decision_row

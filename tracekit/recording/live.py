@@ -27,7 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from bidkv._version import __version__
+from tracekit import __version__
 from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import (
     PolicyOutcome,

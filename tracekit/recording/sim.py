@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from bidkv._version import __version__
+from tracekit import __version__
 from tracekit.engine import (
     DecisionRecord,
     EngineConfig,

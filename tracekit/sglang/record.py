@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import bidkv
 import tracekit
 from tracekit.errors import ConfigError, TracekitError
+from tracekit.recording.driver_path import project_packages_folder
 from tracekit.sglang.protocol import (
     PROTOCOL_VERSION,
     Candidate,
@@ -108,14 +108,6 @@ def find_sglang_python(venv: str | os.PathLike[str] | None = None) -> Path:
     return python
 
 
-def _package_path() -> Path:
-    """A folder holding only ``bidkv`` and ``tracekit`` (as links), for the driver's PYTHONPATH."""
-    folder = Path(tempfile.mkdtemp(prefix="bidkv-sglang-path-"))
-    for package in (bidkv, tracekit):
-        source = Path(package.__file__).resolve().parent
-        (folder / source.name).symlink_to(source, target_is_directory=True)
-    return folder
-
 
 def run_driver(
     scenarios: Sequence[Mapping[str, Any]],
@@ -135,7 +127,7 @@ def run_driver(
         The driver exited before answering every scenario (with its standard error's tail).
     """
     python = find_sglang_python(venv)
-    path_folder = _package_path()
+    path_folder = project_packages_folder("bidkv-sglang-path-")
     env = dict(os.environ)
     env["PYTHONPATH"] = str(path_folder)
     env.setdefault("HF_HUB_OFFLINE", "1")

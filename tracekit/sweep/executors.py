@@ -52,7 +52,7 @@ __all__ = [
     "make_executor",
 ]
 
-RAY_MISSING = "--ray needs Ray, which is not installed; pip install 'bidkv[ray]'"
+RAY_MISSING = '--ray needs Ray, which is not installed; pip install ".[ray]" in the checkout'
 # How often a waiting executor looks at stop() (seconds).
 POLL_S = 0.1
 # How long cancelled Ray tasks get to remove their scratch folders before they are killed.

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import polars as pl
 
-from bidkv._version import __version__
+from tracekit import __version__
 from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.sweep.execute import Execution, RunRecord, execute_runs
 from tracekit.sweep.executors import Executor, make_executor, refuse_in_bootstrap
@@ -152,7 +152,7 @@ def run_sweep(
         Local worker processes (default: the number of cores; 1 runs in this process). With
         ``ray_address``: the most runs in flight (default: the cluster's CPUs).
     ray_address
-        Run on Ray instead: ``auto``, ``local`` or a cluster address (needs ``bidkv[ray]``).
+        Run on Ray instead: ``auto``, ``local`` or a cluster address (needs the ``ray`` extra).
     progress
         Receives a :class:`~tracekit.sweep.progress.ProgressSnapshot` at every event (the
         command line passes :class:`~tracekit.sweep.progress.StderrProgress`).

@@ -23,11 +23,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import bidkv
-import tracekit
 from tracekit.engine.config import VLLM_VERSIONS
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError, TracekitError
+from tracekit.recording.driver_path import project_packages_folder
 from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
@@ -128,19 +127,6 @@ def installed_vllm_version(venv: str | os.PathLike[str] | None = None) -> str:
     return result.stdout.strip()
 
 
-def _package_path() -> Path:
-    """A folder holding only ``bidkv`` and ``tracekit`` (as links), for the driver's PYTHONPATH.
-
-    Pointing PYTHONPATH at the project root works for a source checkout, but not for an install
-    into site-packages (it would put this environment's numpy next to vLLM's); links to the two
-    packages work for both.
-    """
-    folder = Path(tempfile.mkdtemp(prefix="bidkv-vllm-path-"))
-    for package in (bidkv, tracekit):
-        source = Path(package.__file__).resolve().parent
-        (folder / source.name).symlink_to(source, target_is_directory=True)
-    return folder
-
 
 def _driver_env(python: Path, path_folder: Path) -> dict[str, str]:
     env = dict(os.environ)
@@ -177,7 +163,7 @@ def run_driver(
         message).
     """
     python = find_vllm_python(venv)
-    path_folder = _package_path()
+    path_folder = project_packages_folder("bidkv-vllm-path-")
     stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
     process = subprocess.Popen(
         [str(python), "-m", "tracekit.vllm.driver"],
