@@ -16,12 +16,6 @@ ALLOWED = {
     # The distribution's one version string, re-exported as tracekit.__version__.
     "*": set(),
     "tracekit/__init__.py": {"bidkv._version"},
-    # The original experiments' baseline strategies (issue 17: may stay for now).
-    "tracekit/experiment/hooks.py": {
-        "bidkv.baselines.base",
-        "bidkv.baselines.registry",
-        "bidkv.baselines.static_random",
-    },
 }
 
 

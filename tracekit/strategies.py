@@ -31,6 +31,10 @@ from bidkv.adapters.vllm_hust.config import (
 from bidkv.adapters.vllm_hust.decision import DecisionRules, DecisionState, Step, decide
 from bidkv.adapters.vllm_hust.scoring import utility
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvVictimSelector
+from bidkv.baselines.base import CompressionAction
+from bidkv.baselines.base import RequestState as LegacyRequest
+from bidkv.baselines.registry import create_default_registry as legacy_strategy_registry
+from bidkv.baselines.static_random import StaticRandomStrategy
 from tracekit.engine.hosts import BuiltinHost, LegacyHost, TypedHost, VictimHost
 from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import resolve_qualname
@@ -38,6 +42,11 @@ from tracekit.hosts.preemption_policy import resolve_qualname
 __all__ = [
     "ALL_STRATEGIES",
     "KNOWN_STRATEGY_NAMES",
+    # The original experiments' legacy select_victims strategies (tracekit.experiment.hooks).
+    "CompressionAction",
+    "LegacyRequest",
+    "StaticRandomStrategy",
+    "legacy_strategy_registry",
     "POLICY_SETTINGS",
     "PRODUCTION_STRATEGIES",
     "DecisionRules",

@@ -54,15 +54,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
-from bidkv.baselines.base import CompressionAction
-from bidkv.baselines.base import RequestState as StrategyRequest
-from bidkv.baselines.registry import create_default_registry
-from bidkv.baselines.static_random import StaticRandomStrategy
 from tracekit.engine.base import DecisionCallback
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.request import RequestState
 from tracekit.experiment.scheduler import HookedVllmScheduler
+from tracekit.strategies import CompressionAction, StaticRandomStrategy
+from tracekit.strategies import LegacyRequest as StrategyRequest
+from tracekit.strategies import legacy_strategy_registry as create_default_registry
 
 __all__ = [
     "LEGACY_STRATEGIES",
