@@ -21,16 +21,13 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
-import tempfile
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import tracekit
 from tracekit.errors import ConfigError, TracekitError
-from tracekit.recording.driver_path import project_packages_folder
+from tracekit.recording.driver_process import run_driver_process
 from tracekit.sglang.protocol import (
     PROTOCOL_VERSION,
     Candidate,
@@ -127,65 +124,16 @@ def run_driver(
         The driver exited before answering every scenario (with its standard error's tail).
     """
     python = find_sglang_python(venv)
-    path_folder = project_packages_folder("bidkv-sglang-path-")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(path_folder)
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    env.setdefault("PYTHONUNBUFFERED", "1")
     model_dir = python.parent.parent / "bidkv-tiny-llama"
-    stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-    process = subprocess.Popen(
-        [str(python), "-m", "tracekit.sglang.driver", "--model-dir", str(model_dir)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        text=True,
-        encoding="utf-8",
-        env=env,
-        cwd=path_folder,
+    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    yield from run_driver_process(
+        python,
+        ["-m", "tracekit.sglang.driver", "--model-dir", str(model_dir)],
+        [json.dumps(s, separators=(",", ":")) + "\n" for s in scenarios],
+        engine="SGLang",
+        env={key: os.environ.get(key, value) for key, value in offline.items()},
+        error=SglangDriverError,
     )
-    assert process.stdin is not None and process.stdout is not None
-    lines = [json.dumps(s, separators=(",", ":")) + "\n" for s in scenarios]
-    writer = threading.Thread(target=_write_lines, args=(process.stdin, lines), daemon=True)
-    writer.start()
-    answered = 0
-    try:
-        for line in process.stdout:
-            message = json.loads(line)
-            if message.get("kind") in ("end", "error"):
-                answered += 1
-            yield message
-        process.wait()
-        if answered < len(scenarios) or process.returncode != 0:
-            raise SglangDriverError(
-                f"the SGLang driver ({python}) exited with status {process.returncode} after "
-                f"{answered} of {len(scenarios)} runs; its last output:\n{_tail(stderr)}"
-            )
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        writer.join(timeout=5)
-        process.stdout.close()
-        stderr.close()
-        for link in path_folder.iterdir():
-            link.unlink()
-        path_folder.rmdir()
-
-
-def _write_lines(stream: IO[str], lines: Sequence[str]) -> None:
-    try:
-        for line in lines:
-            stream.write(line)
-        stream.close()
-    except (BrokenPipeError, OSError, ValueError):
-        pass  # the driver died; run_driver reports it
-
-
-def _tail(stream: IO[str], limit: int = 4000) -> str:
-    stream.seek(0)
-    return stream.read()[-limit:]
 
 
 def _request_rows(workload: Workload) -> list[tuple[Any, ...]]:

@@ -14,11 +14,8 @@ describes the driver, the shim and their limits.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
-import tempfile
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -26,7 +23,7 @@ from typing import IO, Any
 from tracekit.engine.config import VLLM_VERSIONS
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError, TracekitError
-from tracekit.recording.driver_path import project_packages_folder
+from tracekit.recording.driver_process import run_driver_process
 from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
@@ -128,19 +125,21 @@ def installed_vllm_version(venv: str | os.PathLike[str] | None = None) -> str:
 
 
 
-def _driver_env(python: Path, path_folder: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    # Only the project's two packages (and any folders the user adds for their own policies):
+def _driver_env(python: Path) -> dict[str, str]:
+    defaults = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+        # Kept with the environment: vLLM caches its model inspection there (about 12 s otherwise).
+        "VLLM_CACHE_ROOT": str(python.parent.parent / "vllm-cache"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env = {key: os.environ.get(key, value) for key, value in defaults.items()}
+    # Only the project's two packages and any folders the user adds for their own policies:
     # never this environment's site-packages.
     extra = os.environ.get("BIDKV_VLLM_PYTHONPATH")
-    env["PYTHONPATH"] = os.pathsep.join([str(path_folder), *([extra] if extra else [])])
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    env.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    # Kept with the environment: vLLM caches its model inspection there (about 12 s otherwise).
-    venv = python.parent.parent
-    env.setdefault("VLLM_CACHE_ROOT", str(venv / "vllm-cache"))
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    if extra:
+        env["PYTHONPATH"] = extra
     return env
 
 
@@ -163,59 +162,14 @@ def run_driver(
         message).
     """
     python = find_vllm_python(venv)
-    path_folder = project_packages_folder("bidkv-vllm-path-")
-    stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-    process = subprocess.Popen(
-        [str(python), "-m", "tracekit.vllm.driver"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        text=True,
-        encoding="utf-8",
-        env=_driver_env(python, path_folder),
-        cwd=path_folder,
+    yield from run_driver_process(
+        python,
+        ["-m", "tracekit.vllm.driver"],
+        list(scenario_lines(scenarios)),
+        engine="vLLM",
+        env=_driver_env(python),
+        error=VllmDriverError,
     )
-    assert process.stdin is not None and process.stdout is not None
-    writer = threading.Thread(target=_write_scenarios, args=(process.stdin, scenarios), daemon=True)
-    writer.start()
-    answered = 0
-    try:
-        for line in process.stdout:
-            message = json.loads(line)
-            if message.get("kind") in ("end", "error"):
-                answered += 1
-            yield message
-        process.wait()
-        if answered < len(scenarios) or process.returncode != 0:
-            raise VllmDriverError(
-                f"the vLLM driver ({python}) exited with status {process.returncode} after "
-                f"{answered} of {len(scenarios)} runs; its last output:\n{_tail(stderr)}"
-            )
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        writer.join(timeout=5)
-        process.stdout.close()
-        stderr.close()
-        for link in path_folder.iterdir():
-            link.unlink()
-        path_folder.rmdir()
-
-
-def _write_scenarios(stream: IO[str], scenarios: Sequence[Scenario]) -> None:
-    try:
-        for line in scenario_lines(scenarios):
-            stream.write(line)
-        stream.close()
-    except (BrokenPipeError, OSError, ValueError):
-        pass  # the driver died; run_driver reports it
-
-
-def _tail(stream: IO[str], limit: int = 4000) -> str:
-    stream.seek(0)
-    text = stream.read()
-    return text[-limit:]
 
 
 def _vllm_engine_config(run: SimRun, version: str) -> SimRun:
