@@ -33,10 +33,16 @@ STRATEGIES: tuple[str, ...] = (
     "largest-first",
     "sglang-default",
     "slack-aware",
+    "lcf",
+    "mcf",
 )
 STRATEGY_ALIASES: dict[str, str] = {
     "preempt-evict": "pe",
     "preempt-evict-sjf": "pe-sjf",
+    "least-computed-first": "lcf",
+    "most-computed-first": "mcf",
+    # SGLang's length order (fewest output tokens, then longest prompt) is sglang-default.
+    "fewest-output": "sglang-default",
 }
 # Every name ``utility_strategy`` accepts, sorted for error messages and docs.
 KNOWN_STRATEGY_NAMES: tuple[str, ...] = tuple(sorted((*STRATEGIES, *STRATEGY_ALIASES)))
