@@ -162,3 +162,36 @@ def test_no_suggestion_for_something_unrelated() -> None:
     with pytest.raises(ConfigError) as info:
         resolve_strategy("zzzzzzzz")
     assert "did you mean" not in one_line(info)
+
+
+class BrokenPolicy:
+    """Has the method, but its constructor fails."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("no model here")
+
+    def select_victim(self, context: object) -> str | None:
+        return None
+
+
+class BadFactory:
+    """A factory that builds something that is not a policy."""
+
+    @classmethod
+    def from_vllm_config(cls, vllm_config: object) -> object:
+        return 42
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("BrokenPolicy", "RuntimeError: no model here"), ("BadFactory", "TypeError")],
+)
+def test_a_policy_that_cannot_be_built_is_one_line_for_the_engine_hosts(
+    name: str, reason: str
+) -> None:
+    spec = resolve_strategy(f"test_strategy_inputs:{name}")
+    with pytest.raises(ConfigError) as info:
+        spec.make_host("typed")
+    message = one_line(info)
+    assert message.startswith(f"--strategy test_strategy_inputs:{name}: cannot build the policy")
+    assert reason in message

@@ -153,6 +153,8 @@ class StrategySpec:
         """The engine host for one run on ``host_path``, around a fresh policy."""
         if self.kind == "builtin" or host_path == "builtin":
             return BuiltinHost()
+        if self.kind == "user":
+            return self._make_user_host(host_path)
         policy = self.make_policy(host_path)
         if host_path == "legacy":
             if not callable(getattr(policy, "pick_victim", None)):
@@ -162,6 +164,28 @@ class StrategySpec:
                 )
             return LegacyHost(policy)
         return TypedHost(policy)
+
+    def _make_user_host(self, host_path: HostPath) -> VictimHost:
+        # A user policy's constructor or factory may raise anything: one line, naming it.
+        try:
+            policy = self.make_policy(host_path)
+            if host_path == "legacy":
+                if not callable(getattr(policy, "pick_victim", None)):
+                    raise ConfigError(
+                        f"--strategy {self.name}: the legacy host needs a pick_victim method; "
+                        "use --host typed"
+                    )
+                return LegacyHost(policy)
+            return TypedHost(policy)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            detail = " ".join(str(exc).split())[:200]
+            raise ConfigError(
+                f"--strategy {self.name}: cannot build the policy ({type(exc).__name__}: "
+                f"{detail}); it must implement select_victim(context) and build without "
+                "arguments or from_vllm_config(None)"
+            ) from None
 
 
 def decision_rules(settings: Mapping[str, Any]) -> DecisionRules:
