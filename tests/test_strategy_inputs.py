@@ -195,3 +195,15 @@ def test_a_policy_that_cannot_be_built_is_one_line_for_the_engine_hosts(
     message = one_line(info)
     assert message.startswith(f"--strategy test_strategy_inputs:{name}: cannot build the policy")
     assert reason in message
+
+
+def test_a_typo_in_a_sweep_matrix_gets_did_you_mean(tmp_path: Path) -> None:
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(
+        'name = "m"\nstrategies = ["builtin", "lfc"]\n'
+        f'[[workloads]]\npath = "{SAMPLE}"\nlimit = 10\n'
+        '[[engines]]\nlabel = "e"\nnum_blocks = 300\nmax_model_len = 4608\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_matrix(matrix)
+    assert "did you mean 'lcf'" in one_line(info)

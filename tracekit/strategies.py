@@ -51,6 +51,7 @@ __all__ = [
     "changed_settings",
     "decide",
     "decision_rules",
+    "did_you_mean",
     "parse_policy_config",
     "parse_strategy_list",
     "resolve_strategy",
@@ -258,7 +259,7 @@ def resolve_strategy(
         name = canonical_strategy(spec)
     except ValueError:
         raise ConfigError(
-            f"--strategy {spec!r} is unknown{_did_you_mean(spec)}; use builtin, all, "
+            f"--strategy {spec!r} is unknown{did_you_mean(spec)}; use builtin, all, "
             f"module:Object or one of {', '.join(KNOWN_STRATEGY_NAMES)}"
         ) from None
     unknown = sorted(set(settings) - set(BidkvSelectorConfig.__dataclass_fields__))
@@ -277,7 +278,7 @@ def resolve_strategy(
     return StrategySpec(name, "production", config.to_additional_config())
 
 
-def _did_you_mean(spec: str) -> str:
+def did_you_mean(spec: str) -> str:
     """``" (did you mean 'x'?)"`` for the closest strategy name, or ``""``."""
     names = ("builtin", "all", *KNOWN_STRATEGY_NAMES)
     close = difflib.get_close_matches(spec.lower(), names, n=1, cutoff=0.6)
