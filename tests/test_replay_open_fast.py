@@ -154,6 +154,9 @@ def test_ties_and_repeated_ids_match_the_controller(tmp_path: Path) -> None:
         # A repeated id (never written by recorders, but replayable): it stands for its first row.
         ctx([cand("d", 70), cand("e", 10), cand("d", 90, output=9)], "e"),
         ctx([cand("f", 0), cand("", 5)], ""),
+        # lcf/mcf under PRIORITY: priority plays no part, the requester is skipped, ties last.
+        ctx([cand("p", 10, priority=9), cand("q", 10, priority=0), cand("s", 5)], "s",
+            policy="priority"),
     ]  # fmt: skip
     both_paths(write_trace(tmp_path / "t", decisions), parse_strategy_list("all"), tmp_path)
     rows = read_rows(tmp_path / "fast")
@@ -163,6 +166,8 @@ def test_ties_and_repeated_ids_match_the_controller(tmp_path: Path) -> None:
     assert column(rows, "slack-aware", "applied_victim_id")[2] == "z"
     assert column(rows, "pe", "applied_victim_id")[3] == "p"
     assert column(rows, "largest-first", "victim_tokens_freed")[4] == 70
+    assert column(rows, "lcf", "applied_victim_id") == ["c", "a", "z", "p", "d", "f", "q"]
+    assert column(rows, "mcf", "applied_victim_id") == ["c", "a", "z", "q", "d", "f", "q"]
 
 
 def test_non_finite_times_send_the_run_to_the_reference_path(tmp_path: Path) -> None:

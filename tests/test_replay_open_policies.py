@@ -234,7 +234,8 @@ def test_a_policy_reason_is_recorded_as_the_recorders_read_it(five: Path, tmp_pa
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [("CannotBeBuilt", "RuntimeError: no GPU here"), ("NotAPolicy", "PreemptionPolicy")],
+    # A class without select_victim is refused as soon as it is resolved (tracekit.strategies).
+    [("CannotBeBuilt", "RuntimeError: no GPU here"), ("NotAPolicy", "not a preemption policy")],
 )
 def test_a_policy_that_cannot_be_built_is_a_config_error(
     five: Path, tmp_path: Path, name: str, message: str

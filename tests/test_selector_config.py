@@ -389,7 +389,8 @@ def test_env_booleans_reject_anything_else(monkeypatch: pytest.MonkeyPatch, raw:
 
 def test_unknown_strategy_is_an_error_listing_known_names() -> None:
     expected = (
-        "utility_strategy must be one of bidkv, largest-first, pe, pe-sjf, preempt-evict, "
+        "utility_strategy must be one of bidkv, fewest-output, largest-first, lcf, "
+        "least-computed-first, mcf, most-computed-first, pe, pe-sjf, preempt-evict, "
         "preempt-evict-sjf, sglang-default, slack-aware, static-random; got 'pe_sjf'"
     )
     with pytest.raises(ValueError) as info:
@@ -410,7 +411,12 @@ def test_unknown_strategy_fails_even_when_switched_off() -> None:
 def test_known_strategy_names_and_aliases() -> None:
     assert KNOWN_STRATEGY_NAMES == (
         "bidkv",
+        "fewest-output",
         "largest-first",
+        "lcf",
+        "least-computed-first",
+        "mcf",
+        "most-computed-first",
         "pe",
         "pe-sjf",
         "preempt-evict",

@@ -16,6 +16,7 @@ replay fast path) through the public names here.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from bidkv.adapters.vllm_hust.config import (
     STRATEGIES,
     BidkvSelectorConfig,
     canonical_strategy,
+    parse_bool,
 )
 from bidkv.adapters.vllm_hust.decision import DecisionRules, DecisionState, Step, decide
 from bidkv.adapters.vllm_hust.scoring import utility
@@ -58,6 +60,7 @@ __all__ = [
     "changed_settings",
     "decide",
     "decision_rules",
+    "did_you_mean",
     "parse_policy_config",
     "parse_strategy_list",
     "resolve_strategy",
@@ -160,6 +163,8 @@ class StrategySpec:
         """The engine host for one run on ``host_path``, around a fresh policy."""
         if self.kind == "builtin" or host_path == "builtin":
             return BuiltinHost()
+        if self.kind == "user":
+            return self._make_user_host(host_path)
         policy = self.make_policy(host_path)
         if host_path == "legacy":
             if not callable(getattr(policy, "pick_victim", None)):
@@ -169,6 +174,28 @@ class StrategySpec:
                 )
             return LegacyHost(policy)
         return TypedHost(policy)
+
+    def _make_user_host(self, host_path: HostPath) -> VictimHost:
+        # A user policy's constructor or factory may raise anything: one line, naming it.
+        try:
+            policy = self.make_policy(host_path)
+            if host_path == "legacy":
+                if not callable(getattr(policy, "pick_victim", None)):
+                    raise ConfigError(
+                        f"--strategy {self.name}: the legacy host needs a pick_victim method; "
+                        "use --host typed"
+                    )
+                return LegacyHost(policy)
+            return TypedHost(policy)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            detail = " ".join(str(exc).split())[:200]
+            raise ConfigError(
+                f"--strategy {self.name}: cannot build the policy ({type(exc).__name__}: "
+                f"{detail}); it must implement select_victim(context) and build without "
+                "arguments or from_vllm_config(None)"
+            ) from None
 
 
 def decision_rules(settings: Mapping[str, Any]) -> DecisionRules:
@@ -198,6 +225,11 @@ def parse_policy_config(text: str | None) -> dict[str, Any]:
             ) from None
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise ConfigError(
+            f"{source}: JSON nested too deeply to read; pass a flat object of settings such as "
+            '{"utility_preempt_weight": 5.0}'
+        ) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{source}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
@@ -224,25 +256,27 @@ def resolve_strategy(
         return StrategySpec("builtin", "builtin")
     if ":" in spec:
         try:
-            resolve_qualname(spec)
+            implementation = resolve_qualname(spec)
         except (ImportError, AttributeError, ValueError) as exc:
             raise ConfigError(
                 f"--strategy {spec}: cannot load it ({type(exc).__name__}: {exc}); "
                 "give module:Object importable from this environment"
             ) from None
+        _check_policy_object(spec, implementation)
         return StrategySpec(spec, "user")
     try:
         name = canonical_strategy(spec)
     except ValueError:
         raise ConfigError(
-            f"--strategy {spec!r} is unknown; use builtin, all, module:Object or one of "
-            f"{', '.join(KNOWN_STRATEGY_NAMES)}"
+            f"--strategy {spec!r} is unknown{did_you_mean(spec)}; use builtin, all, "
+            f"module:Object or one of {', '.join(KNOWN_STRATEGY_NAMES)}"
         ) from None
     unknown = sorted(set(settings) - set(BidkvSelectorConfig.__dataclass_fields__))
     if unknown:
         raise ConfigError(
             f"--policy-config: unknown setting(s) {', '.join(unknown)}; see docs/policy.md"
         )
+    _check_named_settings(spec, name, settings)
     settings.setdefault("utility_seed", seed)
     settings["enable_utility_victim_selection"] = True
     settings["utility_strategy"] = name
@@ -251,6 +285,59 @@ def resolve_strategy(
     except ValueError as exc:
         raise ConfigError(f"--policy-config: {exc}") from None
     return StrategySpec(name, "production", config.to_additional_config())
+
+
+def did_you_mean(spec: str) -> str:
+    """``" (did you mean 'x'?)"`` for the closest strategy name, or ``""``."""
+    names = ("builtin", "all", *KNOWN_STRATEGY_NAMES)
+    close = difflib.get_close_matches(spec.lower(), names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_policy_object(spec: str, implementation: Any) -> None:
+    """Refuse a ``module:Object`` that cannot be a policy (a function, a module, a constant).
+
+    A factory (``from_vllm_config``) is accepted as it is; a class or an object must have
+    ``select_victim`` (the typed contract) or ``pick_victim`` (the legacy host). Nothing is
+    built here: constructors run when a run starts.
+    """
+    if callable(getattr(implementation, "from_vllm_config", None)):
+        return
+    if any(callable(getattr(implementation, m, None)) for m in ("select_victim", "pick_victim")):
+        return
+    what = "a class" if isinstance(implementation, type) else type(implementation).__name__
+    raise ConfigError(
+        f"--strategy {spec}: resolves to {what} that is not a preemption policy; give "
+        "module:Object for a class or object with select_victim(context) (pick_victim for "
+        "--host legacy) or a from_vllm_config factory"
+    )
+
+
+def _check_named_settings(spec: str, name: str, settings: Mapping[str, Any]) -> None:
+    """Refuse settings that the strategy name decides when they say something else."""
+    named = settings.get("utility_strategy")
+    if named is not None:
+        try:
+            agrees = canonical_strategy(str(named).strip().lower()) == name
+        except ValueError:
+            agrees = False
+        if not agrees:
+            raise ConfigError(
+                f"--policy-config sets utility_strategy={named!r}, which contradicts "
+                f"--strategy {spec}; remove it from the configuration (the strategy name sets it)"
+            )
+    enabled = settings.get("enable_utility_victim_selection")
+    if enabled is not None:
+        try:
+            on = parse_bool(enabled, "enable_utility_victim_selection")
+        except ValueError as exc:
+            raise ConfigError(f"--policy-config: {exc}") from None
+        if not on:
+            raise ConfigError(
+                f"--policy-config sets enable_utility_victim_selection={enabled!r}, which "
+                f"contradicts --strategy {spec} (naming a strategy turns the policy on); remove "
+                "it, or use --strategy builtin (or utility_kill_switch) for the engine's own rule"
+            )
 
 
 def parse_strategy_list(

@@ -51,6 +51,7 @@ class DifferenceClass:
 CASCADE = "cascade-contract"
 ABSTENTION = "abstention-contract"
 BARRIER_REQUESTER = "barrier-requester-contract"
+REQUESTER_SKIP = "requester-skip-contract"
 POLICY_FAILURE = "policy-failure"
 HISTORY = "history"
 AFTER_DIVERGENCE = "after-divergence"
@@ -80,6 +81,13 @@ CLASSES: dict[str, DifferenceClass] = {
             True,
             "the legacy contract passes no requesting request, so the barrier fallback takes the "
             "policy's default victim there instead of the requester",
+        ),
+        DifferenceClass(
+            REQUESTER_SKIP,
+            True,
+            "the legacy contract passes no requesting request, so lcf and mcf cannot skip it "
+            "there: the legacy path took the requester where the typed path took the next "
+            "candidate by computed tokens",
         ),
         DifferenceClass(
             POLICY_FAILURE,

@@ -13,7 +13,11 @@ of the candidates (:mod:`tracekit.diff.policy_views`):
    ``liveness_fallback``; typed took the requester, legacy the policy's default victim.
 4. ``abstention-contract``: the typed path abstained and applied the host's built-in victim; the
    legacy path, with the same reason, applied the policy's own default victim.
-5. ``unexplained``: anything else.
+5. ``requester-skip-contract`` (``lcf``, ``mcf``): both paths selected by the strategy; the
+   legacy path took the typed path's requester, which the typed rule skips (the legacy contract
+   names no requester). Only a legacy victim equal to the requester can differ: the rule without
+   the requester picks the same victim otherwise.
+6. ``unexplained``: anything else.
 """
 
 from __future__ import annotations
@@ -128,6 +132,16 @@ def classify_decisions(
         & _l("applied_victim_id").eq_missing(pl.col("default_id"))
         & _t("applied_victim_id").eq_missing(_t("builtin_victim_id"))
     )
+    requester_skip = (
+        pl.lit(strategy in ("lcf", "mcf"))
+        & requester.is_not_null()
+        & _l("applied_victim_id").eq_missing(requester)
+        & _t("applied_victim_id").ne_missing(requester)
+        & _l("outcome").eq_missing(pl.lit("selected"))
+        & _t("outcome").eq_missing(pl.lit("selected"))
+        & _l("decision_reason").eq_missing(pl.lit("strategy"))
+        & _t("decision_reason").eq_missing(pl.lit("strategy"))
+    )
     failure = _t("outcome").is_in(_FAILED) | _l("outcome").is_in(_FAILED)
     kind = (
         pl.when(failure)
@@ -138,6 +152,8 @@ def classify_decisions(
         .then(pl.lit(k.BARRIER_REQUESTER))
         .when(abstention)
         .then(pl.lit(k.ABSTENTION))
+        .when(requester_skip)
+        .then(pl.lit(k.REQUESTER_SKIP))
         .otherwise(pl.lit(k.UNEXPLAINED))
     )
     same_victim = _l("applied_victim_id").eq_missing(_t("applied_victim_id"))
@@ -166,6 +182,15 @@ def classify_decisions(
                 _text(_t("applied_victim_id")),
                 _text(_l("applied_victim_id")),
                 pl.when(same_victim).then(pl.lit(" (same victim)")).otherwise(pl.lit("")),
+            )
+        )
+        .when(pl.col("kind") == k.REQUESTER_SKIP)
+        .then(
+            pl.format(
+                "{}: legacy took the requester {}, which the typed rule skips; typed took {}",
+                pl.lit(strategy),
+                _text(requester),
+                _text(_t("applied_victim_id")),
             )
         )
         .when(pl.col("kind") == k.BARRIER_REQUESTER)

@@ -29,6 +29,7 @@ from tracekit.strategies import decision_rules
 
 __all__ = ["policy_views"]
 
+
 def policy_views(
     candidates: pl.LazyFrame,
     decisions: pl.DataFrame,

@@ -1,7 +1,8 @@
 """The fast path: the production strategies evaluated chunk by chunk without calling the policy.
 
 Stateless rules (``builtin``, ``pe``, ``pe-sjf``, ``largest-first``, ``sglang-default``,
-``slack-aware``) are polars expressions over the chunk (:mod:`tracekit.replay.rules`). The two
+``slack-aware``, ``lcf``, ``mcf``) are polars expressions over the chunk
+(:mod:`tracekit.replay.rules`). The two
 stateful strategies get one ordered pass in Python over per-decision values computed by polars,
 the only loops over decisions in the fast path:
 
@@ -41,7 +42,7 @@ __all__ = ["FAST_RULES", "FastStrategy", "fast_rule"]
 #: The rules the fast path reproduces.
 FAST_RULES: tuple[str, ...] = (
     "builtin", "bidkv", "pe", "pe-sjf", "static-random", "largest-first", "sglang-default",
-    "slack-aware",
+    "slack-aware", "lcf", "mcf",
 )  # fmt: skip
 
 
@@ -143,6 +144,8 @@ class FastStrategy:
             rows = rules.largest_first_rows
         elif rule == "sglang-default":
             rows = rules.sglang_default_rows
+        elif rule in ("lcf", "mcf"):
+            rows = rules.computed_rows(most=rule == "mcf")
         elif rule == "slack-aware":
             assert self.config is not None
             rows = rules.slack_aware_rows(self.config.utility_slo_s)

@@ -221,6 +221,26 @@ class ChunkRules:
             keys.insert(0, (priority, True))
         return select_rows(self.frame, keys, last=True)[_ROW]
 
+    def computed_rows(self, *, most: bool) -> pl.Series:
+        """``computed_victim`` (``lcf``, ``mcf``): least (most) ``num_computed_tokens``.
+
+        The requester's rows (every row with its id) are not eligible; exact ties go to the last
+        in host order; a decision with no eligible row takes the last candidate (the FCFS tail).
+        """
+        key = "mcf_rows" if most else "lcf_rows"
+        cached = self.__dict__.get(key)
+        if cached is not None:
+            return cached
+        dec = self.chunk.decisions
+        tail = (dec["offset"] + dec["num_candidates"] - 1).alias(_ROW)
+        eligible = self.frame.filter(
+            pl.col("requester_row").is_null() | (pl.col("first_row") != pl.col("requester_row"))
+        )
+        picked = select_rows(eligible, [(pl.col("num_computed_tokens"), most)], last=True)
+        rows = self._one_per_decision(tail, picked)
+        self.__dict__[key] = rows
+        return rows
+
     def slack_aware_rows(self, slo_s: float) -> pl.Series:
         """``slack_aware_victim``: most ``(arrival_time + slo_s) - now``, last on ties."""
         if slo_s not in self._slack:

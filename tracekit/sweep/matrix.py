@@ -30,6 +30,7 @@ from tracekit.strategies import (
     POLICY_SETTINGS,
     HostPath,
     canonical_strategy,
+    did_you_mean,
     resolve_strategy,
 )
 from tracekit.sweep.checks import Checker, matrix_schema
@@ -315,7 +316,7 @@ def _strategies(
             except ValueError:
                 raise check.fail(
                     key,
-                    f"names unknown strategy {name!r}",
+                    f"names unknown strategy {name!r}{did_you_mean(name)}",
                     f"use builtin, module:Object or one of {', '.join(KNOWN_STRATEGY_NAMES)}",
                 ) from None
         for point in points:

@@ -18,6 +18,7 @@ __all__ = [
     "BidkvSelectorConfig",
     "ENV_VARS",
     "LIVENESS_MODES",
+    "MAX_SNAPSHOT_HISTORY",
     "STRATEGIES",
     "STRATEGY_ALIASES",
     "canonical_strategy",
@@ -33,15 +34,23 @@ STRATEGIES: tuple[str, ...] = (
     "largest-first",
     "sglang-default",
     "slack-aware",
+    "lcf",
+    "mcf",
 )
 STRATEGY_ALIASES: dict[str, str] = {
     "preempt-evict": "pe",
     "preempt-evict-sjf": "pe-sjf",
+    "least-computed-first": "lcf",
+    "most-computed-first": "mcf",
+    # SGLang's length order (fewest output tokens, then longest prompt) is sglang-default.
+    "fewest-output": "sglang-default",
 }
 # Every name ``utility_strategy`` accepts, sorted for error messages and docs.
 KNOWN_STRATEGY_NAMES: tuple[str, ...] = tuple(sorted((*STRATEGIES, *STRATEGY_ALIASES)))
 
 LIVENESS_MODES: tuple[str, ...] = ("abstain", "barrier")
+#: The largest ``utility_snapshot_history_size`` (a 32-bit signed maximum, any platform).
+MAX_SNAPSHOT_HISTORY = 2**31 - 1
 
 _TRUE_WORDS = frozenset({"1", "true", "yes"})
 _FALSE_WORDS = frozenset({"0", "false", "no"})
@@ -376,6 +385,12 @@ class BidkvSelectorConfig:
             raise ValueError("utility_snapshot_top_k must be positive")
         if self.utility_snapshot_history_size <= 0:
             raise ValueError("utility_snapshot_history_size must be positive")
+        if self.utility_snapshot_history_size > MAX_SNAPSHOT_HISTORY:
+            # The history is a bounded deque, whose length must fit a C ssize_t.
+            raise ValueError(
+                f"utility_snapshot_history_size must be between 1 and {MAX_SNAPSHOT_HISTORY}, "
+                f"got {self.utility_snapshot_history_size}"
+            )
         if self.utility_epsilon <= 0:
             raise ValueError("utility_epsilon must be positive")
         if self.utility_default_max_tokens <= 0:

@@ -34,6 +34,7 @@ from bidkv.adapters.vllm_hust.scoring import (
     rank_candidates,
 )
 from bidkv.adapters.vllm_hust.strategies import (
+    pick_computed,
     pick_largest_first,
     pick_random,
     pick_sglang_default,
@@ -96,6 +97,8 @@ class BidkvPreemptionPolicy:
     - ``largest-first``: most ``num_computed_tokens``.
     - ``sglang-default``: SGLang's retraction order.
     - ``slack-aware``: most slack before ``arrival_time + utility_slo_s``.
+    - ``lcf`` / ``least-computed-first``, ``mcf`` / ``most-computed-first``: least (most)
+      ``num_computed_tokens`` other than the requester, last-admitted on ties (vLLM PR #53723).
 
     State that grows with the number of requests (liveness offsets, per-request preemption
     counts) lives in tables that forget their least recently touched id beyond
@@ -126,6 +129,8 @@ class BidkvPreemptionPolicy:
             "largest-first": self._pick_largest_first,
             "sglang-default": self._pick_sglang_default,
             "slack-aware": self._pick_slack_aware,
+            "lcf": self._pick_lcf,
+            "mcf": self._pick_mcf,
         }
         self._decide = strategies[self.strategy]
         # Our own generator: reproducible, and never disturbs the process-wide ``random`` state.
@@ -385,6 +390,22 @@ class BidkvPreemptionPolicy:
         self._record_strategy_pick(victim, candidates, policy, kv, now)
         return victim
 
+    def _pick_lcf(
+        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
+    ) -> Any:
+        requester = getattr(context, "requesting_request_id", "")
+        victim = pick_computed(candidates, requester, kv, most=False)
+        self._record_strategy_pick(victim, candidates, policy, kv, now)
+        return victim
+
+    def _pick_mcf(
+        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
+    ) -> Any:
+        requester = getattr(context, "requesting_request_id", "")
+        victim = pick_computed(candidates, requester, kv, most=True)
+        self._record_strategy_pick(victim, candidates, policy, kv, now)
+        return victim
+
     def _record_strategy_pick(
         self, victim: Any, candidates: Sequence[Any], policy: Any, kv: Any, now: float
     ) -> None:
@@ -406,9 +427,7 @@ class BidkvPreemptionPolicy:
         n = len(candidates)
         requester = getattr(context, "requesting_request_id", "")
         state = self._state
-        decision = decide(
-            rules, candidates, n, kv, now, requester, state.last_pick, state.offsets
-        )
+        decision = decide(rules, candidates, n, kv, now, requester, state.last_pick, state.offsets)
         step, scan, relative = decision
         if scan is None:
             return self._gate_fallback(default, n, policy, kv, now)

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "computed_victim",
     "largest_first_victim",
+    "pick_computed",
     "pick_largest_first",
     "pick_random",
     "pick_sglang_default",
@@ -50,6 +52,44 @@ def largest_first_victim(candidates: Sequence[Any]) -> Any:
         if tokens > best_tokens:
             best, best_tokens = c, tokens
     return best
+
+
+def computed_victim(candidates: Sequence[Any], requester: object, *, most: bool) -> Any:
+    """``lcf`` (``most=False``) and ``mcf`` (``most=True``): the victim by ``num_computed_tokens``.
+
+    The rule of vLLM PR #53723 (``--preemption-victim lcf``), as its author describes it there:
+    the request being scheduled (``requester``) is not eligible, the running queue is walked in
+    reverse so that equal counts go to the last-admitted request, and when no other request is
+    eligible the FCFS tail is the victim (the requester preempts itself). The scheduling policy
+    (FCFS or PRIORITY) plays no part: the victim axis is separate from the admission policy.
+    ``mcf`` is the same rule with the largest count (the RFC's "most-computed-first" ablation).
+
+    Parameters
+    ----------
+    candidates
+        Non-empty, in host order (vLLM's ``running``).
+    requester
+        The id of the request being scheduled (every candidate with that id is skipped);
+        ``None`` when the host names none.
+    most
+        Take the largest count instead of the smallest.
+
+    Returns
+    -------
+    object
+        The victim.
+    """
+    rid = None if requester is None else str(requester)
+    best: Any = None
+    best_tokens = 0
+    # Reverse host order, and a strict comparison: the last-admitted of equal counts wins.
+    for c in reversed(candidates):
+        if rid is not None and str(getattr(c, "request_id", "")) == rid:
+            continue
+        tokens = _as_int(c, "num_computed_tokens")
+        if best is None or (tokens > best_tokens if most else tokens < best_tokens):
+            best, best_tokens = c, tokens
+    return candidates[-1] if best is None else best
 
 
 def sglang_default_victim(candidates: Sequence[Any], scheduling_policy: object) -> Any:
@@ -138,6 +178,21 @@ def pick_largest_first(candidates: Sequence[Any], kv: Any) -> Any:
         "[BidKV] LARGEST_FIRST | victim=%s | tokens=%d | kv_util=%.2f | running=%d",
         getattr(victim, "request_id", "?"),
         _as_int(victim, "num_computed_tokens"),
+        kv or 0.0,
+        len(candidates),
+    )
+    return victim
+
+
+def pick_computed(candidates: Sequence[Any], requester: object, kv: Any, *, most: bool) -> Any:
+    """``lcf``/``mcf``: :func:`computed_victim`; logs ``LCF`` or ``MCF``."""
+    victim = computed_victim(candidates, requester, most=most)
+    _LOGGER.info(
+        "[BidKV] %s | victim=%s | tokens=%d | requester=%s | kv_util=%.2f | running=%d",
+        "MCF" if most else "LCF",
+        getattr(victim, "request_id", "?"),
+        _as_int(victim, "num_computed_tokens"),
+        requester or "",
         kv or 0.0,
         len(candidates),
     )
