@@ -119,7 +119,7 @@ def test_a_failing_job_leaves_no_results(tmp_path: Path) -> None:
 
 def test_existing_results_are_refused(results: Path) -> None:
     result = CliRunner().invoke(cli, ["qualify", *ARGS, "--out", str(results)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "already exists" in result.output
 
 

@@ -27,7 +27,13 @@ __all__ = ["cli"]
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="tracekit")
 def cli() -> None:
-    """Replay, compare and qualify KV-cache preemption policies on scheduler traces."""
+    """Replay, compare and qualify KV-cache preemption policies on scheduler traces.
+
+    Exit status of every command: 0 success; 1 a check ran and failed (validate, diff,
+    fidelity, a sweep run, manifest validate, experiment traces --mode verify); 2 bad input (a
+    missing or unreadable path, an --out that cannot be created, a bad option value,
+    configuration or workload); validate also exits 3 for a truncated recording.
+    """
 
 
 for command in (

@@ -12,6 +12,11 @@ from tracekit.errors import TracekitError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
+EXIT_FAILED = 1
+"""A check ran and failed (validate invalid, diff different, fidelity mismatch, a run failed)."""
+EXIT_BAD_INPUT = 2
+"""Bad input: a missing or unreadable path, a bad option value, configuration or workload."""
+
 
 class LibraryError(click.ClickException):
     """A library error shown as one line, with the command's chosen exit code."""
@@ -22,8 +27,12 @@ class LibraryError(click.ClickException):
 
 
 @contextmanager
-def library_errors(exit_code: int = 1) -> Iterator[None]:
-    """Turn a ``TracekitError`` into a one-line error and exit with ``exit_code``."""
+def library_errors(exit_code: int = EXIT_BAD_INPUT) -> Iterator[None]:
+    """Turn a ``TracekitError`` into a one-line error and exit with ``exit_code``.
+
+    Every command exits with 2 on bad input (a ``TracekitError``); 1 is kept for a check that
+    ran and failed, which commands report through their result's ``exit_code``.
+    """
     try:
         yield
     except TracekitError as error:

@@ -47,7 +47,7 @@ def diff(
     unless --allow-contract-differences), 2 invalid input. With --conformance: 0 when every
     check passes, 1 otherwise.
     """
-    with library_errors(exit_code=2):
+    with library_errors():
         if conformance:
             names = strategy if strategy == "all" else tuple(strategy.split(","))
             report = run_conformance(names, parse_policy_config(policy_config))

@@ -91,5 +91,5 @@ def qualify(**options: Any) -> None:
 )
 def report(results: Path, out: Path | None) -> None:
     """Render the offline HTML report and qualification.json of a qualify or sweep folder."""
-    with library_errors(exit_code=2):
+    with library_errors():
         click.echo(write_report(results, out))

@@ -40,8 +40,8 @@ def sweep(
 
     Writes OUT/runs/workload=.../rate=.../strategy=.../config=.../repeat=.../ bundles,
     OUT/cells.parquet and OUT/sweep.json. Exit status: 0 all runs complete, 1 a run failed,
-    130 interrupted (Ctrl-C once: running runs finish; twice: they are aborted). Re-run the
-    same command to resume.
+    2 bad input, 130 interrupted (Ctrl-C once: running runs finish; twice: they are aborted).
+    Re-run the same command to resume.
     """
     with library_errors():
         if dry_run:

@@ -24,7 +24,7 @@ def validate(trace: Path, as_json: bool) -> None:
     field of the wrong type, a table that is gone, a missing, unknown or mistyped column), 3
     truncated (a recording that never finished: what was flushed is readable).
     """
-    with library_errors(exit_code=2):
+    with library_errors():
         report = validate_trace(trace)
     bundles = report.bundles
 
@@ -50,7 +50,7 @@ def validate(trace: Path, as_json: bool) -> None:
 @output_options("summary")
 def inspect(trace: Path, as_json: bool) -> None:
     """Summarise TRACE: runs, decisions by outcome, preemptions per request, KV pressure."""
-    with library_errors(exit_code=2):
+    with library_errors():
         summaries = inspect_trace(trace)
     emit(as_json, lambda: summaries, lambda: render_inspection(summaries))
 
@@ -73,7 +73,7 @@ def query(trace: Path, sql: str, fmt: str, out: Path | None, overwrite: bool) ->
     Views: requests, decisions, candidates, steps, scheduled (each across every bundle of the
     dataset) and runs (one row per manifest). --out never writes inside TRACE.
     """
-    with library_errors(exit_code=2):
+    with library_errors():
         if out is not None:
             check_output(out, trace, overwrite)
         frame = run_query(trace, sql)

@@ -80,7 +80,7 @@ def fidelity(sim_trace: Path, vllm_trace: Path, as_json: bool) -> None:
     Reports the first difference with both engines' state side by side. Exit status: 0
     identical, 1 a mismatch, 2 bad input (unreadable bundles, or recordings of different runs).
     """
-    with library_errors(exit_code=2):
+    with library_errors():
         report = compare_fidelity(sim_trace, vllm_trace)
     emit(as_json, report.to_dict, report.render)
     raise SystemExit(report.exit_code)
