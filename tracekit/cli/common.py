@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from tracekit.errors import TracekitError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
@@ -42,3 +46,43 @@ def library_errors(exit_code: int = EXIT_BAD_INPUT) -> Iterator[None]:
 trace_argument = click.argument(
     "trace", type=click.Path(exists=False, file_okay=False, path_type=Path)
 )
+
+
+def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) -> None:
+    """Refuse an output path that cannot be created, with one line naming ``option`` and path.
+
+    ``folder`` says whether the command writes a folder (a bundle, a results folder) or a file.
+    The path may exist (commands decide whether to replace it) or be missing with missing parents
+    (commands create them); it must not be the wrong kind, sit under a file, or sit in a folder
+    that cannot be written. Nothing is created here.
+    """
+    kind, other = ("folder", "file") if folder else ("file", "folder")
+    if path.exists() and path.is_dir() != folder:
+        raise LibraryError(f"{option} {path}: is a {other}, not a {kind}; pass a {kind} path", 2)
+    ancestor = path.parent if path.exists() else path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise LibraryError(
+            f"{option} {path}: {ancestor} is a file, so nothing can be created under it; "
+            f"pass a {kind} path under a folder",
+            2,
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise LibraryError(
+            f"{option} {path}: cannot write in {ancestor} (permission denied); "
+            "pass a path in a folder you can write",
+            2,
+        )
+
+
+def out_option(*, folder: bool = True, **kwargs: Any) -> Callable[[F], F]:
+    """``--out`` checked by :func:`check_out_path` before the command runs (every command)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+        if value is not None:
+            check_out_path(value, "--out", folder=folder)
+        return value
+
+    kwargs.setdefault("type", click.Path(path_type=Path))
+    return click.option("--out", callback=check, **kwargs)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import Progress, field_defaults
 from tracekit.experiment import (
     HookSettings,
@@ -50,9 +50,7 @@ def experiment() -> None:
     show_default=True,
     help="formal: write traces and manifest; verify: regenerate and compare SHA-256 hashes.",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+@out_option(
     required=True,
     help="Trace folder to write, or to verify.",
 )
@@ -101,9 +99,7 @@ def experiment_traces(
 
 
 @experiment.command("run", context_settings=CONTEXT_SETTINGS)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+@out_option(
     required=True,
     help="Matrix folder (traces, bundles, summary, comparison).",
 )

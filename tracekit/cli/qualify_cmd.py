@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tracekit.analysis.serving import SloTargets
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import (
     StageProgress,
     engine_options,
@@ -55,7 +55,7 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
     help="Worker processes recording the runs (default: the number of cores; 1 runs in this "
     "process). Results are identical for any number.",
 )
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@out_option(required=True)
 def qualify(**options: Any) -> None:
     """Qualify a policy end to end and write the HTML report (docs/qualify.md).
 
@@ -83,9 +83,8 @@ def qualify(**options: Any) -> None:
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("results", type=click.Path(file_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+@out_option(
+    folder=False,
     default=None,
     help="HTML file (default RESULTS/report.html); qualification.json is written beside it.",
 )

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import (
     Progress,
     engine_options,
@@ -30,7 +30,7 @@ def record() -> None:
 
 @record.command("import", context_settings=CONTEXT_SETTINGS)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+@out_option(required=True, help="Bundle to create.")
 @click.option(
     "--kind",
     type=click.Choice(["preemption-events", "snapshots"]),
@@ -62,7 +62,7 @@ def record_import(file: Path, out: Path, kind: str | None, applied_strategy: str
 )
 @policy_options
 @click.option("--record-scheduled", is_flag=True, help="Also record tokens per request per step.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+@out_option(required=True, help="Bundle to create.")
 def record_sim_command(**options: Any) -> None:
     """Run a workload through the embedded engine and record a trace bundle."""
     with library_errors():

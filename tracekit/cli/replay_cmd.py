@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
 from tracekit.cli.options import Progress
 from tracekit.cli.output import echo_frame
 from tracekit.replay import replay_closed, replay_open
@@ -31,7 +30,7 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list
 )
 @click.option("--policy-config", default=None, metavar="JSON|@FILE")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@out_option(required=True)
 @click.option(
     "--host",
     "host_path",

@@ -6,15 +6,13 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.sweep import StderrProgress, SweepInterrupted, load_matrix, plan_sweep, run_sweep
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("matrix", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+@out_option(
     required=True,
     help="Sweep folder: created, or resumed (complete runs are skipped).",
 )

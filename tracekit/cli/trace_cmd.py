@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
 from tracekit.cli.output import emit, output_options
 from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.trace.query import check_output, run_query, write_query_result
@@ -65,7 +65,7 @@ def inspect(trace: Path, as_json: bool) -> None:
     default="table",
     show_default=True,
 )
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@out_option(folder=False, default=None)
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
 def query(trace: Path, sql: str, fmt: str, out: Path | None, overwrite: bool) -> None:
     """Run a read-only SQL SELECT over TRACE with DuckDB.

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import (
     Progress,
     engine_options,
@@ -47,7 +47,7 @@ from tracekit.vllm.record import record_vllm
     default=None,
     help="Put the strategy in the loop through the shim (default: only for policies).",
 )
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+@out_option(required=True, help="Bundle to create.")
 def record_vllm_command(**options: Any) -> None:
     """Run a workload through the real vLLM scheduler (CPU, no weights) and record a bundle.
 
