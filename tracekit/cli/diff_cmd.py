@@ -49,7 +49,7 @@ def diff(
     """
     with library_errors():
         if conformance:
-            names = strategy if strategy == "all" else tuple(strategy.split(","))
+            names = tuple(name.strip() for name in strategy.split(",") if name.strip())
             report = run_conformance(names, parse_policy_config(policy_config))
         else:
             if legacy is None or typed is None:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
-from tracekit.cli.options import Progress, field_defaults
+from tracekit.cli.options import Progress, field_defaults, slo_target
 from tracekit.experiment import (
     HookSettings,
     MatrixSpec,
@@ -114,9 +114,15 @@ def experiment_traces(
 @click.option(
     "--seed", type=int, default=MATRIX["seed"], show_default=True, help="Run i uses seed + i."
 )
-@click.option("--slo-ttft-ms", type=float, default=SLO["ttft_ms"], show_default=True)
 @click.option(
-    "--slo-tpot-ms", type=float, default=SLO["tpot_ms"], help="Also require TPOT <= this."
+    "--slo-ttft-ms", type=float, default=SLO["ttft_ms"], show_default=True, callback=slo_target
+)
+@click.option(
+    "--slo-tpot-ms",
+    type=float,
+    default=SLO["tpot_ms"],
+    callback=slo_target,
+    help="Also require TPOT <= this.",
 )
 @click.option(
     "--load-scale",

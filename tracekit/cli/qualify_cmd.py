@@ -14,6 +14,7 @@ from tracekit.cli.options import (
     engine_options,
     engine_settings,
     policy_options,
+    slo_target,
     workload_options,
     workload_settings,
 )
@@ -45,8 +46,12 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
     show_default=True,
     help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
 )
-@click.option("--slo-ttft-s", type=float, default=SloTargets().ttft_s, show_default=True)
-@click.option("--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True)
+@click.option(
+    "--slo-ttft-s", type=float, default=SloTargets().ttft_s, show_default=True, callback=slo_target
+)
+@click.option(
+    "--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True, callback=slo_target
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
 @click.option(
     "--jobs",
