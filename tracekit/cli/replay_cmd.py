@@ -11,6 +11,8 @@ from tracekit.cli.options import Progress
 from tracekit.cli.output import echo_frame
 from tracekit.replay import replay_closed, replay_open
 from tracekit.strategies import parse_policy_config, parse_strategy_list
+from tracekit.trace.bundle import open_trace
+from tracekit.trace.validate import check_readable
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -53,6 +55,8 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list
 def replay(**options: Any) -> None:
     """Replay TRACE through other strategies (docs/replay.md)."""
     with library_errors():
+        for bundle in open_trace(options["trace"]):
+            check_readable(bundle)
         policy_config = parse_policy_config(options["policy_config"])
         specs = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
         if options["mode"] == "closed":
