@@ -31,7 +31,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("qualify") / "results"
     result = CliRunner().invoke(cli, ["qualify", *ARGS, "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == str(out / "report.html")
+    assert result.stdout.strip() == str(out / "report.html")
     return out
 
 

@@ -242,19 +242,30 @@ def workload_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 
 class Progress:
-    """A one-line progress bar on stderr, redrawn at most five times a second."""
+    """Progress of one stage on stderr.
+
+    On a terminal: a one-line bar, redrawn at most five times a second. Elsewhere (stderr piped
+    or sent to a file): one status line when the stage starts and one when it ends, so that a
+    long command is never silent. ``enabled=False`` prints nothing.
+    """
 
     def __init__(self, label: str, *, enabled: bool | None = None) -> None:
         self.label = label
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.enabled = True if enabled is None else enabled
+        self.interactive = sys.stderr.isatty()
         self._last = 0.0
         self._start = time.monotonic()
+        self._started = False
+        self._finished = False
 
     def __call__(self, done: int, total: int) -> None:
         """Show ``done`` of ``total``."""
         if not self.enabled:
             return
         now = time.monotonic()
+        if not self.interactive:
+            self._status(done, total, now)
+            return
         if done < total and now - self._last < 0.2:
             return
         self._last = now
@@ -265,6 +276,16 @@ class Progress:
         click.echo(
             f"\r{self.label} [{bar}] {done}/{total} {elapsed:5.1f}s", err=True, nl=done >= total
         )
+
+    def _status(self, done: int, total: int, now: float) -> None:
+        label = self.label.strip()
+        if not self._started:
+            self._started = True
+            self._start = now
+            click.echo(f"{label}: started ({total} to do)", err=True)
+        if done >= total and not self._finished:
+            self._finished = True
+            click.echo(f"{label}: done {done}/{total} in {now - self._start:.1f} s", err=True)
 
 
 class StageProgress:
