@@ -18,6 +18,7 @@ from tracekit.cli.options import (
     workload_options,
     workload_settings,
 )
+from tracekit.cli.output import emit, output_options
 from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
 from tracekit.recording.sim import load_run_workload
@@ -61,6 +62,7 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
     "process). Results are identical for any number.",
 )
 @out_option(required=True)
+@output_options("paths of the results")
 def qualify(**options: Any) -> None:
     """Qualify a policy end to end and write the HTML report (docs/qualify.md).
 
@@ -83,7 +85,12 @@ def qualify(**options: Any) -> None:
             plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"],
             jobs=options["jobs"],
         )  # fmt: skip
-    click.echo(results / "report.html")
+    emit(
+        options["as_json"],
+        lambda: {"out": str(results), "report": str(results / "report.html"),
+                 "files": sorted(p.name for p in results.iterdir())},
+        lambda: str(results / "report.html"),
+    )  # fmt: skip
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)

@@ -17,11 +17,10 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
-from tracekit.cli.record_cmd import record
+from tracekit.cli.record_cmd import emit_bundle, record
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import SimRun, load_run_workload
 from tracekit.strategies import parse_policy_config, resolve_strategy
-from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.record import record_vllm
 
@@ -48,6 +47,7 @@ from tracekit.vllm.record import record_vllm
     help="Put the strategy in the loop through the shim (default: only for policies).",
 )
 @out_option(required=True, help="Bundle to create.")
+@output_options("bundle path and its inspection")
 def record_vllm_command(**options: Any) -> None:
     """Run a workload through the real vLLM scheduler (CPU, no weights) and record a bundle.
 
@@ -67,7 +67,7 @@ def record_vllm_command(**options: Any) -> None:
             shim=options["shim"],
             progress=Progress(f"record vllm {strategy.name}"),
         )
-        click.echo(render_inspection(inspect_trace(bundle)))
+        emit_bundle(bundle, options["as_json"])
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
