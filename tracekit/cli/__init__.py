@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from bidkv._version import __version__
-from tracekit.cli.common import CONTEXT_SETTINGS
+from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment
 from tracekit.cli.manifest_cmd import manifest
@@ -24,7 +24,7 @@ from tracekit.cli.vllm_cmd import fidelity
 __all__ = ["cli"]
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+@click.group(cls=FixHintGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="tracekit")
 def cli() -> None:
     """Replay, compare and qualify KV-cache preemption policies on scheduler traces.

@@ -86,3 +86,51 @@ def out_option(*, folder: bool = True, **kwargs: Any) -> Callable[[F], F]:
 
     kwargs.setdefault("type", click.Path(path_type=Path))
     return click.option("--out", callback=check, **kwargs)
+
+
+def _fix_for(param: click.Parameter) -> str:
+    """What to pass instead of a bad value of ``param``: the last line of a usage error."""
+    option = isinstance(param, click.Option)
+    name = param.opts[0] if option else param.human_readable_name
+    kind = param.type
+    if isinstance(kind, click.Choice):
+        return f"pass {name} with one of: {', '.join(map(str, kind.choices))}"
+    if isinstance(kind, click.IntRange | click.FloatRange):
+        low, high = kind.min, kind.max
+        bounds = " and ".join(
+            part
+            for part in (
+                None if low is None else f"{'>' if kind.min_open else '>='} {low}",
+                None if high is None else f"{'<' if kind.max_open else '<='} {high}",
+            )
+            if part
+        )
+        number = "a whole number" if isinstance(kind, click.IntRange) else "a number"
+        return f"pass {name} with {number} {bounds}"
+    if kind is click.INT:
+        return f"pass {name} with a whole number, e.g. 5"
+    if kind is click.FLOAT:
+        return f"pass {name} with a number, e.g. 0.5"
+    metavar = param.make_metavar(click.get_current_context()) if option else ""
+    return f"pass {name} {metavar}".rstrip()
+
+
+class FixHintGroup(click.Group):
+    """A group whose usage errors end with the fix: what to pass instead of the bad value.
+
+    click prints a usage error as three lines (usage, "Try ... --help", the error); the error,
+    the last line, gets "; pass ..." unless its message already says what to pass.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand; a bad parameter's error gets the fix appended."""
+        try:
+            return super().invoke(ctx)
+        except click.BadParameter as error:
+            if error.param is not None and "pass " not in error.message.lower():
+                fix = _fix_for(error.param)
+                if isinstance(error, click.MissingParameter):
+                    error.message = f"{fix[0].upper()}{fix[1:]}."
+                else:
+                    error.message = f"{error.message.rstrip('.')}; {fix}"
+            raise
