@@ -73,3 +73,23 @@ def test_qualify_json(azure_sample: Path, tmp_path: Path) -> None:
     assert payload["report"] == str(out / "report.html")
     assert "report.html" in payload["files"]
     assert "started" in result.stderr
+
+
+def test_record_import_json(tmp_path: Path) -> None:
+    # One event in the legacy logger's layout (docs/trace-format.md, "Imports").
+    candidate = {
+        "request_id": "a", "completion_ratio": 0.1, "tokens_freed": 100,
+        "num_prompt_tokens": 90, "num_output_tokens": 10, "num_computed_tokens": 100,
+        "max_output_tokens": 256, "num_preemptions": 0, "utility_bidkv": 12.5,
+        "arrival_ms": 0.0, "age_ms": 5.0,
+    }  # fmt: skip
+    event = {
+        "event_id": 1, "ts": 10.0, "kv_usage": 0.93, "num_candidates": 1,
+        "candidates": [candidate], "strategy_choices": {"pe-lifo": "a", "bidkv": "a"},
+    }  # fmt: skip
+    log = tmp_path / "preemption_events.jsonl"
+    log.write_text(json.dumps(event) + "\n", "utf-8")
+    out = tmp_path / "bundle"
+    _, payload = invoke("record", "import", log, "--json", "--out", out)
+    assert payload["bundle"] == str(out)
+    assert len(payload["runs"]) == 1
