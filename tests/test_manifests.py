@@ -687,7 +687,7 @@ def test_cli_validate_fails_with_one_line(write) -> None:
 
 def test_cli_validate_missing_file(tmp_path: Path) -> None:
     result = invoke("manifest", "validate", str(tmp_path / "none.json"))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert len(result.output.splitlines()) == 1
     assert result.output.startswith("Error: ")
 
@@ -720,7 +720,7 @@ def test_cli_render_json() -> None:
 def test_cli_render_errors() -> None:
     path = bundled(V02)
     result = invoke("manifest", "render", str(path), "--env", "BIDKV_OTHER=1")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.startswith(f"Error: {path}: /activation/environment/BIDKV_OTHER: ")
     assert len(result.output.splitlines()) == 1
     result = CliRunner().invoke(cli, ["manifest", "render", str(path), "--env", "NOEQUALS"])

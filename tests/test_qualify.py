@@ -31,7 +31,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("qualify") / "results"
     result = CliRunner().invoke(cli, ["qualify", *ARGS, "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == str(out / "report.html")
+    assert result.stdout.strip() == str(out / "report.html")
     return out
 
 
@@ -119,7 +119,7 @@ def test_a_failing_job_leaves_no_results(tmp_path: Path) -> None:
 
 def test_existing_results_are_refused(results: Path) -> None:
     result = CliRunner().invoke(cli, ["qualify", *ARGS, "--out", str(results)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "already exists" in result.output and "--overwrite" in result.output
 
 

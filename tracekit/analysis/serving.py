@@ -16,11 +16,14 @@ Definitions (times in seconds, per run):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import polars as pl
 
-__all__ = ["PERCENTILES", "SloTargets", "serving_metrics"]
+from tracekit.errors import ConfigError
+
+__all__ = ["PERCENTILES", "SloTargets", "check_slo_target", "serving_metrics"]
 
 PERCENTILES = (50, 95, 99)
 
@@ -31,6 +34,24 @@ class SloTargets:
 
     ttft_s: float = 2.0
     tpot_s: float | None = 0.1
+
+    def __post_init__(self) -> None:
+        check_slo_target("the TTFT target (slo ttft_s)", self.ttft_s)
+        if self.tpot_s is not None:
+            check_slo_target("the TPOT target (slo tpot_s)", self.tpot_s)
+
+
+def check_slo_target(name: str, value: float) -> float:
+    """Return ``value`` if it is a finite latency target above zero; else a one-line error.
+
+    The one check of SLO targets: ``SloTargets`` (qualify, sweep) and the experiment's
+    millisecond options use it.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name}: expected a number of seconds > 0, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name}: expected a finite number > 0, got {value!r}; pass e.g. 2.0")
+    return float(value)
 
 
 def _latencies(requests: pl.LazyFrame) -> pl.LazyFrame:

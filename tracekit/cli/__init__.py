@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from tracekit import __version__
-from tracekit.cli.common import CONTEXT_SETTINGS
+from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment
 from tracekit.cli.manifest_cmd import manifest
@@ -24,10 +24,16 @@ from tracekit.cli.vllm_cmd import fidelity
 __all__ = ["cli"]
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+@click.group(cls=FixHintGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="tracekit")
 def cli() -> None:
-    """Replay, compare and qualify KV-cache preemption policies on scheduler traces."""
+    """Replay, compare and qualify KV-cache preemption policies on scheduler traces.
+
+    Exit status of every command: 0 success; 1 a check ran and failed (validate, diff,
+    fidelity, a sweep run, manifest validate, experiment traces --mode verify); 2 bad input (a
+    missing or unreadable path, an --out that cannot be created, a bad option value,
+    configuration or workload); validate also exits 3 for a truncated recording.
+    """
 
 
 for command in (

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from tracekit.errors import TracekitError
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+EXIT_FAILED = 1
+"""A check ran and failed (validate invalid, diff different, fidelity mismatch, a run failed)."""
+EXIT_BAD_INPUT = 2
+"""Bad input: a missing or unreadable path, a bad option value, configuration or workload."""
 
 
 class LibraryError(click.ClickException):
@@ -22,8 +31,12 @@ class LibraryError(click.ClickException):
 
 
 @contextmanager
-def library_errors(exit_code: int = 1) -> Iterator[None]:
-    """Turn a ``TracekitError`` into a one-line error and exit with ``exit_code``."""
+def library_errors(exit_code: int = EXIT_BAD_INPUT) -> Iterator[None]:
+    """Turn a ``TracekitError`` into a one-line error and exit with ``exit_code``.
+
+    Every command exits with 2 on bad input (a ``TracekitError``); 1 is kept for a check that
+    ran and failed, which commands report through their result's ``exit_code``.
+    """
     try:
         yield
     except TracekitError as error:
@@ -33,3 +46,91 @@ def library_errors(exit_code: int = 1) -> Iterator[None]:
 trace_argument = click.argument(
     "trace", type=click.Path(exists=False, file_okay=False, path_type=Path)
 )
+
+
+def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) -> None:
+    """Refuse an output path that cannot be created, with one line naming ``option`` and path.
+
+    ``folder`` says whether the command writes a folder (a bundle, a results folder) or a file.
+    The path may exist (commands decide whether to replace it) or be missing with missing parents
+    (commands create them); it must not be the wrong kind, sit under a file, or sit in a folder
+    that cannot be written. Nothing is created here.
+    """
+    kind, other = ("folder", "file") if folder else ("file", "folder")
+    if path.exists() and path.is_dir() != folder:
+        raise LibraryError(f"{option} {path}: is a {other}, not a {kind}; pass a {kind} path", 2)
+    ancestor = path.parent if path.exists() else path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise LibraryError(
+            f"{option} {path}: {ancestor} is a file, so nothing can be created under it; "
+            f"pass a {kind} path under a folder",
+            2,
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise LibraryError(
+            f"{option} {path}: cannot write in {ancestor} (permission denied); "
+            "pass a path in a folder you can write",
+            2,
+        )
+
+
+def out_option(*, folder: bool = True, **kwargs: Any) -> Callable[[F], F]:
+    """``--out`` checked by :func:`check_out_path` before the command runs (every command)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+        if value is not None:
+            check_out_path(value, "--out", folder=folder)
+        return value
+
+    kwargs.setdefault("type", click.Path(path_type=Path))
+    return click.option("--out", callback=check, **kwargs)
+
+
+def _fix_for(param: click.Parameter) -> str:
+    """What to pass instead of a bad value of ``param``: the last line of a usage error."""
+    option = isinstance(param, click.Option)
+    name = param.opts[0] if option else param.human_readable_name
+    kind = param.type
+    if isinstance(kind, click.Choice):
+        return f"pass {name} with one of: {', '.join(map(str, kind.choices))}"
+    if isinstance(kind, click.IntRange | click.FloatRange):
+        low, high = kind.min, kind.max
+        bounds = " and ".join(
+            part
+            for part in (
+                None if low is None else f"{'>' if kind.min_open else '>='} {low}",
+                None if high is None else f"{'<' if kind.max_open else '<='} {high}",
+            )
+            if part
+        )
+        number = "a whole number" if isinstance(kind, click.IntRange) else "a number"
+        return f"pass {name} with {number} {bounds}"
+    if kind is click.INT:
+        return f"pass {name} with a whole number, e.g. 5"
+    if kind is click.FLOAT:
+        return f"pass {name} with a number, e.g. 0.5"
+    metavar = param.make_metavar(click.get_current_context()) if option else ""
+    return f"pass {name} {metavar}".rstrip()
+
+
+class FixHintGroup(click.Group):
+    """A group whose usage errors end with the fix: what to pass instead of the bad value.
+
+    click prints a usage error as three lines (usage, "Try ... --help", the error); the error,
+    the last line, gets "; pass ..." unless its message already says what to pass.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand; a bad parameter's error gets the fix appended."""
+        try:
+            return super().invoke(ctx)
+        except click.BadParameter as error:
+            if error.param is not None and "pass " not in error.message.lower():
+                fix = _fix_for(error.param)
+                if isinstance(error, click.MissingParameter):
+                    error.message = f"{fix[0].upper()}{fix[1:]}."
+                else:
+                    error.message = f"{error.message.rstrip('.')}; {fix}"
+            raise

@@ -47,9 +47,9 @@ def diff(
     unless --allow-contract-differences), 2 invalid input. With --conformance: 0 when every
     check passes, 1 otherwise.
     """
-    with library_errors(exit_code=2):
+    with library_errors():
         if conformance:
-            names = strategy if strategy == "all" else tuple(strategy.split(","))
+            names = tuple(name.strip() for name in strategy.split(",") if name.strip())
             report = run_conformance(names, parse_policy_config(policy_config))
         else:
             if legacy is None or typed is None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
-from tracekit.cli.options import Progress, field_defaults
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.options import Progress, field_defaults, slo_target
 from tracekit.experiment import (
     HookSettings,
     MatrixSpec,
@@ -50,9 +50,7 @@ def experiment() -> None:
     show_default=True,
     help="formal: write traces and manifest; verify: regenerate and compare SHA-256 hashes.",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+@out_option(
     required=True,
     help="Trace folder to write, or to verify.",
 )
@@ -101,9 +99,7 @@ def experiment_traces(
 
 
 @experiment.command("run", context_settings=CONTEXT_SETTINGS)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+@out_option(
     required=True,
     help="Matrix folder (traces, bundles, summary, comparison).",
 )
@@ -118,9 +114,15 @@ def experiment_traces(
 @click.option(
     "--seed", type=int, default=MATRIX["seed"], show_default=True, help="Run i uses seed + i."
 )
-@click.option("--slo-ttft-ms", type=float, default=SLO["ttft_ms"], show_default=True)
 @click.option(
-    "--slo-tpot-ms", type=float, default=SLO["tpot_ms"], help="Also require TPOT <= this."
+    "--slo-ttft-ms", type=float, default=SLO["ttft_ms"], show_default=True, callback=slo_target
+)
+@click.option(
+    "--slo-tpot-ms",
+    type=float,
+    default=SLO["tpot_ms"],
+    callback=slo_target,
+    help="Also require TPOT <= this.",
 )
 @click.option(
     "--load-scale",

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from tracekit import manifests
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, EXIT_BAD_INPUT, EXIT_FAILED, library_errors
 from tracekit.cli.output import emit, output_options
 
 
@@ -22,9 +22,10 @@ def manifest_validate(path: Path) -> None:
     """Check PATH against its JSON Schema and the scheduler-policy rules.
 
     Imports the policy's implementation_ref. Prints one line per passed rule; on the first
-    problem prints it (file, JSON pointer, fix) and exits with status 1.
+    problem prints it (file, JSON pointer, fix) and exits with status 1. A PATH that is missing
+    or not a file exits with status 2.
     """
-    with library_errors():
+    with library_errors(EXIT_FAILED if path.is_file() else EXIT_BAD_INPUT):
         checks = manifests.validate_manifest(path)
     for check in checks:
         click.echo(f"ok {check}")

@@ -7,6 +7,7 @@ command that takes them (in the way sqlite-utils shares ``output_options``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from typing import Any, TypeVar
 
 import click
 
+from tracekit.analysis.serving import check_slo_target
+from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import (
     CLOCKS,
@@ -23,6 +26,7 @@ from tracekit.engine.config import (
     SCHEDULING_POLICIES,
     VLLM_VERSIONS,
 )
+from tracekit.errors import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,12 +52,29 @@ def _stack(*decorators: Callable[[F], F]) -> Callable[[F], F]:
 def _parse_window(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     if value is None:
         return None
-    start, sep, end = value.partition(":")
+    start_text, sep, end_text = value.partition(":")
     try:
-        return (float(start or 0), float(end) if end else None) if sep else None
+        start = float(start_text or 0)
+        end = float(end_text) if end_text else None
     except ValueError:
-        pass
-    raise click.BadParameter(f"expected START:END in seconds (END may be empty), got {value!r}")
+        start = end = math.nan
+    ok = sep and math.isfinite(start) and start >= 0 and (end is None or end > start)
+    if not ok or (end is not None and not math.isfinite(end)):
+        raise click.BadParameter(
+            f"expected START:END in seconds with 0 <= START < END, got {value!r}; "
+            "pass e.g. --window 0:600, or --window 60: for everything after 60 s"
+        )
+    return (start, end)
+
+
+def slo_target(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """Callback of the SLO options: :func:`tracekit.analysis.serving.check_slo_target`."""
+    if value is None:
+        return None
+    try:
+        return check_slo_target(f"--{param.name.replace('_', '-')}", value)  # type: ignore[union-attr]
+    except ConfigError as error:
+        raise LibraryError(str(error), EXIT_BAD_INPUT) from error
 
 
 workload_options = _stack(
@@ -87,8 +108,6 @@ def field_defaults(cls: type) -> dict[str, Any]:
         for field in dataclasses.fields(cls)
         if field.default is not dataclasses.MISSING
     }
-
-
 
 
 def _default(field: str) -> str:
@@ -223,19 +242,30 @@ def workload_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 
 class Progress:
-    """A one-line progress bar on stderr, redrawn at most five times a second."""
+    """Progress of one stage on stderr.
+
+    On a terminal: a one-line bar, redrawn at most five times a second. Elsewhere (stderr piped
+    or sent to a file): one status line when the stage starts and one when it ends, so that a
+    long command is never silent. ``enabled=False`` prints nothing.
+    """
 
     def __init__(self, label: str, *, enabled: bool | None = None) -> None:
         self.label = label
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.enabled = True if enabled is None else enabled
+        self.interactive = sys.stderr.isatty()
         self._last = 0.0
         self._start = time.monotonic()
+        self._started = False
+        self._finished = False
 
     def __call__(self, done: int, total: int) -> None:
         """Show ``done`` of ``total``."""
         if not self.enabled:
             return
         now = time.monotonic()
+        if not self.interactive:
+            self._status(done, total, now)
+            return
         if done < total and now - self._last < 0.2:
             return
         self._last = now
@@ -246,6 +276,16 @@ class Progress:
         click.echo(
             f"\r{self.label} [{bar}] {done}/{total} {elapsed:5.1f}s", err=True, nl=done >= total
         )
+
+    def _status(self, done: int, total: int, now: float) -> None:
+        label = self.label.strip()
+        if not self._started:
+            self._started = True
+            self._start = now
+            click.echo(f"{label}: started ({total} to do)", err=True)
+        if done >= total and not self._finished:
+            self._finished = True
+            click.echo(f"{label}: done {done}/{total} in {now - self._start:.1f} s", err=True)
 
 
 class StageProgress:

@@ -8,15 +8,17 @@ from typing import Any
 import click
 
 from tracekit.analysis.serving import SloTargets
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import (
     StageProgress,
     engine_options,
     engine_settings,
     policy_options,
+    slo_target,
     workload_options,
     workload_settings,
 )
+from tracekit.cli.output import emit, output_options
 from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
 from tracekit.recording.sim import load_run_workload
@@ -45,8 +47,12 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
     show_default=True,
     help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
 )
-@click.option("--slo-ttft-s", type=float, default=SloTargets().ttft_s, show_default=True)
-@click.option("--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True)
+@click.option(
+    "--slo-ttft-s", type=float, default=SloTargets().ttft_s, show_default=True, callback=slo_target
+)
+@click.option(
+    "--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True, callback=slo_target
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
 @click.option(
     "--jobs",
@@ -55,7 +61,8 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
     help="Worker processes recording the runs (default: the number of cores; 1 runs in this "
     "process). Results are identical for any number.",
 )
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@out_option(required=True)
+@output_options("paths of the results")
 def qualify(**options: Any) -> None:
     """Qualify a policy end to end and write the HTML report (docs/qualify.md).
 
@@ -78,18 +85,22 @@ def qualify(**options: Any) -> None:
             plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"],
             jobs=options["jobs"],
         )  # fmt: skip
-    click.echo(results / "report.html")
+    emit(
+        options["as_json"],
+        lambda: {"out": str(results), "report": str(results / "report.html"),
+                 "files": sorted(p.name for p in results.iterdir())},
+        lambda: str(results / "report.html"),
+    )  # fmt: skip
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("results", type=click.Path(file_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+@out_option(
+    folder=False,
     default=None,
     help="HTML file (default RESULTS/report.html); qualification.json is written beside it.",
 )
 def report(results: Path, out: Path | None) -> None:
     """Render the offline HTML report and qualification.json of a qualify or sweep folder."""
-    with library_errors(exit_code=2):
+    with library_errors():
         click.echo(write_report(results, out))

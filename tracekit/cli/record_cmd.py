@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import (
     Progress,
     engine_options,
@@ -16,11 +17,25 @@ from tracekit.cli.options import (
     workload_options,
     workload_settings,
 )
+from tracekit.cli.output import emit, output_options
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
 from tracekit.recording.sim import SimRun, load_run_workload, record_sim
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.trace.inspect import inspect_trace, render_inspection
+
+
+def emit_bundle(bundle: Path, as_json: bool, text: Callable[[], str] | None = None) -> None:
+    """Print a recorded bundle: its inspection, or ``{"bundle": path, "runs": [...]}`` as JSON.
+
+    ``runs`` is the list ``tracekit inspect --json`` prints.
+    """
+    runs = inspect_trace(bundle)
+    emit(
+        as_json,
+        lambda: {"bundle": str(bundle), "runs": runs},
+        text or (lambda: render_inspection(runs)),
+    )
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -30,7 +45,7 @@ def record() -> None:
 
 @record.command("import", context_settings=CONTEXT_SETTINGS)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+@out_option(required=True, help="Bundle to create.")
 @click.option(
     "--kind",
     type=click.Choice(["preemption-events", "snapshots"]),
@@ -44,11 +59,14 @@ def record() -> None:
     show_default=True,
     help="For preemption events: the strategy the engine ran (pe-lifo = vLLM built-in).",
 )
-def record_import(file: Path, out: Path, kind: str | None, applied_strategy: str) -> None:
+@output_options("bundle path and its inspection")
+def record_import(
+    file: Path, out: Path, kind: str | None, applied_strategy: str, as_json: bool
+) -> None:
     """Convert the original BidKV's preemption-event JSONL or decision snapshots to a bundle."""
     with library_errors():
         bundle = import_logs(file, out, kind=kind, applied_strategy=applied_strategy)
-    click.echo(f"wrote {bundle}")
+    emit_bundle(bundle, as_json, lambda: f"wrote {bundle}")
 
 
 @record.command("sim", context_settings=CONTEXT_SETTINGS)
@@ -62,7 +80,8 @@ def record_import(file: Path, out: Path, kind: str | None, applied_strategy: str
 )
 @policy_options
 @click.option("--record-scheduled", is_flag=True, help="Also record tokens per request per step.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+@out_option(required=True, help="Bundle to create.")
+@output_options("bundle path and its inspection")
 def record_sim_command(**options: Any) -> None:
     """Run a workload through the embedded engine and record a trace bundle."""
     with library_errors():
@@ -77,4 +96,4 @@ def record_sim_command(**options: Any) -> None:
             record_scheduled=bool(options["record_scheduled"]),
             progress=Progress(f"record {strategy.name}"),
         )
-        click.echo(render_inspection(inspect_trace(bundle)))
+        emit_bundle(bundle, options["as_json"])

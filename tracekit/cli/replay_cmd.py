@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
 from tracekit.cli.options import Progress
-from tracekit.cli.output import echo_frame
+from tracekit.cli.output import echo_frame, echo_json, emit, output_options
 from tracekit.replay import replay_closed, replay_open
 from tracekit.strategies import parse_policy_config, parse_strategy_list
+from tracekit.trace.bundle import open_trace
+from tracekit.trace.validate import check_readable
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -31,7 +32,7 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list
 )
 @click.option("--policy-config", default=None, metavar="JSON|@FILE")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@out_option(required=True)
 @click.option(
     "--host",
     "host_path",
@@ -51,9 +52,12 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list
 @click.option(
     "--reference", is_flag=True, help="Open mode: the plain controller loop only (no fast path)."
 )
+@output_options("summary")
 def replay(**options: Any) -> None:
     """Replay TRACE through other strategies (docs/replay.md)."""
     with library_errors():
+        for bundle in open_trace(options["trace"]):
+            check_readable(bundle)
         policy_config = parse_policy_config(options["policy_config"])
         specs = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
         if options["mode"] == "closed":
@@ -65,12 +69,27 @@ def replay(**options: Any) -> None:
                 "recorded_run_id", "strategy", "throughput_rps", "e2e_p95_s", "preemptions",
                 "throughput_rps_change_pct", "e2e_p95_s_change_pct",
             ]  # fmt: skip
-            echo_frame(closed.summary.select(columns))
-            click.echo(f"wrote {closed.out}")
+            if options["as_json"]:
+                echo_json(
+                    {"mode": "closed", "out": str(closed.out),
+                     "summary": closed.summary.to_dicts()}
+                )  # fmt: skip
+            else:
+                echo_frame(closed.summary.select(columns))
+                click.echo(f"wrote {closed.out}")
             return
         result = replay_open(
             options["trace"], specs, options["out"], fast=not options["reference"],
             workers=options["workers"], limit=options["limit"],
             progress=Progress("replay"),
         )  # fmt: skip
-        click.echo(result.text)
+        emit(
+            options["as_json"],
+            lambda: {
+                "mode": "open", "out": str(result.out_dir), "decisions": result.decisions,
+                "evaluations": result.evaluations, "elapsed_s": result.elapsed_s,
+                "summary": result.summary.to_dicts(),
+                "failures": [str(failure) for failure in result.failures],
+            },
+            lambda: result.text,
+        )  # fmt: skip

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
-from tracekit.sweep import StderrProgress, SweepInterrupted, load_matrix, plan_sweep, run_sweep
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.output import emit, output_options
+from tracekit.sweep import (
+    StderrProgress,
+    SweepInterrupted,
+    SweepResult,
+    load_matrix,
+    plan_sweep,
+    run_sweep,
+)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("matrix", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+@out_option(
     required=True,
     help="Sweep folder: created, or resumed (complete runs are skipped).",
 )
@@ -33,15 +40,21 @@ from tracekit.sweep import StderrProgress, SweepInterrupted, load_matrix, plan_s
     help='Run on Ray: auto, local, or a cluster address (pip install ".[ray]" in the checkout).',
 )
 @click.option("--dry-run", is_flag=True, help="Print the expanded matrix and run nothing.")
+@output_options("summary")
 def sweep(
-    matrix: Path, out: Path, jobs: int | None, ray_address: str | None, dry_run: bool
+    matrix: Path,
+    out: Path,
+    jobs: int | None,
+    ray_address: str | None,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Run every run of the sweep MATRIX (TOML, docs/sweep.md) into the dataset OUT.
 
     Writes OUT/runs/workload=.../rate=.../strategy=.../config=.../repeat=.../ bundles,
     OUT/cells.parquet and OUT/sweep.json. Exit status: 0 all runs complete, 1 a run failed,
-    130 interrupted (Ctrl-C once: running runs finish; twice: they are aborted). Re-run the
-    same command to resume.
+    2 bad input, 130 interrupted (Ctrl-C once: running runs finish; twice: they are aborted).
+    Re-run the same command to resume.
     """
     with library_errors():
         if dry_run:
@@ -54,5 +67,22 @@ def sweep(
         except SweepInterrupted as stop:
             click.echo(stop.result.render(), err=True)
             raise SystemExit(130) from None
-    click.echo(result.render())
+    emit(as_json, lambda: sweep_summary(result), result.render)
     raise SystemExit(result.exit_code)
+
+
+def sweep_summary(result: SweepResult) -> dict[str, Any]:
+    """``sweep --json``: the counts, the files written and every failed run (docs/sweep.md)."""
+    statuses = ("done", "skipped", "failed", "interrupted")
+    return {
+        "out": str(result.out),
+        "exit_code": result.exit_code,
+        "executor": result.executor,
+        "elapsed_s": result.elapsed_s,
+        "runs": len(result.runs),
+        "counts": {status: result.count(status) for status in statuses},
+        "cells": None if result.cells_path is None else str(result.cells_path),
+        "sweep_json": str(result.sweep_path),
+        "failed": [{"path": run.path, "error": run.error} for run in result.failed],
+        "interrupted": result.interrupted,
+    }

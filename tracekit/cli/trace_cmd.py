@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, trace_argument
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
 from tracekit.cli.output import emit, output_options
 from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.trace.query import check_output, run_query, write_query_result
@@ -24,7 +24,7 @@ def validate(trace: Path, as_json: bool) -> None:
     field of the wrong type, a table that is gone, a missing, unknown or mistyped column), 3
     truncated (a recording that never finished: what was flushed is readable).
     """
-    with library_errors(exit_code=2):
+    with library_errors():
         report = validate_trace(trace)
     bundles = report.bundles
 
@@ -50,7 +50,7 @@ def validate(trace: Path, as_json: bool) -> None:
 @output_options("summary")
 def inspect(trace: Path, as_json: bool) -> None:
     """Summarise TRACE: runs, decisions by outcome, preemptions per request, KV pressure."""
-    with library_errors(exit_code=2):
+    with library_errors():
         summaries = inspect_trace(trace)
     emit(as_json, lambda: summaries, lambda: render_inspection(summaries))
 
@@ -65,7 +65,7 @@ def inspect(trace: Path, as_json: bool) -> None:
     default="table",
     show_default=True,
 )
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@out_option(folder=False, default=None)
 @click.option("--overwrite", is_flag=True, help="Replace an existing --out file.")
 def query(trace: Path, sql: str, fmt: str, out: Path | None, overwrite: bool) -> None:
     """Run a read-only SQL SELECT over TRACE with DuckDB.
@@ -73,7 +73,7 @@ def query(trace: Path, sql: str, fmt: str, out: Path | None, overwrite: bool) ->
     Views: requests, decisions, candidates, steps, scheduled (each across every bundle of the
     dataset) and runs (one row per manifest). --out never writes inside TRACE.
     """
-    with library_errors(exit_code=2):
+    with library_errors():
         if out is not None:
             check_output(out, trace, overwrite)
         frame = run_query(trace, sql)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import (
     Progress,
     engine_options,
@@ -17,11 +17,10 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
-from tracekit.cli.record_cmd import record
+from tracekit.cli.record_cmd import emit_bundle, record
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import SimRun, load_run_workload
 from tracekit.strategies import parse_policy_config, resolve_strategy
-from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.record import record_vllm
 
@@ -47,7 +46,8 @@ from tracekit.vllm.record import record_vllm
     default=None,
     help="Put the strategy in the loop through the shim (default: only for policies).",
 )
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Bundle to create.")
+@out_option(required=True, help="Bundle to create.")
+@output_options("bundle path and its inspection")
 def record_vllm_command(**options: Any) -> None:
     """Run a workload through the real vLLM scheduler (CPU, no weights) and record a bundle.
 
@@ -67,7 +67,7 @@ def record_vllm_command(**options: Any) -> None:
             shim=options["shim"],
             progress=Progress(f"record vllm {strategy.name}"),
         )
-        click.echo(render_inspection(inspect_trace(bundle)))
+        emit_bundle(bundle, options["as_json"])
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -80,7 +80,7 @@ def fidelity(sim_trace: Path, vllm_trace: Path, as_json: bool) -> None:
     Reports the first difference with both engines' state side by side. Exit status: 0
     identical, 1 a mismatch, 2 bad input (unreadable bundles, or recordings of different runs).
     """
-    with library_errors(exit_code=2):
+    with library_errors():
         report = compare_fidelity(sim_trace, vllm_trace)
     emit(as_json, report.to_dict, report.render)
     raise SystemExit(report.exit_code)

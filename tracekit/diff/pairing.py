@@ -16,6 +16,7 @@ from typing import Any
 
 from tracekit.errors import TracekitError
 from tracekit.trace.bundle import Bundle, TraceDataset, open_trace
+from tracekit.trace.validate import check_readable
 
 __all__ = ["IncomparableTracesError", "RunPair", "pair_runs"]
 
@@ -147,6 +148,8 @@ def pair_runs(legacy_path: str | Path, typed_path: str | Path) -> list[RunPair]:
         A path holds no readable trace.
     """
     legacy_data, typed_data = open_trace(legacy_path), open_trace(typed_path)
+    for bundle in (*legacy_data, *typed_data):
+        check_readable(bundle)
     same_host = _same_host_path(legacy_data, typed_data)
     if same_host is not None:
         raise IncomparableTracesError(

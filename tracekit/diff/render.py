@@ -6,6 +6,7 @@ then the host counters.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import polars as pl
@@ -42,6 +43,8 @@ def _value(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
         return f"{value:.6f}".rstrip("0").rstrip(".") if value != int(value) else f"{value:.1f}"
     return str(value)
 

@@ -33,6 +33,7 @@ from tracekit.errors import TracekitError
 from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
 from tracekit.trace.bundle import Bundle, open_trace
 from tracekit.trace.text import text_table
+from tracekit.trace.validate import check_readable
 
 __all__ = [
     "EngineState",
@@ -211,6 +212,7 @@ def _load(path: str | Path) -> _Run:
             f"{path}: holds {len(dataset)} bundles; pass one bundle folder per engine"
         )
     bundle: Bundle = dataset.bundles[0]
+    check_readable(bundle)
     if not bundle.complete:
         raise FidelityInputError(f"{bundle.path}: the recording never completed; re-record it")
     steps = dataset.scan("steps").drop("run_id").sort("step").collect().to_dicts()
