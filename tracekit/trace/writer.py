@@ -5,8 +5,14 @@ They are buffered per table and written as Parquet row groups (zstd) once a grou
 memory stays bounded however long the run. Two modes:
 
 ``atomic`` (recorders of simulated runs)
-    Everything goes into a hidden sibling folder that is renamed to the output path only when the
-    run completes; a failed run leaves no output folder at all.
+    Everything goes into a hidden sibling folder ``.OUT.partial-PID`` that is renamed to the
+    output path only when the run completes; a run that fails with an error leaves no output
+    folder at all. While the run goes on, each full row group is a complete part file
+    (``<table>/part-NNNNN.parquet``) and the folder's manifest says ``complete: false``, so a
+    process killed mid-run (SIGKILL, SIGTERM, Ctrl-C) leaves every flushed row readable and
+    ``tracekit validate .OUT.partial-PID`` exits 3. At close the parts of a table become one
+    ``<table>.parquet`` with the same row groups (the bytes of one file streamed group by
+    group). A later writer of the same output removes partial folders whose process is dead.
 ``live`` (recorders inside real engines, which may be killed at any moment)
     Each flush writes a complete Parquet part file (``<table>/part-NNNNN.parquet``) and the
     manifest says ``complete: false`` until :meth:`BundleWriter.close`; a process killed mid-run
@@ -15,11 +21,15 @@ memory stays bounded however long the run. Two modes:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -31,7 +41,13 @@ from tracekit.errors import TracekitError
 from tracekit.trace.rows import ROW_TYPES, TraceRow
 from tracekit.trace.schema import SCHEMA_VERSION, TableSpec, trace_schema
 
-__all__ = ["DEFAULT_ROW_GROUP_ROWS", "BundleWriter", "write_json_atomic"]
+__all__ = [
+    "DEFAULT_ROW_GROUP_ROWS",
+    "BundleWriter",
+    "RecordingInterrupted",
+    "remove_stale_partials",
+    "write_json_atomic",
+]
 
 DEFAULT_ROW_GROUP_ROWS = 65_536
 COMPRESSION = "zstd"
@@ -43,6 +59,43 @@ def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n", "utf-8")
     os.replace(tmp, path)
+
+
+class RecordingInterrupted(TracekitError):
+    """A recording stopped by a signal; its flushed rows were kept in the partial folder."""
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists, owned by someone else (or unknowable): keep its folder
+    return True
+
+
+def remove_stale_partials(out: str | os.PathLike[str]) -> list[Path]:
+    """Remove ``.OUT.partial-PID`` folders of ``out`` whose process is no longer running.
+
+    A folder of a running process (another recorder of the same output) is never touched.
+    Returns the folders removed.
+    """
+    out = Path(out)
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.partial-(\d+)")
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in out.parent.iterdir():
+            match = pattern.fullmatch(entry.name)
+            if match is None or not entry.is_dir() or entry.is_symlink():
+                continue
+            if _process_alive(int(match.group(1))):
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 class _TableSink:
@@ -59,9 +112,7 @@ class _TableSink:
         self.row_group_rows = row_group_rows
         self.folder = folder
         self.files: list[str] = []
-        self._writer: pq.ParquetWriter | None = None
-        if live:
-            (folder / spec.name).mkdir(parents=True, exist_ok=True)
+        (folder / spec.name).mkdir(parents=True, exist_ok=True)
 
     def append(self, row: TraceRow) -> None:
         if type(row) is not self.row_type:
@@ -72,47 +123,51 @@ class _TableSink:
         # One value onto each column buffer, looped in C (the row's type fixes its length).
         list(map(_append, self.buffers, row))
         self.pending += 1
-        # Live tables flush together (see BundleWriter.append), so a kill never splits a
-        # decision from its candidates across a flushed and an unflushed part.
-        if not self.live and self.pending >= self.row_group_rows:
-            self.flush()
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Write the buffered rows as one part file; False when there was nothing to write."""
         if not self.pending:
-            return
+            return False
         arrays = [
             pa.array(buffer, type=field.type)
             for buffer, field in zip(self.buffers, self.schema, strict=True)
         ]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
+        name = f"{self.spec.name}/part-{len(self.files):05d}.parquet"
+        tmp = self.folder / f"{name}.tmp"
         if self.live:
-            name = f"{self.spec.name}/part-{len(self.files):05d}.parquet"
-            tmp = self.folder / f"{name}.tmp"
             pq.write_table(table, tmp, compression=COMPRESSION)
-            os.replace(tmp, self.folder / name)
-            self.files.append(name)
         else:
-            if self._writer is None:
-                name = f"{self.spec.name}.parquet"
-                self._writer = pq.ParquetWriter(
-                    self.folder / name, self.schema, compression=COMPRESSION
-                )
-                self.files.append(name)
-            self._writer.write_table(table, row_group_size=self.row_group_rows)
+            # One row group, written as the published file's groups are (see close).
+            with pq.ParquetWriter(tmp, self.schema, compression=COMPRESSION) as writer:
+                writer.write_table(table, row_group_size=self.row_group_rows)
+        os.replace(tmp, self.folder / name)
+        self.files.append(name)
         self.rows += self.pending
         self.pending = 0
         self.buffers = [[] for _ in self.buffers]
+        return True
 
-    def close(self) -> None:
+    def publish(self) -> None:
+        """Atomic mode: turn the part files into one ``<table>.parquet``, group for group."""
         self.flush()
-        if not self.live and self._writer is None:
+        name = f"{self.spec.name}.parquet"
+        target = self.folder / name
+        parts = [self.folder / part for part in self.files]
+        if not parts:
             # An empty table is still a file with the schema, so readers never guess.
-            name = f"{self.spec.name}.parquet"
-            pq.write_table(self.schema.empty_table(), self.folder / name, compression=COMPRESSION)
-            self.files.append(name)
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            pq.write_table(self.schema.empty_table(), target, compression=COMPRESSION)
+        elif len(parts) == 1:
+            os.replace(parts[0], target)
+        else:
+            with pq.ParquetWriter(target, self.schema, compression=COMPRESSION) as writer:
+                for part in parts:
+                    table = pq.read_table(part, use_threads=False)
+                    table = pa.Table.from_arrays(table.columns, schema=self.schema)
+                    writer.write_table(table, row_group_size=self.row_group_rows)
+                    part.unlink()
+        (self.folder / self.spec.name).rmdir()
+        self.files = [name]
 
 
 class BundleWriter:
@@ -160,12 +215,14 @@ class BundleWriter:
         schema = trace_schema()
         names = list(tables) if tables is not None else schema.required_tables
         live = mode == "live"
+        self.removed_partials: list[Path] = []
         if live:
             self.folder = self.out
         else:
             self.folder = self.out.with_name(f".{self.out.name}.partial-{os.getpid()}")
             if self.folder.exists():
                 shutil.rmtree(self.folder)
+            self.removed_partials = remove_stale_partials(self.out)
         self.folder.mkdir(parents=True, exist_ok=live)
         self.manifest: dict[str, Any] = {
             **manifest,
@@ -184,14 +241,23 @@ class BundleWriter:
         self._flush_interval_s = flush_interval_s
         self._last_flush = time.monotonic()
         self._closed = False
-        if live:
-            self._write_manifest()
+        # Set while files are written: a stop signal then waits (see stop_on_signals).
+        self._hold = False
+        self._stop: int | None = None
+        self._write_manifest()
 
     def append(self, table: str, row: TraceRow) -> None:
         """Append one row to ``table``: an instance of its class in :mod:`tracekit.trace.rows`."""
         sink = self._sinks[table]
         sink.append(row)
         if self.mode != "live":
+            # Atomic tables flush on their own, a full row group at a time (the published
+            # file's groups); a kill may leave a decision whose candidates were not flushed.
+            if sink.pending >= sink.row_group_rows:
+                self._hold = True
+                sink.flush()
+                self._write_manifest()
+                self._release()
             return
         # The first table (decisions) paces live flushes; the others follow it.
         due = table == self._primary and sink.pending >= sink.row_group_rows
@@ -204,20 +270,75 @@ class BundleWriter:
         """Write every buffered row (live mode: as part files, then refresh the manifest)."""
         # Dependent tables first: a kill between the two leaves orphan candidates, never a
         # decision without its candidates.
+        held, self._hold = self._hold, True
         for name, sink in self._sinks.items():
             if name != self._primary:
                 sink.flush()
         self._sinks[self._primary].flush()
         self._last_flush = time.monotonic()
-        if self.mode == "live":
-            self._write_manifest()
+        self._write_manifest()
+        if not held:
+            self._release()
+
+    def _release(self) -> None:
+        """End a write; a stop signal that arrived meanwhile takes effect now."""
+        self._hold = False
+        if self._stop is not None:
+            raise self._interrupted(self._stop)
+
+    def _interrupted(self, signum: int) -> RecordingInterrupted:
+        where = self.folder
+        return RecordingInterrupted(
+            f"stopped by {signal.Signals(signum).name}: the rows recorded so far are kept in "
+            f"{where} (an incomplete bundle: `tracekit validate {where}` exits 3, its tables "
+            f"read as usual); the next run into {self.out} removes it, so move it away to keep it"
+        )
+
+    @contextlib.contextmanager
+    def stop_on_signals(self, *signums: int) -> Iterator[BundleWriter]:
+        """Turn ``signums`` (e.g. SIGTERM) into :class:`RecordingInterrupted` while recording.
+
+        Leaving the writer's ``with`` block with that error keeps the flushed rows (see
+        :meth:`suspend`). A signal that arrives while files are being written waits for the
+        write to finish. Outside the main thread this does nothing (Python cannot install
+        handlers there). Use it around the writer's own ``with`` block.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+
+        def handle(signum: int, frame: object) -> None:
+            if self._closed:
+                # Finished (or already suspended): let the signal do what it did before.
+                signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+                os.kill(os.getpid(), signum)
+            elif self._hold:
+                self._stop = signum
+            else:
+                self._stop = signum
+                raise self._interrupted(signum)
+
+        previous = {signum: signal.signal(signum, handle) for signum in signums}
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            if self._stop is not None:
+                # Arrived while the finished bundle was being published: act on it now.
+                os.kill(os.getpid(), self._stop)
 
     def close(self, **final_fields: Any) -> Path:
         """Finish the bundle: flush, record row counts and ``final_fields``, publish it."""
         if self._closed:
             return self.out
-        for sink in self._sinks.values():
-            sink.close()
+        self._hold = True
+        if self.mode == "atomic":
+            for sink in self._sinks.values():
+                sink.publish()
+        else:
+            for sink in self._sinks.values():
+                sink.flush()
         self.manifest.update(final_fields)
         self.manifest["complete"] = True
         self._write_manifest()
@@ -227,6 +348,7 @@ class BundleWriter:
                 shutil.rmtree(self.out)
             os.replace(self.folder, self.out)
         self._closed = True
+        self._hold = False
         return self.out
 
     def abort(self) -> None:
@@ -235,10 +357,22 @@ class BundleWriter:
             return
         self._closed = True
         if self.mode == "atomic":
-            for sink in self._sinks.values():
-                if sink._writer is not None:
-                    sink._writer.close()
             shutil.rmtree(self.folder, ignore_errors=True)
+
+    def suspend(self) -> Path:
+        """Stop here and keep what was recorded: flush every table, manifest still incomplete.
+
+        For a run stopped from outside (a signal, Ctrl-C): the folder (the hidden partial
+        folder in atomic mode) is left as a truncated bundle that ``tracekit validate`` reports
+        with exit 3 and that readers open like any bundle. Returns that folder.
+        """
+        if not self._closed:
+            self._hold = True
+            self._stop = None
+            self.flush()
+            self._closed = True
+            self._hold = False
+        return self.folder
 
     def _write_manifest(self) -> None:
         self.manifest["tables"] = {
@@ -258,5 +392,7 @@ class BundleWriter:
     ) -> None:
         if exc_type is None:
             self.close()
+        elif issubclass(exc_type, (KeyboardInterrupt, RecordingInterrupted)):
+            self.suspend()
         else:
             self.abort()
