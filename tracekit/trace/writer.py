@@ -10,9 +10,10 @@ memory stays bounded however long the run. Two modes:
     folder at all. While the run goes on, each full row group is a complete part file
     (``<table>/part-NNNNN.parquet``) and the folder's manifest says ``complete: false``, so a
     process killed mid-run (SIGKILL, SIGTERM, Ctrl-C) leaves every flushed row readable and
-    ``tracekit validate .OUT.partial-PID`` exits 3. At close the parts of a table become one
-    ``<table>.parquet`` with the same row groups (the bytes of one file streamed group by
-    group). A later writer of the same output removes partial folders whose process is dead.
+    ``tracekit validate .OUT.partial-PID`` exits 3. The same row groups are streamed into each
+    table's single file (hidden until the end, when it becomes ``<table>.parquet``: the bytes of
+    an uninterrupted run do not depend on the part files, which are then deleted). A later
+    writer of the same output removes partial folders whose process is dead.
 ``live`` (recorders inside real engines, which may be killed at any moment)
     Each flush writes a complete Parquet part file (``<table>/part-NNNNN.parquet``) and the
     manifest says ``complete: false`` until :meth:`BundleWriter.close`; a process killed mid-run
@@ -52,6 +53,8 @@ __all__ = [
 DEFAULT_ROW_GROUP_ROWS = 65_536
 COMPRESSION = "zstd"
 _append = list.append
+# Part files of an atomic bundle are only read if the run is killed: fast to write beats small.
+_CRASH_COPY: dict[str, Any] = {"compression": "lz4", "use_dictionary": False}
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
@@ -113,6 +116,9 @@ class _TableSink:
         self.folder = folder
         self.files: list[str] = []
         (folder / spec.name).mkdir(parents=True, exist_ok=True)
+        # Atomic mode: the table's single file, streamed a row group at a time.
+        self._streamed = folder / f".{spec.name}.parquet.streaming"
+        self._writer: pq.ParquetWriter | None = None
 
     def append(self, row: TraceRow) -> None:
         if type(row) is not self.row_type:
@@ -125,7 +131,12 @@ class _TableSink:
         self.pending += 1
 
     def flush(self) -> bool:
-        """Write the buffered rows as one part file; False when there was nothing to write."""
+        """Write the buffered rows as one part file; False when there was nothing to write.
+
+        Atomic mode also streams them, as one row group, into the table's single file (hidden
+        until :meth:`publish`); its part files are crash copies, cheap to encode (lz4, no
+        dictionary), that :meth:`publish` deletes.
+        """
         if not self.pending:
             return False
         arrays = [
@@ -138,9 +149,12 @@ class _TableSink:
         if self.live:
             pq.write_table(table, tmp, compression=COMPRESSION)
         else:
-            # One row group, written as the published file's groups are (see close).
-            with pq.ParquetWriter(tmp, self.schema, compression=COMPRESSION) as writer:
-                writer.write_table(table, row_group_size=self.row_group_rows)
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(
+                    self._streamed, self.schema, compression=COMPRESSION
+                )
+            self._writer.write_table(table, row_group_size=self.row_group_rows)
+            pq.write_table(table, tmp, **_CRASH_COPY)
         os.replace(tmp, self.folder / name)
         self.files.append(name)
         self.rows += self.pending
@@ -149,24 +163,17 @@ class _TableSink:
         return True
 
     def publish(self) -> None:
-        """Atomic mode: turn the part files into one ``<table>.parquet``, group for group."""
+        """Atomic mode: close the table's single file and drop the crash copies."""
         self.flush()
         name = f"{self.spec.name}.parquet"
-        target = self.folder / name
-        parts = [self.folder / part for part in self.files]
-        if not parts:
+        if self._writer is None:
             # An empty table is still a file with the schema, so readers never guess.
-            pq.write_table(self.schema.empty_table(), target, compression=COMPRESSION)
-        elif len(parts) == 1:
-            os.replace(parts[0], target)
+            pq.write_table(self.schema.empty_table(), self._streamed, compression=COMPRESSION)
         else:
-            with pq.ParquetWriter(target, self.schema, compression=COMPRESSION) as writer:
-                for part in parts:
-                    table = pq.read_table(part, use_threads=False)
-                    table = pa.Table.from_arrays(table.columns, schema=self.schema)
-                    writer.write_table(table, row_group_size=self.row_group_rows)
-                    part.unlink()
-        (self.folder / self.spec.name).rmdir()
+            self._writer.close()
+            self._writer = None
+        os.replace(self._streamed, self.folder / name)
+        shutil.rmtree(self.folder / self.spec.name)
         self.files = [name]
 
 
@@ -356,8 +363,16 @@ class BundleWriter:
         if self._closed:
             return
         self._closed = True
+        self._close_streams()
         if self.mode == "atomic":
             shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _close_streams(self) -> None:
+        for sink in self._sinks.values():
+            if sink._writer is not None:
+                with contextlib.suppress(Exception):
+                    sink._writer.close()
+                sink._writer = None
 
     def suspend(self) -> Path:
         """Stop here and keep what was recorded: flush every table, manifest still incomplete.
@@ -371,6 +386,7 @@ class BundleWriter:
             self._stop = None
             self.flush()
             self._closed = True
+            self._close_streams()
             self._hold = False
         return self.folder
 
