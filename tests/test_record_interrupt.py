@@ -179,3 +179,48 @@ def test_atomic_bundle_is_byte_identical_to_one_streamed_file(tmp_path: Path) ->
         "manifest.json",
         "requests.parquet",
     ]
+
+
+def test_every_flushed_state_of_a_run_validates_as_truncated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a kill at any request boundary leaves is a truncated bundle (exit 3), not invalid.
+
+    Small row groups make every table flush many times and independently; a decision's crash
+    copy waits until its candidates are flushed, so no listed decision lacks its candidates.
+    """
+    import functools
+    import shutil
+
+    from tracekit.engine.config import make_engine_config
+    from tracekit.recording import sim
+    from tracekit.strategies import resolve_strategy
+    from tracekit.trace.validate import validate_trace
+    from tracekit.workloads import load_workload
+
+    monkeypatch.setattr(sim, "BundleWriter", functools.partial(BundleWriter, row_group_rows=32))
+    out = tmp_path / "run"
+    partial = out.with_name(f".run.partial-{os.getpid()}")
+    snapshots: list[Path] = []
+
+    def snapshot(done: int, total: int) -> None:
+        if done % 50 == 0:
+            copy = tmp_path / f"snap-{done}"
+            shutil.copytree(partial, copy, ignore=shutil.ignore_patterns(".*"))
+            snapshots.append(copy)
+
+    run = sim.SimRun(
+        load_workload(SAMPLE, limit=200),
+        make_engine_config(num_blocks=300, max_model_len=4608, clock="cost-model"),
+        resolve_strategy("builtin"),
+        "typed",
+    )
+    sim.record_sim(run, out, progress=snapshot)
+    assert validate_trace(out).status == "ok"
+    listed_decisions = 0
+    for copy in snapshots:
+        report = validate_trace(copy)
+        assert report.status == "truncated", (copy.name, report)
+        manifest = json.loads((copy / "manifest.json").read_text("utf-8"))
+        listed_decisions += manifest["tables"]["decisions"]["rows"]
+    assert len(snapshots) >= 3 and listed_decisions > 0

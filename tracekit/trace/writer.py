@@ -119,6 +119,14 @@ class _TableSink:
         # Atomic mode: the table's single file, streamed a row group at a time.
         self._streamed = folder / f".{spec.name}.parquet.streaming"
         self._writer: pq.ParquetWriter | None = None
+        # Rows in the listed files (atomic mode: in crash copies until publish).
+        self.listed = 0
+        # Atomic decisions: crash copies held back until their candidates are copied too.
+        self.hold_copies = False
+        self.held: list[pa.Table] = []
+        self._seq = spec.column_names.index("seq") if "seq" in spec.column_names else None
+        # Seqs below this have all their rows flushed (candidates: the last flushed seq).
+        self.complete_below = 0
 
     def append(self, row: TraceRow) -> None:
         if type(row) is not self.row_type:
@@ -144,23 +152,41 @@ class _TableSink:
             for buffer, field in zip(self.buffers, self.schema, strict=True)
         ]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
-        name = f"{self.spec.name}/part-{len(self.files):05d}.parquet"
-        tmp = self.folder / f"{name}.tmp"
         if self.live:
-            pq.write_table(table, tmp, compression=COMPRESSION)
+            self.copy(table, compression=COMPRESSION)
         else:
             if self._writer is None:
                 self._writer = pq.ParquetWriter(
                     self._streamed, self.schema, compression=COMPRESSION
                 )
             self._writer.write_table(table, row_group_size=self.row_group_rows)
-            pq.write_table(table, tmp, **_CRASH_COPY)
-        os.replace(tmp, self.folder / name)
-        self.files.append(name)
+            if self._seq is not None:
+                self.complete_below = self.buffers[self._seq][-1]
+            if self.hold_copies:
+                self.held.append(table)
+            else:
+                self.copy(table, **_CRASH_COPY)
         self.rows += self.pending
         self.pending = 0
         self.buffers = [[] for _ in self.buffers]
         return True
+
+    def copy(self, table: pa.Table, **options: Any) -> None:
+        """Write ``table`` as the next part file and list it."""
+        name = f"{self.spec.name}/part-{len(self.files):05d}.parquet"
+        tmp = self.folder / f"{name}.tmp"
+        pq.write_table(table, tmp, **options)
+        os.replace(tmp, self.folder / name)
+        self.files.append(name)
+        self.listed += table.num_rows
+
+    def release(self, below: int | None) -> None:
+        """Copy the held tables whose seqs are all below ``below`` (None: all of them)."""
+        while self.held:
+            table = self.held[0]
+            if below is not None and table.column("seq")[-1].as_py() >= below:
+                return
+            self.copy(self.held.pop(0), **_CRASH_COPY)
 
     def publish(self) -> None:
         """Atomic mode: close the table's single file and drop the crash copies."""
@@ -175,6 +201,8 @@ class _TableSink:
         os.replace(self._streamed, self.folder / name)
         shutil.rmtree(self.folder / self.spec.name)
         self.files = [name]
+        self.held = []
+        self.listed = self.rows
 
 
 class BundleWriter:
@@ -245,6 +273,9 @@ class BundleWriter:
             for name in names
         }
         self._primary = names[0]
+        if not live and "decisions" in self._sinks and "candidates" in self._sinks:
+            # A kill must not leave a listed decision whose candidates were not flushed.
+            self._sinks["decisions"].hold_copies = True
         self._flush_interval_s = flush_interval_s
         self._last_flush = time.monotonic()
         self._closed = False
@@ -263,6 +294,7 @@ class BundleWriter:
             if sink.pending >= sink.row_group_rows:
                 self._hold = True
                 sink.flush()
+                self._release_held("candidates")
                 self._write_manifest()
                 self._release()
             return
@@ -286,6 +318,13 @@ class BundleWriter:
         self._write_manifest()
         if not held:
             self._release()
+
+    def _release_held(self, bound: str | None) -> None:
+        """Atomic mode: copy held decisions covered by the flushed candidates (or all)."""
+        decisions = self._sinks.get("decisions")
+        if decisions is not None and decisions.held:
+            limit = None if bound is None else self._sinks[bound].complete_below
+            decisions.release(limit)
 
     def _release(self) -> None:
         """End a write; a stop signal that arrived meanwhile takes effect now."""
@@ -385,6 +424,8 @@ class BundleWriter:
             self._hold = True
             self._stop = None
             self.flush()
+            self._release_held(None)
+            self._write_manifest()
             self._closed = True
             self._close_streams()
             self._hold = False
@@ -392,7 +433,7 @@ class BundleWriter:
 
     def _write_manifest(self) -> None:
         self.manifest["tables"] = {
-            name: {"rows": sink.rows, "files": list(sink.files)}
+            name: {"rows": sink.listed, "files": list(sink.files)}
             for name, sink in self._sinks.items()
         }
         write_json_atomic(self.folder / "manifest.json", self.manifest)
