@@ -224,3 +224,47 @@ def test_every_flushed_state_of_a_run_validates_as_truncated(
         manifest = json.loads((copy / "manifest.json").read_text("utf-8"))
         listed_decisions += manifest["tables"]["decisions"]["rows"]
     assert len(snapshots) >= 3 and listed_decisions > 0
+
+
+def test_a_decision_is_listed_only_once_its_candidates_are(tmp_path: Path) -> None:
+    """Tables flush on their own; a decision's crash copy waits for its last candidate."""
+    from tracekit.trace.rows import CandidateRow, DecisionRow
+
+    def candidate(seq: int, position: int) -> CandidateRow:
+        return CandidateRow("r", seq, position, f"q{position}", 0, 0.0, 8, 1, 8, 0, 4, None, None)
+
+    def decision(seq: int, count: int) -> DecisionRow:
+        return DecisionRow(
+            "r", seq, seq, float(seq), None, 0.9, "fcfs", count, "q0", "q0", "str",
+            "selected", "q0", None, seq + 1, seq + 1, 0, 0, 0, True,
+        )  # fmt: skip
+
+    def listed(table: str) -> int:
+        manifest = json.loads((partial / "manifest.json").read_text("utf-8"))
+        return int(manifest["tables"][table]["rows"])
+
+    out = tmp_path / "run"
+    partial = out.with_name(f".run.partial-{os.getpid()}")
+    writer = BundleWriter(
+        out, {"run_id": "r"}, tables=["decisions", "candidates"], row_group_rows=4
+    )
+    # Candidates per decision: 1, 1, 1, 6 -> candidate parts of 4 rows end inside decision 3.
+    for seq, count in enumerate([1, 1, 1, 6]):
+        for position in range(count):
+            writer.append("candidates", candidate(seq, position))
+        writer.append("decisions", decision(seq, count))
+    assert listed("candidates") == 8  # the 9th, decision 3's last, is still in memory
+    assert listed("decisions") == 0  # so decision 3 (and its part) is not listed yet
+    writer.append("candidates", candidate(4, 0))
+    writer.append("decisions", decision(4, 1))
+    assert listed("decisions") == 0
+    for position in range(1, 4):
+        writer.append("candidates", candidate(5, position - 1))
+    assert listed("candidates") == 12 and listed("decisions") == 4
+    writer.close()
+    assert listed_rows(out) == {"decisions": 5, "candidates": 13}
+
+
+def listed_rows(bundle: Path) -> dict[str, int]:
+    manifest = json.loads((bundle / "manifest.json").read_text("utf-8"))
+    return {name: table["rows"] for name, table in manifest["tables"].items()}
