@@ -133,6 +133,10 @@ class TraceObserver:
         progress: Progress | None = None,
     ) -> None:
         self.writer = writer
+        # Appenders of the tables written once per step or per candidate (the hot path).
+        self._append_step = writer.appender("steps")
+        self._append_candidate = writer.appender("candidates")
+        self._append_scheduled = writer.appender("scheduled") if record_scheduled else None
         self.run_id = run_id
         self.scheduling_policy = scheduling_policy
         self.record_scheduled = record_scheduled
@@ -144,8 +148,9 @@ class TraceObserver:
     def on_decision(self, record: DecisionRecord) -> None:
         """Write the decision and its candidates."""
         self._update_stats(record)
+        append = self._append_candidate
         for row in candidate_rows(self.run_id, record.seq, record.candidates):
-            self.writer.append("candidates", row)
+            append(row)
         context = _DecisionContext(
             record.candidates,
             self.scheduling_policy,
@@ -185,10 +190,11 @@ class TraceObserver:
 
     def on_step(self, record: StepRecord) -> None:
         """Write the step (and, if asked, its per-request scheduled tokens)."""
-        self.writer.append("steps", step_row(self.run_id, record))
-        if self.record_scheduled:
+        self._append_step(step_row(self.run_id, record))
+        if self._append_scheduled is not None:
+            append = self._append_scheduled
             for row in scheduled_rows(self.run_id, record):
-                self.writer.append("scheduled", row)
+                append(row)
 
     def on_request(self, record: RequestRecord) -> None:
         """Write the finished request."""

@@ -23,6 +23,7 @@ memory stays bounded however long the run. Two modes:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -30,7 +31,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -292,11 +293,7 @@ class BundleWriter:
             # Atomic tables flush on their own, a full row group at a time (the published
             # file's groups); a kill may leave a decision whose candidates were not flushed.
             if sink.pending >= sink.row_group_rows:
-                self._hold = True
-                sink.flush()
-                self._release_held("candidates")
-                self._write_manifest()
-                self._release()
+                self._flush_sink(sink)
             return
         # The first table (decisions) paces live flushes; the others follow it.
         due = table == self._primary and sink.pending >= sink.row_group_rows
@@ -304,6 +301,34 @@ class BundleWriter:
             due = time.monotonic() - self._last_flush >= self._flush_interval_s
         if due:
             self.flush()
+
+    def appender(self, table: str) -> Callable[[TraceRow], None]:
+        """A function that appends one row to ``table``: :meth:`append` without the look-ups.
+
+        For recorders that append millions of rows (one per engine step).
+        """
+        if self.mode == "live" or table not in self._sinks:
+            return functools.partial(self.append, table)
+        sink = self._sinks[table]
+        row_type, limit = sink.row_type, sink.row_group_rows
+
+        def append(row: TraceRow) -> None:
+            if type(row) is not row_type:
+                sink.append(row)  # raises the usual error
+            list(map(_append, sink.buffers, row))
+            sink.pending += 1
+            if sink.pending >= limit:
+                self._flush_sink(sink)
+
+        return append
+
+    def _flush_sink(self, sink: _TableSink) -> None:
+        """Atomic mode: write one full row group of ``sink`` and refresh the manifest."""
+        self._hold = True
+        sink.flush()
+        self._release_held("candidates")
+        self._write_manifest()
+        self._release()
 
     def flush(self) -> None:
         """Write every buffered row (live mode: as part files, then refresh the manifest)."""
