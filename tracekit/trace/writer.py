@@ -291,7 +291,7 @@ class BundleWriter:
         sink.append(row)
         if self.mode != "live":
             # Atomic tables flush on their own, a full row group at a time (the published
-            # file's groups); a kill may leave a decision whose candidates were not flushed.
+            # file's groups); decisions' crash copies wait for their candidates' (see release).
             if sink.pending >= sink.row_group_rows:
                 self._flush_sink(sink)
             return
