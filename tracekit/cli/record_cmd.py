@@ -95,5 +95,6 @@ def record_sim_command(**options: Any) -> None:
             options["out"],
             record_scheduled=bool(options["record_scheduled"]),
             progress=Progress(f"record {strategy.name}"),
+            stop_on_signals=True,
         )
         emit_bundle(bundle, options["as_json"])

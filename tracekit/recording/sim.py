@@ -2,7 +2,10 @@
 
 One run = one workload, one engine configuration, one strategy on one host path. Records stream
 from the engine straight into the bundle writer (nothing is kept in memory), and the bundle
-appears only when the run completed (atomic write).
+appears only when the run completed (atomic write). Until then the hidden ``.OUT.partial-PID``
+folder holds every full row group as a part file and a manifest that says ``complete: false``;
+a run killed there (or stopped by SIGTERM or Ctrl-C, which flush the rest first) leaves it as a
+truncated bundle, and the next run into ``OUT`` removes it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -129,6 +133,10 @@ class TraceObserver:
         progress: Progress | None = None,
     ) -> None:
         self.writer = writer
+        # Appenders of the tables written once per step or per candidate (the hot path).
+        self._append_step = writer.appender("steps")
+        self._append_candidate = writer.appender("candidates")
+        self._append_scheduled = writer.appender("scheduled") if record_scheduled else None
         self.run_id = run_id
         self.scheduling_policy = scheduling_policy
         self.record_scheduled = record_scheduled
@@ -140,8 +148,9 @@ class TraceObserver:
     def on_decision(self, record: DecisionRecord) -> None:
         """Write the decision and its candidates."""
         self._update_stats(record)
+        append = self._append_candidate
         for row in candidate_rows(self.run_id, record.seq, record.candidates):
-            self.writer.append("candidates", row)
+            append(row)
         context = _DecisionContext(
             record.candidates,
             self.scheduling_policy,
@@ -181,10 +190,11 @@ class TraceObserver:
 
     def on_step(self, record: StepRecord) -> None:
         """Write the step (and, if asked, its per-request scheduled tokens)."""
-        self.writer.append("steps", step_row(self.run_id, record))
-        if self.record_scheduled:
+        self._append_step(step_row(self.run_id, record))
+        if self._append_scheduled is not None:
+            append = self._append_scheduled
             for row in scheduled_rows(self.run_id, record):
-                self.writer.append("scheduled", row)
+                append(row)
 
     def on_request(self, record: RequestRecord) -> None:
         """Write the finished request."""
@@ -212,6 +222,7 @@ def record_sim(
     record_scheduled: bool = False,
     progress: Progress | None = None,
     overwrite: bool = False,
+    stop_on_signals: bool = False,
 ) -> Path:
     """Run ``run`` on the embedded engine and write its bundle to ``out``.
 
@@ -229,19 +240,33 @@ def record_sim(
         Called with ``(finished requests, total requests)`` as requests finish.
     overwrite
         Replace an existing bundle at ``out`` (once the new one is complete).
+    stop_on_signals
+        On SIGTERM or Ctrl-C (SIGINT), main thread only: flush what was recorded into the
+        partial folder and raise :class:`~tracekit.trace.writer.RecordingInterrupted`, which
+        names it.
 
     Returns
     -------
     Path
         The bundle folder.
+
+    Raises
+    ------
+    RecordingInterrupted
+        Stopped by SIGTERM or SIGINT (with ``stop_on_signals``); the flushed rows are kept.
+    KeyboardInterrupt
+        Stopped by Ctrl-C without ``stop_on_signals``; the flushed rows are kept too.
     """
     run_id = run_id or make_run_id(run)
     tables = ["requests", "decisions", "candidates", "steps"]
     if record_scheduled:
         tables.append("scheduled")
     requests = engine_requests(run.workload)
+    writer = BundleWriter(out, run.manifest(run_id), tables=tables, overwrite=overwrite)
+    signums = (signal.SIGTERM, signal.SIGINT) if stop_on_signals else ()
     with (
-        BundleWriter(out, run.manifest(run_id), tables=tables, overwrite=overwrite) as writer,
+        writer.stop_on_signals(*signums),
+        writer,
         policy_log(writer.folder / POLICY_LOG),
     ):
         # Built inside the log context so that the policy's INIT line is kept too.
