@@ -33,6 +33,9 @@ from tracekit.engine.request import RequestState
 
 __all__ = ["Block", "PrefixCachingBlockPool"]
 
+#: A key no block has (the remembered lookup missed nothing: it hit every block it could).
+_NO_KEY = object()
+
 
 class Block:
     """One KV block: its key while cached (``None`` otherwise) and its reference count."""
@@ -62,6 +65,8 @@ class PrefixCachingBlockPool:
             )
         self.num_usable_blocks = num_blocks - 1
         self.block_size = block_size
+        #: Free usable blocks, keyed or not (vLLM ``get_num_free_blocks``); kept up to date.
+        self.num_free_blocks = num_blocks - 1
         # Free blocks without a key, at the head of vLLM's free queue.
         self._free_unhashed: list[Block] = [Block() for _ in range(num_blocks - 1)]
         # Free blocks with a key, in free-queue order (head first).
@@ -72,13 +77,16 @@ class PrefixCachingBlockPool:
         self._content_keys: dict[tuple[object, tuple[tuple[int, int, int], ...]], int] = {}
         #: Cached blocks evicted (reused) so far.
         self.num_evicted = 0
+        # The last lookup (the head of the waiting queue is looked up every step until it fits):
+        # its request, block cap, hit, the hit's blocks and the first key it missed. A lookup is
+        # reused until one of its blocks is evicted or its missing key gets cached.
+        self._memo_request: RequestState | None = None
+        self._memo_max = -1
+        self._memo_hit: list[Block] = []
+        self._memo_blocks: set[Block] = set()
+        self._memo_next: object = None
 
     # ----------------------------------------------------------------------------- counts
-    @property
-    def num_free_blocks(self) -> int:
-        """Free usable blocks, cached or not (vLLM ``get_num_free_blocks``)."""
-        return len(self._free_unhashed) + len(self._free_hashed)
-
     @property
     def num_used_blocks(self) -> int:
         """Blocks referenced by at least one request."""
@@ -135,6 +143,8 @@ class PrefixCachingBlockPool:
         max_blocks = (request.num_prompt_tokens + request.num_output_tokens - 1) // self.block_size
         if max_blocks <= 0 or not self._cached:
             return []
+        if request is self._memo_request and max_blocks == self._memo_max:
+            return self._memo_hit
         keys = self.block_keys(request, max_blocks)
         cached = self._cached
         hit: list[Block] = []
@@ -143,7 +153,16 @@ class PrefixCachingBlockPool:
             if blocks is None:
                 break
             hit.append(next(iter(blocks)))
+        self._memo_request = request
+        self._memo_max = max_blocks
+        self._memo_hit = hit
+        self._memo_blocks = set(hit)
+        self._memo_next = keys[len(hit)] if len(hit) < max_blocks else _NO_KEY
         return hit
+
+    def forget_lookup(self) -> None:
+        """Drop the remembered lookup (its request was admitted)."""
+        self._memo_request = None
 
     @staticmethod
     def num_evictable(blocks: list[Block]) -> int:
@@ -157,6 +176,7 @@ class PrefixCachingBlockPool:
         for block in blocks:
             if block.ref_cnt == 0:
                 del free_hashed[block]
+                self.num_free_blocks -= 1
             block.ref_cnt += 1
 
     def get_new_blocks(self, num: int, into: list[Block]) -> None:
@@ -166,6 +186,7 @@ class PrefixCachingBlockPool:
         """
         if num > self.num_free_blocks:
             raise RuntimeError(f"allocating {num} blocks with only {self.num_free_blocks} free")
+        self.num_free_blocks -= num
         unhashed = self._free_unhashed
         take = min(num, len(unhashed))
         for _ in range(take):
@@ -176,8 +197,11 @@ class PrefixCachingBlockPool:
         if rest:
             free_hashed = self._free_hashed
             cached = self._cached
+            memo_blocks = self._memo_blocks
             for _ in range(rest):
                 block, _ = free_hashed.popitem(last=False)
+                if block in memo_blocks:
+                    self._memo_request = None
                 blocks = cached[block.key]
                 del blocks[block]
                 if not blocks:
@@ -207,6 +231,8 @@ class PrefixCachingBlockPool:
             if block.key == key:  # type: ignore[attr-defined]
                 continue
             block.key = key  # type: ignore[attr-defined]
+            if key == self._memo_next:
+                self._memo_request = None
             entry = cached.get(key)
             if entry is None:
                 cached[key] = {block: None}  # type: ignore[dict-item]
@@ -222,13 +248,16 @@ class PrefixCachingBlockPool:
         """
         free_hashed = self._free_hashed
         unhashed = self._free_unhashed
+        freed = 0
         for block in reversed(blocks):
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
+                freed += 1
                 if block.key is None:
                     unhashed.append(block)
                 else:
                     free_hashed[block] = None
+        self.num_free_blocks += freed
 
     def check(self, held: list[list[Block]]) -> None:
         """Check reference counts and queue membership against the blocks requests hold."""
@@ -243,6 +272,7 @@ class PrefixCachingBlockPool:
             assert b.ref_cnt == 0 and b.key is not None
         for b in self._free_unhashed:
             assert b.ref_cnt == 0 and b.key is None
+        assert self.num_free_blocks == len(self._free_unhashed) + len(self._free_hashed)
         assert len(counts) + self.num_free_blocks == self.num_usable_blocks, (
             len(counts),
             self.num_free_blocks,

@@ -321,7 +321,10 @@ class VllmPrefixCachingScheduler(VllmScheduler):
                 request.num_blocks += num_blocks_to_allocate
             # allocate_slots caches the blocks the step fills (capped at the known tokens).
             to_cache = computed + num_new_tokens
-            pool.cache_full_blocks(request, to_cache if to_cache < num_tokens else num_tokens)
+            if to_cache > num_tokens:
+                to_cache = num_tokens
+            if to_cache // block_size > request.num_cached_blocks:
+                pool.cache_full_blocks(request, to_cache)
             scheduled[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
@@ -361,6 +364,7 @@ class VllmPrefixCachingScheduler(VllmScheduler):
                 waiting.pop_request()
                 running.append(request)
                 blocks = request.kv_blocks
+                pool.forget_lookup()
                 if hit:
                     pool.touch(hit)
                     blocks.extend(hit)
