@@ -201,3 +201,43 @@ def test_scenario_wire_keeps_content() -> None:
 def test_prefix_caching_is_vllm_mode_only() -> None:
     with pytest.raises(ValueError, match="vllm mode only"):
         EngineConfig(mode="sglang", enable_prefix_caching=True)
+
+
+def fresh_hit(pool: PrefixCachingBlockPool, request: RequestState) -> list:
+    """The longest hit walked from scratch, with no remembered lookup."""
+    max_blocks = (request.num_tokens - 1) // pool.block_size
+    if max_blocks <= 0:
+        return []
+    keys = pool.block_keys(request, max_blocks)
+    hit = []
+    for key in keys[:max_blocks]:
+        blocks = pool._cached.get(key)
+        if blocks is None:
+            break
+        hit.append(next(iter(blocks)))
+    return hit
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_remembered_lookups_equal_fresh_walks(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    checked = [0]
+    original = PrefixCachingBlockPool.find_longest_cache_hit
+
+    def checking(self, request):  # type: ignore[no-untyped-def]
+        hit = original(self, request)
+        assert hit == fresh_hit(self, request)
+        checked[0] += 1
+        return hit
+
+    monkeypatch.setattr(PrefixCachingBlockPool, "find_longest_cache_hit", checking)
+    config = EngineConfig(
+        num_blocks=90,
+        max_num_seqs=16,
+        max_model_len=1400,
+        max_num_batched_tokens=512,
+        scheduling_policy="priority" if seed % 2 else "fcfs",
+        clock="steps",
+        enable_prefix_caching=True,
+    )
+    result = run_engine(workload(seed), config, None, check_consistency=True)
+    assert result.num_preemptions > 0 and checked[0] > 100

@@ -27,11 +27,14 @@ the block is equal (:mod:`tracekit.engine.content`).
 from __future__ import annotations
 
 from collections import OrderedDict
+from operator import attrgetter
 
 from tracekit.engine.content import block_segments, content_length
 from tracekit.engine.request import RequestState
 
 __all__ = ["Block", "PrefixCachingBlockPool"]
+
+_REF_CNT = attrgetter("ref_cnt")
 
 #: A key no block has (the remembered lookup missed nothing: it hit every block it could).
 _NO_KEY = object()
@@ -78,13 +81,16 @@ class PrefixCachingBlockPool:
         #: Cached blocks evicted (reused) so far.
         self.num_evicted = 0
         # The last lookup (the head of the waiting queue is looked up every step until it fits):
-        # its request, block cap, hit, the hit's blocks and the first key it missed. A lookup is
-        # reused until one of its blocks is evicted or its missing key gets cached.
+        # its request, block cap, hit, each hit block's position, the first key it missed, and
+        # the position to walk again from (``_memo_dirty``; None when clean). Evicting a hit
+        # block dirties the hit from that block on (the blocks before it are still cached and
+        # still the first of their keys); caching the missing key dirties it from its end.
         self._memo_request: RequestState | None = None
         self._memo_max = -1
         self._memo_hit: list[Block] = []
-        self._memo_blocks: set[Block] = set()
+        self._memo_pos: dict[Block, int] = {}
         self._memo_next: object = None
+        self._memo_dirty: int | None = None
 
     # ----------------------------------------------------------------------------- counts
     @property
@@ -118,10 +124,18 @@ class PrefixCachingBlockPool:
         interned = self._content_keys
         parent = keys[-1] if keys else None
         index = request.index
+        # A block never straddles two content ids when they are whole blocks (Mooncake: 512).
+        aligned = chunk % block_size == 0
         for j in range(done, num_blocks):
             end = (j + 1) * block_size
             if end <= limit:
-                segments = block_segments(content_ids, chunk, end - block_size, end)
+                start = end - block_size
+                if aligned:
+                    segments: tuple[tuple[int, int, int], ...] = (
+                        (content_ids[start // chunk], start % chunk, block_size),
+                    )
+                else:
+                    segments = block_segments(content_ids, chunk, start, end)
                 entry = (parent, segments)
                 key = interned.get(entry)
                 if key is None:
@@ -143,21 +157,34 @@ class PrefixCachingBlockPool:
         max_blocks = (request.num_prompt_tokens + request.num_output_tokens - 1) // self.block_size
         if max_blocks <= 0 or not self._cached:
             return []
-        if request is self._memo_request and max_blocks == self._memo_max:
-            return self._memo_hit
         keys = self.block_keys(request, max_blocks)
+        if request is self._memo_request and max_blocks == self._memo_max:
+            hit = self._memo_hit
+            start = self._memo_dirty
+            if start is None:
+                return hit
+            pos = self._memo_pos
+            for block in hit[start:]:
+                del pos[block]
+            hit = hit[:start]
+        else:
+            hit = []
+            pos = {}
+            start = 0
         cached = self._cached
-        hit: list[Block] = []
-        for j in range(max_blocks):
+        for j in range(start, max_blocks):
             blocks = cached.get(keys[j])
             if blocks is None:
                 break
-            hit.append(next(iter(blocks)))
+            block = next(iter(blocks))
+            hit.append(block)
+            pos[block] = j
         self._memo_request = request
         self._memo_max = max_blocks
         self._memo_hit = hit
-        self._memo_blocks = set(hit)
+        self._memo_pos = pos
         self._memo_next = keys[len(hit)] if len(hit) < max_blocks else _NO_KEY
+        self._memo_dirty = None
         return hit
 
     def forget_lookup(self) -> None:
@@ -167,7 +194,7 @@ class PrefixCachingBlockPool:
     @staticmethod
     def num_evictable(blocks: list[Block]) -> int:
         """Hit blocks that sit in the free queue (``ref_cnt == 0``): they count as allocations."""
-        return sum(1 for b in blocks if b.ref_cnt == 0)
+        return list(map(_REF_CNT, blocks)).count(0)
 
     # ----------------------------------------------------------------------------- allocation
     def touch(self, blocks: list[Block]) -> None:
@@ -197,11 +224,12 @@ class PrefixCachingBlockPool:
         if rest:
             free_hashed = self._free_hashed
             cached = self._cached
-            memo_blocks = self._memo_blocks
+            memo_pos = self._memo_pos
             for _ in range(rest):
                 block, _ = free_hashed.popitem(last=False)
-                if block in memo_blocks:
-                    self._memo_request = None
+                at = memo_pos.get(block)
+                if at is not None and (self._memo_dirty is None or at < self._memo_dirty):
+                    self._memo_dirty = at
                 blocks = cached[block.key]
                 del blocks[block]
                 if not blocks:
@@ -232,7 +260,9 @@ class PrefixCachingBlockPool:
                 continue
             block.key = key  # type: ignore[attr-defined]
             if key == self._memo_next:
-                self._memo_request = None
+                end = len(self._memo_hit)
+                if self._memo_dirty is None or end < self._memo_dirty:
+                    self._memo_dirty = end
             entry = cached.get(key)
             if entry is None:
                 cached[key] = {block: None}  # type: ignore[dict-item]
