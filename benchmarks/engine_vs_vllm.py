@@ -15,19 +15,25 @@ fake outputs and streaming records, is reported separately as "driver loop"). Th
 engine's speed is the best of ``--repeat`` runs with no observer. Target: at least 20 times faster,
 with identical decisions (the script exits 1 if they differ).
 
+``--prefix-caching`` runs both with automatic prefix caching on (``EngineConfig
+.enable_prefix_caching``; Mooncake ``hash_ids`` become shared content) and also compares the
+per-step prefix-cache hits.
+
 Usage: ``python benchmarks/engine_vs_vllm.py [WORKLOAD] [--limit N] [--policy fcfs|priority]
-[--num-blocks N] [--vllm-venv DIR] [--repeat N]``
+[--num-blocks N] [--max-model-len N] [--prefix-caching] [--vllm-venv DIR] [--repeat N]``
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
 from tracekit.engine import BuiltinHost, DecisionRecord, EngineConfig, StepRecord, run_engine
 from tracekit.engine.request import engine_requests
+from tracekit.vllm.cache_hits import engine_stream
 from tracekit.vllm.protocol import Scenario, decision_from_wire, step_from_wire
 from tracekit.vllm.record import run_driver
 from tracekit.workloads import load_workload
@@ -42,6 +48,7 @@ class Collector:
     def __init__(self) -> None:
         self.steps: list[tuple[int, list[tuple[str, int]]]] = []
         self.decisions: list[tuple[int, str, str]] = []
+        self.cache_hits: list[tuple[int, dict[str, int]]] = []
 
     def on_step(self, record: StepRecord) -> None:
         self.steps.append((record.step, list(record.num_scheduled_tokens.items())))
@@ -66,6 +73,8 @@ def run_vllm(scenario: Scenario, venv: str | None) -> tuple[Collector, dict, dic
             collector.on_step(step_from_wire(message["r"]))
         elif kind == "decision":
             collector.on_decision(decision_from_wire(message["r"]))
+        elif kind == "cache":
+            collector.cache_hits.append((message["step"], message["hits"]))
         elif kind == "end":
             end = message
         elif kind == "error":
@@ -82,6 +91,8 @@ def main() -> None:
     parser.add_argument("--num-blocks", type=int, default=600)
     parser.add_argument("--vllm-venv", default=None)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--max-model-len", type=int, default=8192)
+    parser.add_argument("--prefix-caching", action="store_true")
     args = parser.parse_args()
 
     workload = load_workload(
@@ -91,25 +102,32 @@ def main() -> None:
     )
     requests = engine_requests(workload)
     config = EngineConfig(
-        num_blocks=args.num_blocks, scheduling_policy=args.policy, clock="steps", step_s=0.02
+        num_blocks=args.num_blocks,
+        scheduling_policy=args.policy,
+        clock="steps",
+        step_s=0.02,
+        max_model_len=args.max_model_len,
+        enable_prefix_caching=args.prefix_caching,
     )
     print(
         f"workload {workload.name}: {len(requests)} requests; {config.num_blocks} blocks of "
         f"{config.block_size}, max_num_seqs {config.max_num_seqs}, budget "
-        f"{config.max_num_batched_tokens}, {config.scheduling_policy}, steps clock"
+        f"{config.max_num_batched_tokens}, {config.scheduling_policy}, steps clock, "
+        f"prefix caching {'on' if config.enable_prefix_caching else 'off'}"
     )
 
     real, hello, end = run_vllm(Scenario(0, config, tuple(requests)), args.vllm_venv)
     version = hello.get("vllm_version", "?")
-    config = EngineConfig(
-        num_blocks=config.num_blocks,
-        scheduling_policy=config.scheduling_policy,
-        clock="steps",
-        step_s=0.02,
+    config = dataclasses.replace(
+        config,
         vllm_version=".".join(version.split(".")[:2]),  # type: ignore[arg-type]
     )
 
     embedded = Collector()
+    if config.enable_prefix_caching:
+        for message in engine_stream(Scenario(0, config, tuple(requests))):
+            if message["kind"] == "cache":
+                embedded.cache_hits.append((message["step"], message["hits"]))
     run_engine(requests, config, BuiltinHost(), embedded, collect=False)
     best = float("inf")
     for _ in range(args.repeat):
@@ -121,7 +139,11 @@ def main() -> None:
     vllm_rate = steps / end["timing"]["scheduler_s"]
     loop_rate = steps / end["timing"]["wall_s"]
     engine_rate = result.num_steps / best
-    identical = real.steps == embedded.steps and real.decisions == embedded.decisions
+    identical = (
+        real.steps == embedded.steps
+        and real.decisions == embedded.decisions
+        and real.cache_hits == embedded.cache_hits
+    )
     print(f"vLLM {version} ({hello.get('vllm_package')}, torch {hello.get('torch_version')})")
     print(f"  import                 {hello['import_s']:8.2f} s (excluded)")
     print(f"  scheduler setup        {end['timing']['setup_s']:8.2f} s (excluded)")
@@ -137,10 +159,15 @@ def main() -> None:
         f"steps {steps} (embedded {result.num_steps}), preemptions {len(real.decisions)} "
         f"(embedded {len(embedded.decisions)})"
     )
+    if config.enable_prefix_caching:
+        print(
+            f"prefix-cache hits {sum(sum(h.values()) for _, h in real.cache_hits)} tokens "
+            f"(embedded {sum(sum(h.values()) for _, h in embedded.cache_hits)})"
+        )
     print(f"speed ratio: embedded / vLLM scheduler = {engine_rate / vllm_rate:.1f}x")
     print(f"             embedded / vLLM driver loop = {engine_rate / loop_rate:.1f}x")
     print(
-        "identity: steps, scheduled tokens and (step, requester, victim) "
+        "identity: steps, scheduled tokens, (step, requester, victim) and cache hits "
         + ("IDENTICAL" if identical else "DIFFER")
     )
     if not identical:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
 from tracekit.engine.request import engine_requests
+from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
 from tracekit.recording.sim import record_sim
 from tracekit.trace.validate import validate_trace
 from tracekit.vllm.fidelity import compare_fidelity
@@ -21,8 +23,11 @@ from tracekit.vllm.fixtures import (
     FIXTURE_VERSIONS,
     FIXTURES,
     FIXTURES_DIR,
+    PREFIX_CACHING_FIXTURES,
+    SHARED_PREFIX_TABLE,
     SYNTHETIC_CSV,
     fixture_dir,
+    shared_prefix_requests,
     synthetic_csv,
 )
 
@@ -62,7 +67,9 @@ def test_fixture_is_a_valid_real_vllm_bundle(version: str, name: str) -> None:
     vllm = manifest["vllm"]
     assert vllm["version"] == version
     assert vllm["recorder"]["shim"] is False
-    assert vllm["cache_config"]["enable_prefix_caching"] is False
+    assert vllm["cache_config"]["enable_prefix_caching"] is bool(
+        FIXTURES[name].config.get("enable_prefix_caching")
+    )
     assert vllm["scheduler_config"]["async_scheduling"] is False
     assert vllm["scheduler_config"]["policy"] == FIXTURES[name].scheduling_policy
     assert vllm["cache_config"]["num_gpu_blocks"] == FIXTURES[name].config["num_blocks"]
@@ -72,14 +79,47 @@ def test_fixture_is_a_valid_real_vllm_bundle(version: str, name: str) -> None:
     assert not Path(manifest["workload"]["source"]).is_absolute()
 
 
+def run_counting_hits(requests, config):  # type: ignore[no-untyped-def]
+    """Run the engine; return the result, the prefix-cache hits (tokens) and the evictions."""
+    made: list = []
+    hits = [0]
+
+    def factory(c, h, d):  # type: ignore[no-untyped-def]
+        scheduler = (
+            VllmPrefixCachingScheduler(c, h, d)
+            if c.enable_prefix_caching
+            else VllmScheduler(c, h, d)
+        )
+        made.append(scheduler)
+        return scheduler
+
+    class Observer:
+        def on_step(self, record) -> None:  # type: ignore[no-untyped-def]
+            hits[0] += sum(getattr(made[0], "step_cache_hits", {}).values())
+
+        def on_decision(self, record) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def on_request(self, record) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    result = run_engine(requests, config, BuiltinHost(), Observer(), scheduler_factory=factory)
+    return result, hits[0], getattr(made[0].block_pool, "num_evicted", 0)
+
+
 def test_fixtures_exercise_what_they_claim() -> None:
     """Pressure everywhere; chunked prefill, multi-victim cascades and self-preemption."""
     for name, fixture in FIXTURES.items():
         config = fixture.engine_config()
         workload = fixture.load_workload(ROOT)
         requests = engine_requests(workload)
-        result = run_engine(requests, config, BuiltinHost())
-        assert result.num_decisions >= 4, name
+        result, hits, evicted = run_counting_hits(requests, config)
+        if name in PREFIX_CACHING_FIXTURES:
+            # Prefix caching: hits, and cached blocks evicted on reuse (its kind of pressure;
+            # the Mooncake slice's short outputs preempt nothing).
+            assert hits > 0 and evicted > 0, name
+        if not name.startswith("mooncake-apc"):
+            assert result.num_decisions >= 4, name
         prompts = {r.request_id: r.prompt_tokens for r in requests}
         chunks = sum(
             1
@@ -102,6 +142,11 @@ def test_synthetic_workload_is_the_generators_output() -> None:
     assert (ROOT / SYNTHETIC_CSV).read_text("utf-8") == synthetic_csv()
 
 
+def test_shared_prefix_workload_is_the_generators_output() -> None:
+    frame = pl.read_parquet(ROOT / SHARED_PREFIX_TABLE)
+    assert frame.to_dicts() == shared_prefix_requests()
+
+
 def test_fixture_inventory_and_size() -> None:
     base = ROOT / FIXTURES_DIR
     found = {
@@ -111,7 +156,7 @@ def test_fixture_inventory_and_size() -> None:
     }
     assert found == set(CASES)
     total = sum(path.stat().st_size for path in base.rglob("*") if path.is_file())
-    assert total < 600_000, f"fixtures grew to {total} bytes; keep them small"
+    assert total < 800_000, f"fixtures grew to {total} bytes; keep them small"
 
 
 def test_the_versions_differ_where_the_fixtures_say() -> None:

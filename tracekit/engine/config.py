@@ -84,6 +84,9 @@ class EngineConfig:
         Step length of the ``steps`` clock, in seconds.
     cost_model
         Name of the cost-model preset used by the ``cost-model`` clock.
+    enable_prefix_caching
+        vLLM's automatic prefix caching (``CacheConfig.enable_prefix_caching``; ``vllm`` mode
+        only). vLLM turns it on by default; here it stays off until fixtures cover it.
     """
 
     mode: EngineMode = "vllm"
@@ -100,6 +103,7 @@ class EngineConfig:
     clock: ClockName = DEFAULT_CLOCK
     step_s: float = 0.02
     cost_model: str = "a6000-llama3-8b"
+    enable_prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         _choice("mode", self.mode, ENGINE_MODES)
@@ -117,6 +121,12 @@ class EngineConfig:
             raise ValueError(
                 f"full_sequence_must_fit must be a bool; found {self.full_sequence_must_fit!r}"
             )
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(
+                f"enable_prefix_caching must be a bool; found {self.enable_prefix_caching!r}"
+            )
+        if self.enable_prefix_caching and self.mode != "vllm":
+            raise ValueError("enable_prefix_caching is modelled in vllm mode only")
         if (
             not isinstance(self.watermark, (int, float))
             or isinstance(self.watermark, bool)

@@ -29,7 +29,7 @@ from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
-from tracekit.engine.scheduler import VllmScheduler
+from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
 from tracekit.engine.sglang import SglangScheduler
 
 __all__ = ["EngineObserver", "EngineResult", "run_engine"]
@@ -137,7 +137,10 @@ def run_engine(
     else:
         victim_host = host if host is not None else BuiltinHost()
         if config.mode == "vllm":
-            scheduler = VllmScheduler(config, victim_host, record_decision)
+            if config.enable_prefix_caching:
+                scheduler = VllmPrefixCachingScheduler(config, victim_host, record_decision)
+            else:
+                scheduler = VllmScheduler(config, victim_host, record_decision)
         else:
             scheduler = SglangScheduler(config, victim_host, record_decision)
     clock = make_clock(config)

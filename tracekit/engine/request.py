@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from tracekit.engine.content import MOONCAKE_BLOCK_TOKENS
+
 __all__ = [
     "FINISHED_STATUSES",
     "EngineRequest",
@@ -61,6 +63,13 @@ class EngineRequest:
         The request's ``max_tokens`` sampling parameter, >= 1; it also stops generation.
     priority
         vLLM priority: lower values run first under the PRIORITY policy.
+    content_ids
+        Optional token content (:mod:`tracekit.engine.content`): one id per
+        ``content_block_tokens`` prompt tokens, e.g. Mooncake ``hash_ids``. Requests whose
+        content ids agree share those prompt tokens; every other token is unique to the request.
+        Only prefix caching reads it.
+    content_block_tokens
+        Prompt tokens per content id (512 for Mooncake ``hash_ids``).
     """
 
     request_id: str
@@ -69,6 +78,8 @@ class EngineRequest:
     output_tokens: int
     max_tokens: int
     priority: int = 0
+    content_ids: tuple[int, ...] = ()
+    content_block_tokens: int = MOONCAKE_BLOCK_TOKENS
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
@@ -88,6 +99,15 @@ class EngineRequest:
                 raise ValueError(f"{where}: {name} must be an integer >= 1; found {value!r}")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise ValueError(f"{where}: priority must be an integer; found {self.priority!r}")
+        if not isinstance(self.content_ids, tuple) or not all(
+            isinstance(c, int) and not isinstance(c, bool) for c in self.content_ids
+        ):
+            raise ValueError(f"{where}: content_ids must be a tuple of integers; "
+                             f"found {self.content_ids!r}")
+        block = self.content_block_tokens
+        if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+            raise ValueError(f"{where}: content_block_tokens must be an integer >= 1; "
+                             f"found {block!r}")
 
 
 class RequestState:
@@ -100,12 +120,18 @@ class RequestState:
 
     __slots__ = (
         "arrival_s",
+        "block_hashes",
+        "content_block_tokens",
+        "content_ids",
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
         "index",
+        "kv_blocks",
         "max_tokens",
         "num_blocks",
+        "num_cached_blocks",
+        "num_cached_tokens",
         "num_computed_tokens",
         "num_output_tokens",
         "num_preemptions",
@@ -139,6 +165,16 @@ class RequestState:
         # Sum over preemptions of the computed tokens thrown away (to be computed again).
         self.recomputed_tokens = 0
         self.status = RequestStatus.WAITING
+        # Prefix caching only (tracekit.engine.prefix_cache): the content model, the block keys
+        # computed so far (vLLM ``Request.block_hashes``), the blocks held in order, how many of
+        # them are cached (vLLM ``num_cached_block``), and the prefix-cache hit of the first
+        # schedule (vLLM ``Request.num_cached_tokens``; -1 until scheduled).
+        self.content_ids = request.content_ids
+        self.content_block_tokens = request.content_block_tokens
+        self.block_hashes: list[object] = []
+        self.kv_blocks: list[object] = []
+        self.num_cached_blocks = 0
+        self.num_cached_tokens = -1
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None
         self.finish_s: float | None = None
@@ -170,10 +206,19 @@ class _Workload(Protocol):
 
 
 def engine_requests(workload: _Workload) -> list[EngineRequest]:
-    """A workload's requests (``tracekit.workloads.Workload``) as engine inputs, in its order."""
+    """A workload's requests (``tracekit.workloads.Workload``) as engine inputs, in its order.
+
+    Mooncake ``prefix_hash_ids`` (512 tokens an id) become the requests' ``content_ids``.
+    """
     return [
         EngineRequest(
-            r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.max_tokens, r.priority
+            r.request_id,
+            r.arrival_s,
+            r.prompt_tokens,
+            r.output_tokens,
+            r.max_tokens,
+            r.priority,
+            tuple(getattr(r, "prefix_hash_ids", None) or ()),
         )
         for r in workload.iter_requests()
     ]

@@ -18,9 +18,10 @@ from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.fake_model import split_tokens
 from tracekit.engine.hosts import VictimHost
+from tracekit.engine.prefix_cache import PrefixCachingBlockPool
 from tracekit.engine.request import RequestState, RequestStatus
 
-__all__ = ["VllmScheduler"]
+__all__ = ["VllmPrefixCachingScheduler", "VllmScheduler"]
 
 
 class VllmScheduler(SchedulerBase):
@@ -246,3 +247,232 @@ class VllmScheduler(SchedulerBase):
             assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), r
             assert r.num_blocks == 0 and r.num_computed_tokens == 0, r
         assert len(self.running) + len(self.waiting) == len(self.requests)
+
+
+class VllmPrefixCachingScheduler(VllmScheduler):
+    """:class:`VllmScheduler` with vLLM's automatic prefix caching (``enable_prefix_caching``).
+
+    The same step, with the block pool of :mod:`tracekit.engine.prefix_cache`: a waiting request
+    first looks up its longest cached prefix (``KVCacheManager.get_computed_blocks``), its
+    admission counts the hit blocks that sit in the free queue as allocations
+    (``get_num_blocks_to_allocate``), it ``touch``es the hit and starts with
+    ``num_computed_tokens`` at the hit; every successful allocation keys the request's newly full
+    blocks (``cache_blocks``); a preempted or finished request frees its blocks in reverse order.
+    Sources: docs/engine.md, "Prefix caching".
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        host: VictimHost,
+        on_decision: DecisionCallback | None = None,
+    ) -> None:
+        super().__init__(config, host, on_decision)
+        self.block_pool = PrefixCachingBlockPool(config.num_blocks, config.block_size)
+        #: req_id -> tokens hit in the prefix cache, for every admission of this step (in order).
+        self.step_cache_hits: dict[str, int] = {}
+
+    def schedule(self, step: int, now: float) -> ScheduledStep:
+        """Run one scheduling step (vLLM ``Scheduler.schedule`` with prefix caching on)."""
+        config = self.config
+        out = ScheduledStep(step, now)
+        scheduled = out.num_scheduled_tokens
+        self._scheduled = scheduled
+        self._num_preempted = 0
+        hits = self.step_cache_hits = {}
+        pool = self.block_pool
+        running = self.running
+        waiting = self.waiting
+        block_size = config.block_size
+        max_model_len = config.max_model_len
+        token_budget = config.max_num_batched_tokens
+        long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
+
+        req_index = 0
+        while req_index < len(running) and token_budget > 0:
+            request = running[req_index]
+            computed = request.num_computed_tokens
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
+            num_new_tokens = num_tokens - computed
+            if 0 < long_prefill < num_new_tokens:
+                num_new_tokens = long_prefill
+            if num_new_tokens > token_budget:
+                num_new_tokens = token_budget
+            cap = max_model_len - computed - 1
+            if num_new_tokens > cap:
+                num_new_tokens = cap
+            if num_new_tokens <= 0:
+                req_index += 1
+                continue
+            num_blocks_to_allocate = -(-(computed + num_new_tokens) // block_size) - (
+                request.num_blocks
+            )
+            if num_blocks_to_allocate > pool.num_free_blocks:
+                allocated, req_index, refund = self._allocate_or_preempt(
+                    request, num_new_tokens, req_index, step, now
+                )
+                token_budget += refund
+                if not allocated:
+                    if self._continue_after_self_preemption:
+                        continue
+                    break
+            elif num_blocks_to_allocate > 0:
+                pool.get_new_blocks(num_blocks_to_allocate, request.kv_blocks)
+                request.num_blocks += num_blocks_to_allocate
+            # allocate_slots caches the blocks the step fills (capped at the known tokens).
+            to_cache = computed + num_new_tokens
+            if to_cache > num_tokens:
+                to_cache = num_tokens
+            if to_cache // block_size > request.num_cached_blocks:
+                pool.cache_full_blocks(request, to_cache)
+            scheduled[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            req_index += 1
+
+        if not self._num_preempted:
+            max_num_seqs = config.max_num_seqs
+            watermark_blocks = self._watermark_blocks
+            full_sequence_must_fit = config.full_sequence_must_fit
+            while token_budget > 0 and len(waiting) > 0:
+                if len(running) >= max_num_seqs:
+                    break
+                request = waiting.peek_request()
+                num_tokens = request.num_prompt_tokens + request.num_output_tokens
+                # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
+                hit = pool.find_longest_cache_hit(request)
+                num_hit = len(hit)
+                hit_tokens = num_hit * block_size
+                num_new_tokens = num_tokens - hit_tokens
+                if 0 < long_prefill < num_new_tokens:
+                    num_new_tokens = long_prefill
+                if num_new_tokens > token_budget:
+                    num_new_tokens = token_budget
+                watermark = watermark_blocks if running else 0
+                evictable = pool.num_evictable(hit) if hit else 0
+                free = pool.num_free_blocks
+                computed_capped = hit_tokens if hit_tokens < max_model_len else max_model_len
+                if full_sequence_must_fit:
+                    full = -(-min(num_tokens, max_model_len) // block_size) - num_hit
+                    if (full if full > 0 else 0) + evictable + watermark > free:
+                        break
+                need_slot = min(computed_capped + num_new_tokens, max_model_len)
+                new_blocks = -(-need_slot // block_size) - num_hit
+                if new_blocks < 0:
+                    new_blocks = 0
+                if new_blocks + evictable + watermark > free:
+                    break
+                waiting.pop_request()
+                running.append(request)
+                blocks = request.kv_blocks
+                pool.forget_lookup()
+                if hit:
+                    pool.touch(hit)
+                    blocks.extend(hit)
+                request.num_cached_blocks = num_hit
+                if new_blocks:
+                    pool.get_new_blocks(new_blocks, blocks)
+                request.num_blocks = len(blocks)
+                to_cache = computed_capped + num_new_tokens
+                pool.cache_full_blocks(request, to_cache if to_cache < num_tokens else num_tokens)
+                request.num_computed_tokens = hit_tokens
+                request.status = RequestStatus.RUNNING
+                if request.first_scheduled_s is None:
+                    request.first_scheduled_s = now
+                if request.num_cached_tokens < 0:
+                    request.num_cached_tokens = hit_tokens
+                hits[request.request_id] = hit_tokens
+                scheduled[request.request_id] = num_new_tokens
+                token_budget -= num_new_tokens
+
+        assert token_budget >= 0, "token budget overspent"
+        assert len(running) <= config.max_num_seqs, "running queue over max_num_seqs"
+
+        requests = self.requests
+        for request_id, num_new_tokens in scheduled.items():
+            requests[request_id].num_computed_tokens += num_new_tokens
+        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
+            scheduled, requests
+        )
+        out.num_preemptions = self._num_preempted
+        return out
+
+    def _allocate_or_preempt(
+        self,
+        request: RequestState,
+        num_new_tokens: int,
+        req_index: int,
+        step: int,
+        now: float,
+    ) -> tuple[bool, int, int]:
+        """As :meth:`VllmScheduler._allocate_or_preempt`, taking blocks from the cached pool."""
+        pool = self.block_pool
+        block_size = self.config.block_size
+        refunded = 0
+        while True:
+            need = -(-(request.num_computed_tokens + num_new_tokens) // block_size) - (
+                request.num_blocks
+            )
+            if need <= pool.num_free_blocks:
+                if need > 0:
+                    pool.get_new_blocks(need, request.kv_blocks)
+                    request.num_blocks += need
+                return True, req_index, refunded
+            victim = self._choose_victim(
+                request.request_id, self._builtin_victim().request_id, step, now
+            )
+            req_index, refund = self._preempt(victim, req_index)
+            refunded += refund
+            if victim is request:
+                return False, req_index, refunded
+
+    def _release_victim(self, victim: RequestState) -> None:
+        """Free the victim's blocks in reverse order (cached ones stay cached until reused)."""
+        assert victim.status == RequestStatus.RUNNING, "only running requests can be preempted"
+        self.block_pool.free_blocks(victim.kv_blocks)  # type: ignore[arg-type]
+        victim.kv_blocks = []
+        victim.num_blocks = 0
+        victim.num_cached_blocks = 0
+        victim.recomputed_tokens += victim.num_computed_tokens
+        victim.num_computed_tokens = 0
+        victim.status = RequestStatus.PREEMPTED
+        victim.num_preemptions += 1
+
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+        """As :meth:`SchedulerBase.update_from_output`; a finished request frees in reverse."""
+        finished: list[RequestState] = []
+        requests = self.requests
+        pool = self.block_pool
+        for request_id in out.num_scheduled_tokens:
+            request = requests[request_id]
+            output = request.num_output_tokens
+            if request.num_computed_tokens < request.num_prompt_tokens + output:
+                continue
+            output += 1
+            request.num_output_tokens = output
+            if output == 1:
+                request.first_token_s = end_s
+            if output < request.stop_output_tokens:
+                continue
+            request.status = request.stop_status
+            request.finish_s = end_s
+            pool.free_blocks(request.kv_blocks)  # type: ignore[arg-type]
+            request.kv_blocks = []
+            request.num_blocks = 0
+            del requests[request_id]
+            finished.append(request)
+        if finished:
+            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+        return finished
+
+    def check_consistency(self) -> None:
+        """Check block references and queues (see :meth:`PrefixCachingBlockPool.check`)."""
+        pool = self.block_pool
+        for r in self.running:
+            assert r.status == RequestStatus.RUNNING, r
+            assert r.num_blocks == len(r.kv_blocks), r
+            assert r.num_blocks * self.config.block_size >= r.num_computed_tokens, r
+        for r in self.waiting:
+            assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), r
+            assert r.num_blocks == 0 and r.num_computed_tokens == 0 and not r.kv_blocks, r
+        assert len(self.running) + len(self.waiting) == len(self.requests)
+        pool.check([r.kv_blocks for r in self.running])  # type: ignore[misc]

@@ -39,6 +39,7 @@ from typing import Any, TextIO
 
 from tracekit.engine.base import ScheduledStep
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.content import prompt_token_ids, unique_token
 from tracekit.engine.engine import run_engine
 from tracekit.engine.fake_model import mark_arrived, split_tokens
 from tracekit.engine.hosts import VictimHost
@@ -75,8 +76,8 @@ TINY_MODEL_CONFIG: dict[str, Any] = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
-PROMPT_TOKEN = 3  # every prompt token (prefix caching is off, so ids do not matter)
-SAMPLED_TOKEN = 5  # every sampled token but the last
+PROMPT_TOKEN = 3  # every prompt token with prefix caching off (ids do not matter then)
+SAMPLED_TOKEN = 5  # every sampled token but the last, with prefix caching off
 STOP_TOKEN = 7  # sampled at the target output length; a stop token of every request
 
 Emit = Callable[[dict[str, Any]], None]
@@ -96,6 +97,8 @@ class VllmBackend:
         import vllm
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.request_queue import SchedulingPolicy
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import (
@@ -124,6 +127,11 @@ class VllmBackend:
         self.ModelRunnerOutput = ModelRunnerOutput
         self.Request = Request
         self.StructuredOutputManager = StructuredOutputManager
+        self.get_hash_fn_by_name = get_hash_fn_by_name
+        self.get_request_block_hasher = get_request_block_hasher
+        self.init_none_hash = init_none_hash
+        # The block hasher of the running scheduler (None with prefix caching off).
+        self.block_hasher: Any = None
         self.RUNNING = VllmStatus.RUNNING
         self.PRIORITY = SchedulingPolicy.PRIORITY
         self.status_names = {
@@ -159,7 +167,9 @@ class VllmBackend:
             scheduler_reserve_full_isl=config.full_sequence_must_fit,
             is_encoder_decoder=False,
         )
-        cache_config = self.CacheConfig(block_size=config.block_size, enable_prefix_caching=False)
+        cache_config = self.CacheConfig(
+            block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching
+        )
         vllm_config = self.VllmConfig(
             scheduler_config=scheduler_config, model_config=model_config, cache_config=cache_config
         )
@@ -175,6 +185,12 @@ class VllmBackend:
             kv_cache_groups=[self.KVCacheGroupSpec(["layer"], spec)],
         )
         cache_config.num_gpu_blocks = config.num_blocks
+        self.block_hasher = None
+        if config.enable_prefix_caching:
+            # As EngineCore.__init__ does: every Request hashes its full blocks as tokens arrive.
+            hash_fn = self.get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
+            self.init_none_hash(hash_fn)
+            self.block_hasher = self.get_request_block_hasher(config.block_size, hash_fn)
         scheduler = self.Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
@@ -211,6 +227,7 @@ class VllmBackend:
             "cache_config": {
                 "block_size": cc.block_size,
                 "enable_prefix_caching": cc.enable_prefix_caching,
+                "prefix_caching_hash_algo": _plain(getattr(cc, "prefix_caching_hash_algo", None)),
                 "num_gpu_blocks": cc.num_gpu_blocks,
             },
             "kv_cache": {
@@ -235,17 +252,32 @@ class VllmBackend:
         }
 
     def make_request(self, request: RequestState) -> Any:
-        """A vLLM ``Request`` for ``request`` (prompt ids are one repeated token)."""
+        """A vLLM ``Request`` for ``request``.
+
+        With prefix caching off the prompt ids are one repeated token; with it on they follow
+        the content model (:func:`tracekit.engine.content.prompt_token_ids`) and the request
+        hashes its blocks.
+        """
         params = self.SamplingParams(
             max_tokens=request.max_tokens, ignore_eos=True, stop_token_ids=[STOP_TOKEN]
         )
+        if self.block_hasher is None:
+            prompt = [PROMPT_TOKEN] * request.num_prompt_tokens
+        else:
+            prompt = prompt_token_ids(
+                request.index,
+                request.num_prompt_tokens,
+                request.content_ids,
+                request.content_block_tokens,
+            )
         return self.Request(
             request_id=request.request_id,
-            prompt_token_ids=[PROMPT_TOKEN] * request.num_prompt_tokens,
+            prompt_token_ids=prompt,
             sampling_params=params,
             pooling_params=None,
             arrival_time=request.arrival_s,
             priority=request.priority,
+            block_hasher=self.block_hasher,
         )
 
     def model_output(self, req_ids: list[str], sampled: list[list[int]]) -> Any:
@@ -389,6 +421,9 @@ class RealScheduler:
         )
         self.waiting = _WaitingCount(self.scheduler)
         self.max_model_len = config.max_model_len
+        self.prefix_caching = config.enable_prefix_caching
+        #: req_id -> prefix-cache hit (tokens) of every admission in the last step, in order.
+        self.step_cache_hits: dict[str, int] = {}
         # Seconds spent inside vLLM's schedule() and update_from_output().
         self.scheduler_s = 0.0
         # req_id -> the engine's state and vLLM's Request, for every unfinished request.
@@ -424,6 +459,7 @@ class RealScheduler:
         """One ``schedule()`` of vLLM, its decisions stamped with ``step`` and ``now``."""
         hooks = self.hooks
         hooks.begin_step(step, now)
+        running_before = {r.request_id for r in self.scheduler.running}
         started = time.perf_counter()
         output = self.scheduler.schedule()
         self.scheduler_s += time.perf_counter() - started
@@ -436,6 +472,14 @@ class RealScheduler:
             state = states[request_id]
             if state.first_scheduled_s is None:
                 state.first_scheduled_s = now
+        # num_computed_tokens has already advanced (Scheduler._update_after_schedule), so an
+        # admitted request's computed tokens before the step are its prefix-cache hit.
+        requests = self._requests
+        self.step_cache_hits = {
+            request_id: requests[request_id].num_computed_tokens - num
+            for request_id, num in scheduled.items()
+            if request_id not in running_before
+        }
         # num_computed_tokens has already advanced (Scheduler._update_after_schedule).
         out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
             scheduled, self._requests
@@ -448,6 +492,7 @@ class RealScheduler:
         states, requests = self._states, self._requests
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
+        content_tokens = self.prefix_caching
         for request_id in req_ids:
             vllm_request = requests[request_id]
             if vllm_request.num_computed_tokens >= vllm_request.num_tokens:
@@ -457,7 +502,14 @@ class RealScheduler:
                     produced >= state.stop_output_tokens
                     and state.stop_status == RequestStatus.FINISHED_STOPPED
                 )
-                sampled.append([STOP_TOKEN if stop else SAMPLED_TOKEN])
+                if stop:
+                    token = STOP_TOKEN
+                elif content_tokens:
+                    # Output tokens are unique to the request (content model), so hashed.
+                    token = unique_token(state.index, vllm_request.num_tokens)
+                else:
+                    token = SAMPLED_TOKEN
+                sampled.append([token])
             else:
                 sampled.append([])  # a partial (chunked) prefill samples nothing
         model_output = self.backend.model_output(req_ids, sampled)
@@ -492,14 +544,30 @@ class RealScheduler:
 
 
 class _Emitter:
-    """Streams the engine's records as protocol messages."""
+    """Streams the engine's records as protocol messages.
+
+    With prefix caching on, every step whose admissions hit the cache is followed by a
+    ``cache`` message, ``{"kind": "cache", "run", "step", "hits": {req_id: tokens}}`` (the trace
+    schema has no column for it yet; the recorder ignores it, tests read it).
+    """
 
     def __init__(self, run: int, emit: Emit) -> None:
         self.run = run
         self.emit = emit
+        self.scheduler: RealScheduler | None = None
 
     def on_step(self, record: StepRecord) -> None:
         self.emit({"kind": "step", "run": self.run, "r": step_to_wire(record)})
+        scheduler = self.scheduler
+        if scheduler is not None and scheduler.prefix_caching and scheduler.step_cache_hits:
+            self.emit(
+                {
+                    "kind": "cache",
+                    "run": self.run,
+                    "step": record.step,
+                    "hits": scheduler.step_cache_hits,
+                }
+            )
 
     def on_decision(self, record: DecisionRecord) -> None:
         self.emit({"kind": "decision", "run": self.run, "r": decision_to_wire(record)})
@@ -542,6 +610,7 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
             raise ValueError("a strategy other than builtin runs through the shim (shim=True)")
         made: list[RealScheduler] = []
         setup: list[float] = []
+        emitter = _Emitter(run, emit)
 
         def factory(
             config: EngineConfig,
@@ -549,6 +618,7 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
             on_decision: Callable[[DecisionRecord], None],
         ) -> RealScheduler:
             made.append(RealScheduler(backend, config, host, on_decision))
+            emitter.scheduler = made[0]
             setup.append(time.perf_counter() - started)
             return made[0]
 
@@ -556,7 +626,7 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
             scenario.requests,
             scenario.config,
             host,
-            _Emitter(run, emit),
+            emitter,
             collect=False,
             scheduler_factory=factory,
         )

@@ -51,10 +51,12 @@ from tracekit.workloads import Workload
 
 __all__ = [
     "FIXTURES",
+    "PREFIX_CACHING_FIXTURES",
     "FIXTURE_VERSIONS",
     "Fixture",
     "fixture_dir",
     "record_fixtures",
+    "shared_prefix_requests",
     "synthetic_csv",
     "synthetic_requests",
 ]
@@ -63,6 +65,8 @@ __all__ = [
 FIXTURES_DIR = Path("traces") / "vllm-fixtures"
 SYNTHETIC_CSV = FIXTURES_DIR / "workloads" / "synthetic-chunked.csv"
 SYNTHETIC_SEED = 3
+SHARED_PREFIX_TABLE = FIXTURES_DIR / "workloads" / "shared-prefix.parquet"
+SHARED_PREFIX_SEED = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +105,9 @@ class Fixture:
 _AZURE = Path("traces") / "azure-llm-2023" / "azure_conv_sample.csv"
 _MOONCAKE = Path("traces") / "mooncake-synthetic" / "synthetic_trace.jsonl"
 _STEPS = {"clock": "steps", "step_s": 0.05}
+#: Mooncake rows 3890 to 3929 (timestamps 996.272 s to 1005.711 s), whose prompts share
+#: ``hash_ids`` prefixes with earlier requests of the window under both policies.
+_MOONCAKE_SHARED_WINDOW = (996.272, 1005.711)
 
 
 def _pair(
@@ -150,13 +157,43 @@ FIXTURES: dict[str, Fixture] = {
                 "max_num_seqs": 16,
             },
         ),
+        # Prefix caching on (vLLM's default): Mooncake hash_ids and a shared-prefix table.
+        *_pair(
+            "mooncake-apc",
+            _MOONCAKE,
+            {"window": _MOONCAKE_SHARED_WINDOW, "rate_scale": 2.0, "priority_seed": 1},
+            {
+                "num_blocks": 1100,
+                "max_model_len": 16384,
+                "max_num_batched_tokens": 2048,
+                "max_num_seqs": 16,
+                "enable_prefix_caching": True,
+            },
+        ),
+        *_pair(
+            "shared-prefix-apc",
+            SHARED_PREFIX_TABLE,
+            {},
+            {
+                "num_blocks": 200,
+                "max_model_len": 2048,
+                "max_num_batched_tokens": 512,
+                "max_num_seqs": 12,
+                "enable_prefix_caching": True,
+            },
+        ),
     ]
 }
+
+#: The fixtures recorded with prefix caching on.
+PREFIX_CACHING_FIXTURES: tuple[str, ...] = tuple(
+    name for name, f in FIXTURES.items() if f.config.get("enable_prefix_caching")
+)
 
 #: The vLLM releases fixtures are recorded for, and which fixtures each has.
 FIXTURE_VERSIONS: dict[str, tuple[str, ...]] = {
     "0.32.0": tuple(FIXTURES),
-    "0.33.0": ("synthetic-fcfs", "synthetic-priority"),
+    "0.33.0": ("synthetic-fcfs", "synthetic-priority", *PREFIX_CACHING_FIXTURES),
 }
 
 
@@ -218,6 +255,50 @@ def synthetic_csv(seed: int = SYNTHETIC_SEED) -> str:
     return buffer.getvalue()
 
 
+def shared_prefix_requests(seed: int = SHARED_PREFIX_SEED, num: int = 60) -> list[dict[str, Any]]:
+    """The shared-prefix workload's rows (deterministic for a seed).
+
+    In the spirit of vLLM bench's ``prefix_repetition`` dataset: four prompt groups, each with a
+    shared prefix of one or two 512-token content blocks (``prefix_hash_ids`` ``100 * group``,
+    ``100 * group + 1``), followed by 16 to 400 tokens of the request's own; outputs of 20 to
+    250 tokens; arrivals in bursts of two to five requests 30 ms apart, 0.4 to 1.2 s between
+    bursts; priorities 0..3.
+    """
+    rng = random.Random(seed)
+    prefix_blocks = [1, 2, 2, 1]
+    rows: list[dict[str, Any]] = []
+    t = 0.0
+    while len(rows) < num:
+        for k in range(rng.randint(2, 5)):
+            group = rng.randrange(4)
+            ids = [100 * group + b for b in range(prefix_blocks[group])]
+            output = rng.randint(20, 250)
+            rows.append(
+                {
+                    "request_id": f"spx-{len(rows):03d}",
+                    "arrival_s": round(t + 0.03 * k, 3),
+                    "prompt_tokens": 512 * len(ids) + rng.randint(16, 400),
+                    "output_tokens": output,
+                    "max_tokens": output,
+                    "priority": rng.randint(0, 3),
+                    "prefix_hash_ids": ids,
+                }
+            )
+        t += rng.uniform(0.4, 1.2)
+    return rows[:num]
+
+
+def write_shared_prefix_table(path: Path, seed: int = SHARED_PREFIX_SEED) -> None:
+    """Write :func:`shared_prefix_requests` as a Parquet workload table (canonical columns)."""
+    import polars as pl
+
+    from tracekit.workloads.model import workload_schema
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pl.DataFrame(shared_prefix_requests(seed), schema=workload_schema(prefix_hash_ids=True))
+    frame.write_parquet(path)
+
+
 def record_fixtures(
     root: Path,
     *,
@@ -236,6 +317,8 @@ def record_fixtures(
     if not csv_path.is_file():
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         csv_path.write_text(synthetic_csv(), "utf-8")
+    if not (root / SHARED_PREFIX_TABLE).is_file():
+        write_shared_prefix_table(root / SHARED_PREFIX_TABLE)
     version = installed_vllm_version(venv)
     chosen = list(names) if names is not None else list(FIXTURE_VERSIONS.get(version, ()))
     if not chosen:

@@ -95,6 +95,8 @@ class Scenario:
                     r.max_tokens,
                     r.priority,
                 ]
+                # The content model only when present, so old scenarios read the same.
+                + ([list(r.content_ids), r.content_block_tokens] if r.content_ids else [])
                 for r in self.requests
             ],
             "strategy": dict(self.strategy),
@@ -112,7 +114,10 @@ class Scenario:
                 f"protocol {message.get('protocol')!r} is not {PROTOCOL_VERSION}: the driver and "
                 "the recorder come from different versions of tracekit"
             )
-        requests = tuple(EngineRequest(*row) for row in message["requests"])
+        requests = tuple(
+            EngineRequest(*row[:6], tuple(row[6]), row[7]) if len(row) > 6 else EngineRequest(*row)
+            for row in message["requests"]
+        )
         return cls(
             index=int(message["run"]),
             config=EngineConfig(**message["config"]),

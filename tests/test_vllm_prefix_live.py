@@ -1,0 +1,110 @@
+"""Live: with prefix caching on, the embedded engine matches the real scheduler message for message.
+
+Steps, scheduled-token maps, decisions, request outcomes and the per-step prefix-cache hits
+(``cache`` messages, not in the trace schema yet) of the prefix-caching fixtures and of a random
+content workload, under FCFS and PRIORITY, for every installed vLLM (``$BIDKV_VLLM_VENV`` and
+``$BIDKV_VLLM_VENV_EXTRA``, as ``tests/test_vllm_live.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from tracekit.engine import EngineConfig
+from tracekit.engine.request import EngineRequest, engine_requests
+from tracekit.vllm.cache_hits import driver_streams, engine_stream, first_mismatch
+from tracekit.vllm.fixtures import FIXTURES, PREFIX_CACHING_FIXTURES
+from tracekit.vllm.protocol import Scenario
+from tracekit.vllm.record import DEFAULT_VLLM_VENV, VllmUnavailableError, installed_vllm_version
+
+pytestmark = pytest.mark.vllm
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def environments() -> list[str]:
+    primary = os.environ.get("BIDKV_VLLM_VENV") or str(DEFAULT_VLLM_VENV)
+    extra = [p for p in os.environ.get("BIDKV_VLLM_VENV_EXTRA", "").split(os.pathsep) if p]
+    return [primary, *extra]
+
+
+def random_content(seed: int, n: int = 100) -> tuple[EngineRequest, ...]:
+    """Requests in four content groups (two 256-token content blocks each), a fifth without."""
+    rng = random.Random(seed)
+    requests = []
+    for i in range(n):
+        group = rng.randrange(4)
+        content = (group, group + 10) if rng.random() < 0.8 else ()
+        requests.append(
+            EngineRequest(
+                f"r{i}",
+                round(i * 0.03, 3),
+                rng.randrange(20, 700),
+                rng.randrange(1, 150),
+                400,
+                rng.randrange(3),
+                content,
+                256,
+            )
+        )
+    return tuple(requests)
+
+
+def scenarios(release: str) -> list[Scenario]:
+    out = []
+    for name in PREFIX_CACHING_FIXTURES:
+        fixture = FIXTURES[name]
+        requests = tuple(engine_requests(fixture.load_workload(ROOT)))
+        out.append(Scenario(len(out), fixture.engine_config(release), requests))
+    for seed, (policy, num_blocks) in enumerate(
+        [("fcfs", 120), ("priority", 120), ("fcfs", 400), ("priority", 90)]
+    ):
+        config = EngineConfig(
+            num_blocks=num_blocks,
+            max_num_seqs=16,
+            max_model_len=1400,
+            max_num_batched_tokens=512,
+            scheduling_policy=policy,  # type: ignore[arg-type]
+            vllm_version=release,  # type: ignore[arg-type]
+            clock="steps",
+            step_s=0.05,
+            enable_prefix_caching=True,
+        )
+        out.append(Scenario(len(out), config, random_content(seed)))
+    return out
+
+
+@pytest.mark.parametrize("venv", environments(), ids=lambda p: Path(p).name)
+def test_engine_matches_the_real_scheduler_with_prefix_caching(venv: str) -> None:
+    try:
+        version = installed_vllm_version(venv)
+    except VllmUnavailableError as exc:
+        if os.environ.get("BIDKV_REQUIRE_VLLM") == "1":
+            pytest.fail(f"BIDKV_REQUIRE_VLLM=1 but {exc}")
+        pytest.skip(f"no vLLM environment: {exc}")
+    release = ".".join(version.split(".")[:2])
+    if release not in ("0.32", "0.33"):
+        pytest.skip(f"vLLM {version} is not a release the engine reproduces")
+    runs = scenarios(release)
+    real = driver_streams(runs, venv=venv)
+    total_hits = 0
+    for scenario in runs:
+        expected = engine_stream(scenario)
+        mismatch = first_mismatch(expected, real[scenario.index])
+        assert mismatch is None, (scenario.index, mismatch)
+        hits = sum(sum(m["hits"].values()) for m in expected if m["kind"] == "cache")
+        total_hits += hits
+    assert total_hits > 0
+    # The same scenarios with prefix caching off still match (content ignored, ids repeated).
+    off = [
+        dataclasses.replace(s, config=dataclasses.replace(s.config, enable_prefix_caching=False))
+        for s in runs[:2]
+    ]
+    real_off = driver_streams(off, venv=venv)
+    for scenario in off:
+        assert first_mismatch(engine_stream(scenario), real_off[scenario.index]) is None
