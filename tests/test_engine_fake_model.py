@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from test_engine_support import make_engine, make_requests, run_checked
+from engine_helpers import make_engine, make_requests, run_checked
 
 from tracekit.engine import BuiltinHost, EngineRequest, RequestStatus, run_engine
 from tracekit.engine.fake_model import split_tokens, stop_rule

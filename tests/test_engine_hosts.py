@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 import pytest
-from test_engine_support import make_engine, make_requests, run_checked, scheduled, victims
+from engine_helpers import make_engine, make_requests, run_checked, scheduled, victims
 
 from tracekit.engine import (
     BuiltinHost,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_engine_support import make_engine, make_requests, run_checked
+from engine_helpers import make_engine, make_requests, run_checked
 
 from tracekit.engine import BuiltinHost, EngineRequest, TypedHost
 from tracekit.engine.request import RequestState, RequestStatus

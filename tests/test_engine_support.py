@@ -1,4 +1,4 @@
-"""Builders shared by the engine tests, and tests of the engine's small parts.
+"""Tests of the engine's small parts (the shared builders are in ``engine_helpers.py``).
 
 ``make_engine`` and ``make_requests`` follow vLLM's ``tests/v1/core/utils.py``
 (``create_scheduler(num_blocks=...)``, ``create_requests(...)``): tiny block counts force
@@ -13,74 +13,16 @@ import math
 
 import pytest
 
-from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, EngineResult, run_engine
+from tracekit.engine import EngineConfig, EngineRequest
 from tracekit.engine import engine as engine_module
 from tracekit.engine.block_pool import BlockPool, cdiv
 from tracekit.engine.clock import COST_MODEL_PRESETS, CostModelClock, StepsClock, make_clock
-from tracekit.engine.hosts import VictimHost
 from tracekit.engine.queues import (
     FCFSRequestQueue,
     PriorityRequestQueue,
     create_request_queue,
 )
 from tracekit.engine.request import RequestState
-
-Spec = tuple  # (request_id, arrival_s, prompt_tokens, output_tokens[, priority[, max_tokens]])
-
-
-def make_engine(
-    num_blocks: int = 11,
-    *,
-    block_size: int = 16,
-    max_num_seqs: int = 16,
-    max_num_batched_tokens: int = 1000,
-    max_model_len: int | None = None,
-    **overrides: object,
-) -> EngineConfig:
-    """A small engine on the steps clock with 1-second steps (step k starts at k seconds)."""
-    if max_model_len is None:
-        max_model_len = (num_blocks - 1) * block_size
-    return EngineConfig(
-        num_blocks=num_blocks,
-        block_size=block_size,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len,
-        **{"clock": "steps", "step_s": 1.0, **overrides},  # type: ignore[arg-type]
-    )
-
-
-def make_requests(*specs: Spec) -> list[EngineRequest]:
-    """Requests from ``(id, arrival_s, prompt, output[, priority[, max_tokens]])`` tuples."""
-    requests = []
-    for spec in specs:
-        request_id, arrival_s, prompt, output = spec[:4]
-        priority = spec[4] if len(spec) > 4 else 0
-        max_tokens = spec[5] if len(spec) > 5 else output
-        requests.append(EngineRequest(request_id, arrival_s, prompt, output, max_tokens, priority))
-    return requests
-
-
-def run_checked(
-    config: EngineConfig, requests: list[EngineRequest], host: VictimHost | None = None
-) -> EngineResult:
-    """Run with the per-step consistency check on."""
-    return run_engine(requests, config, host or BuiltinHost(), check_consistency=True)
-
-
-def scheduled(result: EngineResult) -> dict[int, dict[str, int]]:
-    """Step index -> scheduled tokens per request."""
-    return {s.step: s.num_scheduled_tokens for s in result.steps}
-
-
-def victims(result: EngineResult) -> list[tuple[int, str, str]]:
-    """``(step, requester, victim)`` of every decision, in order."""
-    return [(d.step, d.requesting_request_id, d.victim_id) for d in result.decisions]
-
-
-def by_id(result: EngineResult) -> dict:
-    return {r.request_id: r for r in result.requests}
-
 
 # --------------------------------------------------------------------------- block pool
 

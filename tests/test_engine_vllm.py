@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_engine_support import (
+from engine_helpers import (
     by_id,
     make_engine,
     make_requests,

@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from test_replay_open import cand, column, ctx, read_rows, write_trace
+from replay_helpers import cand, column, ctx, read_rows, write_trace
 
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy
 from tracekit.engine.config import make_engine_config

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from test_replay_open import HAND, cand, column, ctx, read_rows, write_trace
+from replay_helpers import HAND, cand, column, ctx, read_rows, write_trace
 
 from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import PreemptionContext, PreemptionPolicyController
