@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracekit.analysis.serving import check_slo_target
+
 __all__ = [
     "METRICS",
     "ORIGINAL_T95",
@@ -82,6 +84,12 @@ class SloSpec:
 
     ttft_ms: float = 300.0
     tpot_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        # The command line refuses these already; library callers get the same one-line error.
+        check_slo_target("ttft_ms", self.ttft_ms)
+        if self.tpot_ms is not None:
+            check_slo_target("tpot_ms", self.tpot_ms)
 
     def label(self) -> str:
         """``TTFT<=300ms`` or ``TTFT<=2000ms & TPOT<=100ms``."""
