@@ -9,6 +9,7 @@ import duckdb
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from polars.testing import assert_frame_equal
 
 from tracekit.cli import cli
 from tracekit.engine.config import make_engine_config
@@ -155,4 +156,4 @@ def test_library_call_matches_cli(tmp_path: Path) -> None:
     assert run_cli("--strategy", "largest-first", "--out", str(tmp_path / "cli")).exit_code == 0
     lib = pl.read_parquet(tmp_path / "lib" / "decisions.parquet")
     cli_frame = pl.read_parquet(tmp_path / "cli" / "decisions.parquet")
-    assert lib.equals(cli_frame)
+    assert_frame_equal(lib, cli_frame, check_exact=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from polars.testing import assert_frame_equal
 from replay_helpers import HAND, cand, column, ctx, read_rows, write_trace
 
 from tracekit.errors import ConfigError, TraceSchemaError
@@ -73,8 +74,9 @@ def test_outputs_are_written_and_described(hand_trace: Path, tmp_path: Path) -> 
     result = replay_open(hand_trace, parse_strategy_list("builtin,bidkv"), tmp_path / "out")
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)
-    assert pl.read_parquet(out / "summary.parquet").equals(result.summary)
-    assert pl.read_parquet(out / "agreement.parquet").equals(result.agreement)
+    assert_frame_equal(pl.read_parquet(out / "summary.parquet"), result.summary, check_exact=True)
+    agreement = pl.read_parquet(out / "agreement.parquet")
+    assert_frame_equal(agreement, result.agreement, check_exact=True)
     assert (out / "summary.txt").read_text() == result.text
     assert "pairwise agreement" in result.text
     summary = json.loads((out / "summary.json").read_text())
@@ -112,8 +114,8 @@ def test_summarize_of_the_written_table_equals_the_streamed_summary(
 ) -> None:
     result = replay_open(hand_trace, parse_strategy_list("all"), tmp_path / "out", chunk_rows=2)
     summary, agreement = summarize(read_rows(tmp_path / "out"))
-    assert summary.equals(result.summary)
-    assert agreement.equals(result.agreement)
+    assert_frame_equal(summary, result.summary, check_exact=True)
+    assert_frame_equal(agreement, result.agreement, check_exact=True)
 
 
 def test_outputs_are_byte_identical_for_the_same_inputs(hand_trace: Path, tmp_path: Path) -> None:
@@ -128,7 +130,7 @@ def test_chunk_size_changes_nothing_but_row_groups(hand_trace: Path, tmp_path: P
     specs = parse_strategy_list("all")
     replay_open(hand_trace, specs, tmp_path / "one", chunk_rows=1)
     replay_open(hand_trace, specs, tmp_path / "big", chunk_rows=1000)
-    assert read_rows(tmp_path / "one").equals(read_rows(tmp_path / "big"))
+    assert_frame_equal(read_rows(tmp_path / "one"), read_rows(tmp_path / "big"), check_exact=True)
     assert pq.ParquetFile(tmp_path / "one" / "replay_decisions.parquet").num_row_groups == 3
 
 

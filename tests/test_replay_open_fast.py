@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 from replay_helpers import cand, column, ctx, read_rows, write_trace
 
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy
@@ -55,9 +56,9 @@ def both_paths(trace: Path, specs: list[StrategySpec], tmp_path: Path, **kw: Any
     plain = replay_open(trace, specs, tmp_path / "plain", fast=False, chunk_rows=97, **kw)
     assert plain.fast_path == ()
     rows = read_rows(tmp_path / "fast")
-    assert rows.equals(read_rows(tmp_path / "plain"))
-    assert fast.summary.equals(plain.summary)
-    assert fast.agreement.equals(plain.agreement)
+    assert_frame_equal(rows, read_rows(tmp_path / "plain"), check_exact=True)
+    assert_frame_equal(fast.summary, plain.summary, check_exact=True)
+    assert_frame_equal(fast.agreement, plain.agreement, check_exact=True)
     return rows
 
 
@@ -231,7 +232,7 @@ def test_each_run_of_a_dataset_starts_with_a_fresh_policy(tmp_path: Path) -> Non
     rows = both_paths(tmp_path / "data", specs, tmp_path)
     runs = rows.partition_by("run_id", maintain_order=True)
     # State carried over would make run-b's first decision a pick (offset already 1).
-    assert runs[0].drop("run_id").equals(runs[1].drop("run_id"))
+    assert_frame_equal(runs[0].drop("run_id"), runs[1].drop("run_id"), check_exact=True)
 
 
 def test_the_column_utility_equals_the_policy_scan_bit_for_bit() -> None:
