@@ -748,7 +748,8 @@ class TestPackage:
     def test_version_is_the_one_the_distribution_and_manifests_declare(self) -> None:
         # pyproject's dynamic version names a module attribute: read that literal from the
         # source (not by importing it), then compare it with what pip installed and shipped.
-        root = PACKAGE_DIR.parent
+        # The checkout holding these tests: CI installs the package into site-packages.
+        root = Path(__file__).resolve().parents[1]
         pyproject = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))
         attr = pyproject["tool"]["setuptools"]["dynamic"]["version"]["attr"]
         module, _, name = attr.rpartition(".")

@@ -242,6 +242,8 @@ def test_the_packaged_pool_and_its_licence_are_package_data() -> None:
 
     data = PACKAGED_POOL_PATH.parent
     assert PACKAGED_POOL_PATH.is_file() and (data / "LICENSE-sharegpt-lengths").is_file()
-    pyproject = tomllib.loads((data.parents[1] / "pyproject.toml").read_text("utf-8"))
+    # The checkout holding these tests (an installed package has no pyproject beside it).
+    checkout = Path(__file__).resolve().parents[1]
+    pyproject = tomllib.loads((checkout / "pyproject.toml").read_text("utf-8"))
     patterns = pyproject["tool"]["setuptools"]["package-data"]["tracekit.data"]
     assert {"*.csv", "LICENSE-*"} <= set(patterns)
