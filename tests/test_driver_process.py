@@ -59,3 +59,27 @@ def test_a_driver_that_dies_raises_with_its_error_output() -> None:
     message = str(caught.value)
     assert "the Test driver" in message and "status 3 after 1 of 3 runs" in message
     assert "dying" in message
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_missing_engine_environment_names_its_folder_and_the_install_script(
+    engine: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracekit.sglang.record import SglangUnavailableError, find_sglang_python
+    from tracekit.vllm.record import VllmUnavailableError, find_vllm_python
+
+    find, error, variable = {
+        "vllm": (find_vllm_python, VllmUnavailableError, "BIDKV_VLLM_VENV"),
+        "sglang": (find_sglang_python, SglangUnavailableError, "BIDKV_SGLANG_VENV"),
+    }[engine]
+    monkeypatch.setenv(variable, str(tmp_path / "from-env"))
+    with pytest.raises(error) as caught:
+        find()
+    assert str(tmp_path / "from-env") in str(caught.value)
+    assert f"install-{engine}-cpu.sh" in str(caught.value)
+    # An explicit folder wins over the variable; a Python executable is taken as it is.
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    python = tmp_path / "venv" / "bin" / "python"
+    python.write_text("")
+    assert find(tmp_path / "venv") == python
+    assert find(python) == python

@@ -18,11 +18,31 @@ import os
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["project_packages_folder", "run_driver_process"]
+__all__ = ["engine_python", "project_packages_folder", "run_driver_process"]
+
+
+def engine_python(
+    venv: str | os.PathLike[str] | None,
+    *,
+    variable: str,
+    default: Path,
+    missing: Callable[[Path, Path], Exception],
+) -> Path:
+    """The Python executable of an engine's environment.
+
+    ``venv`` (a folder or its Python) wins, then ``$variable``, then ``default``. When there is no
+    Python there, ``missing(folder, python)`` is raised.
+    """
+    chosen = venv if venv is not None else os.environ.get(variable) or default
+    path = Path(chosen).expanduser()
+    python = path if path.is_file() else path / "bin" / "python"
+    if not python.is_file():
+        raise missing(path, python)
+    return python
 
 
 def project_packages_folder(prefix: str) -> Path:

