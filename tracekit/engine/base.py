@@ -172,8 +172,13 @@ class SchedulerBase:
         scheduling order.
         """
         finished = apply_fake_outputs(
-            out.num_scheduled_tokens, self.requests, self.block_pool, end_s
+            out.num_scheduled_tokens, self.requests, self._release_finished, end_s
         )
         if finished:
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
+
+    def _release_finished(self, request: RequestState) -> None:
+        """Return a finished request's blocks to the pool."""
+        self.block_pool.free(request.num_blocks)
+        request.num_blocks = 0

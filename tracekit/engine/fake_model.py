@@ -21,13 +21,12 @@ prefill, a chunk, or the recomputation after a preemption).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from tracekit.engine.request import RequestStatus
 
 if TYPE_CHECKING:
-    from tracekit.engine.block_pool import BlockPool
     from tracekit.engine.request import RequestState
 
 __all__ = ["ScheduledRequest", "apply_fake_outputs", "mark_arrived", "split_tokens", "stop_rule"]
@@ -110,14 +109,15 @@ def split_tokens(
 def apply_fake_outputs(
     num_scheduled_tokens: Mapping[str, int],
     requests: dict[str, RequestState],
-    block_pool: BlockPool,
+    release: Callable[[RequestState], None],
     end_s: float,
 ) -> list[RequestState]:
     """Sample one token for every scheduled request whose input is complete; apply the stops.
 
     Each request carries ``stop_output_tokens`` and ``stop_status`` from :func:`stop_rule` (set
-    when it was added). A finished request frees its blocks and leaves ``requests``. Returns the
-    finished requests in scheduling order (the caller removes them from its queues).
+    when it was added). A finished request's blocks go back through ``release`` (the scheduler's
+    block pool decides how) and it leaves ``requests``. Returns the finished requests in
+    scheduling order (the caller removes them from its queues).
     """
     finished: list[RequestState] = []
     for request_id in num_scheduled_tokens:
@@ -133,8 +133,7 @@ def apply_fake_outputs(
             continue
         request.status = request.stop_status
         request.finish_s = end_s
-        block_pool.free(request.num_blocks)
-        request.num_blocks = 0
+        release(request)
         del requests[request_id]
         finished.append(request)
     return finished

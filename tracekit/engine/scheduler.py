@@ -437,32 +437,11 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         victim.status = RequestStatus.PREEMPTED
         victim.num_preemptions += 1
 
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
-        """As :meth:`SchedulerBase.update_from_output`; a finished request frees in reverse."""
-        finished: list[RequestState] = []
-        requests = self.requests
-        pool = self.block_pool
-        for request_id in out.num_scheduled_tokens:
-            request = requests[request_id]
-            output = request.num_output_tokens
-            if request.num_computed_tokens < request.num_prompt_tokens + output:
-                continue
-            output += 1
-            request.num_output_tokens = output
-            if output == 1:
-                request.first_token_s = end_s
-            if output < request.stop_output_tokens:
-                continue
-            request.status = request.stop_status
-            request.finish_s = end_s
-            pool.free_blocks(request.kv_blocks)  # type: ignore[arg-type]
-            request.kv_blocks = []
-            request.num_blocks = 0
-            del requests[request_id]
-            finished.append(request)
-        if finished:
-            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
-        return finished
+    def _release_finished(self, request: RequestState) -> None:
+        """Free a finished request's blocks in reverse order (cached ones stay cached)."""
+        self.block_pool.free_blocks(request.kv_blocks)  # type: ignore[attr-defined]
+        request.kv_blocks = []
+        request.num_blocks = 0
 
     def check_consistency(self) -> None:
         """Check block references and queues (see :meth:`PrefixCachingBlockPool.check`)."""
