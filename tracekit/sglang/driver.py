@@ -1,8 +1,9 @@
 """The SGLang side of the real-SGLang recorder: drive SGLang 0.5.23's scheduling objects on a CPU.
 
 Runs inside the SGLang environment (``scripts/install-sglang-cpu.sh``) as ``python -m
-tracekit.sglang.driver``. It imports only the standard library and SGLang (with its torch): no
-other tracekit module, so the project's refactors of ``tracekit.engine`` do not reach it. It reads
+tracekit.sglang.driver``. It imports the standard library, SGLang (with its torch) and one
+standard-library tracekit module, the tiny model shared with the vLLM driver; not the engine, so
+refactors of ``tracekit.engine`` do not reach it. It reads
 scenarios (one JSON object a line, see :mod:`tracekit.sglang.protocol`) from standard input,
 runs each on fresh SGLang objects, and writes its records as JSON lines on the original standard
 output (everything else that writes there, SGLang's logging included, goes to standard error).
@@ -45,27 +46,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from tracekit.recording.tiny_model import write_tiny_model
+
 __all__ = ["PROTOCOL_VERSION", "SglangBackend", "main", "prompt_token_ids", "run_scenario"]
 
 #: Must equal :data:`tracekit.sglang.protocol.PROTOCOL_VERSION` (a test checks it).
 PROTOCOL_VERSION = 1
 
-#: The model SGLang is configured for: a config only (no weights, no tokenizer).
-TINY_MODEL_CONFIG: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "num_hidden_layers": 2,
-    "vocab_size": 32000,
-    "max_position_embeddings": 1 << 20,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 EOS_TOKEN = 2  # sampled at the target output length
 SAMPLED_TOKEN = 5  # every other sampled token
 #: Tokens of one Mooncake prefix block (``hash_ids``: 512 tokens a block).
@@ -158,15 +145,6 @@ def _install_torchvision_stub() -> None:
 # SGLang's objects.
 
 
-def _write_tiny_model(folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "config.json"
-    text = json.dumps(TINY_MODEL_CONFIG, indent=1, sort_keys=True)
-    if not config.is_file() or config.read_text("utf-8") != text:
-        config.write_text(text, "utf-8")
-    return folder
-
-
 class SglangBackend:
     """SGLang's classes, imported once (about 15 s), and builders of fresh scheduling state."""
 
@@ -213,7 +191,7 @@ class SglangBackend:
         self.ServerArgs = ServerArgs
         self.set_global_server_args_for_scheduler = set_global_server_args_for_scheduler
         self.SpeculativeAlgorithm = SpeculativeAlgorithm
-        self.model_dir = _write_tiny_model(model_dir)
+        self.model_dir = write_tiny_model(model_dir)
 
 
 # --------------------------------------------------------------------------------------------

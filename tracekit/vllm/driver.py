@@ -47,6 +47,7 @@ from tracekit.engine.interface import BlockPoolView
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import RequestState, RequestStatus
 from tracekit.recording.state import final_state
+from tracekit.recording.tiny_model import TINY_MODEL_CONFIG, write_tiny_model
 from tracekit.strategies import StrategySpec
 from tracekit.vllm.hooks import SchedulerHooks
 from tracekit.vllm.protocol import (
@@ -59,23 +60,6 @@ from tracekit.vllm.protocol import (
 
 __all__ = ["TINY_MODEL_CONFIG", "RealScheduler", "VllmBackend", "main", "run_scenario"]
 
-#: The model the scheduler is configured for: a config only (no weights, no tokenizer).
-TINY_MODEL_CONFIG: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "num_hidden_layers": 2,
-    "vocab_size": 32000,
-    # Large enough for any max_model_len a workload asks for.
-    "max_position_embeddings": 1 << 20,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 PROMPT_TOKEN = 3  # every prompt token with prefix caching off (ids do not matter then)
 SAMPLED_TOKEN = 5  # every sampled token but the last, with prefix caching off
 STOP_TOKEN = 7  # sampled at the target output length; a stop token of every request
@@ -308,18 +292,6 @@ def _distribution_of(module: Any) -> str:
         if location.resolve() == Path(module.__file__).resolve().parent:
             return name
     return "vllm"
-
-
-def write_tiny_model(folder: Path) -> Path:
-    """Write the config-only model folder (idempotent); return it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "config.json"
-    text = json.dumps(TINY_MODEL_CONFIG, indent=1, sort_keys=True)
-    if not config.is_file() or config.read_text("utf-8") != text:
-        tmp = folder / f".config.json.{os.getpid()}"
-        tmp.write_text(text, "utf-8")
-        os.replace(tmp, config)
-    return folder
 
 
 @contextlib.contextmanager
