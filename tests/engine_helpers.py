@@ -8,6 +8,8 @@ is the null block, so 10 blocks of 16 tokens (160 tokens) are usable.
 
 from __future__ import annotations
 
+import random
+
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, EngineResult, run_engine
 from tracekit.engine.hosts import VictimHost
 
@@ -66,3 +68,25 @@ def victims(result: EngineResult) -> list[tuple[int, str, str]]:
 
 def by_id(result: EngineResult) -> dict:
     return {r.request_id: r for r in result.requests}
+
+
+def random_content(seed: int, n: int) -> list[EngineRequest]:
+    """Requests in four content groups (two 256-token content blocks each), a fifth without."""
+    rng = random.Random(seed)
+    requests = []
+    for i in range(n):
+        group = rng.randrange(4)
+        content = (group, group + 10) if rng.random() < 0.8 else ()
+        requests.append(
+            EngineRequest(
+                f"r{i}",
+                round(i * 0.03, 3),
+                rng.randrange(20, 700),
+                rng.randrange(1, 150),
+                400,
+                rng.randrange(3),
+                content,
+                256,
+            )
+        )
+    return requests

@@ -7,9 +7,9 @@ the committed prefix-caching fixtures; these tests pin the rules without vLLM.
 from __future__ import annotations
 
 import dataclasses
-import random
 
 import pytest
+from engine_helpers import random_content
 
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
 from tracekit.engine.content import (
@@ -76,24 +76,7 @@ def test_pool_keys_hits_and_free_order() -> None:
 
 
 def workload(seed: int, n: int = 80) -> list[EngineRequest]:
-    rng = random.Random(seed)
-    requests = []
-    for i in range(n):
-        group = rng.randrange(4)
-        content = (group, group + 10) if rng.random() < 0.8 else ()
-        requests.append(
-            EngineRequest(
-                f"r{i}",
-                round(i * 0.03, 3),
-                rng.randrange(20, 700),
-                rng.randrange(1, 150),
-                400,
-                rng.randrange(3),
-                content,
-                256,
-            )
-        )
-    return requests
+    return random_content(seed, n)
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])

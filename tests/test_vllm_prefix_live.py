@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 from pathlib import Path
 
 import pytest
+from engine_helpers import random_content
 
 from tracekit.engine import EngineConfig
-from tracekit.engine.request import EngineRequest, engine_requests
+from tracekit.engine.request import engine_requests
 from tracekit.vllm.cache_hits import driver_streams, engine_stream, first_mismatch
 from tracekit.vllm.fixtures import FIXTURES, PREFIX_CACHING_FIXTURES
 from tracekit.vllm.protocol import Scenario
@@ -31,28 +31,6 @@ def environments() -> list[str]:
     primary = os.environ.get("BIDKV_VLLM_VENV") or str(DEFAULT_VLLM_VENV)
     extra = [p for p in os.environ.get("BIDKV_VLLM_VENV_EXTRA", "").split(os.pathsep) if p]
     return [primary, *extra]
-
-
-def random_content(seed: int, n: int = 100) -> tuple[EngineRequest, ...]:
-    """Requests in four content groups (two 256-token content blocks each), a fifth without."""
-    rng = random.Random(seed)
-    requests = []
-    for i in range(n):
-        group = rng.randrange(4)
-        content = (group, group + 10) if rng.random() < 0.8 else ()
-        requests.append(
-            EngineRequest(
-                f"r{i}",
-                round(i * 0.03, 3),
-                rng.randrange(20, 700),
-                rng.randrange(1, 150),
-                400,
-                rng.randrange(3),
-                content,
-                256,
-            )
-        )
-    return tuple(requests)
 
 
 def scenarios(release: str) -> list[Scenario]:
@@ -75,7 +53,7 @@ def scenarios(release: str) -> list[Scenario]:
             step_s=0.05,
             enable_prefix_caching=True,
         )
-        out.append(Scenario(len(out), config, random_content(seed)))
+        out.append(Scenario(len(out), config, tuple(random_content(seed, 100))))
     return out
 
 
