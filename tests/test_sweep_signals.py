@@ -61,17 +61,31 @@ def _interrupt(matrix: Path, out: Path, presses: int, sleep_s: float) -> tuple[i
         env=env,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while not (list(out.glob("runs/**/manifest.json")) and list(out.glob(f"{SLEEPY}/*/.*"))):
-        assert process.poll() is None, process.communicate()[0]
-        assert time.monotonic() < deadline, "the sweep did not get going within 60 s"
-        time.sleep(0.02)
-    for _ in range(presses):
-        # What a terminal does on Ctrl-C: SIGINT to the whole foreground process group.
-        os.killpg(process.pid, signal.SIGINT)
-        time.sleep(0.2)
-    output, _ = process.communicate(timeout=60)
-    return process.returncode, output
+    try:
+        deadline = time.monotonic() + 60
+        while not (_exists(out, "runs/**/manifest.json") and _exists(out, f"{SLEEPY}/*/.*")):
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the sweep did not get going within 60 s"
+            time.sleep(0.02)
+        for _ in range(presses):
+            # What a terminal does on Ctrl-C: SIGINT to the whole foreground process group.
+            os.killpg(process.pid, signal.SIGINT)
+            time.sleep(0.2)
+        output, _ = process.communicate(timeout=60)
+        return process.returncode, output
+    finally:
+        # A failed check must not leave the sweep running (or its pipe open) for later tests.
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+def _exists(out: Path, pattern: str) -> bool:
+    """Whether ``pattern`` matches under ``out``; the sweep renames folders while we look."""
+    try:
+        return any(True for _ in out.glob(pattern))
+    except FileNotFoundError:
+        return False
 
 
 def _check_clean(out: Path) -> list[Path]:
