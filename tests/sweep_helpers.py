@@ -27,6 +27,14 @@ max_model_len = 4608
 """
 
 
+def matches_now(out: Path, pattern: str) -> list[Path]:
+    """What ``pattern`` matches under ``out`` now; a running sweep renames folders as we look."""
+    try:
+        return list(out.glob(pattern))
+    except FileNotFoundError:
+        return []
+
+
 def write_matrix(folder: Path, text: str, name: str = "matrix.toml") -> Path:
     """Write ``text`` as a matrix file in ``folder``."""
     path = folder / name

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_helpers import TINY, write_matrix
+from sweep_helpers import TINY, matches_now, write_matrix
 
 from tracekit.sweep import run_sweep
 
@@ -77,7 +77,7 @@ def test_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 60
         # Both workers hold a sleepy run (its hidden partial folder exists while it sleeps).
-        while len(list(out.glob("runs/**/strategy=sweep_helpers-SleepyPolicy/*/.*"))) < 2:
+        while len(matches_now(out, "runs/**/strategy=sweep_helpers-SleepyPolicy/*/.*")) < 2:
             assert driver.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         family = _children(driver.pid)

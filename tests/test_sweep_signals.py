@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_helpers import SAMPLE, write_matrix
+from sweep_helpers import SAMPLE, matches_now, write_matrix
 
 from tracekit.sweep import run_sweep
 from tracekit.sweep.task import bundle_state
@@ -63,7 +63,9 @@ def _interrupt(matrix: Path, out: Path, presses: int, sleep_s: float) -> tuple[i
     )
     try:
         deadline = time.monotonic() + 60
-        while not (_exists(out, "runs/**/manifest.json") and _exists(out, f"{SLEEPY}/*/.*")):
+        while not (
+            matches_now(out, "runs/**/manifest.json") and matches_now(out, f"{SLEEPY}/*/.*")
+        ):
             assert process.poll() is None, process.communicate()[0]
             assert time.monotonic() < deadline, "the sweep did not get going within 60 s"
             time.sleep(0.02)
@@ -78,14 +80,6 @@ def _interrupt(matrix: Path, out: Path, presses: int, sleep_s: float) -> tuple[i
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
-
-
-def _exists(out: Path, pattern: str) -> bool:
-    """Whether ``pattern`` matches under ``out``; the sweep renames folders while we look."""
-    try:
-        return any(True for _ in out.glob(pattern))
-    except FileNotFoundError:
-        return False
 
 
 def _check_clean(out: Path) -> list[Path]:
