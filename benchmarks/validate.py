@@ -143,9 +143,7 @@ def large_bundle(source: Path, cache: Path, decisions: int, steps: int, requests
     )
     manifest["tables"] = {
         t: {"rows": pq.ParquetFile(partial / f"{t}.parquet").metadata.num_rows, "files": [f]}
-        for t, f in (
-            (t, f"{t}.parquet") for t in ("requests", "decisions", "candidates", "steps")
-        )
+        for t, f in ((t, f"{t}.parquet") for t in ("requests", "decisions", "candidates", "steps"))
     }
     (partial / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     os.replace(partial, out)

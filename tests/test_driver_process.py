@@ -52,7 +52,10 @@ def test_a_driver_that_dies_raises_with_its_error_output() -> None:
     with pytest.raises(DriverFailed) as caught:
         list(
             run_driver_process(
-                Path(sys.executable), ["-c", ECHO], _lines(1, 99, 2), engine="Test",
+                Path(sys.executable),
+                ["-c", ECHO],
+                _lines(1, 99, 2),
+                engine="Test",
                 error=DriverFailed,
             )
         )

@@ -112,9 +112,10 @@ def test_open_replay_of_the_real_vllm_decisions(tmp_path: Path) -> None:
     # builtin is vLLM's own rule: it names the victim vLLM preempted, every time.
     builtin = replayed.filter(pl.col("strategy") == "builtin").sort("seq")
     assert builtin.height == decisions.height == manifest(FIXTURE)["tables"]["decisions"]["rows"]
-    assert builtin["applied_victim_id"].to_list() == decisions.sort("seq")[
-        "applied_victim_id"
-    ].to_list()
+    assert (
+        builtin["applied_victim_id"].to_list()
+        == decisions.sort("seq")["applied_victim_id"].to_list()
+    )
     assert builtin["agrees_with_recorded"].all()
     line = next(x for x in result.output.splitlines() if x.startswith("builtin "))
     assert line.split()[1:3] == [str(decisions.height), "100.0%"]
@@ -132,9 +133,10 @@ def test_open_replay_of_the_real_vllm_decisions(tmp_path: Path) -> None:
         pl.col("strategy_a") == "largest-first", pl.col("strategy_b") == "builtin"
     )
     same = largest.join(decisions.select("seq", "applied_victim_id"), on="seq", suffix="_vllm")
-    assert agreement["agreements"].item() == (
-        same["applied_victim_id"] == same["applied_victim_id_vllm"]
-    ).sum()
+    assert (
+        agreement["agreements"].item()
+        == (same["applied_victim_id"] == same["applied_victim_id_vllm"]).sum()
+    )
 
 
 def test_a_policy_replayed_on_its_own_recording_agrees_everywhere(tmp_path: Path) -> None:
@@ -145,9 +147,10 @@ def test_a_policy_replayed_on_its_own_recording_agrees_everywhere(tmp_path: Path
     assert (decisions["outcome"] == "selected").sum() > 0  # the policy really chose victims
     run(["replay", recorded, "--strategy", "bidkv", "--out", tmp_path / "open"])
     replayed = pl.read_parquet(tmp_path / "open" / "replay_decisions.parquet").sort("seq")
-    assert replayed["applied_victim_id"].to_list() == decisions.sort("seq")[
-        "applied_victim_id"
-    ].to_list()
+    assert (
+        replayed["applied_victim_id"].to_list()
+        == decisions.sort("seq")["applied_victim_id"].to_list()
+    )
     assert replayed["outcome"].to_list() == decisions.sort("seq")["outcome"].to_list()
 
 
@@ -314,9 +317,7 @@ def test_report_of_the_sweep_has_the_verdict_tables(sweep_folder: Path, tmp_path
         pairs = pairs.sort("repeat")
         measured = {}
         for metric, key in (("output_tokens_per_s", "throughput"), ("e2e_p95_s", "p95_latency")):
-            changes = (
-                100 * (pairs[f"{metric}_bidkv"] / pairs[f"{metric}_builtin"] - 1)
-            ).to_list()
+            changes = (100 * (pairs[f"{metric}_bidkv"] / pairs[f"{metric}_builtin"] - 1)).to_list()
             assert entry[key]["changes_pct"] == pytest.approx(changes, rel=1e-9)
             mean, low, high = _interval(changes)
             assert entry[key]["mean_pct"] == pytest.approx(mean, rel=1e-9)

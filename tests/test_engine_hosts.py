@@ -107,8 +107,14 @@ def test_abstention_applies_the_builtin_victim() -> None:
 def _pressure_workload(seed: int) -> list[EngineRequest]:
     rng = random.Random(seed)
     return [
-        EngineRequest(f"r{i}", rng.uniform(0, 20), rng.randint(10, 120), rng.randint(5, 60),
-                      60, rng.randint(0, 2))
+        EngineRequest(
+            f"r{i}",
+            rng.uniform(0, 20),
+            rng.randint(10, 120),
+            rng.randint(5, 60),
+            60,
+            rng.randint(0, 2),
+        )
         for i in range(30)
     ]
 
@@ -126,7 +132,9 @@ def test_broken_policies_are_disabled_and_the_engine_stays_consistent(
     result = run_checked(config, _pressure_workload(3), host)
     first, *rest = result.decisions
     assert (first.outcome, first.raw_result, first.victim_id) == (
-        outcome, raw, first.builtin_victim_id
+        outcome,
+        raw,
+        first.builtin_victim_id,
     )
     assert rest and {d.outcome for d in rest} == {"disabled"}
     assert all(d.victim_id == d.builtin_victim_id for d in result.decisions)

@@ -95,15 +95,17 @@ def test_prefill_first_then_decode() -> None:
     )
     # Step 0 prefills A; step 1 prefills B (A waits: no mixed batches); then both decode.
     assert [s.num_scheduled_tokens for s in result.steps] == [
-        {"A": 20}, {"B": 20}, {"A": 1, "B": 1}, {"A": 1, "B": 1},
+        {"A": 20},
+        {"B": 20},
+        {"A": 1, "B": 1},
+        {"A": 1, "B": 1},
     ]
 
 
 def _workload(seed: int) -> list[EngineRequest]:
     rng = random.Random(seed)
     return [
-        EngineRequest(f"r{i}", rng.uniform(0, 10), rng.randint(5, 100), rng.randint(20, 120),
-                      120)
+        EngineRequest(f"r{i}", rng.uniform(0, 10), rng.randint(5, 100), rng.randint(20, 120), 120)
         for i in range(30)
     ]
 

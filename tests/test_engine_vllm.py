@@ -115,9 +115,7 @@ def test_multi_victim_cascade_for_a_chunked_prefill() -> None:
     # Budget 64 tokens, long-prefill cap 48. A: prompt 150 (10 blocks in full); B and C:
     # prompt 8 (1 block), arriving at 1.0.
     config = make_engine(max_num_batched_tokens=64, long_prefill_token_threshold=48)
-    result = run_checked(
-        config, make_requests(("A", 0, 150, 5), ("B", 1, 8, 20), ("C", 1, 8, 20))
-    )
+    result = run_checked(config, make_requests(("A", 0, 150, 5), ("B", 1, 8, 20), ("C", 1, 8, 20)))
     steps = scheduled(result)
     # Step 0: A alone, so the long-prefill cap is off: 64 tokens, 4 blocks (free 6). The full
     # prompt (10 blocks) fits, so full_sequence_must_fit admits it.
@@ -247,8 +245,14 @@ def test_idle_engine_jumps_to_the_next_arrival() -> None:
 def _random_workload(seed: int) -> list[EngineRequest]:
     rng = random.Random(seed)
     return [
-        EngineRequest(f"r{i}", rng.uniform(0, 30), rng.randint(1, 150), rng.randint(1, 60),
-                      rng.randint(1, 80), rng.randint(0, 3))
+        EngineRequest(
+            f"r{i}",
+            rng.uniform(0, 30),
+            rng.randint(1, 150),
+            rng.randint(1, 60),
+            rng.randint(1, 80),
+            rng.randint(0, 3),
+        )
         for i in range(40)
     ]
 
@@ -277,7 +281,10 @@ def test_invariants_hold_on_random_workloads(policy: str) -> None:
 
 def test_same_inputs_give_identical_records() -> None:
     config = EngineConfig(
-        num_blocks=20, max_model_len=300, max_num_seqs=8, max_num_batched_tokens=64,
+        num_blocks=20,
+        max_model_len=300,
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
         clock="cost-model",
     )
     first = run_engine(_random_workload(7), config, BuiltinHost())

@@ -93,9 +93,7 @@ def test_grid_caches_calls_and_stays_inside_the_limits():
 
 def test_exact_points_cost_one_call():
     calls = []
-    model = AIConfiguratorModel(
-        "g", "m", version="0", estimator=lambda f: calls.append(f) or 1.0
-    )
+    model = AIConfiguratorModel("g", "m", version="0", estimator=lambda f: calls.append(f) or 1.0)
     model.step_time_s(StepShape.of([(1000, 0)], [30] * 8))  # prefill exact, mean context 30
     assert calls == [
         {

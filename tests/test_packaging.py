@@ -38,9 +38,13 @@ def sdist_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     src = _tracked_copy(tmp_path_factory.mktemp("src"))
     out = tmp_path_factory.mktemp("dist")
     code = f"from setuptools import build_meta; print(build_meta.build_sdist({str(out)!r}))"
-    built = subprocess.run(
-        [sys.executable, "-c", code], cwd=src, capture_output=True, text=True, check=True
-    ).stdout.strip().splitlines()[-1]
+    built = (
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=src, capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     with tarfile.open(out / built) as archive:
         return {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
 
@@ -80,9 +84,13 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = _tracked_copy(tmp_path_factory.mktemp("wsrc"))
     out = tmp_path_factory.mktemp("wheel")
     code = f"from setuptools import build_meta; print(build_meta.build_wheel({str(out)!r}))"
-    built = subprocess.run(
-        [sys.executable, "-c", code], cwd=src, capture_output=True, text=True, check=True
-    ).stdout.strip().splitlines()[-1]
+    built = (
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=src, capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     site = tmp_path_factory.mktemp("site")
     with zipfile.ZipFile(out / built) as wheel:
         wheel.extractall(site)
@@ -117,15 +125,35 @@ def test_the_readme_quick_start_runs_from_the_wheel_outside_the_checkout(
     sample = _from_wheel(installed_wheel, tmp_path, "-m", "tracekit.data", "azure_conv_sample.csv")
     workload = sample.stdout.strip()
     record = _from_wheel(
-        installed_wheel, tmp_path, "-m", "tracekit", "record", "sim", "--workload", workload,
-        "--limit", "200", "--strategy", "bidkv", "--out", "runs/typed",
+        installed_wheel,
+        tmp_path,
+        "-m",
+        "tracekit",
+        "record",
+        "sim",
+        "--workload",
+        workload,
+        "--limit",
+        "200",
+        "--strategy",
+        "bidkv",
+        "--out",
+        "runs/typed",
     )
     assert record.returncode == 0, record.stderr
     check = _from_wheel(installed_wheel, tmp_path, "-m", "tracekit", "validate", "runs/typed")
     assert check.returncode == 0, check.stdout + check.stderr
     # The experiment's default pool resolves from the package, not from the current folder.
     traces = _from_wheel(
-        installed_wheel, tmp_path, "-m", "tracekit", "experiment", "traces", "--out", "frozen",
-        "--num-requests", "20",
+        installed_wheel,
+        tmp_path,
+        "-m",
+        "tracekit",
+        "experiment",
+        "traces",
+        "--out",
+        "frozen",
+        "--num-requests",
+        "20",
     )
     assert traces.returncode == 0, traces.stderr

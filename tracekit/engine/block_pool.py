@@ -29,8 +29,9 @@ class BlockPool:
 
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 2:
-            raise ValueError(f"num_blocks must be at least 2 (one is the null block); "
-                             f"found {num_blocks}")
+            raise ValueError(
+                f"num_blocks must be at least 2 (one is the null block); found {num_blocks}"
+            )
         self.num_usable_blocks = num_blocks - 1
         self.num_free_blocks = num_blocks - 1
 

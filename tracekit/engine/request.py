@@ -91,8 +91,9 @@ class EngineRequest:
             or not math.isfinite(self.arrival_s)
             or self.arrival_s < 0
         ):
-            raise ValueError(f"{where}: arrival_s must be a finite number >= 0; "
-                             f"found {self.arrival_s!r}")
+            raise ValueError(
+                f"{where}: arrival_s must be a finite number >= 0; found {self.arrival_s!r}"
+            )
         for name in ("prompt_tokens", "output_tokens", "max_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -102,12 +103,14 @@ class EngineRequest:
         if not isinstance(self.content_ids, tuple) or not all(
             isinstance(c, int) and not isinstance(c, bool) for c in self.content_ids
         ):
-            raise ValueError(f"{where}: content_ids must be a tuple of integers; "
-                             f"found {self.content_ids!r}")
+            raise ValueError(
+                f"{where}: content_ids must be a tuple of integers; found {self.content_ids!r}"
+            )
         block = self.content_block_tokens
         if not isinstance(block, int) or isinstance(block, bool) or block < 1:
-            raise ValueError(f"{where}: content_block_tokens must be an integer >= 1; "
-                             f"found {block!r}")
+            raise ValueError(
+                f"{where}: content_block_tokens must be an integer >= 1; found {block!r}"
+            )
 
 
 class RequestState:

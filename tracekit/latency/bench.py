@@ -151,9 +151,7 @@ def main() -> None:
         f"({direct_wall / len(sample) * 1e6:.1f} us/step; all steps would take "
         f"{direct_wall / len(sample) * n:.0f} s)"
     )
-    errors = sorted(
-        abs(forward(*r) / e - 1) for r, e in zip(sample, exact, strict=True)
-    )
+    errors = sorted(abs(forward(*r) / e - 1) for r, e in zip(sample, exact, strict=True))
     print(
         "interpolation error   "
         f"max {errors[-1]:.2e}, mean {sum(errors) / len(errors):.2e}, "

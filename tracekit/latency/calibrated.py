@@ -151,9 +151,8 @@ class CalibratedModel:
             "format": FORMAT,
             "version": FORMAT_VERSION,
             "kind": "calibrated",
-            "model": "t = " + " + ".join(f"c[{t}] * {t}" for t in TERMS).replace(
-                " * intercept", ""
-            ),
+            "model": "t = "
+            + " + ".join(f"c[{t}] * {t}" for t in TERMS).replace(" * intercept", ""),
             "units": "seconds",
             "terms": list(TERMS),
             "coefficients": dict(zip(TERMS, self.coefficients, strict=True)),
@@ -422,11 +421,7 @@ def fit_step_time_model(
     design = [w, *(pl.col(t) * w for t in TERMS[1:])]
     k = len(TERMS)
     sums = train.select(
-        *(
-            (design[i] * design[j]).sum().alias(f"g{i}_{j}")
-            for i in range(k)
-            for j in range(i, k)
-        ),
+        *((design[i] * design[j]).sum().alias(f"g{i}_{j}") for i in range(k) for j in range(i, k)),
         *((design[i]).sum().alias(f"r{i}") for i in range(k)),  # X'y with y = duration / duration
     ).row(0, named=True)
     gram = [[0.0] * k for _ in range(k)]

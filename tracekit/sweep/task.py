@@ -211,9 +211,7 @@ def execute_detached(task: SweepTask, workload: object | None = None) -> TaskOut
         return _failed(task, start, exc)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return TaskOutcome(
-        task.index, "done", time.perf_counter() - start, files=files, sidecar=extra
-    )
+    return TaskOutcome(task.index, "done", time.perf_counter() - start, files=files, sidecar=extra)
 
 
 def _remove_orphan_scratch() -> None:

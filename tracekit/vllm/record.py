@@ -124,7 +124,6 @@ def installed_vllm_version(venv: str | os.PathLike[str] | None = None) -> str:
     return result.stdout.strip()
 
 
-
 def _driver_env(python: Path) -> dict[str, str]:
     defaults = {
         "HF_HUB_OFFLINE": "1",

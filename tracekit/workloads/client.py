@@ -160,8 +160,7 @@ def _finishes(finish_times: Iterable[float]) -> Iterator[float]:
     for finish in finish_times:
         if not math.isfinite(finish) or finish < previous:
             raise ValueError(
-                f"finish times must be finite and non-decreasing; got {finish!r} after "
-                f"{previous!r}"
+                f"finish times must be finite and non-decreasing; got {finish!r} after {previous!r}"
             )
         previous = finish
         yield finish
