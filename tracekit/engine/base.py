@@ -22,7 +22,13 @@ from tracekit.engine.queues import create_request_queue
 from tracekit.engine.request import RequestState, RequestStatus
 from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
 
-__all__ = ["DecisionCallback", "ScheduledStep", "SchedulerBase", "make_candidates"]
+__all__ = [
+    "DecisionCallback",
+    "ScheduledStep",
+    "SchedulerBase",
+    "candidate_blocks",
+    "make_candidates",
+]
 
 DecisionCallback = Callable[[DecisionRecord], None]
 
@@ -31,8 +37,10 @@ class ScheduledStep:
     """What one ``schedule()`` call decided (cf. vLLM ``SchedulerOutput``)."""
 
     __slots__ = (
+        "cache_hits",
         "kv_tokens_read",
         "num_decode_tokens",
+        "num_evicted_blocks",
         "num_preemptions",
         "num_prefill_tokens",
         "num_scheduled_tokens",
@@ -50,6 +58,10 @@ class ScheduledStep:
         # Context tokens (already computed plus scheduled) whose KV the step's attention reads.
         self.kv_tokens_read = 0
         self.num_preemptions = 0
+        # Prefix caching, filled by SchedulerBase.update_from_output: req_id -> hit tokens of
+        # each admission of the step, and the cached blocks the step evicted.
+        self.cache_hits: dict[str, int] = {}
+        self.num_evicted_blocks = 0
 
 
 def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:
@@ -67,6 +79,24 @@ def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, .
         )
         for r in running
     )
+
+
+def candidate_blocks(request: RequestState) -> tuple[int, int]:
+    """``(blocks held, blocks only it holds)`` of a running request.
+
+    With prefix caching the request's blocks are objects with a reference count, and only those
+    at 1 return to the free queue when it is preempted (vLLM ``BlockPool.free_blocks``); blocks
+    shared with another running request stay held. Without it (a plain count) every block is
+    its own.
+    """
+    blocks = request.kv_blocks
+    if not blocks:
+        return request.num_blocks, request.num_blocks
+    exclusive = 0
+    for block in blocks:
+        if block.ref_cnt == 1:  # type: ignore[attr-defined]
+            exclusive += 1
+    return len(blocks), exclusive
 
 
 class SchedulerBase:
@@ -98,6 +128,8 @@ class SchedulerBase:
         # req_id -> request, for every request added and not finished (vLLM ``self.requests``).
         self.requests: dict[str, RequestState] = {}
         self.num_decisions = 0
+        # Evicted-block count of the pool when the last step's output was applied.
+        self._evicted_seen = 0
 
     # ----------------------------------------------------------------------------- queues
     def add_request(self, request: RequestState) -> None:
@@ -130,6 +162,8 @@ class SchedulerBase:
         if victim is None:
             raise RuntimeError(f"host chose {choice.victim_id!r}, which is not running")
         if self.on_decision is not None:
+            blocks = tuple(candidate_blocks(r) for r in running)
+            freed = blocks[running.index(victim)][1]
             self.on_decision(
                 DecisionRecord(
                     seq=self.num_decisions,
@@ -144,6 +178,9 @@ class SchedulerBase:
                     victim_id=choice.victim_id,
                     decision_reason=choice.decision_reason,
                     counters=choice.counters,
+                    candidate_blocks=blocks,
+                    freed_blocks=freed,
+                    freed_tokens=freed * self.config.block_size,
                 )
             )
         self.num_decisions += 1
@@ -170,7 +207,18 @@ class SchedulerBase:
         See :func:`~tracekit.engine.fake_model.apply_fake_outputs`. Finished requests leave the
         running queue, which keeps its order (vLLM ``remove_all``: a new list). Returns them in
         scheduling order.
+
+        Also records the step's prefix-cache figures on ``out`` (before finished requests leave
+        the table): each admission's hit tokens (the scheduler's ``step_cache_hits``, set by
+        the ``schedule()`` that made ``out``) and the cached blocks evicted since the last
+        step's output (the pool's ``num_evicted``); both stay empty / 0 without prefix caching.
         """
+        hits = getattr(self, "step_cache_hits", None)
+        if hits:
+            out.cache_hits = hits
+        evicted = getattr(self.block_pool, "num_evicted", 0)
+        out.num_evicted_blocks = evicted - self._evicted_seen
+        self._evicted_seen = evicted
         finished = apply_fake_outputs(
             out.num_scheduled_tokens, self.requests, self._release_finished, end_s
         )

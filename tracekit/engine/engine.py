@@ -204,6 +204,9 @@ def run_engine(
                 out.num_decode_tokens,
                 out.num_preemptions,
                 scheduled,
+                # Prefix-cache figures of the step (trace v2; empty / 0 with caching off).
+                out.cache_hits,
+                out.num_evicted_blocks,
             )
             if collect:
                 steps.append(record)

@@ -131,8 +131,15 @@ class TraceObserver:
         record_scheduled: bool = False,
         total_requests: int = 0,
         progress: Progress | None = None,
+        record_cache: bool = False,
     ) -> None:
         self.writer = writer
+        # Whether step records carry the prefix-cache figures (the embedded engine: 0 with
+        # caching off); otherwise the trace's cache columns of steps and requests stay null.
+        self.record_cache = record_cache
+        # req_id -> hit tokens at its first schedule / summed over its resumes, until it ends.
+        self._first_hits: dict[str, int] = {}
+        self._resume_hits: dict[str, int] = {}
         # Appenders of the tables written once per step or per candidate (the hot path).
         self._append_step = writer.appender("steps")
         self._append_candidate = writer.appender("candidates")
@@ -149,7 +156,9 @@ class TraceObserver:
         """Write the decision and its candidates."""
         self._update_stats(record)
         append = self._append_candidate
-        for row in candidate_rows(self.run_id, record.seq, record.candidates):
+        for row in candidate_rows(
+            self.run_id, record.seq, record.candidates, record.candidate_blocks
+        ):
             append(row)
         context = _DecisionContext(
             record.candidates,
@@ -171,6 +180,8 @@ class TraceObserver:
                 applied_victim_id=record.victim_id,
                 decision_reason=record.decision_reason,
                 stats=self.stats,
+                freed_blocks=record.freed_blocks,
+                freed_tokens=record.freed_tokens,
             ),
         )
 
@@ -190,7 +201,15 @@ class TraceObserver:
 
     def on_step(self, record: StepRecord) -> None:
         """Write the step (and, if asked, its per-request scheduled tokens)."""
-        self._append_step(step_row(self.run_id, record))
+        self._append_step(step_row(self.run_id, record, cache=self.record_cache))
+        if record.cache_hits:
+            first, resume = self._first_hits, self._resume_hits
+            for request_id, tokens in record.cache_hits.items():
+                # The first admission of a request is its first schedule; later ones resume it.
+                if request_id in first:
+                    resume[request_id] = resume.get(request_id, 0) + tokens
+                else:
+                    first[request_id] = tokens
         if self._append_scheduled is not None:
             append = self._append_scheduled
             for row in scheduled_rows(self.run_id, record):
@@ -198,7 +217,13 @@ class TraceObserver:
 
     def on_request(self, record: RequestRecord) -> None:
         """Write the finished request."""
-        self.writer.append("requests", request_row(self.run_id, record))
+        first = self._first_hits.pop(record.request_id, 0)
+        resume = self._resume_hits.pop(record.request_id, 0)
+        if self.record_cache and record.first_scheduled_s is not None:
+            row = request_row(self.run_id, record, first, resume)
+        else:
+            row = request_row(self.run_id, record)
+        self.writer.append("requests", row)
         self.done += 1
         if self.progress is not None:
             self.progress(self.done, self.total)
@@ -279,6 +304,7 @@ def record_sim(
             record_scheduled=record_scheduled,
             total_requests=len(requests),
             progress=progress,
+            record_cache=True,
         )
         result = run_engine(requests, run.engine_config, host, observer, collect=False)
         writer.manifest["final_state"] = _final_state(host, result.num_steps, result.end_s)

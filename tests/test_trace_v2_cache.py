@@ -1,0 +1,191 @@
+"""Trace schema v2: the prefix-cache columns, checked against a run worked out by hand.
+
+The run (block size 4, 7 usable blocks, vLLM 0.32 FCFS, prefix caching on, synchronous):
+
+* A and B arrive at 0 with 10-token prompts whose first 8 tokens are the same content (one
+  content id over 8 tokens: two full shared blocks); A stops after 12 output tokens, B after 8.
+* Step 0: A is admitted with no hit (3 blocks; blocks 0-1 get cached). B hits A's two cached
+  blocks (8 tokens, capped below its 10 tokens) and takes 1 new block. Step hits: 8.
+* Each step after adds one token to each. At step 7 both need a fifth block and one is free:
+  A (first in the queue) takes it, B's allocation fails and FCFS preempts the tail, B itself.
+  Candidates: A holds 5 blocks, 3 only its own (blocks 0-1 are shared, reference count 2);
+  B holds 4, 2 its own. Freed: 2 blocks = 8 tokens, although B had 16 computed tokens (the
+  token-count estimate). B's 16 computed tokens are thrown away (recomputed_tokens 16); its two
+  own blocks were full, so they stay cached in the free queue, B's last block at the head.
+* Steps 8-10: B (17 tokens) would hit 4 blocks, 2 of them free (evictable), and needs 1 more for
+  its whole sequence: 1 + 2 > 2 free, so it waits.
+* Step 11: A needs its sixth block and takes the head of the free queue: B's last block, now
+  evicted (1). B then hits 3 blocks, 1 evictable, needs 2 more: 2 + 1 > 1 free, waits. A
+  finishes (12 outputs).
+* Step 12: B hits its first 3 blocks (12 tokens: the resume's hit), takes 2 new blocks (the
+  one unhashed free block, then the head of the hashed queue: A's block 4, evicted: 1), computes
+  the last 5 tokens and samples its eighth output. Step hits: 12.
+
+So requests: A cached 0 at first schedule, no resume; B cached 8, resume 12 (of its 16 recomputed
+tokens, 12 came from the cache and 4 were truly recomputed). Steps: hits 8 at step 0 and 12 at
+step 12 (sum 20 = 0 + 8 + 12); evictions 1 at steps 11 and 12.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from trace_helpers import base_manifest
+
+from tracekit.cli import cli
+from tracekit.engine import EngineConfig, EngineRequest, run_engine
+from tracekit.recording.sim import TraceObserver
+from tracekit.trace.bundle import open_trace
+from tracekit.trace.validate import validate_trace
+from tracekit.trace.writer import BundleWriter
+
+RUN = "cache-hand"
+
+
+def engine_config(**settings: object) -> EngineConfig:
+    """The hand-worked run's configuration; synchronous scheduling where the engine has it."""
+    names = {f.name for f in dataclasses.fields(EngineConfig)}
+    if "async_scheduling" in names:
+        settings.setdefault("async_scheduling", False)
+    return EngineConfig(**settings)  # type: ignore[arg-type]
+
+
+HAND_CONFIG = dict(
+    num_blocks=8,
+    block_size=4,
+    max_model_len=28,
+    max_num_seqs=2,
+    clock="steps",
+    enable_prefix_caching=True,
+)
+
+
+def hand_requests() -> list[EngineRequest]:
+    return [
+        EngineRequest("A", 0.0, 10, 12, 12, 0, (7,), 8),
+        EngineRequest("B", 0.0, 10, 8, 8, 0, (7,), 8),
+    ]
+
+
+def record(out: Path, config: EngineConfig, requests: list[EngineRequest]) -> Path:
+    manifest = base_manifest(RUN)
+    manifest["engine_config"] = dataclasses.asdict(config)
+    with BundleWriter(out, manifest, tables=["requests", "decisions", "candidates", "steps"]) as w:
+        observer = TraceObserver(
+            w, RUN, policy_name="builtin", scheduling_policy="fcfs", record_cache=True
+        )
+        run_engine(requests, config, None, observer, collect=False, check_consistency=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("v2") / "bundle"
+    return record(out, engine_config(**HAND_CONFIG), hand_requests())
+
+
+def test_hand_worked_requests(hand: Path) -> None:
+    requests = open_trace(hand).scan("requests").sort("request_id").collect()
+    got = requests.select(
+        "request_id",
+        "num_preemptions",
+        "recomputed_tokens",
+        "num_cached_tokens",
+        "resume_cached_tokens",
+        "output_tokens",
+    ).rows()
+    assert got == [("A", 0, 0, 0, 0, 12), ("B", 1, 16, 8, 12, 8)]
+
+
+def test_hand_worked_decision_and_candidates(hand: Path) -> None:
+    data = open_trace(hand)
+    decisions = data.scan("decisions").collect()
+    assert decisions.select(
+        "seq", "step", "applied_victim_id", "freed_blocks", "freed_tokens"
+    ).rows() == [(0, 7, "B", 2, 8)]
+    candidates = data.scan("candidates").sort("position").collect()
+    assert candidates.select(
+        "request_id", "num_computed_tokens", "num_blocks_held", "num_blocks_exclusive"
+    ).rows() == [("A", 16, 5, 3), ("B", 16, 4, 2)]
+
+
+def test_hand_worked_steps(hand: Path) -> None:
+    steps = open_trace(hand).scan("steps").sort("step").collect()
+    assert steps.height == 13
+    hits = dict(steps.select("step", "cache_hit_tokens").rows())
+    evicted = dict(steps.select("step", "cached_blocks_evicted").rows())
+    assert {s: h for s, h in hits.items() if h} == {0: 8, 12: 12}
+    assert {s: e for s, e in evicted.items() if e} == {11: 1, 12: 1}
+
+
+def test_hand_worked_bundle_is_valid_v2(hand: Path) -> None:
+    manifest = json.loads((hand / "manifest.json").read_text())
+    assert manifest["schema_version"] == 2
+    report = validate_trace(hand)
+    assert report.exit_code == 0, report.bundles[0].problems
+
+
+def test_prefix_caching_off_is_well_defined(tmp_path: Path) -> None:
+    """Without prefix caching nothing hits and every held block is the holder's own.
+
+    Same run, caching off: step 0 admits A (3 blocks) and B (3 blocks: no sharing), 1 free. At
+    step 3 both need a fourth block (13 tokens): A takes the last, B preempts itself and frees
+    its 3 blocks (12 tokens of capacity, its 12 computed tokens).
+    """
+    config = engine_config(**{**HAND_CONFIG, "enable_prefix_caching": False})
+    out = record(tmp_path / "off", config, hand_requests())
+    data = open_trace(out)
+    steps = data.scan("steps").collect()
+    assert steps.get_column("cache_hit_tokens").to_list() == [0] * steps.height
+    assert steps.get_column("cached_blocks_evicted").to_list() == [0] * steps.height
+    candidates = data.scan("candidates").collect()
+    assert (candidates["num_blocks_held"] == candidates["num_blocks_exclusive"]).all()
+    first = data.scan("decisions").collect().row(0, named=True)
+    assert (first["step"], first["applied_victim_id"], first["freed_blocks"]) == (3, "B", 3)
+    assert first["freed_tokens"] == 12
+    requests = data.scan("requests").collect()
+    assert requests.get_column("num_cached_tokens").to_list() == [0, 0]
+    assert requests.get_column("resume_cached_tokens").to_list() == [0, 0]
+    assert validate_trace(out).exit_code == 0
+
+
+def test_validate_flags_a_freed_count_that_is_not_the_victims(hand: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(hand, bad)
+    path = bad / "decisions.parquet"
+    frame = pl.read_parquet(path).with_columns(freed_blocks=pl.lit(4, pl.Int64))
+    frame.write_parquet(path)
+    report = validate_trace(bad)
+    assert report.exit_code == 1
+    problems = "\n".join(report.bundles[0].problems)
+    assert "decisions.freed_blocks is not the applied victim's candidates.num_blocks_exclusive" in (
+        problems
+    )
+    assert "decisions.freed_tokens is not freed_blocks * engine_config.block_size (4)" in problems
+
+
+def test_validate_flags_hits_that_do_not_add_up(hand: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(hand, bad)
+    path = bad / "requests.parquet"
+    frame = pl.read_parquet(path).with_columns(resume_cached_tokens=pl.lit(0, pl.Int64))
+    frame.write_parquet(path)
+    report = validate_trace(bad)
+    assert report.exit_code == 1
+    assert any("sum to 8, steps.cache_hit_tokens to 20" in p for p in report.bundles[0].problems), (
+        report.bundles[0].problems
+    )
+
+
+def test_cli_validate_exit_codes(hand: Path) -> None:
+    result = CliRunner().invoke(cli, ["validate", str(hand)])
+    assert result.exit_code == 0, result.output
