@@ -189,3 +189,64 @@ def test_validate_flags_hits_that_do_not_add_up(hand: Path, tmp_path: Path) -> N
 def test_cli_validate_exit_codes(hand: Path) -> None:
     result = CliRunner().invoke(cli, ["validate", str(hand)])
     assert result.exit_code == 0, result.output
+
+
+V1_FIXTURE = Path(__file__).resolve().parents[1] / "traces/vllm-fixtures/vllm-0.32.0/azure-fcfs"
+
+
+def test_a_committed_v1_bundle_still_validates_and_reads_with_null_cache_columns() -> None:
+    manifest = json.loads((V1_FIXTURE / "manifest.json").read_text())
+    assert manifest["schema_version"] == 1
+    assert validate_trace(V1_FIXTURE).exit_code == 0
+    data = open_trace(V1_FIXTURE)
+    candidates = data.scan("candidates").collect()
+    assert candidates.height > 0
+    assert candidates.get_column("num_blocks_exclusive").null_count() == candidates.height
+    steps = data.scan("steps").collect()
+    assert steps.get_column("cache_hit_tokens").null_count() == steps.height
+
+
+def test_a_dataset_mixing_v1_and_v2_scans_as_v2(hand: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(V1_FIXTURE, tmp_path / "a-v1")
+    shutil.copytree(hand, tmp_path / "b-v2")
+    requests = open_trace(tmp_path).scan("requests").collect()
+    v1_rows = json.loads((V1_FIXTURE / "manifest.json").read_text())["tables"]["requests"]["rows"]
+    assert requests.height == v1_rows + 2
+    # Bundle order is kept: the v1 rows (null hits) first, then the hand-worked run's.
+    assert requests.get_column("num_cached_tokens").to_list()[v1_rows:] == [0, 8]
+    assert requests.get_column("num_cached_tokens").null_count() == v1_rows
+    assert validate_trace(tmp_path).exit_code == 0
+
+
+def test_a_v1_bundle_with_a_v2_column_is_malformed(tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "v1"
+    shutil.copytree(V1_FIXTURE, bad)
+    path = bad / "steps.parquet"
+    pl.read_parquet(path).with_columns(cache_hit_tokens=pl.lit(0, pl.Int64)).write_parquet(path)
+    report = validate_trace(bad)
+    assert report.exit_code == 2
+    assert report.bundles[0].problems == [
+        f"{path}: column(s) 'cache_hit_tokens' are not in table 'steps' of trace schema v1; "
+        "rewrite the file with only the schema's columns or re-record the bundle"
+    ]
+
+
+def test_an_unknown_schema_version_is_one_line_exit_2(hand: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "v3"
+    shutil.copytree(hand, bad)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["schema_version"] = 3
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(cli, ["validate", str(bad)])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines == [
+        f"Error: {bad / 'manifest.json'}: field 'schema_version' is 3, this tracekit reads "
+        "versions 1 and 2; use the tracekit version that wrote it or re-record"
+    ]
