@@ -250,3 +250,33 @@ def test_an_unknown_schema_version_is_one_line_exit_2(hand: Path, tmp_path: Path
         f"Error: {bad / 'manifest.json'}: field 'schema_version' is 3, this tracekit reads "
         "versions 1 and 2; use the tracekit version that wrote it or re-record"
     ]
+
+
+def test_open_replay_sets_the_estimate_against_the_actual_tokens_freed(
+    hand: Path, tmp_path: Path
+) -> None:
+    """The one decision: builtin preempts B, whose 16 computed tokens suggest 16 freed tokens;
+    its 2 exclusive blocks free 8. A strategy that picks A would estimate 16 and free 12."""
+    from tracekit.replay import replay_open
+    from tracekit.strategies import parse_strategy_list
+
+    result = replay_open(hand, parse_strategy_list("builtin"), tmp_path / "out")
+    row = result.summary.row(0, named=True)
+    assert row["freed_known_decisions"] == 1
+    assert (row["estimated_tokens_freed"], row["actual_tokens_freed"]) == (16, 8)
+    assert row["freed_actual_ratio"] == 0.5
+    assert "8/16 (0.500)" in result.text
+    rows = pl.read_parquet(tmp_path / "out" / "replay_decisions.parquet")
+    assert rows.select("victim_tokens_freed", "victim_tokens_freed_actual").row(0) == (16, 8)
+    assert rows.get_column("recorded_tokens_freed_actual").to_list() == [8]
+
+
+def test_open_replay_of_a_v1_bundle_has_no_actual(tmp_path: Path) -> None:
+    from tracekit.replay import replay_open
+    from tracekit.strategies import parse_strategy_list
+
+    result = replay_open(V1_FIXTURE, parse_strategy_list("builtin"), tmp_path / "out")
+    row = result.summary.row(0, named=True)
+    assert row["freed_known_decisions"] == 0
+    assert row["actual_tokens_freed"] is None and row["freed_actual_ratio"] is None
+    assert row["decisions"] == 21
