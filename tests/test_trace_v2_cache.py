@@ -280,3 +280,26 @@ def test_open_replay_of_a_v1_bundle_has_no_actual(tmp_path: Path) -> None:
     assert row["freed_known_decisions"] == 0
     assert row["actual_tokens_freed"] is None and row["freed_actual_ratio"] is None
     assert row["decisions"] == 21
+
+
+def test_inspect_splits_recomputed_tokens_into_cache_hits_and_true_recompute(hand: Path) -> None:
+    """B threw away 16 tokens, 12 came back from the cache: 4 truly recomputed. Hit rate: the
+    admissions asked for 10 + 10 + 17 = 37 tokens, 20 of them hits (vLLM hits / queries)."""
+    from tracekit.trace.inspect import inspect_trace, render_inspection
+
+    (summary,) = inspect_trace(hand)
+    assert summary["recomputed_tokens"] == 16
+    assert summary["recomputed_from_cache_tokens"] == 12
+    assert summary["truly_recomputed_tokens"] == 4
+    assert summary["cached_tokens_first_schedule"] == 8
+    assert (summary["cache_hit_tokens"], summary["cached_blocks_evicted"]) == (20, 2)
+    assert summary["cache_hit_rate"] == pytest.approx(20 / 37)
+    assert "truly_recomputed_tokens" in render_inspection([summary])
+
+
+def test_inspect_of_a_v1_bundle_leaves_the_cache_figures_out() -> None:
+    from tracekit.trace.inspect import CACHE_KEYS, inspect_trace
+
+    (summary,) = inspect_trace(V1_FIXTURE)
+    assert summary["recomputed_tokens"] > 0
+    assert not set(CACHE_KEYS) & set(summary)
