@@ -28,32 +28,18 @@ step 12 (sum 20 = 0 + 8 + 12); evictions 1 at steps 11 and 12.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from trace_helpers import base_manifest
+from trace_helpers import engine_config, record_engine_bundle
 
 from tracekit.cli import cli
-from tracekit.engine import EngineConfig, EngineRequest, run_engine
-from tracekit.recording.sim import TraceObserver
+from tracekit.engine import EngineRequest
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.validate import validate_trace
-from tracekit.trace.writer import BundleWriter
-
-RUN = "cache-hand"
-
-
-def engine_config(**settings: object) -> EngineConfig:
-    """The hand-worked run's configuration; synchronous scheduling where the engine has it."""
-    names = {f.name for f in dataclasses.fields(EngineConfig)}
-    if "async_scheduling" in names:
-        settings.setdefault("async_scheduling", False)
-    return EngineConfig(**settings)  # type: ignore[arg-type]
-
 
 HAND_CONFIG = dict(
     num_blocks=8,
@@ -72,21 +58,10 @@ def hand_requests() -> list[EngineRequest]:
     ]
 
 
-def record(out: Path, config: EngineConfig, requests: list[EngineRequest]) -> Path:
-    manifest = base_manifest(RUN)
-    manifest["engine_config"] = dataclasses.asdict(config)
-    with BundleWriter(out, manifest, tables=["requests", "decisions", "candidates", "steps"]) as w:
-        observer = TraceObserver(
-            w, RUN, policy_name="builtin", scheduling_policy="fcfs", record_cache=True
-        )
-        run_engine(requests, config, None, observer, collect=False, check_consistency=True)
-    return out
-
-
 @pytest.fixture(scope="module")
 def hand(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("v2") / "bundle"
-    return record(out, engine_config(**HAND_CONFIG), hand_requests())
+    return record_engine_bundle(out, engine_config(**HAND_CONFIG), hand_requests())
 
 
 def test_hand_worked_requests(hand: Path) -> None:
@@ -138,7 +113,7 @@ def test_prefix_caching_off_is_well_defined(tmp_path: Path) -> None:
     its 3 blocks (12 tokens of capacity, its 12 computed tokens).
     """
     config = engine_config(**{**HAND_CONFIG, "enable_prefix_caching": False})
-    out = record(tmp_path / "off", config, hand_requests())
+    out = record_engine_bundle(tmp_path / "off", config, hand_requests())
     data = open_trace(out)
     steps = data.scan("steps").collect()
     assert steps.get_column("cache_hit_tokens").to_list() == [0] * steps.height

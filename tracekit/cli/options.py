@@ -98,6 +98,26 @@ workload_options = _stack(
         "--rate-scale", type=float, default=1.0, show_default=True, help="2.0 = twice the rate."
     ),
     click.option("--priority-seed", type=int, default=None, help="Assign seeded priorities 0..2."),
+    # Token content (docs/workloads.md, "Token content"): a synthetic shared prompt prefix.
+    click.option(
+        "--shared-prefix-tokens",
+        type=int,
+        default=None,
+        help="Give every request a shared prompt prefix of N tokens (prefix caching).",
+    ),
+    click.option(
+        "--prefix-groups",
+        type=int,
+        default=None,
+        help="Number of distinct shared prefixes, drawn per request (default 1).",
+    ),
+    click.option(
+        "--prefix-seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of the prefix-group draws.",
+    ),
 )
 
 
@@ -238,6 +258,9 @@ def workload_settings(options: dict[str, Any]) -> dict[str, Any]:
         "window": options["window"],
         "rate_scale": options["rate_scale"],
         "priority_seed": options["priority_seed"],
+        "shared_prefix_tokens": options.get("shared_prefix_tokens"),
+        "prefix_groups": options.get("prefix_groups"),
+        "prefix_seed": options.get("prefix_seed", 0),
     }
 
 

@@ -211,8 +211,12 @@ class _Workload(Protocol):
 def engine_requests(workload: _Workload) -> list[EngineRequest]:
     """A workload's requests (``tracekit.workloads.Workload``) as engine inputs, in its order.
 
-    Mooncake ``prefix_hash_ids`` (512 tokens an id) become the requests' ``content_ids``.
+    ``prefix_hash_ids`` become the requests' ``content_ids``, ``content_block_tokens`` tokens
+    an id: the workload option of that name (a synthetic shared prefix sets it to the prefix
+    length), else 512 (Mooncake ``hash_ids``).
     """
+    options = getattr(workload, "options", None) or {}
+    block = int(options.get("content_block_tokens") or MOONCAKE_BLOCK_TOKENS)
     return [
         EngineRequest(
             r.request_id,
@@ -222,6 +226,7 @@ def engine_requests(workload: _Workload) -> list[EngineRequest]:
             r.max_tokens,
             r.priority,
             tuple(getattr(r, "prefix_hash_ids", None) or ()),
+            block,
         )
         for r in workload.iter_requests()
     ]

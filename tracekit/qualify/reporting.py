@@ -77,6 +77,9 @@ def report_inputs(results: Results, qualification: dict[str, Any]) -> ReportInpu
         diff_classes=diff_classes_frame(diff),
         diff_timeline=diff_timeline_frame(results),
         first_difference=first_difference(diff),
+        # Prefix caching (trace v2): None when no run hit the cache, and the section is left out.
+        cache_hits=frames.cache_hit_frame(results, strategies, repeat=0),
+        cache_split=frames.cache_split_frame(results, strategies),
     )
 
 

@@ -29,6 +29,7 @@ from tracekit.engine import (
     run_engine,
 )
 from tracekit.engine.request import engine_requests
+from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import PreemptionPolicyStats
 from tracekit.recording.rows import (
     candidate_rows,
@@ -41,7 +42,7 @@ from tracekit.recording.state import final_state as _final_state
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
-from tracekit.workloads import Workload, load_workload
+from tracekit.workloads import Workload, load_workload, with_shared_prefix
 
 __all__ = [
     "ENGINE_NAMES",
@@ -343,9 +344,16 @@ def load_run_workload(
     window: tuple[float, float | None] | None = None,
     rate_scale: float = 1.0,
     priority_seed: int | None = None,
+    shared_prefix_tokens: int | None = None,
+    prefix_groups: int | None = None,
+    prefix_seed: int = 0,
 ) -> Workload:
-    """Load the workload of a run (see :func:`tracekit.workloads.load_workload`)."""
-    return load_workload(
+    """Load the workload of a run (see :func:`tracekit.workloads.load_workload`).
+
+    ``shared_prefix_tokens`` / ``prefix_groups`` / ``prefix_seed``: give every request a shared
+    prompt prefix (:func:`tracekit.workloads.with_shared_prefix`; groups default to 1).
+    """
+    workload = load_workload(
         path,
         format=format,
         limit=limit,
@@ -353,3 +361,12 @@ def load_run_workload(
         rate_scale=rate_scale,
         priority_seed=priority_seed,
     )
+    if shared_prefix_tokens is None:
+        if prefix_groups is not None:
+            raise ConfigError(
+                f"--prefix-groups {prefix_groups!r}: expected only with --shared-prefix-tokens; "
+                "fix: add --shared-prefix-tokens N or drop --prefix-groups"
+            )
+        return workload
+    groups = 1 if prefix_groups is None else prefix_groups
+    return with_shared_prefix(workload, shared_prefix_tokens, groups, prefix_seed)

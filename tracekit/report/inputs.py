@@ -60,6 +60,10 @@ class ReportInputs:
         Legacy and typed decisions and their differences; ``None`` without the diff.
     first_difference
         The first differing decision and the first divergence; ``None`` without the diff.
+    cache_hits, cache_split
+        Prefix caching (trace v2): the hit rate over time of repeat 0
+        (``cache_hit_frame``) and the recomputed tokens split into cache hits and truly
+        recomputed (``cache_split_frame``); ``None`` when no run hit the cache.
     """
 
     qualification: dict[str, Any]
@@ -84,6 +88,8 @@ class ReportInputs:
     diff_classes: pl.DataFrame
     diff_timeline: pl.DataFrame | None
     first_difference: dict[str, Any] | None
+    cache_hits: pl.DataFrame | None = None
+    cache_split: pl.DataFrame | None = None
 
     @property
     def candidate(self) -> str:

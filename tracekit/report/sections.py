@@ -387,6 +387,41 @@ def _runs(view: ReportInputs) -> Section:
     return section
 
 
+def _cache(view: ReportInputs, strategies: list[str]) -> Section | None:
+    """Prefix caching: hit rate over time and recomputed tokens split (None: no cache hits)."""
+    if view.cache_hits is None and view.cache_split is None:
+        return None
+    section = Section(
+        "prefix-cache",
+        "Prefix cache",
+        "With prefix caching, a preempted request's blocks stay cached until they are reused, "
+        "so part of what it recomputes comes back from the cache for free. The line is the "
+        "share of the tokens admitted requests needed that the cache served, over time "
+        "(repeat 0); the table splits recomputed tokens into cache hits and truly recomputed "
+        "tokens (means per run).",
+    )
+    if view.cache_hits is not None:
+        section.chart(
+            "hit-rate",
+            charts.cache_hit_rate_chart(view.cache_hits, strategies),
+            "prefix-cache hit rate over time",
+        )
+    if view.cache_split is not None:
+        section.html(
+            html_table(
+                view.cache_split,
+                [
+                    Column("strategy"),
+                    Column("recomputed_tokens", "recomputed tokens", fmt_float(0), True),
+                    Column("from_cache_tokens", "of which cache hits", fmt_float(0), True),
+                    Column("truly_recomputed_tokens", "truly recomputed", fmt_float(0), True),
+                    Column("cache_hit_tokens", "all cache hits", fmt_float(0), True),
+                ],
+            )
+        )
+    return section
+
+
 def build_sections(view: ReportInputs) -> list[Section]:
     """Every section of the report, in page order.
 
@@ -402,7 +437,7 @@ def build_sections(view: ReportInputs) -> list[Section]:
         legacy versus typed, runs.
     """
     strategies = list(view.strategies)
-    return [
+    sections = [
         _verdicts(view.qualification),
         _deltas(view, strategies),
         _latency(view, strategies),
@@ -414,3 +449,8 @@ def build_sections(view: ReportInputs) -> list[Section]:
         diff_section(view),
         _runs(view),
     ]
+    # Prefix caching (trace v2), right after recomputation, only when a run hit the cache.
+    cache = _cache(view, strategies)
+    if cache is not None:
+        sections.insert(6, cache)
+    return sections
