@@ -278,3 +278,20 @@ def test_inspect_of_a_v1_bundle_leaves_the_cache_figures_out() -> None:
     (summary,) = inspect_trace(V1_FIXTURE)
     assert summary["recomputed_tokens"] > 0
     assert not set(CACHE_KEYS) & set(summary)
+
+
+def test_open_replay_splits_the_recorded_recompute(hand: Path, tmp_path: Path) -> None:
+    from tracekit.replay import replay_open
+    from tracekit.strategies import parse_strategy_list
+
+    result = replay_open(hand, parse_strategy_list("builtin"), tmp_path / "out")
+    assert "  cache-hand: 16 = 12 + 4" in result.text
+    described = json.loads((tmp_path / "out" / "replay.json").read_text())
+    assert described["recorded_recompute"] == [
+        {
+            "run_id": "cache-hand",
+            "recomputed_tokens": 16,
+            "recomputed_from_cache_tokens": 12,
+            "truly_recomputed_tokens": 4,
+        }
+    ]

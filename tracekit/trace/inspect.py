@@ -19,7 +19,7 @@ from tracekit.trace.bundle import open_trace
 from tracekit.trace.text import text_table
 from tracekit.trace.validate import check_readable
 
-__all__ = ["CACHE_KEYS", "inspect_trace", "render_inspection"]
+__all__ = ["CACHE_KEYS", "inspect_trace", "recompute_split", "render_inspection"]
 
 #: The prefix-cache figures of a run, left out where the trace does not record them (null).
 CACHE_KEYS = (
@@ -44,6 +44,19 @@ _FROM_CACHE = (
     .then(pl.min_horizontal("resume_cached_tokens", "recomputed_tokens"))
     .otherwise(None)
 )
+
+
+def recompute_split(requests: pl.LazyFrame) -> pl.LazyFrame:
+    """Per run: recomputed tokens, those the prefix cache served, and those truly recomputed.
+
+    ``requests`` is the (v2-shaped) requests table of one or more runs. The split is null for a
+    run whose requests do not record their cache hits (version 1, live recorders).
+    """
+    return requests.group_by("run_id", maintain_order=True).agg(
+        pl.col("recomputed_tokens").sum().alias("recomputed_tokens"),
+        _known_sum(_FROM_CACHE).alias("recomputed_from_cache_tokens"),
+        _known_sum(pl.col("recomputed_tokens") - _FROM_CACHE).alias("truly_recomputed_tokens"),
+    )
 
 
 def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
