@@ -190,3 +190,25 @@ def test_cli_records_the_prefix_options(tmp_path: Path) -> None:
     assert bad.exit_code == 2, bad.output
     assert "--shared-prefix-tokens 0: expected an integer >= 1" in bad.output
     assert not (tmp_path / "c").exists()
+
+
+def test_a_sweep_matrix_workload_takes_a_shared_prefix(tmp_path: Path) -> None:
+    from tracekit.sweep import load_matrix, plan_sweep
+
+    text = (
+        'strategies = ["builtin"]\n[[workloads]]\n'
+        f'path = "{SAMPLE}"\nlimit = 30\nshared_prefix_tokens = 128\nprefix_groups = 2\n'
+    )
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(text)
+    plan = plan_sweep(load_matrix(matrix))
+    workload = plan.runs[0].run.workload
+    direct = load_run_workload(SAMPLE, limit=30, shared_prefix_tokens=128, prefix_groups=2)
+    assert workload.frame.get_column("prefix_hash_ids").equals(
+        direct.frame.get_column("prefix_hash_ids")
+    )
+    assert workload.options["content_block_tokens"] == 128
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("shared_prefix_tokens = 128\n", ""))
+    with pytest.raises(ConfigError, match="prefix_groups: expected only with shared_prefix_tokens"):
+        plan_sweep(load_matrix(bad))

@@ -26,7 +26,7 @@ from tracekit.strategies import StrategySpec, resolve_strategy
 from tracekit.sweep.checks import LABEL
 from tracekit.sweep.matrix import EngineSpec, Matrix, PolicyPoint, WorkloadSpec, is_production
 from tracekit.sweep.task import Recorder, record_sim_run
-from tracekit.workloads import Workload, load_workload
+from tracekit.workloads import Workload, load_workload, with_shared_prefix
 from tracekit.workloads.repeats import plan_repeats
 
 __all__ = ["PlannedCell", "PlannedRun", "PlannedWorkload", "SweepPlan", "plan_sweep"]
@@ -182,6 +182,15 @@ def _load(matrix: Matrix, spec: WorkloadSpec, rate_scale: float) -> Workload:
             priority_levels=spec.priority_levels,
             **spec.options,
         )
+        if spec.shared_prefix_tokens is not None or spec.prefix_groups is not None:
+            if spec.shared_prefix_tokens is None:
+                raise ConfigError(
+                    "prefix_groups: expected only with shared_prefix_tokens; fix: add "
+                    "shared_prefix_tokens = N or drop prefix_groups"
+                )
+            workload = with_shared_prefix(
+                workload, spec.shared_prefix_tokens, spec.prefix_groups or 1, spec.prefix_seed
+            )
     except TracekitError as exc:
         raise ConfigError(f"{matrix.path}: key '{spec.key}': {exc}") from None
     # The source as written in the matrix: run ids must not depend on the checkout's location.
