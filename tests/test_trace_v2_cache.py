@@ -113,7 +113,9 @@ def test_prefix_caching_off_is_well_defined(tmp_path: Path) -> None:
     its 3 blocks (12 tokens of capacity, its 12 computed tokens).
     """
     config = engine_config(**{**HAND_CONFIG, "enable_prefix_caching": False})
-    out = record_engine_bundle(tmp_path / "off", config, hand_requests())
+    # C's 30-token prompt is over max_model_len (28): rejected, never scheduled.
+    rejected = EngineRequest("C", 0.0, 30, 1, 1)
+    out = record_engine_bundle(tmp_path / "off", config, [*hand_requests(), rejected])
     data = open_trace(out)
     steps = data.scan("steps").collect()
     assert steps.get_column("cache_hit_tokens").to_list() == [0] * steps.height
@@ -123,10 +125,15 @@ def test_prefix_caching_off_is_well_defined(tmp_path: Path) -> None:
     first = data.scan("decisions").collect().row(0, named=True)
     assert (first["step"], first["applied_victim_id"], first["freed_blocks"]) == (3, "B", 3)
     assert first["freed_tokens"] == 12
-    requests = data.scan("requests").collect()
-    assert requests.get_column("num_cached_tokens").to_list() == [0, 0]
-    assert requests.get_column("resume_cached_tokens").to_list() == [0, 0]
+    requests = data.scan("requests").sort("request_id").collect()
+    assert requests.get_column("num_cached_tokens").to_list() == [0, 0, None]
+    assert requests.get_column("resume_cached_tokens").to_list() == [0, 0, 0]
     assert validate_trace(out).exit_code == 0
+    from tracekit.trace.inspect import inspect_trace
+
+    (summary,) = inspect_trace(out)
+    assert summary["cached_tokens_first_schedule"] == 0
+    assert summary["truly_recomputed_tokens"] == summary["recomputed_tokens"] == 12
 
 
 def test_validate_flags_a_freed_count_that_is_not_the_victims(hand: Path, tmp_path: Path) -> None:

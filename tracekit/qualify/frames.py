@@ -393,7 +393,8 @@ def cache_split_frame(results: Results, strategies: list[str]) -> pl.DataFrame |
         "repeat",
         "recomputed_tokens",
         pl.min_horizontal("resume_cached_tokens", "recomputed_tokens").alias("from_cache"),
-        (pl.col("num_cached_tokens") + pl.col("resume_cached_tokens")).alias("hits"),
+        # A request never scheduled has no first-schedule hit (null there): it counts 0.
+        (pl.col("num_cached_tokens").fill_null(0) + pl.col("resume_cached_tokens")).alias("hits"),
     )
     per_run = (
         requests.group_by("strategy", "repeat")

@@ -220,8 +220,10 @@ class TraceObserver:
         """Write the finished request."""
         first = self._first_hits.pop(record.request_id, 0)
         resume = self._resume_hits.pop(record.request_id, 0)
-        if self.record_cache and record.first_scheduled_s is not None:
-            row = request_row(self.run_id, record, first, resume)
+        if self.record_cache:
+            # Never scheduled (rejected): no first-schedule hit to speak of, and no resume.
+            scheduled = record.first_scheduled_s is not None
+            row = request_row(self.run_id, record, first if scheduled else None, resume)
         else:
             row = request_row(self.run_id, record)
         self.writer.append("requests", row)

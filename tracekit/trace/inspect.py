@@ -88,7 +88,11 @@ def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
             .alias("p95_preemptions_per_request"),
             (pl.col("num_preemptions") > 0).sum().alias("requests_preempted"),
             pl.col("recomputed_tokens").sum().alias("recomputed_tokens"),
-            _known_sum("num_cached_tokens").alias("cached_tokens_first_schedule"),
+            # Null only for a request never scheduled: known when the run records resumes.
+            pl.when(pl.col("resume_cached_tokens").is_null().any())
+            .then(None)
+            .otherwise(pl.col("num_cached_tokens").sum())
+            .alias("cached_tokens_first_schedule"),
             _known_sum(_FROM_CACHE).alias("recomputed_from_cache_tokens"),
             _known_sum(pl.col("recomputed_tokens") - _FROM_CACHE).alias("truly_recomputed_tokens"),
         )

@@ -430,7 +430,17 @@ def _check_requests(
                 "request_id",
                 "requests.num_cached_tokens is not below prompt_tokens",
             )
-            hits.add("requests", file, frame, ["num_cached_tokens", "resume_cached_tokens"])
+            # A request never scheduled has no first-schedule hit (null): it counts 0.
+            hits.add(
+                "requests",
+                file,
+                frame.with_columns(
+                    pl.when(pl.col("resume_cached_tokens").is_not_null())
+                    .then(pl.col("num_cached_tokens").fill_null(0))
+                    .alias("num_cached_tokens")
+                ),
+                ["num_cached_tokens", "resume_cached_tokens"],
+            )
         hashes.append(_id_hash(frame.get_column("request_id")))
     if not hashes:
         return
