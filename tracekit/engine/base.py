@@ -38,6 +38,7 @@ class ScheduledStep:
 
     __slots__ = (
         "cache_hits",
+        "cache_recorded",
         "kv_tokens_read",
         "num_decode_tokens",
         "num_evicted_blocks",
@@ -58,10 +59,11 @@ class ScheduledStep:
         # Context tokens (already computed plus scheduled) whose KV the step's attention reads.
         self.kv_tokens_read = 0
         self.num_preemptions = 0
-        # Prefix caching, filled by SchedulerBase.update_from_output: req_id -> hit tokens of
+        # Prefix caching, filled by SchedulerBase.record_cache_figures: req_id -> hit tokens of
         # each admission of the step, and the cached blocks the step evicted.
         self.cache_hits: dict[str, int] = {}
         self.num_evicted_blocks = 0
+        self.cache_recorded = False
 
 
 def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:
@@ -208,10 +210,27 @@ class SchedulerBase:
         running queue, which keeps its order (vLLM ``remove_all``: a new list). Returns them in
         scheduling order.
 
-        Also records the step's prefix-cache figures on ``out`` (before finished requests leave
-        the table): each admission's hit tokens (the scheduler's ``step_cache_hits``, set by
-        the ``schedule()`` that made ``out``) and the cached blocks evicted since the last
-        step's output (the pool's ``num_evicted``); both stay empty / 0 without prefix caching.
+        Records the step's prefix-cache figures on ``out`` first, unless ``schedule()`` did
+        (:meth:`record_cache_figures`).
+        """
+        if not out.cache_recorded:
+            self.record_cache_figures(out)
+        finished = apply_fake_outputs(
+            out.num_scheduled_tokens, self.requests, self._release_finished, end_s
+        )
+        if finished:
+            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+        return finished
+
+    def record_cache_figures(self, out: ScheduledStep) -> None:
+        """Put the prefix-cache figures of the step that made ``out`` on it (trace v2).
+
+        Each admission's hit tokens (the scheduler's ``step_cache_hits``, which its
+        ``schedule()`` sets afresh) and the cached blocks evicted since the last call (the
+        pool's ``num_evicted``); both stay empty / 0 without prefix caching. Synchronous
+        scheduling applies a step's output right after scheduling it, so
+        :meth:`update_from_output` calls this; a scheduler that schedules ahead (async) calls it
+        at the end of its ``schedule()``, before the next step can overwrite the figures.
         """
         hits = getattr(self, "step_cache_hits", None)
         if hits:
@@ -219,12 +238,7 @@ class SchedulerBase:
         evicted = getattr(self.block_pool, "num_evicted", 0)
         out.num_evicted_blocks = evicted - self._evicted_seen
         self._evicted_seen = evicted
-        finished = apply_fake_outputs(
-            out.num_scheduled_tokens, self.requests, self._release_finished, end_s
-        )
-        if finished:
-            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
-        return finished
+        out.cache_recorded = True
 
     def _release_finished(self, request: RequestState) -> None:
         """Return a finished request's blocks to the pool."""
