@@ -302,3 +302,19 @@ def test_open_replay_splits_the_recorded_recompute(hand: Path, tmp_path: Path) -
             "truly_recomputed_tokens": 4,
         }
     ]
+
+
+def test_query_reads_v1_and_v2_bundles_together(hand: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from tracekit.trace.query import run_query
+
+    shutil.copytree(V1_FIXTURE, tmp_path / "a-v1")
+    shutil.copytree(hand, tmp_path / "b-v2")
+    frame = run_query(
+        tmp_path,
+        "SELECT count(*) AS steps, count(cache_hit_tokens) AS known, "
+        "sum(cache_hit_tokens) AS hits FROM steps",
+    )
+    v1_steps = json.loads((V1_FIXTURE / "manifest.json").read_text())["tables"]["steps"]["rows"]
+    assert frame.row(0) == (v1_steps + 13, 13, 20)
