@@ -318,3 +318,28 @@ def test_query_reads_v1_and_v2_bundles_together(hand: Path, tmp_path: Path) -> N
     )
     v1_steps = json.loads((V1_FIXTURE / "manifest.json").read_text())["tables"]["steps"]["rows"]
     assert frame.row(0) == (v1_steps + 13, 13, 20)
+
+
+def test_hand_worked_admissions(hand: Path) -> None:
+    """A's first schedule (no hit), B's (8 tokens) at step 0, B's resume (12) at step 12."""
+    admissions = open_trace(hand).scan("admissions").sort("request_id", "admission").collect()
+    assert admissions.select("request_id", "admission", "step", "cached_tokens").rows() == [
+        ("A", 0, 0, 0),
+        ("B", 0, 0, 8),
+        ("B", 1, 12, 12),
+    ]
+
+
+def test_validate_flags_admissions_that_do_not_add_up(hand: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(hand, bad)
+    path = bad / "admissions.parquet"
+    pl.read_parquet(path).with_columns(cached_tokens=pl.lit(1, pl.Int64)).write_parquet(path)
+    report = validate_trace(bad)
+    assert report.exit_code == 1
+    assert any(
+        "admissions.cached_tokens sum to 3, steps.cache_hit_tokens to 20" in p
+        for p in report.bundles[0].problems
+    ), report.bundles[0].problems

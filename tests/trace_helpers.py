@@ -133,9 +133,16 @@ def record_engine_bundle(
     """Run ``requests`` on the embedded engine (built-in victims) into a v2 bundle at ``out``."""
     manifest = base_manifest(run_id)
     manifest["engine_config"] = dataclasses.asdict(config)
-    with BundleWriter(out, manifest, tables=["requests", "decisions", "candidates", "steps"]) as w:
+    tables = ["requests", "decisions", "candidates", "steps"]
+    admissions = config.enable_prefix_caching
+    with BundleWriter(out, manifest, tables=[*tables, "admissions"] if admissions else tables) as w:
         observer = TraceObserver(
-            w, run_id, policy_name="builtin", scheduling_policy="fcfs", record_cache=True
+            w,
+            run_id,
+            policy_name="builtin",
+            scheduling_policy="fcfs",
+            record_cache=True,
+            record_admissions=admissions,
         )
         run_engine(requests, config, None, observer, collect=False, check_consistency=True)
     return out

@@ -40,6 +40,7 @@ from tracekit.recording.rows import (
 )
 from tracekit.recording.state import final_state as _final_state
 from tracekit.strategies import HostPath, StrategySpec
+from tracekit.trace.rows import AdmissionRow
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
 from tracekit.workloads import Workload, load_workload, with_shared_prefix
@@ -133,6 +134,7 @@ class TraceObserver:
         total_requests: int = 0,
         progress: Progress | None = None,
         record_cache: bool = False,
+        record_admissions: bool = False,
     ) -> None:
         self.writer = writer
         # Whether step records carry the prefix-cache figures (the embedded engine: 0 with
@@ -141,6 +143,9 @@ class TraceObserver:
         # req_id -> hit tokens at its first schedule / summed over its resumes, until it ends.
         self._first_hits: dict[str, int] = {}
         self._resume_hits: dict[str, int] = {}
+        # req_id -> admissions seen so far (first schedule + resumes), for the admissions table.
+        self._admitted: dict[str, int] = {}
+        self._append_admission = writer.appender("admissions") if record_admissions else None
         # Appenders of the tables written once per step or per candidate (the hot path).
         self._append_step = writer.appender("steps")
         self._append_candidate = writer.appender("candidates")
@@ -204,13 +209,22 @@ class TraceObserver:
         """Write the step (and, if asked, its per-request scheduled tokens)."""
         self._append_step(step_row(self.run_id, record, cache=self.record_cache))
         if record.cache_hits:
-            first, resume = self._first_hits, self._resume_hits
+            first, resume, admitted = self._first_hits, self._resume_hits, self._admitted
+            append = self._append_admission
             for request_id, tokens in record.cache_hits.items():
                 # The first admission of a request is its first schedule; later ones resume it.
                 if request_id in first:
                     resume[request_id] = resume.get(request_id, 0) + tokens
                 else:
                     first[request_id] = tokens
+                index = admitted.get(request_id, 0)
+                admitted[request_id] = index + 1
+                if append is not None:
+                    append(
+                        AdmissionRow(
+                            self.run_id, request_id, index, record.step, record.time_s, tokens
+                        )
+                    )
         if self._append_scheduled is not None:
             append = self._append_scheduled
             for row in scheduled_rows(self.run_id, record):
@@ -220,6 +234,7 @@ class TraceObserver:
         """Write the finished request."""
         first = self._first_hits.pop(record.request_id, 0)
         resume = self._resume_hits.pop(record.request_id, 0)
+        self._admitted.pop(record.request_id, None)
         if self.record_cache:
             # Never scheduled (rejected): no first-schedule hit to speak of, and no resume.
             scheduled = record.first_scheduled_s is not None
@@ -289,6 +304,10 @@ def record_sim(
     tables = ["requests", "decisions", "candidates", "steps"]
     if record_scheduled:
         tables.append("scheduled")
+    # Each admission's prefix-cache hit (trace v2), where the engine looks the cache up.
+    admissions = bool(getattr(run.engine_config, "enable_prefix_caching", False))
+    if admissions:
+        tables.append("admissions")
     requests = engine_requests(run.workload)
     writer = BundleWriter(out, run.manifest(run_id), tables=tables, overwrite=overwrite)
     signums = (signal.SIGTERM, signal.SIGINT) if stop_on_signals else ()
@@ -308,6 +327,7 @@ def record_sim(
             total_requests=len(requests),
             progress=progress,
             record_cache=True,
+            record_admissions=admissions,
         )
         result = run_engine(requests, run.engine_config, host, observer, collect=False)
         writer.manifest["final_state"] = _final_state(host, result.num_steps, result.end_s)

@@ -16,6 +16,7 @@ from tracekit.trace.schema import trace_schema
 
 __all__ = [
     "ROW_TYPES",
+    "AdmissionRow",
     "CandidateRow",
     "DecisionRow",
     "RequestRow",
@@ -121,7 +122,18 @@ class ScheduledRow(NamedTuple):
     num_tokens: int
 
 
-TraceRow = RequestRow | DecisionRow | CandidateRow | StepRow | ScheduledRow
+class AdmissionRow(NamedTuple):
+    """An ``admissions`` row (trace v2): one admission of a request and its prefix-cache hit."""
+
+    run_id: str
+    request_id: str
+    admission: int
+    step: int
+    time_s: float
+    cached_tokens: int
+
+
+TraceRow = RequestRow | DecisionRow | CandidateRow | StepRow | ScheduledRow | AdmissionRow
 
 #: Table name -> its row class.
 ROW_TYPES: dict[str, type[TraceRow]] = {
@@ -130,6 +142,7 @@ ROW_TYPES: dict[str, type[TraceRow]] = {
     "candidates": CandidateRow,
     "steps": StepRow,
     "scheduled": ScheduledRow,
+    "admissions": AdmissionRow,
 }
 
 _PYTHON_TYPES = {"string": "str", "int64": "int", "float64": "float", "bool": "bool"}

@@ -54,6 +54,7 @@ NON_NEGATIVE_TIMES = {
     "requests": ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"),
     "decisions": ("time_s",),
     "steps": ("time_s", "duration_s"),
+    "admissions": ("time_s",),
 }
 # The column that locates an offending row in a message.
 KEYS = {
@@ -62,6 +63,7 @@ KEYS = {
     "candidates": "seq",
     "steps": "step",
     "scheduled": "step",
+    "admissions": "request_id",
 }
 RERECORD = "re-record the bundle"
 
@@ -626,15 +628,21 @@ class _CacheHits:
         self.sums[table] = (self.sums.get(table) or 0) + total
 
     def check(self, report: BundleReport) -> None:
-        """Report requests and steps whose hit totals differ (both tables known and closed)."""
+        """Report requests, steps and admissions whose hit totals differ (closed bundles)."""
         requests, steps = self.sums.get("requests"), self.sums.get("steps")
-        if requests is None or steps is None or requests == steps:
-            return
-        report.problems.append(
-            f"{self.files['requests']}: requests.num_cached_tokens + resume_cached_tokens sum to "
-            f"{requests}, steps.cache_hit_tokens to {steps}; every admission's hit counts once "
-            f"in each: {RERECORD}"
-        )
+        admissions = self.sums.get("admissions")
+        if requests is not None and steps is not None and requests != steps:
+            report.problems.append(
+                f"{self.files['requests']}: requests.num_cached_tokens + resume_cached_tokens "
+                f"sum to {requests}, steps.cache_hit_tokens to {steps}; every admission's hit "
+                f"counts once in each: {RERECORD}"
+            )
+        if admissions is not None and steps is not None and admissions != steps:
+            report.problems.append(
+                f"{self.files['admissions']}: admissions.cached_tokens sum to {admissions}, "
+                f"steps.cache_hit_tokens to {steps}; every admission's hit counts once in "
+                f"each: {RERECORD}"
+            )
 
 
 @dataclass(slots=True)
@@ -922,6 +930,11 @@ def _check_bundle(bundle: Bundle) -> BundleReport:
     if "scheduled" in usable:
         for file, frame in _batches(usable["scheduled"], schema.table("scheduled").column_names):
             _check_values(findings, file, frame, schema.table("scheduled"), run)
+    if "admissions" in usable:
+        spec = schema.table("admissions")
+        for file, frame in _batches(usable["admissions"], spec.column_names):
+            _check_values(findings, file, frame, spec, run)
+            hits.add("admissions", file, frame, ["cached_tokens"])
     report.problems.extend(findings.lines())
     if complete:
         hits.check(report)
