@@ -3,8 +3,9 @@
 Validation streams: every table is read in batches of at most :data:`BATCH_ROWS` rows (row group
 by row group), and what a check needs beyond one batch is carried over as a few scalars (the
 previous seq, step, time and counters) or, for the checks between tables, a few bytes per
-decision or request (candidate counts and 64-bit hashes of the victims' and requests' ids), so
-memory grows with the number of decisions at about 25 bytes each, never with a whole table.
+decision or request (candidate counts, 64-bit hashes of the victims' and requests' ids, and in
+version 2 the freed-block count), so memory grows with the number of decisions at about 33 bytes
+each, never with a whole table.
 
 Findings are of two kinds. *Malformed* input exits 2: a manifest field of the wrong type, a table
 the manifest lists but that is gone, a table with a missing or unknown column or a column of the
