@@ -27,6 +27,7 @@ def _running(scheduler: SglangScheduler, request_id: str, prompt: int, outputs: 
     state.status = RequestStatus.RUNNING
     scheduler.block_pool.allocate(state.num_blocks)
     scheduler.requests[request_id] = state
+    scheduler.max_new[request_id] = 100  # what add_request would set (max_tokens 100)
     scheduler.running.append(state)
 
 
@@ -62,8 +63,8 @@ def test_decode_retracts_in_sglang_order_until_the_step_fits() -> None:
     # Retracted requests free their KV and join the back of the waiting queue for a re-prefill.
     assert [r.request_id for r in scheduler.waiting] == ["R4", "R5"]
     assert scheduler.requests["R4"].recomputed_tokens == 32
-    # new_token_ratio = (sum(outputs) + 20 * kept) / sum(max_new) over the kept requests.
-    assert scheduler.new_token_ratio == (15 + RETRACT_DECODE_STEPS * 3) / 300
+    # new_token_ratio = (sum(outputs) + 20 * kept) / (sum(max_new) + 1) over the kept requests.
+    assert scheduler.new_token_ratio == (15 + RETRACT_DECODE_STEPS * 3) / 301
     scheduler.check_consistency()
 
 
@@ -103,19 +104,24 @@ def test_prefill_first_then_decode() -> None:
 
 
 def _workload(seed: int) -> list[EngineRequest]:
+    # Short prompts and long outputs: SGLang admits conservatively (whole max_new for new
+    # requests), so only a long decode-heavy run lets new_token_ratio decay far enough to
+    # under-reserve and retract.
     rng = random.Random(seed)
     return [
-        EngineRequest(f"r{i}", rng.uniform(0, 10), rng.randint(5, 100), rng.randint(20, 120), 120)
-        for i in range(30)
+        EngineRequest(f"r{i}", rng.uniform(0, 10), rng.randint(5, 60), rng.randint(100, 300), 300)
+        for i in range(60)
     ]
 
 
 def test_sglang_runs_are_consistent_and_deterministic() -> None:
-    config = make_engine(mode="sglang", num_blocks=30, max_num_seqs=8, max_num_batched_tokens=64)
+    config = make_engine(
+        mode="sglang", num_blocks=30, max_num_seqs=16, max_num_batched_tokens=64, max_model_len=400
+    )
     first = run_checked(config, _workload(1))
     second = run_checked(config, _workload(1))
     assert first.steps == second.steps and first.decisions == second.decisions
-    assert len(first.requests) == 30
+    assert len(first.requests) == 60
     assert first.decisions, "the workload is meant to force retractions"
     assert all(r.num_output_tokens == r.output_tokens for r in first.requests)
     assert INIT_NEW_TOKEN_RATIO == 0.7
