@@ -464,7 +464,9 @@ class SglangScheduler(SchedulerBase):
             prefix = 0
             node = None
             if radix is not None:
-                prefix, node = radix.match(self._token_ids(request))
+                # Req.init_next_round_input: at most input - 1 tokens match
+                # (_compute_max_prefix_len), so at least one is computed.
+                prefix, node = radix.match(self._token_ids(request)[: request.num_tokens - 1])
                 # The adder pins the match while it checks (PrefillAdder._lock_node).
                 radix.lock(node)
             remaining = min(max(max_new[rid] - request.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS)

@@ -68,10 +68,12 @@ SCENARIO_FILE = "sglang-scenario.json"
 
 Progress = Callable[[int, int], None]
 
-# Finish reasons -> the requests table's status.
+# Finish reasons -> the requests table's status, in the trace format's words (schemas/
+# trace-v1.json: finished | unfinished | aborted; a prompt over the context length is
+# "rejected", as the engine writes it).
 _STATUS = {
-    "FINISH_MATCHED_TOKEN": "finished_stopped",
-    "FINISH_LENGTH": "finished_length_capped",
+    "FINISH_MATCHED_TOKEN": "finished",
+    "FINISH_LENGTH": "finished",
     "FINISH_ABORT": "aborted",
     "rejected": "rejected",
 }
