@@ -55,7 +55,6 @@ priority preemption at admission, ``ignore_eos`` requests, HiCache, page sizes a
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
 
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
@@ -106,17 +105,17 @@ def retraction_order(running: list[RequestState], policy: str = "length") -> lis
     return sorted(running, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens), reverse=True)
 
 
-class SglangWaitingQueue:
+class SglangWaitingQueue(list[RequestState]):
     """SGLang's waiting queue: a list; arrivals and retracted requests join its tail.
 
     ``entry`` stamps every addition (``Scheduler._add_request_to_queue`` sets
     ``wait_queue_entry_time``), the second key of the priority sort.
     """
 
-    __slots__ = ("counter", "entry", "items")
+    __slots__ = ("counter", "entry")
 
     def __init__(self) -> None:
-        self.items: list[RequestState] = []
+        super().__init__()
         self.entry: dict[str, int] = {}
         self.counter = 0
 
@@ -124,18 +123,12 @@ class SglangWaitingQueue:
         """Append ``request`` with a new entry stamp."""
         self.counter += 1
         self.entry[request.request_id] = self.counter
-        self.items.append(request)
+        self.append(request)
 
     def sort_by_priority(self) -> None:
         """``SchedulePolicy._sort_by_priority_and_fcfs`` (lower values first)."""
         entry = self.entry
-        self.items.sort(key=lambda r: (r.priority, entry[r.request_id]))
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __iter__(self) -> Iterator[RequestState]:
-        return iter(self.items)
+        self.sort(key=lambda r: (r.priority, entry[r.request_id]))
 
 
 class _Node:
@@ -328,6 +321,8 @@ class SglangScheduler(SchedulerBase):
             config.max_num_batched_tokens if chunk is None else (chunk or None)
         )
         self.kv_tokens = self.block_pool.num_usable_blocks * config.block_size
+        # Page size 1 without a tree: every decode needs exactly one free block per request.
+        self._unit_pages = config.block_size == 1 and not config.radix_cache
         # SGLang's clipped max_new_tokens per request (init_req_max_new_tokens).
         self.max_new: dict[str, int] = {}
         self.radix: RadixTree | None = RadixTree() if config.radix_cache else None
@@ -365,9 +360,11 @@ class SglangScheduler(SchedulerBase):
     def schedule(self, step: int, now: float) -> ScheduledStep:
         """One step: a prefill batch if anything can be admitted, else a decode batch."""
         out = ScheduledStep(step, now)
-        self.last_retractions = []
+        if self.last_retractions:
+            self.last_retractions = []
         self.last_admission_stop = None
-        self.last_cached = {}
+        if self.last_cached:
+            self.last_cached = {}
         if self._idle:
             if step > self._idle_after + 1:
                 self.new_token_ratio = INIT_NEW_TOKEN_RATIO
@@ -375,9 +372,11 @@ class SglangScheduler(SchedulerBase):
         if self._reset_full:
             self.batch_is_full = False
             self._reset_full = False
-        if not self._schedule_prefill(out, now):
+        if self.running and self.chunked is None and (self.batch_is_full or not self.waiting):
+            # _get_new_batch_prefill_raw would return at once: no admission attempt.
             self._schedule_decode(out, step, now)
-        assert self.block_pool.num_free_blocks >= 0, "KV overcommitted"
+        elif not self._schedule_prefill(out, now):
+            self._schedule_decode(out, step, now)
         return out
 
     def _free_tokens(self) -> int:
@@ -394,7 +393,7 @@ class SglangScheduler(SchedulerBase):
             self.batch_is_full = False
         chunked = self.chunked
         waiting = self.waiting
-        if (self.batch_is_full or not waiting.items) and chunked is None:
+        if (self.batch_is_full or not waiting) and chunked is None:
             return False
         slots = config.max_num_seqs - len(running)
         if slots <= 0 and chunked is None:
@@ -452,7 +451,7 @@ class SglangScheduler(SchedulerBase):
             )
             batch.append((chunked, n))
         stop: str | None = None
-        for request in waiting.items:
+        for request in waiting:
             if budget_state() == _OTHER:
                 stop = "budget"
                 break
@@ -511,7 +510,7 @@ class SglangScheduler(SchedulerBase):
         if not batch:
             return False
         admitted = {id(r) for r, _ in batch}
-        waiting.items = [r for r in waiting.items if id(r) not in admitted]
+        waiting[:] = [r for r in waiting if id(r) not in admitted]
         # A chunk continues: the batch shrinks when merged; an empty running batch is replaced.
         self._reset_full = not running or continues or new_chunked is not None
         self.chunked = chunked if continues else new_chunked
@@ -542,7 +541,25 @@ class SglangScheduler(SchedulerBase):
 
     def _schedule_decode(self, out: ScheduledStep, step: int, now: float) -> None:
         """``update_running_batch``: retract until the step fits, or decay the ratio."""
-        if not self.running:
+        running = self.running
+        if not running:
+            return
+        pool = self.block_pool
+        if self._unit_pages and len(running) <= pool.num_free_blocks:
+            # The hot path (page size 1, no retraction): one token of KV per request.
+            ratio = self.new_token_ratio - self._ratio_decay
+            self.new_token_ratio = ratio if ratio > MIN_NEW_TOKEN_RATIO else MIN_NEW_TOKEN_RATIO
+            pool.num_free_blocks -= len(running)
+            scheduled = out.num_scheduled_tokens
+            read = 0
+            for request in running:
+                computed = request.num_computed_tokens + 1
+                request.num_blocks += 1
+                request.num_computed_tokens = computed
+                scheduled[request.request_id] = 1
+                read += computed
+            out.num_decode_tokens = len(running)
+            out.kv_tokens_read = read
             return
         if not self._decode_fits(self.running):
             self._retract(step, now)
@@ -558,7 +575,6 @@ class SglangScheduler(SchedulerBase):
             self.new_token_ratio = max(
                 self.new_token_ratio - self._ratio_decay, MIN_NEW_TOKEN_RATIO
             )
-        pool = self.block_pool
         for request in self.running:
             computed = request.num_computed_tokens + 1
             need = self._blocks_needed(request, computed)
@@ -706,7 +722,7 @@ class SglangScheduler(SchedulerBase):
                 self._release_tree(request)
                 self.max_new.pop(request.request_id, None)
                 self._tokens.pop(request.request_id, None)
-        if not self.running and self.chunked is None and not self.waiting.items:
+        if not self.running and self.chunked is None and not self.waiting:
             # Scheduler.on_idle runs when a loop iteration finds no batch: fully idle, the
             # ratio starts again. That happens unless a request arrives for the very next step.
             self._idle = True
