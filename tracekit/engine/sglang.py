@@ -59,7 +59,7 @@ import heapq
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
-from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.engine.request import FINISHED_STATUSES, RequestState, RequestStatus
 
 __all__ = [
     "CLIP_MAX_NEW_TOKENS",
@@ -83,6 +83,11 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 #: ``CLIP_MAX_NEW_TOKENS``: cap on the reserved output tokens of one request.
 CLIP_MAX_NEW_TOKENS = 4096
+
+#: ``schedule_policy.py``: how often, and for how many waiting requests, the tree's LRU times
+#: of waiting prefixes are refreshed (``SGLANG_ENABLE_WAITING_PREFIX_REFRESH``, on by default).
+WAITING_PREFIX_REFRESH_INTERVAL = 32
+WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 
 # PrefillAdder verdicts (schedule_policy.py AddReqResult).
 _CONTINUE, _NO_TOKEN, _OTHER = 0, 1, 2
@@ -132,32 +137,38 @@ class SglangWaitingQueue(list[RequestState]):
 
 
 class _Node:
-    __slots__ = ("access", "children", "key", "lock", "parent")
+    __slots__ = ("access", "children", "created", "key", "lock", "parent")
 
-    def __init__(self, key: tuple[int, ...], parent: _Node | None) -> None:
+    def __init__(self, key: tuple[int, ...], parent: _Node | None, now: int) -> None:
         self.key = key
         self.parent = parent
         self.children: dict[int, _Node] = {}
         self.lock = 0
-        self.access = 0
+        # UnifiedTreeNode.__init__: last_access_time = get_and_increase_time_counter().
+        self.access: float = now
+        self.created = now
 
 
 class RadixTree:
     """A token trie with SGLang's radix-cache accounting (page size 1).
 
-    Follows ``mem_cache/unified_radix_cache.py`` in what scheduling reads: ``match_prefix``
-    (longest cached prefix), ``insert`` (publish a request's computed tokens; tokens already in
-    the tree are freed from the request), lock references that protect a matched path while a
-    request uses it, ``evictable_size`` (cached tokens no request locks) and ``evict`` (least
-    recently used unlocked leaves first). Node access times are a counter.
+    Follows ``mem_cache/unified_cache/unified_tree_core.py`` in what scheduling reads:
+    ``_match_prefix_helper`` (longest cached prefix; a partial node is split; the matched node
+    gets a new time and its ancestors slightly older ones, ``_match_post_processor``),
+    ``insert`` (each walked node is touched with a new time, ``_touch_node``; a partial node is
+    split, ``_split_node``; the rest becomes a new leaf), lock references that protect a path
+    (``acquire_component_lock``), ``evictable_size`` (cached tokens no request locks) and
+    device eviction (``components/full.py``: a heap of unlocked leaves by last access time; a
+    parent whose last child went is pushed next). Times come from one counter, as SGLang's
+    ``get_and_increase_time_counter``.
     """
 
     def __init__(self) -> None:
-        self.root = _Node((), None)
+        self.clock = 0
+        self.root = _Node((), None, self._tick())
         self.root.lock = 1
         self.evictable = 0
         self.protected = 0
-        self.clock = 0
 
     def _tick(self) -> int:
         self.clock += 1
@@ -166,65 +177,61 @@ class RadixTree:
     def match(self, key: list[int]) -> tuple[int, _Node]:
         """Length of the longest cached prefix of ``key`` and its last node (touches the path)."""
         node = self.root
-        now = self._tick()
-        node.access = now
         matched = 0
         n = len(key)
         while matched < n:
             child = node.children.get(key[matched])
             if child is None:
                 break
-            child.access = now
-            k = child.key
-            length = _common(k, key, matched)
-            if length < len(k):
-                child = self._split(child, length)
-                matched += length
-                node = child
-                break
+            length = _common(child.key, key, matched)
             matched += length
+            if length < len(child.key):
+                node = self._split(child, length)
+                break
             node = child
+        now = self._tick()
+        update: _Node | None = node
+        while update is not None:
+            update.access = now
+            now -= 0.00001
+            update = update.parent
         return matched, node
 
     def _split(self, child: _Node, length: int) -> _Node:
         """Split ``child`` after ``length`` tokens; returns the new upper node."""
         parent = child.parent
         assert parent is not None
-        upper = _Node(child.key[:length], parent)
+        upper = _Node(child.key[:length], parent, self._tick())
         upper.lock = child.lock
-        upper.access = child.access
         parent.children[child.key[0]] = upper
         child.key = child.key[length:]
         child.parent = upper
         upper.children[child.key[0]] = child
+        child.access = self._tick()
         return upper
 
-    def insert(self, key: list[int]) -> int:
-        """Publish ``key``; returns how many of its leading tokens were already cached."""
+    def insert(self, key: list[int]) -> tuple[int, _Node]:
+        """Publish ``key``: how many leading tokens were already cached, and its last node."""
         node = self.root
-        now = self._tick()
-        node.access = now
         matched = 0
         n = len(key)
         while matched < n:
             child = node.children.get(key[matched])
             if child is None:
                 break
-            child.access = now
-            k = child.key
-            length = _common(k, key, matched)
-            if length < len(k):
-                child = self._split(child, length)
+            child.access = self._tick()
+            length = _common(child.key, key, matched)
             matched += length
-            node = child
-            if length < len(k):
+            if length < len(child.key):
+                node = self._split(child, length)
                 break
+            node = child
         if matched < n:
-            new = _Node(tuple(key[matched:]), node)
-            new.access = now
+            new = _Node(tuple(key[matched:]), node, self._tick())
             node.children[key[matched]] = new
             self.evictable += n - matched
-        return matched
+            return matched, new
+        return matched, node
 
     def lock(self, node: _Node) -> None:
         """Protect the path from ``node`` to the root (``inc_lock_ref``)."""
@@ -248,7 +255,7 @@ class RadixTree:
         """Free at least ``num_tokens`` (or all that can be): LRU unlocked leaves first."""
         if num_tokens <= 0:
             return 0
-        heap = [(n.access, id(n), n) for n in self._leaves() if n.lock == 0]
+        heap = [(n.access, n.created, n) for n in self._leaves() if n.lock == 0]
         heapq.heapify(heap)
         freed = 0
         while freed < num_tokens and heap:
@@ -259,7 +266,7 @@ class RadixTree:
             freed += len(node.key)
             self.evictable -= len(node.key)
             if parent is not self.root and not parent.children and parent.lock == 0:
-                heapq.heappush(heap, (parent.access, id(parent), parent))
+                heapq.heappush(heap, (parent.access, parent.created, parent))
         return freed
 
     def _leaves(self) -> list[_Node]:
@@ -316,6 +323,7 @@ class SglangScheduler(SchedulerBase):
         self._reset_full = False
         self._idle = False
         self._idle_after = -1
+        self._refresh_calls = 0
         chunk = config.chunked_prefill_size
         self.chunk_size: int | None = (
             config.max_num_batched_tokens if chunk is None else (chunk or None)
@@ -372,6 +380,14 @@ class SglangScheduler(SchedulerBase):
         if self._reset_full:
             self.batch_is_full = False
             self._reset_full = False
+        chunked = self.chunked
+        if (
+            chunked is not None
+            and self.radix is not None
+            and chunked.num_computed_tokens > self._shared.get(chunked.request_id, 0)
+        ):
+            # get_next_batch_to_run -> stash_chunked_request: checkpoint the chunks so far.
+            self._checkpoint(chunked)
         if self.running and self.chunked is None and (self.batch_is_full or not self.waiting):
             # _get_new_batch_prefill_raw would return at once: no admission attempt.
             self._schedule_decode(out, step, now)
@@ -404,6 +420,13 @@ class SglangScheduler(SchedulerBase):
         radix = self.radix
         if config.scheduling_policy == "priority":
             waiting.sort_by_priority()
+        if radix is not None and waiting:
+            # SchedulePolicy._touch_waiting_prefixes: every 32nd call, refresh the LRU times of
+            # the first 128 waiting requests' cached paths, head last (touch_waiting_prefix).
+            if self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+                for request in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                    radix.match(self._token_ids(request))
+            self._refresh_calls += 1
         ratio = self.new_token_ratio
         max_new = self.max_new
         # PrefillBudget: offsets against available + evictable (read live: locks change it).
@@ -533,10 +556,6 @@ class SglangScheduler(SchedulerBase):
             out.kv_tokens_read += computed
             if request is not self.chunked:
                 running.append(request)
-        if radix is not None:
-            # checkpoint_kv_cache: publish each request's computed tokens in the tree.
-            for request, _ in batch:
-                self._checkpoint(request)
         return True
 
     def _schedule_decode(self, out: ScheduledStep, step: int, now: float) -> None:
@@ -657,17 +676,26 @@ class SglangScheduler(SchedulerBase):
         return ids[:want]
 
     def _checkpoint(self, request: RequestState) -> None:
-        """``checkpoint_kv_cache``: insert the computed tokens and lock them for the request.
+        """``UnifiedRadixCache.checkpoint_into_tree``: publish the computed tokens, move the lock.
 
         The request's own tokens move into the tree; those the tree already held (computed
-        twice) go back to the pool.
+        twice) go back to the pool. When the key runs past the prompt, the prompt is inserted
+        again so that the leaf splits at the prompt boundary (outputs can go without it).
         """
         radix = self.radix
         assert radix is not None
         rid = request.request_id
         key = self._token_ids(request)[: request.num_computed_tokens]
-        self._publish(request, key)
-        _, node = radix.match(key)
+        if not key:
+            return
+        already, node = radix.insert(key)
+        duplicate = max(already - self._shared.get(rid, 0), 0)
+        if duplicate:
+            self.block_pool.free(duplicate)
+        request.num_blocks = 0  # what is left of its own tokens now belongs to the tree
+        prompt = request.num_prompt_tokens
+        if 0 < prompt < len(key):
+            radix.insert(key[:prompt])
         old = self._node.get(rid)
         radix.lock(node)
         if old is not None:
@@ -675,24 +703,10 @@ class SglangScheduler(SchedulerBase):
         self._node[rid] = node
         self._shared[rid] = len(key)
 
-    def _publish(self, request: RequestState, key: list[int]) -> None:
-        radix = self.radix
-        assert radix is not None
-        shared = self._shared.get(request.request_id, 0)
-        already = radix.insert(key)
-        duplicate = max(already - shared, 0)
-        if duplicate:
-            self.block_pool.free(duplicate)
-        # What is left of the request's own tokens now belongs to the tree.
-        request.num_blocks = 0
-
     def _release_finished(self, request: RequestState) -> None:
-        """``release_kv_cache(checkpoint=True)``: a finished request's KV stays in the tree."""
+        """Return a finished request's KV (radix cache: later, in batch order, to the tree)."""
         if self.radix is None:
             super()._release_finished(request)
-            return
-        self._publish(request, self._token_ids(request)[: request.num_computed_tokens])
-        self._release_tree(request)
 
     def _release_tree(self, request: RequestState) -> None:
         """Unlock a released request's path (its tree tokens become evictable)."""
@@ -714,12 +728,31 @@ class SglangScheduler(SchedulerBase):
 
     # ----------------------------------------------------------------------------- outputs
     def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
-        """Apply outputs; finished requests shrink the batch (``batch_is_full`` clears)."""
+        """Apply outputs; finished requests shrink the batch (``batch_is_full`` clears).
+
+        With the radix cache, the tree then sees the batch in order, as
+        ``process_batch_result_prefill`` / ``_decode`` do: a finished request is published and
+        released (``release_kv_cache(checkpoint=True)``), an unfinished prefilled one is
+        checkpointed; a request part-way through a chunked prefill waits for the next step.
+        """
+        batch = None
+        if self.radix is not None:
+            requests = self.requests
+            batch = [requests[rid] for rid in out.num_scheduled_tokens]
         finished = super().update_from_output(out, end_s)
+        if batch is not None:
+            prefill = out.num_prefill_tokens > 0
+            for request in batch:
+                if request is self.chunked:
+                    continue
+                if request.status in FINISHED_STATUSES:
+                    self._checkpoint(request)
+                    self._release_tree(request)
+                elif prefill:
+                    self._checkpoint(request)
         if finished:
             self._reset_full = True
             for request in finished:
-                self._release_tree(request)
                 self.max_new.pop(request.request_id, None)
                 self._tokens.pop(request.request_id, None)
         if not self.running and self.chunked is None and not self.waiting:

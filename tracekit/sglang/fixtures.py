@@ -24,6 +24,10 @@ The workloads (their step files are stored gzipped, ``sglang-steps.jsonl.gz``):
     Mooncake rows arriving 996.272 s to 1,005.711 s (rate x2) on a 12,000-token pool: prompts
     share ``hash_ids`` prefixes, so with the radix cache on they hit the tree; prompts of 8,192
     tokens or more are rejected.
+``shared-prefix``
+    The shared-prefix table of the vLLM fixtures (four prompt groups sharing one or two
+    512-token content blocks, rate x2) on a 2,100-token pool: many radix-cache hits, chunked
+    prefills that continue from the tree, eviction of the least recently used leaves.
 ``synthetic``
     The decode-heavy synthetic workload of the vLLM fixtures (``synthetic-chunked.csv``: short
     prompts with long outputs next to long prompts) on a 1,000-token pool: retractions.
@@ -57,6 +61,7 @@ FIXTURES_DIR = Path("tests") / "data" / f"sglang-{SGLANG_VERSION}"
 _AZURE = Path("traces") / "azure-llm-2023" / "azure_conv_sample.csv"
 _MOONCAKE = Path("traces") / "mooncake-synthetic" / "synthetic_trace.jsonl"
 _SYNTHETIC = Path("traces") / "vllm-fixtures" / "workloads" / "synthetic-chunked.csv"
+_SHARED_PREFIX = Path("traces") / "vllm-fixtures" / "workloads" / "shared-prefix.parquet"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +113,18 @@ _BASE = {
             chunked_prefill_size=2048,
             max_prefill_tokens=4096,
             max_context_len=8192,
+            step_s=0.05,
+        ),
+    ),
+    "shared-prefix": (
+        _SHARED_PREFIX,
+        {"rate_scale": 2.0},
+        SglangConfig(
+            kv_tokens=2100,
+            max_running_requests=16,
+            chunked_prefill_size=512,
+            max_prefill_tokens=1024,
+            max_context_len=2048,
             step_s=0.05,
         ),
     ),
