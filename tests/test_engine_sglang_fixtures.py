@@ -3,9 +3,10 @@
 Each bundle under ``tests/data/sglang-0.5.23/`` was recorded by ``record_sglang`` (remake them
 with ``python -m tracekit.sglang.fixtures``): Azure conversation slices, a Mooncake slice with
 ``hash_ids``, a shared-prefix table and a decode-heavy synthetic workload, each with the radix
-cache on and off and with the ``length`` and ``priority`` retraction policies. The engine re-runs each scenario and must
-agree on every step: batch kind, scheduled requests and tokens in batch order, radix-cache hit
-tokens, retraction victims in order, ``new_token_ratio`` and the waiting queue in order.
+cache on and off and with the ``length`` and ``priority`` retraction policies. The engine
+re-runs each scenario and must agree on every step: batch kind, scheduled requests and tokens
+in batch order, radix-cache hit tokens, retraction victims in order, ``new_token_ratio`` and
+the waiting queue in order.
 """
 
 from __future__ import annotations
