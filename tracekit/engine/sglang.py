@@ -58,6 +58,7 @@ import heapq
 
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.fake_model import apply_fake_outputs
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.request import FINISHED_STATUSES, RequestState, RequestStatus
 
@@ -329,8 +330,9 @@ class SglangScheduler(SchedulerBase):
             config.max_num_batched_tokens if chunk is None else (chunk or None)
         )
         self.kv_tokens = self.block_pool.num_usable_blocks * config.block_size
-        # Page size 1 without a tree: every decode needs exactly one free block per request.
-        self._unit_pages = config.block_size == 1 and not config.radix_cache
+        # Page size 1: every decode needs exactly one free block per request (and the tree is
+        # evicted only for a shortfall).
+        self._unit_pages = config.block_size == 1
         # SGLang's clipped max_new_tokens per request (init_req_max_new_tokens).
         self.max_new: dict[str, int] = {}
         self.radix: RadixTree | None = RadixTree() if config.radix_cache else None
@@ -736,20 +738,28 @@ class SglangScheduler(SchedulerBase):
         checkpointed; a request part-way through a chunked prefill waits for the next step.
         """
         batch = None
-        if self.radix is not None:
+        prefill = out.num_prefill_tokens > 0
+        if self.radix is not None and prefill:
             requests = self.requests
             batch = [requests[rid] for rid in out.num_scheduled_tokens]
-        finished = super().update_from_output(out, end_s)
+        finished = apply_fake_outputs(
+            out.num_scheduled_tokens, self.requests, self._release_finished, end_s
+        )
+        if finished:
+            running = RequestStatus.RUNNING
+            self.running = [r for r in self.running if r.status == running]
         if batch is not None:
-            prefill = out.num_prefill_tokens > 0
             for request in batch:
                 if request is self.chunked:
                     continue
+                self._checkpoint(request)
                 if request.status in FINISHED_STATUSES:
-                    self._checkpoint(request)
                     self._release_tree(request)
-                elif prefill:
-                    self._checkpoint(request)
+        elif self.radix is not None:
+            # A decode step: finished requests, in batch order, publish and release.
+            for request in finished:
+                self._checkpoint(request)
+                self._release_tree(request)
         if finished:
             self._reset_full = True
             for request in finished:
