@@ -190,7 +190,7 @@ engine_options = _stack(
         default=None,
         help=f"Cost-model preset ({_default('cost_model')}).",
     ),
-    # --- SGLang mode (docs/engine.md, "SGLang mode") ---
+    # --- SGLang mode (see the SGLang mode section of docs/engine.md) ---
     click.option(
         "--retraction-policy",
         type=click.Choice(["length", "priority"]),

@@ -1,7 +1,8 @@
 """SGLang mode: SGLang 0.5.23's scheduling loop over request counts, with victims from a host.
 
 Each rule below names the SGLang 0.5.23 file and function it follows (paths under
-``sglang/srt/``); ``docs/engine.md``, "SGLang mode", lists them with the fixtures that check them.
+``sglang/srt/``); the SGLang mode section of ``docs/engine.md`` lists them with the fixtures
+that check them.
 With ``block_size`` 1 (SGLang's default ``--page-size 1``) the decisions equal those of SGLang's
 real objects step for step (``tests/test_engine_sglang_fixtures.py``); larger pages are an
 approximation (pages are counted, page-alignment overheads are not).
