@@ -13,8 +13,9 @@ checks that the engine's decisions are identical step by step (batch kind, sched
 tokens, radix hits, victims, ``new_token_ratio``, waiting queue; ``tracekit.sglang.compare``),
 and prints steps per second of each and their ratio. SGLang's speed counts only the driver's
 loop over the real objects (``get_next_batch_to_run`` and the result processing: the ``loop_s``
-the driver reports), not its import or set-up; the engine's is the best of ``--repeat`` runs with
-no observer. Target: at least 20 times faster with identical decisions (exit 1 if they differ).
+the driver reports), not its import or set-up, best of ``--repeat`` runs in one driver process;
+the engine's is the best of ``--repeat`` runs with no observer. Target: at least 20 times faster
+with identical decisions (exit 1 if they differ).
 
 Usage: ``python benchmarks/sglang_engine.py [WORKLOAD] [--limit N] [--rate-scale X]
 [--radix-cache] [--retraction-policy length|priority] [--sglang-venv DIR] [--repeat N]``
@@ -61,12 +62,24 @@ def main(argv: list[str] | None = None) -> int:
         retraction_policy=args.retraction_policy,
     )
     with tempfile.TemporaryDirectory() as tmp:
-        bundle = Path(tmp) / "sglang"
+        # The same run --repeat times in one driver process (one import): the best loop counts,
+        # as the engine's best run does.
+        bundles = [Path(tmp) / f"sglang-{i}" for i in range(args.repeat)]
         t0 = time.perf_counter()
-        record_sglang([workload], [bundle], config=config, venv=args.sglang_venv)
+        record_sglang(
+            [workload] * args.repeat,
+            bundles,
+            config=config,
+            venv=args.sglang_venv,
+            run_ids=[f"bench-{i}" for i in range(args.repeat)],
+        )
         wall = time.perf_counter() - t0
-        manifest = json.loads((bundle / "manifest.json").read_text("utf-8"))
-        recorder = manifest["sglang"]["recorder"]
+        recorders = [
+            json.loads((b / "manifest.json").read_text("utf-8"))["sglang"]["recorder"]
+            for b in bundles
+        ]
+        recorder = min(recorders, key=lambda r: r["loop_s"])
+        bundle = bundles[0]
         num_steps, mismatch = compare_bundle(bundle)
         scenario_config, rows = read_sglang_scenario(bundle)
 
@@ -84,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     engine_rate = engine_steps / best
     print(f"workload: {args.workload.name}, {len(requests)} requests, {config}")
     print(
-        f"sglang:  {num_steps} steps, loop {recorder['loop_s']:.2f} s "
+        f"sglang:  {num_steps} steps, best loop of {args.repeat} {recorder['loop_s']:.2f} s "
         f"({sglang_rate:,.0f} steps/s); import {recorder['import_s']:.1f} s, "
-        f"whole recording {wall:.1f} s"
+        f"whole recording of {args.repeat} runs {wall:.1f} s"
     )
     print(
         f"engine:  {engine_steps} steps, best of {args.repeat} {best:.3f} s "
