@@ -79,3 +79,20 @@ def test_a_changed_rule_is_caught() -> None:
         pytest.skip("the victims were the whole waiting queue")
     mismatch = first_mismatch(recorded, [*steps[:index], altered, *steps[index + 1 :]])
     assert mismatch is not None and mismatch.field == "waiting" and mismatch.index == index
+
+
+@pytest.mark.parametrize("name", ["shared-prefix-radix-length", "azure-late-radix-priority"])
+def test_block_and_tree_accounting_hold_every_step(name: str) -> None:
+    """Held blocks plus the radix tree's tokens equal the used pool after every step."""
+    from tracekit.engine import BuiltinHost, run_engine
+    from tracekit.sglang.compare import engine_config, engine_requests
+
+    config, rows = read_sglang_scenario(_bundle(name))
+    result = run_engine(
+        engine_requests(rows),
+        engine_config(config),
+        BuiltinHost(),
+        collect=False,
+        check_consistency=True,
+    )
+    assert result.num_steps == len(read_sglang_steps(_bundle(name)))
