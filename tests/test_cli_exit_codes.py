@@ -24,6 +24,7 @@ COMMANDS = {
     "record sim": ["record", "sim", "--workload", MISSING, "--out", "{tmp}/out"],
     "record import": ["record", "import", MISSING, "--out", "{tmp}/out"],
     "record vllm": ["record", "vllm", "--workload", MISSING, "--out", "{tmp}/out"],
+    "record sglang": ["record", "sglang", "--workload", MISSING, "--out", "{tmp}/out"],
     "qualify": ["qualify", "--workload", MISSING, "--out", "{tmp}/out"],
     "report": ["report", MISSING],
     "sweep": ["sweep", MISSING, "--out", "{tmp}/out"],

@@ -21,6 +21,9 @@ from tracekit.cli.sweep_cmd import sweep
 from tracekit.cli.trace_cmd import inspect, query, validate
 from tracekit.cli.vllm_cmd import fidelity
 
+# Registers ``record sglang`` on the record group.
+from tracekit.cli import sglang_cmd  # noqa: F401  isort: skip
+
 __all__ = ["cli"]
 
 

@@ -210,6 +210,24 @@ engine_options = _stack(
         default=None,
         help=f"Cost-model preset ({_default('cost_model')}).",
     ),
+    # --- SGLang mode (see the SGLang mode section of docs/engine.md) ---
+    click.option(
+        "--retraction-policy",
+        type=click.Choice(["length", "priority"]),
+        default=None,
+        help=f"SGLang mode: retraction policy ({_default('retraction_policy')}).",
+    ),
+    click.option(
+        "--radix-cache/--no-radix-cache",
+        default=None,
+        help=f"SGLang mode: SGLang's radix cache ({_default('radix_cache')}).",
+    ),
+    click.option(
+        "--chunked-prefill-size",
+        type=int,
+        default=None,
+        help="SGLang mode: chunk size (default: the token budget; 0 = no chunking).",
+    ),
 )
 
 policy_options = _stack(
@@ -247,6 +265,10 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         "clock": options["clock"],
         "step_s": options["step_s"],
         "cost_model": options["cost_model"],
+        # SGLang mode.
+        "retraction_policy": options.get("retraction_policy"),
+        "radix_cache": options.get("radix_cache"),
+        "chunked_prefill_size": options.get("chunked_prefill_size"),
     }
 
 

@@ -30,6 +30,7 @@ EngineMode = Literal["vllm", "sglang"]
 SchedulingPolicyName = Literal["fcfs", "priority"]
 ClockName = Literal["steps", "cost-model"]
 VllmVersion = Literal["0.32", "0.33"]
+RetractionPolicyName = Literal["length", "priority"]
 
 #: Accepted values of :attr:`EngineConfig.mode`.
 ENGINE_MODES: tuple[str, ...] = ("vllm", "sglang")
@@ -87,6 +88,15 @@ class EngineConfig:
     enable_prefix_caching
         vLLM's automatic prefix caching (``CacheConfig.enable_prefix_caching``; ``vllm`` mode
         only). vLLM turns it on by default; here it stays off until fixtures cover it.
+    retraction_policy
+        SGLang mode only: ``--retraction-policy``, ``"length"`` (SGLang's default) or
+        ``"priority"`` (lowest priority retracted first, then the length rule).
+    radix_cache
+        SGLang mode only: SGLang's radix cache (on by default in SGLang; off here unless asked,
+        as ``--disable-radix-cache``).
+    chunked_prefill_size
+        SGLang mode only: ``--chunked-prefill-size``; ``None`` uses ``max_num_batched_tokens``,
+        0 turns chunking off.
     """
 
     mode: EngineMode = "vllm"
@@ -104,8 +114,13 @@ class EngineConfig:
     step_s: float = 0.02
     cost_model: str = "a6000-llama3-8b"
     enable_prefix_caching: bool = False
+    # --- SGLang mode (tracekit.engine.sglang) ------------------------------------------------
+    retraction_policy: RetractionPolicyName = "length"
+    radix_cache: bool = False
+    chunked_prefill_size: int | None = None
 
     def __post_init__(self) -> None:
+        _sglang_checks(self)
         _choice("mode", self.mode, ENGINE_MODES)
         _choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
         _choice("clock", self.clock, CLOCKS)
@@ -193,6 +208,17 @@ def make_engine_config(**settings: Any) -> EngineConfig:
         return EngineConfig(**given)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"engine configuration: {exc}") from None
+
+
+def _sglang_checks(config: EngineConfig) -> None:
+    """The SGLang-mode fields (kept apart from the vLLM ones)."""
+    _choice("retraction_policy", config.retraction_policy, ("length", "priority"))
+    if not isinstance(config.radix_cache, bool):
+        raise ValueError(f"radix_cache must be a bool; found {config.radix_cache!r}")
+    if config.radix_cache and config.mode != "sglang":
+        raise ValueError("radix_cache is modelled in sglang mode only")
+    if config.chunked_prefill_size is not None:
+        _integer("chunked_prefill_size", config.chunked_prefill_size, minimum=0)
 
 
 def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:
