@@ -87,6 +87,12 @@ class EngineConfig:
     enable_prefix_caching
         vLLM's automatic prefix caching (``CacheConfig.enable_prefix_caching``; ``vllm`` mode
         only). vLLM turns it on by default; here it stays off until fixtures cover it.
+    latency
+        The step-time model of the ``cost-model`` clock, as a ``--latency`` spelling
+        (``docs/latency.md``): ``roofline[:<preset>]``, ``aiconfigurator:<system>/<model>...``
+        or ``calibrated:<file>``. None (the default) and ``roofline`` are the ``cost_model``
+        preset, with identical times. A string, so that configurations pickle to sweep
+        workers; the model is built once per process (``tracekit.latency.spec``).
     """
 
     mode: EngineMode = "vllm"
@@ -104,6 +110,8 @@ class EngineConfig:
     step_s: float = 0.02
     cost_model: str = "a6000-llama3-8b"
     enable_prefix_caching: bool = False
+    # -- step-time model (docs/latency.md) --
+    latency: str | None = None
 
     def __post_init__(self) -> None:
         _choice("mode", self.mode, ENGINE_MODES)
@@ -163,6 +171,23 @@ class EngineConfig:
                 known = ", ".join(sorted(COST_MODEL_PRESETS))
                 raise ValueError(f"cost_model must be one of {known}; found {self.cost_model!r}")
 
+        # -- step-time model (docs/latency.md) --
+        if self.latency is not None:
+            _check_latency(self)
+
+    @property
+    def effective_latency(self) -> str:
+        """The spelling of the model that times the steps.
+
+        ``roofline:<cost_model>`` when ``latency`` is None or ``roofline``, and
+        ``steps:<step_s>`` under the steps clock.
+        """
+        if self.clock == "steps":
+            return f"steps:{self.step_s:g}"
+        if self.latency is None or self.latency.strip().lower() == "roofline":
+            return f"roofline:{self.cost_model}"
+        return self.latency.strip()
+
     @property
     def num_usable_blocks(self) -> int:
         """Blocks a request can hold: every block but vLLM's null block."""
@@ -193,6 +218,23 @@ def make_engine_config(**settings: Any) -> EngineConfig:
         return EngineConfig(**given)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"engine configuration: {exc}") from None
+
+
+def _check_latency(config: EngineConfig) -> None:
+    """Check the ``latency`` spelling cheaply (no model is built, no optional import)."""
+    if not isinstance(config.latency, str) or not config.latency.strip():
+        raise ValueError(f"latency must be a --latency spelling; found {config.latency!r}")
+    if config.clock != "cost-model":
+        raise ValueError(
+            f"latency {config.latency!r} needs clock cost-model (the steps clock has fixed steps)"
+        )
+    # Imported here: tracekit.latency imports the clock, which imports this module.
+    from tracekit.latency.spec import parse_latency_spec
+
+    try:
+        parse_latency_spec(config.latency)
+    except ConfigError as exc:
+        raise ValueError(f"latency: {str(exc).removeprefix('--latency ')}") from None
 
 
 def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:

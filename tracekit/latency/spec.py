@@ -18,8 +18,10 @@ AIConfigurator system or model name is checked against the installed tables.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.errors import ConfigError
@@ -31,6 +33,8 @@ __all__ = [
     "BACKENDS",
     "KINDS",
     "LatencySpec",
+    "cached_step_time_model",
+    "latency_manifest",
     "make_step_time_model",
     "parse_latency_spec",
 ]
@@ -172,3 +176,50 @@ def parse_latency_spec(text: str) -> LatencySpec:
 def make_step_time_model(text: str) -> StepTimeModel:
     """Parse ``text`` and build its model (:func:`parse_latency_spec`, then ``build``)."""
     return parse_latency_spec(text).build()
+
+
+def cached_step_time_model(text: str) -> StepTimeModel:
+    """The model of ``text``, built once per process (the engine clock's entry point).
+
+    Sweep workers and qualify jobs receive ``EngineConfig.latency`` as a string and call this
+    for every run; building an AIConfigurator model loads its tables (seconds) and its grid
+    cache is worth keeping across runs, so one model per spelling is kept. A calibrated file is
+    keyed by its modification time and size as well, so a re-fitted file is read again.
+    """
+    spec = parse_latency_spec(text)
+    stamp: tuple[int, int] | None = None
+    if spec.path is not None:
+        st = spec.path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    return _build_cached(spec, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _build_cached(spec: LatencySpec, stamp: tuple[int, int] | None) -> StepTimeModel:
+    return spec.build()
+
+
+def latency_manifest(
+    latency: str | None,
+    *,
+    clock: str = "cost-model",
+    cost_model: str = "a6000-llama3-8b",
+    step_s: float = 0.02,
+) -> dict[str, Any]:
+    """The manifest's ``latency`` record: the spelling used and the model's ``describe()``.
+
+    ``latency`` None (or ``roofline``) is the ``cost_model`` preset; under the steps clock the
+    record says that every step lasts ``step_s``.
+    """
+    if clock == "steps":
+        return {
+            "spec": f"steps:{step_s:g}",
+            "kind": "steps",
+            "name": f"steps:{step_s:g}",
+            "measured": False,
+            "step_s": step_s,
+        }
+    text = latency.strip() if latency else ""
+    if text.lower() in ("", "roofline"):
+        text = f"roofline:{cost_model}"
+    return {"spec": text, **cached_step_time_model(text).describe()}
