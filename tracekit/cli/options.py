@@ -35,6 +35,7 @@ __all__ = [
     "StageProgress",
     "engine_options",
     "field_defaults",
+    "latency_option",
     "policy_options",
     "workload_options",
 ]
@@ -114,6 +115,33 @@ def _default(field: str) -> str:
     return f"default {ENGINE_DEFAULTS[field]}"
 
 
+# -- --latency: the step-time model (docs/latency.md) ------------------------------------------
+
+
+def _parse_latency(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Check a ``--latency`` spelling cheaply (the model is built when the engine runs)."""
+    if value is None:
+        return None
+    from tracekit.latency.spec import parse_latency_spec
+
+    try:
+        parse_latency_spec(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"--latency {value.strip()!r}: ")) from None
+    return value.strip()
+
+
+#: ``--latency`` on every command that runs the engine (``EngineConfig.latency``).
+latency_option = click.option(
+    "--latency",
+    default=None,
+    metavar="SPEC",
+    callback=_parse_latency,
+    help="Step-time model: roofline[:PRESET] (default: the --cost-model preset), "
+    "aiconfigurator:SYSTEM/MODEL[@BACKEND[:VERSION]] or calibrated:FILE (docs/latency.md).",
+)
+
+
 engine_options = _stack(
     click.option(
         "--engine-mode",
@@ -190,6 +218,7 @@ engine_options = _stack(
         default=None,
         help=f"Cost-model preset ({_default('cost_model')}).",
     ),
+    latency_option,
 )
 
 policy_options = _stack(
@@ -227,6 +256,7 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         "clock": options["clock"],
         "step_s": options["step_s"],
         "cost_model": options["cost_model"],
+        "latency": options.get("latency"),
     }
 
 

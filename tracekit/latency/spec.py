@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.engine.clock import COST_MODEL_PRESETS
+from tracekit.engine.config import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.latency.aiconfigurator import DEFAULT_BACKEND, did_you_mean
 from tracekit.latency.interface import StepTimeModel
@@ -199,27 +200,21 @@ def _build_cached(spec: LatencySpec, stamp: tuple[int, int] | None) -> StepTimeM
     return spec.build()
 
 
-def latency_manifest(
-    latency: str | None,
-    *,
-    clock: str = "cost-model",
-    cost_model: str = "a6000-llama3-8b",
-    step_s: float = 0.02,
-) -> dict[str, Any]:
-    """The manifest's ``latency`` record: the spelling used and the model's ``describe()``.
+def latency_manifest(config: EngineConfig) -> dict[str, Any]:
+    """The manifest's ``latency`` record of a run: the spelling and the model's ``describe()``.
 
-    ``latency`` None (or ``roofline``) is the ``cost_model`` preset; under the steps clock the
-    record says that every step lasts ``step_s``.
+    ``spec`` is :attr:`EngineConfig.effective_latency` (``roofline:<cost_model>`` when no
+    ``latency`` was given); under the steps clock the record says that every step lasts
+    ``step_s``. Building the model here (once per process) also surfaces a missing package or
+    an unknown AIConfigurator system before anything is written.
     """
-    if clock == "steps":
+    spelling = config.effective_latency
+    if config.clock == "steps":
         return {
-            "spec": f"steps:{step_s:g}",
+            "spec": spelling,
             "kind": "steps",
-            "name": f"steps:{step_s:g}",
+            "name": spelling,
             "measured": False,
-            "step_s": step_s,
+            "step_s": config.step_s,
         }
-    text = latency.strip() if latency else ""
-    if text.lower() in ("", "roofline"):
-        text = f"roofline:{cost_model}"
-    return {"spec": text, **cached_step_time_model(text).describe()}
+    return {"spec": spelling, **cached_step_time_model(spelling).describe()}
