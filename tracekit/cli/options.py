@@ -36,6 +36,7 @@ __all__ = [
     "engine_options",
     "field_defaults",
     "latency_option",
+    "paper_latency_option",
     "policy_options",
     "workload_options",
 ]
@@ -119,17 +120,43 @@ def _default(field: str) -> str:
 
 
 def _parse_latency(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Check a ``--latency`` spelling cheaply (the model is built when the engine runs)."""
+    """Check a ``--latency`` value by building its model (once per process, then cached).
+
+    Building here refuses a missing aiconfigurator-core, an unknown system or model, or a file
+    that is not a step-time model before anything is written.
+    """
     if value is None:
         return None
-    from tracekit.latency.spec import parse_latency_spec
+    from tracekit.latency.spec import cached_step_time_model
 
     try:
-        parse_latency_spec(value)
+        cached_step_time_model(value)
     except ConfigError as exc:
         raise click.BadParameter(str(exc).removeprefix(f"--latency {value.strip()!r}: ")) from None
     return value.strip()
 
+
+def _parse_paper_latency(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """``--latency`` of ``experiment run``: ``aiconfigurator`` alone is the A6000 stand-in."""
+    if value is not None and value.strip().lower() == "aiconfigurator":
+        from tracekit.latency.spec import A6000_STAND_IN
+
+        return A6000_STAND_IN
+    return _parse_latency(ctx, param, value)
+
+
+#: ``--latency`` of ``experiment run``: the paper's RTX A6000 is not in AIConfigurator's tables,
+#: so ``aiconfigurator`` names its stand-in (``tracekit.latency.spec.A6000_STAND_IN``).
+paper_latency_option = click.option(
+    "--latency",
+    default=None,
+    metavar="SPEC",
+    callback=_parse_paper_latency,
+    help="Step-time model: roofline (default: the A6000 roofline), aiconfigurator (the A6000's "
+    "stand-in: L40S tables, Llama-3.1-8B, vLLM), any other --latency SPEC (docs/latency.md).",
+)
 
 #: ``--latency`` on every command that runs the engine (``EngineConfig.latency``).
 latency_option = click.option(
