@@ -143,7 +143,7 @@ def _parse_paper_latency(
     if value is not None and value.strip().lower() == "aiconfigurator":
         from tracekit.latency.spec import A6000_STAND_IN
 
-        return A6000_STAND_IN
+        value = A6000_STAND_IN
     return _parse_latency(ctx, param, value)
 
 
