@@ -7,8 +7,9 @@ of building the model (AIConfigurator loads its tables), of the recording, the s
 simulated end time, and the recording's wall time as a ratio to the roofline's. Target
 (issue 13): the hour recorded with the AIConfigurator model in under 60 s.
 
-A calibrated model is fitted first to the roofline recording's steps (``tracekit calibrate``
-on a modelled recording: it exercises the path, the times are the roofline's).
+A calibrated model is fitted first to a roofline recording of the first 2,000 requests
+(``tracekit calibrate`` on a modelled recording: it exercises the path; the times are the
+roofline's).
 
 Usage::
 
@@ -65,12 +66,15 @@ def main() -> None:
     print(f"workload {workload.name}: {workload.num_requests:,} requests")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        base = record(workload, "roofline", folder / "roofline", scheduled=True)
-        fitted = calibrate_trace(folder / "roofline", folder / "model.json").model
+        # The calibration recording: the first 2,000 requests with their scheduled rows.
+        head = load_workload(args.workload, limit=min(2000, args.limit or 2000))
+        record(head, "roofline", folder / "head", scheduled=True)
+        fitted = calibrate_trace(folder / "head", folder / "model.json").model
         print(
-            f"calibrated on the roofline recording: held-out MAPE "
-            f"{fitted.errors['holdout']['mape_pct']:.2f} %"
+            f"calibrated on the roofline recording of {head.num_requests:,} requests: held-out "
+            f"MAPE {fitted.errors['holdout']['mape_pct']:.2f} %"
         )
+        base = record(workload, "roofline", folder / "roofline")
         models = args.latency or [f"calibrated:{folder / 'model.json'}"]
         if args.latency is None and importlib.util.find_spec("aiconfigurator_core"):
             models += [A6000_STAND_IN, "aiconfigurator:h100_sxm/meta-llama/Meta-Llama-3.1-8B"]
@@ -79,13 +83,14 @@ def main() -> None:
             rows.append((latency, record(workload, latency, folder / f"m{i}")))
         print(
             f"{'latency':<55} {'build s':>8} {'record s':>9} {'ratio':>6} {'steps':>9} "
-            f"{'sim end s':>10}"
+            f"{'sim end s':>10} {'+us/step':>9}"
         )
         for latency, r in rows:
             shown = latency if not latency.startswith("calibrated:") else "calibrated:<fitted>"
             print(
                 f"{shown:<55} {r['build_s']:>8.2f} {r['wall_s']:>9.1f} "
-                f"{r['wall_s'] / base['wall_s']:>6.2f} {r['steps']:>9,} {r['end_s']:>10.0f}"
+                f"{r['wall_s'] / base['wall_s']:>6.2f} {r['steps']:>9,} {r['end_s']:>10.0f} "
+                f"{(r['wall_s'] - base['wall_s']) / r['steps'] * 1e6:>9.1f}"
             )
 
 

@@ -7,6 +7,7 @@ calibrated model's coefficients applied by hand.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pickle
 from pathlib import Path
@@ -220,3 +221,82 @@ def test_the_engine_does_not_import_optional_packages() -> None:
         text = path.read_text()
         assert "aiconfigurator" not in text.replace("``aiconfigurator:", ""), path
         assert "import polars" not in text and "import duckdb" not in text, path
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("aiconfigurator_core") is None,
+    reason="needs aiconfigurator-core (the aiconfigurator extra, Python 3.11+)",
+)
+def test_aiconfigurator_times_every_step_as_its_estimator_does() -> None:
+    from tracekit.latency.aiconfigurator import AIConfiguratorModel
+    from tracekit.latency.spec import cached_step_time_model
+
+    spelling = "aiconfigurator:h100_sxm/meta-llama/Meta-Llama-3.1-8B"
+    requests = [EngineRequest(f"r{i}", 0.05 * i, 200 + 37 * i, 5 + i % 7, 16) for i in range(30)]
+    run = run_engine(requests, _config(latency=spelling), BuiltinHost())
+    assert isinstance(make_clock(_config(latency=spelling)), StepModelClock)
+
+    class Watching(RecordingModel):
+        def step_time_s(self, shape: StepShape) -> float:
+            self.shapes.append(shape)
+            return cached_step_time_model(spelling).step_time_s(shape)
+
+    watching = Watching()
+    again = _run_with(watching, requests, _config())
+    assert [s.duration_s for s in again.steps] == [s.duration_s for s in run.steps]
+    # Each step lasts what the estimator, called directly (no grid), says of its shape.
+    direct = AIConfiguratorModel("h100_sxm", "meta-llama/Meta-Llama-3.1-8B", tabulate=False)
+    expected = [direct.step_time_s(shape) for shape in watching.shapes]
+    assert [s.duration_s for s in run.steps] == pytest.approx(expected, rel=1e-3)
+
+
+def test_the_totals_fast_path_equals_step_time_of_the_shape(tmp_path: Path) -> None:
+    from random import Random
+
+    from tracekit.latency.aiconfigurator import AIConfiguratorModel
+    from tracekit.latency.calibrated import load_calibrated_model
+    from tracekit.latency.roofline import RooflineModel
+
+    def fake_estimator(f: dict[str, int]) -> float:  # smooth, non-linear, like attention
+        return (
+            5.0
+            + 0.01 * f["sum_prefill_tokens"] ** 1.1
+            + 1e-4 * f["sum_prefill_kv_tokens"]
+            + 0.3 * f["num_decode_requests"]
+            + 2e-4 * f["sum_decode_kv_tokens"]
+        )
+
+    coefficients = dict(
+        zip(
+            ("intercept", "num_prefill_tokens", "num_decode_seqs", "kv_tokens_read",
+             "num_sequences"),
+            (0.004, 0.0001, 0.0003, 2e-7, 0.0001),
+            strict=True,
+        )
+    )  # fmt: skip
+    models = [
+        RooflineModel.from_preset("a6000-llama3-8b"),
+        load_calibrated_model(_calibrated_file(tmp_path, coefficients)),
+        AIConfiguratorModel("sys", "model", estimator=fake_estimator, version="test"),
+    ]
+    rng = Random(5)
+    for _ in range(300):
+        shape = StepShape.of(
+            prefill=[(rng.randint(1, 900), rng.randint(0, 5000)) for _ in range(rng.randint(0, 3))],
+            decode=[
+                rng.randint(0, 9000) for _ in range(rng.randint(0 if rng.random() < 0.5 else 1, 40))
+            ],
+        )
+        if shape.is_empty:
+            continue
+        totals = (
+            len(shape.prefill_chunks),
+            shape.num_prefill_tokens,
+            shape.num_prefill_computed_tokens,
+            shape.num_decode_seqs,
+            shape.num_decode_context_tokens,
+        )
+        for model in models:
+            assert model.step_time_totals_s(*totals) == pytest.approx(
+                model.step_time_s(shape), rel=1e-12
+            ), model.name

@@ -247,7 +247,7 @@ class StepModelClock(CostModelClock):
     every other one is a prefill chunk of ``n`` tokens after ``computed - n`` cached tokens.
     """
 
-    __slots__ = ("_shape", "_states", "step_model")
+    __slots__ = ("_shape", "_states", "_totals", "step_model")
 
     def __init__(self, model: Any, requests: Iterable[RequestState], idle: CostModel) -> None:
         super().__init__(idle)
@@ -257,26 +257,35 @@ class StepModelClock(CostModelClock):
         self.step_model = model
         self._states = {r.request_id: r for r in requests}
         self._shape = (StepShape, PrefillChunk)
+        # A model of the step's totals alone is called without building a shape (hot loop).
+        self._totals = getattr(model, "step_time_totals_s", None)
 
     def step_duration(self, out: ScheduledStep) -> float:
         """The model's time of the step ``out``; the overhead when nothing is scheduled."""
         scheduled = out.num_scheduled_tokens
         if not scheduled:
             return self.model.overhead_s
-        shape_cls, chunk_cls = self._shape
         states = self._states
-        chunks = []
-        contexts = []
-        kv_read = 0
+        totals = self._totals
+        chunks: list[tuple[int, int]] = []
+        contexts: list[int] = []
+        p = tokens = prefix = d = context = kv_read = 0
         for request_id, n in scheduled.items():
             r = states[request_id]
             computed = r.num_computed_tokens
             output = r.num_output_tokens
             kv_read += computed
             if n == 1 and output and computed == r.num_prompt_tokens + output:
-                contexts.append(computed - 1)
+                d += 1
+                context += computed - 1
+                if totals is None:
+                    contexts.append(computed - 1)
             else:
-                chunks.append((n, computed - n))
+                p += 1
+                tokens += n
+                prefix += computed - n
+                if totals is None:
+                    chunks.append((n, computed - n))
         if kv_read != out.kv_tokens_read:
             # The scheduler counts the KV it reads from its own request table; a scheduler that
             # does not advance the engine's request states (the real vLLM scheduler's adapter)
@@ -285,6 +294,9 @@ class StepModelClock(CostModelClock):
                 f"--latency {self.step_model.name}: the scheduler does not advance the engine's "
                 "request states, so a step's make-up is unknown; use --latency roofline with it"
             )
+        if totals is not None:
+            return totals(p, tokens, prefix, d, context)
+        shape_cls, chunk_cls = self._shape
         shape = shape_cls(tuple(chunk_cls(n, c) for n, c in chunks), tuple(contexts))
         return self.step_model.step_time_s(shape)
 

@@ -357,6 +357,10 @@ class AIConfiguratorModel:
             / 1000.0
         )
 
+    def step_time_totals_s(self, p: int, tokens: int, prefix: int, d: int, context: int) -> float:
+        """:meth:`step_time_s` of any step with these totals (the estimator sees only them)."""
+        return self.forward_ms(p, tokens, prefix, d, context) / 1000.0
+
     def describe(self) -> dict[str, Any]:
         """Kind, name, set-up, table version, grid and out-of-range rule."""
         return {
