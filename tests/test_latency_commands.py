@@ -165,3 +165,16 @@ def test_experiment_aiconfigurator_without_the_package_is_refused_before_writing
     assert result.exit_code == 2
     assert "aiconfigurator-core" in result.output and "Python 3.11" in result.output
     assert not out.exists()
+
+
+def test_record_vllm_takes_only_the_roofline(known: Path, tmp_path: Path) -> None:
+    # The real scheduler's adapter does not advance the engine's request states (the clock's
+    # guard, tests/test_latency_clock.py): refused when parsed, before the driver starts.
+    out = tmp_path / "v"
+    result = CliRunner().invoke(
+        cli,
+        ["record", "vllm", "--workload", str(SAMPLE), "--limit", "5",
+         "--latency", f"calibrated:{known}", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "only roofline[:PRESET] times it" in result.output and not out.exists()

@@ -119,6 +119,10 @@ def _default(field: str) -> str:
 # -- --latency: the step-time model (docs/latency.md) ------------------------------------------
 
 
+#: Commands whose scheduler is not the embedded one (``record vllm``): roofline only.
+_ROOFLINE_ONLY = frozenset({"vllm"})
+
+
 def _parse_latency(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Check a ``--latency`` value by building its model (once per process, then cached).
 
@@ -127,9 +131,15 @@ def _parse_latency(ctx: click.Context, param: click.Parameter, value: str | None
     """
     if value is None:
         return None
-    from tracekit.latency.spec import cached_step_time_model
+    from tracekit.latency.spec import cached_step_time_model, parse_latency_spec
 
     try:
+        if ctx.command.name in _ROOFLINE_ONLY and parse_latency_spec(value).kind != "roofline":
+            raise click.BadParameter(
+                f"{value.strip()!r}: the real scheduler's adapter keeps its own requests, so "
+                "its steps' make-up is unknown to a step-time model; only roofline[:PRESET] "
+                "times it"
+            )
         cached_step_time_model(value)
     except ConfigError as exc:
         raise click.BadParameter(str(exc).removeprefix(f"--latency {value.strip()!r}: ")) from None
