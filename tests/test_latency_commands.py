@@ -178,3 +178,17 @@ def test_record_vllm_takes_only_the_roofline(known: Path, tmp_path: Path) -> Non
     )  # fmt: skip
     assert result.exit_code == 2
     assert "only roofline[:PRESET] times it" in result.output and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "path", [("record", "sim"), ("record", "vllm"), ("qualify",), ("experiment", "run")]
+)
+def test_every_command_that_runs_the_engine_takes_latency(path: tuple[str, ...]) -> None:
+    import click
+
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    params = {p.name: p for p in command.params}
+    assert "latency" in params and params["latency"].default is None
