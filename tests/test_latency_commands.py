@@ -192,3 +192,24 @@ def test_every_command_that_runs_the_engine_takes_latency(path: tuple[str, ...])
         command = command.commands[name]
     params = {p.name: p for p in command.params}
     assert "latency" in params and params["latency"].default is None
+
+
+def test_closed_replay_reruns_with_the_recorded_latency_model(known: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(
+        cli,
+        ["record", "sim", "--workload", str(SAMPLE), "--limit", "60", "--num-blocks", "300",
+         "--max-model-len", "4608", "--latency", f"calibrated:{known}",
+         "--out", str(tmp_path / "b")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(
+        cli,
+        ["replay", str(tmp_path / "b"), "--mode", "closed", "--strategy", "bidkv",
+         "--out", str(tmp_path / "r")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    manifests = list((tmp_path / "r").rglob("manifest.json"))
+    assert manifests
+    for path in manifests:
+        assert json.loads(path.read_text())["latency"]["spec"] == f"calibrated:{known}"
