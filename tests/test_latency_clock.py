@@ -193,10 +193,19 @@ def test_effective_latency_names_the_model_that_times_the_steps() -> None:
     assert EngineConfig().effective_latency == "roofline:a6000-llama3-8b"
     assert EngineConfig(cost_model="a100-llama2-7b").effective_latency == "roofline:a100-llama2-7b"
     assert EngineConfig(clock="steps", step_s=0.05).effective_latency == "steps:0.05"
-    assert (
-        EngineConfig(latency="aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B").effective_latency
-        == "aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B"
+    assert EngineConfig(latency=" roofline:a100-llama2-7b ").effective_latency == (
+        "roofline:a100-llama2-7b"
     )
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("aiconfigurator_core") is not None,
+    reason="checks the error raised when aiconfigurator-core is absent",
+)
+def test_an_aiconfigurator_config_without_the_package_is_refused_where_it_is_made() -> None:
+    with pytest.raises(ConfigError) as err:
+        make_engine_config(latency="aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B")
+    assert "aiconfigurator-core" in str(err.value) and "Python 3.11" in str(err.value)
 
 
 def test_a_scheduler_that_does_not_advance_request_states_is_refused() -> None:

@@ -213,3 +213,20 @@ def test_closed_replay_reruns_with_the_recorded_latency_model(known: Path, tmp_p
     assert manifests
     for path in manifests:
         assert json.loads(path.read_text())["latency"]["spec"] == f"calibrated:{known}"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("aiconfigurator_core") is not None,
+    reason="checks the error raised when aiconfigurator-core is absent",
+)
+def test_a_matrix_asking_for_aiconfigurator_without_the_package_is_refused_on_load(
+    tmp_path: Path,
+) -> None:
+    matrix = write_matrix(
+        tmp_path,
+        f'strategies = ["builtin"]\n[[workloads]]\npath = "{SAMPLE}"\n'
+        '[[engines]]\nlatency = "aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B"\n',
+    )
+    with pytest.raises(ConfigError) as err:
+        load_matrix(matrix)
+    assert "engines[0]" in str(err.value) and "aiconfigurator-core" in str(err.value)

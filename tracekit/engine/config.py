@@ -229,10 +229,10 @@ def _check_latency(config: EngineConfig) -> None:
             f"latency {config.latency!r} needs clock cost-model (the steps clock has fixed steps)"
         )
     # Imported here: tracekit.latency imports the clock, which imports this module.
-    from tracekit.latency.spec import parse_latency_spec
+    from tracekit.latency.spec import check_latency_spec
 
     try:
-        parse_latency_spec(config.latency)
+        check_latency_spec(config.latency)
     except ConfigError as exc:
         raise ValueError(f"latency: {str(exc).removeprefix('--latency ')}") from None
 

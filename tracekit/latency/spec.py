@@ -19,6 +19,7 @@ AIConfigurator system or model name is checked against the installed tables.
 from __future__ import annotations
 
 import functools
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import EngineConfig
 from tracekit.errors import ConfigError
-from tracekit.latency.aiconfigurator import DEFAULT_BACKEND, did_you_mean
+from tracekit.latency.aiconfigurator import DEFAULT_BACKEND, MISSING_MESSAGE, did_you_mean
 from tracekit.latency.interface import StepTimeModel
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "KINDS",
     "LatencySpec",
     "cached_step_time_model",
+    "check_latency_spec",
     "latency_manifest",
     "make_step_time_model",
     "parse_latency_spec",
@@ -172,6 +174,19 @@ def parse_latency_spec(text: str) -> LatencySpec:
         backend=backend,
         version=version.strip() or None,
     )
+
+
+def check_latency_spec(text: str) -> LatencySpec:
+    """:func:`parse_latency_spec`, and refuse an AIConfigurator model without its package.
+
+    What ``EngineConfig`` runs when it is made: a configuration that no process here could run
+    is refused where it is made (a sweep matrix is loaded, a bundle is replayed) rather than by
+    every run. Still cheap: ``find_spec`` imports nothing and no table is loaded.
+    """
+    spec = parse_latency_spec(text)
+    if spec.kind == "aiconfigurator" and importlib.util.find_spec("aiconfigurator_core") is None:
+        raise ConfigError(MISSING_MESSAGE)
+    return spec
 
 
 def make_step_time_model(text: str) -> StepTimeModel:
