@@ -35,6 +35,8 @@ __all__ = [
     "StageProgress",
     "engine_options",
     "field_defaults",
+    "latency_option",
+    "paper_latency_option",
     "policy_options",
     "workload_options",
 ]
@@ -134,6 +136,69 @@ def _default(field: str) -> str:
     return f"default {ENGINE_DEFAULTS[field]}"
 
 
+# -- --latency: the step-time model (docs/latency.md) ------------------------------------------
+
+
+#: Commands whose scheduler is not the embedded one (``record vllm``): roofline only.
+_ROOFLINE_ONLY = frozenset({"vllm"})
+
+
+def _parse_latency(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Check a ``--latency`` value by building its model (once per process, then cached).
+
+    Building here refuses a missing aiconfigurator-core, an unknown system or model, or a file
+    that is not a step-time model before anything is written.
+    """
+    if value is None:
+        return None
+    from tracekit.latency.spec import cached_step_time_model, parse_latency_spec
+
+    try:
+        if ctx.command.name in _ROOFLINE_ONLY and parse_latency_spec(value).kind != "roofline":
+            raise click.BadParameter(
+                f"{value.strip()!r}: the real scheduler's adapter keeps its own requests, so "
+                "its steps' make-up is unknown to a step-time model; only roofline[:PRESET] "
+                "times it"
+            )
+        cached_step_time_model(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"--latency {value.strip()!r}: ")) from None
+    return value.strip()
+
+
+def _parse_paper_latency(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """``--latency`` of ``experiment run``: ``aiconfigurator`` alone is the A6000 stand-in."""
+    if value is not None and value.strip().lower() == "aiconfigurator":
+        from tracekit.latency.spec import A6000_STAND_IN
+
+        value = A6000_STAND_IN
+    return _parse_latency(ctx, param, value)
+
+
+#: ``--latency`` of ``experiment run``: the paper's RTX A6000 is not in AIConfigurator's tables,
+#: so ``aiconfigurator`` names its stand-in (``tracekit.latency.spec.A6000_STAND_IN``).
+paper_latency_option = click.option(
+    "--latency",
+    default=None,
+    metavar="SPEC",
+    callback=_parse_paper_latency,
+    help="Step-time model: roofline (default: the A6000 roofline), aiconfigurator (the A6000's "
+    "stand-in: L40S tables, Llama-3.1-8B, vLLM), any other --latency SPEC (docs/latency.md).",
+)
+
+#: ``--latency`` on every command that runs the engine (``EngineConfig.latency``).
+latency_option = click.option(
+    "--latency",
+    default=None,
+    metavar="SPEC",
+    callback=_parse_latency,
+    help="Step-time model: roofline[:PRESET] (default: the --cost-model preset), "
+    "aiconfigurator:SYSTEM/MODEL[@BACKEND[:VERSION]] or calibrated:FILE (docs/latency.md).",
+)
+
+
 engine_options = _stack(
     click.option(
         "--engine-mode",
@@ -228,6 +293,7 @@ engine_options = _stack(
         default=None,
         help="SGLang mode: chunk size (default: the token budget; 0 = no chunking).",
     ),
+    latency_option,
 )
 
 policy_options = _stack(
@@ -269,6 +335,7 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         "retraction_policy": options.get("retraction_policy"),
         "radix_cache": options.get("radix_cache"),
         "chunked_prefill_size": options.get("chunked_prefill_size"),
+        "latency": options.get("latency"),
     }
 
 

@@ -143,7 +143,7 @@ def run_engine(
                 scheduler = VllmScheduler(config, victim_host, record_decision)
         else:
             scheduler = SglangScheduler(config, victim_host, record_decision)
-    clock = make_clock(config)
+    clock = make_clock(config, states)
     pool = scheduler.block_pool
     kv_blocks_total = pool.num_usable_blocks
     max_model_len = config.max_model_len
@@ -180,9 +180,7 @@ def run_engine(
         now = clock.now
         out = scheduler.schedule(clock.step, now)
         scheduled = out.num_scheduled_tokens
-        duration = clock.duration(
-            out.num_prefill_tokens + out.num_decode_tokens, len(scheduled), out.kv_tokens_read
-        )
+        duration = clock.step_duration(out)
         end_s = now + duration
         # The step record describes the batch as scheduled, before outputs free anything.
         num_running = len(scheduler.running)

@@ -31,6 +31,7 @@ from tracekit.engine import (
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import PreemptionPolicyStats
+from tracekit.latency.spec import latency_manifest
 from tracekit.recording.rows import (
     candidate_rows,
     decision_row,
@@ -309,7 +310,9 @@ def record_sim(
     if admissions:
         tables.append("admissions")
     requests = engine_requests(run.workload)
-    writer = BundleWriter(out, run.manifest(run_id), tables=tables, overwrite=overwrite)
+    # The step-time model that produced the times (docs/latency.md); not part of the run id.
+    manifest = {**run.manifest(run_id), "latency": latency_manifest(run.engine_config)}
+    writer = BundleWriter(out, manifest, tables=tables, overwrite=overwrite)
     signums = (signal.SIGTERM, signal.SIGINT) if stop_on_signals else ()
     with (
         writer.stop_on_signals(*signums),

@@ -210,6 +210,15 @@ def _manifest_problems(bundle: Bundle) -> list[str]:
             "an object or null",
         ),
         (
+            "latency",
+            "latency" not in m
+            or (
+                isinstance(m["latency"], dict)
+                and all(isinstance(m["latency"].get(k), str) for k in ("spec", "kind", "name"))
+            ),
+            "an object with string spec, kind and name (docs/latency.md)",
+        ),
+        (
             "missing_tables",
             "missing_tables" not in m
             or (
