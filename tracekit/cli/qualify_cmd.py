@@ -13,8 +13,11 @@ from tracekit.cli.options import (
     StageProgress,
     engine_options,
     engine_settings,
+    load_options,
+    load_settings,
     policy_options,
     slo_target,
+    warn_rejections,
     workload_options,
     workload_settings,
 )
@@ -23,10 +26,12 @@ from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
 from tracekit.recording.sim import load_run_workload
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
+from tracekit.workloads.load_spec import apply_load
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @workload_options
+@load_options
 @engine_options
 @click.option(
     "--strategy",
@@ -72,7 +77,9 @@ def qualify(**options: Any) -> None:
     """
     with library_errors():
         workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        workload = apply_load(workload, load_settings(options), seed=options["seed"])
         config = make_engine_config(**engine_settings(options))
+        warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])
         strategies = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
         candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])

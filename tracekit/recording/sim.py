@@ -42,6 +42,7 @@ from tracekit.strategies import HostPath, StrategySpec
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
 from tracekit.workloads import Workload, load_workload
+from tracekit.workloads.load_spec import client_model
 
 __all__ = [
     "ENGINE_NAMES",
@@ -280,7 +281,10 @@ def record_sim(
             total_requests=len(requests),
             progress=progress,
         )
-        result = run_engine(requests, run.engine_config, host, observer, collect=False)
+        client = client_model(run.workload)
+        result = run_engine(
+            requests, run.engine_config, host, observer, collect=False, client=client
+        )
         writer.manifest["final_state"] = _final_state(host, result.num_steps, result.end_s)
     return Path(out)
 
