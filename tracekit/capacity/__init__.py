@@ -6,5 +6,20 @@ rate at which the built-in policy meets an SLO-attainment target (``tracekit cap
 """
 
 from tracekit.capacity.rejections import Rejections, find_rejections
+from tracekit.capacity.search import (
+    CapacityResult,
+    Probe,
+    find_capacity,
+    mean_rate,
+    workload_at_rate,
+)
 
-__all__ = ["Rejections", "find_rejections"]
+__all__ = [
+    "CapacityResult",
+    "Probe",
+    "Rejections",
+    "find_capacity",
+    "find_rejections",
+    "mean_rate",
+    "workload_at_rate",
+]

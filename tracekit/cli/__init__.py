@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from tracekit import __version__
+from tracekit.cli.capacity_cmd import capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment
@@ -38,6 +39,6 @@ def cli() -> None:
 
 for command in (
     manifest, validate, inspect, query, record, replay, diff, fidelity, qualify, report, sweep,
-    experiment,
+    experiment, capacity,
 ):  # fmt: skip
     cli.add_command(command)
