@@ -22,7 +22,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-2023" / "az
 # 240 requests (about 52 s of arrivals) on 300 blocks: every window is under KV pressure.
 ARGS = [
     "--workload", str(SAMPLE), "--limit", "240", "--num-blocks", "300", "--max-model-len", "4608",
-    "--strategy", "builtin,bidkv,largest-first",
+    "--strategy", "builtin,bidkv,largest-first", "--load-plan", "single",
 ]  # fmt: skip
 
 
