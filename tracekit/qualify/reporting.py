@@ -15,6 +15,7 @@ from typing import Any
 from tracekit.qualify import frames
 from tracekit.qualify.diff_frames import diff_classes_frame, diff_timeline_frame, first_difference
 from tracekit.qualify.effectiveness import interval_frame
+from tracekit.qualify.load_frames import goodput_frame, queue_depth_frame
 from tracekit.qualify.results import BASELINE, Results, ResultsError, load_results
 from tracekit.qualify.verdicts import (
     EQUIVALENT_VERDICTS,
@@ -77,6 +78,8 @@ def report_inputs(results: Results, qualification: dict[str, Any]) -> ReportInpu
         diff_classes=diff_classes_frame(diff),
         diff_timeline=diff_timeline_frame(results),
         first_difference=first_difference(diff),
+        goodput=goodput_frame(results),
+        queue_depth=queue_depth_frame(results),
     )
 
 

@@ -60,6 +60,9 @@ class ReportInputs:
         Legacy and typed decisions and their differences; ``None`` without the diff.
     first_difference
         The first differing decision and the first divergence; ``None`` without the diff.
+    goodput, queue_depth
+        The load section's frames (:mod:`tracekit.qualify.load_frames`); ``None`` or empty
+        without a load plan.
     """
 
     qualification: dict[str, Any]
@@ -84,6 +87,8 @@ class ReportInputs:
     diff_classes: pl.DataFrame
     diff_timeline: pl.DataFrame | None
     first_difference: dict[str, Any] | None
+    goodput: pl.DataFrame | None = None
+    queue_depth: pl.DataFrame | None = None
 
     @property
     def candidate(self) -> str:

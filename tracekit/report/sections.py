@@ -15,6 +15,7 @@ import polars as pl
 from tracekit.report import charts
 from tracekit.report.diff_section import diff_section
 from tracekit.report.inputs import ReportInputs
+from tracekit.report.load_section import headline_html, load_section
 from tracekit.report.markup import (
     Column,
     esc,
@@ -106,6 +107,9 @@ def _verdicts(q: dict[str, Any]) -> Section:
                 "throughput": _interval_text(e["throughput"]),
                 "latency": _interval_text(e["p95_latency"]),
                 "ttft": _interval_text(e["p95_ttft"]),
+                "recomputed": _interval_text(e["recomputed_tokens"])
+                if "recomputed_tokens" in e
+                else "",
                 "repeats": len(e["repeats"]),
                 "reason": e["reason"],
                 "cls": e["label"] if e["strategy"] != q["candidate"] else f"{e['label']} cand",
@@ -124,6 +128,7 @@ def _verdicts(q: dict[str, Any]) -> Section:
                 Column("throughput", "throughput change [95% CI]"),
                 Column("latency", "P95 e2e latency change [95% CI]"),
                 Column("ttft", "P95 TTFT change [95% CI]"),
+                Column("recomputed", "recomputed tokens change [95% CI]"),
                 Column("repeats", "pairs", fmt_int, numeric=True),
                 Column("reason"),
             ],
@@ -402,8 +407,13 @@ def build_sections(view: ReportInputs) -> list[Section]:
         legacy versus typed, runs.
     """
     strategies = list(view.strategies)
+    verdicts = _verdicts(view.qualification)
+    # The go/no-go line and the load section (issue 14), when the folder has them.
+    verdicts.body.insert(0, headline_html(view))
+    load = load_section(view)
     return [
-        _verdicts(view.qualification),
+        verdicts,
+        *([load] if load is not None else []),
         _deltas(view, strategies),
         _latency(view, strategies),
         _kv(view),
