@@ -154,3 +154,50 @@ def test_find_rejections_by_hand(tiny: Path) -> None:
 def test_doctests(name: str) -> None:
     result = doctest.testmod(importlib.import_module(name))
     assert result.failed == 0 and result.attempted > 0
+
+
+def _matrix(tmp_path: Path, tiny: Path, client: str, rates: str = "") -> Path:
+    text = f"""
+strategies = ["builtin"]
+{rates}
+
+[[workloads]]
+path = "{tiny}"
+client = {client}
+
+[[engines]]
+label = "small"
+clock = "steps"
+step_s = 1.0
+"""
+    path = tmp_path / "matrix.toml"
+    path.write_text(text, "utf-8")
+    return path
+
+
+def test_sweep_matrix_client_keys(tiny: Path, tmp_path: Path) -> None:
+    from tracekit.sweep.matrix import load_matrix
+    from tracekit.sweep.plan import plan_sweep
+
+    # rate_rps 2 with constant arrivals: the five requests arrive at 0.5, 1.0, ... 2.5 s.
+    matrix = _matrix(
+        tmp_path, tiny, '{ arrivals = "constant", max_concurrency = 2 }', "rate_rps = [2.0]"
+    )
+    planned = plan_sweep(load_matrix(matrix)).workloads[0].workload
+    assert planned.frame["arrival_s"].to_list() == [0.5, 1.0, 1.5, 2.0, 2.5]
+    assert client_model(planned) == ClientModel(max_concurrency=2)
+    # The sweep's runs then apply the cap: max_concurrency 1 serialises them.
+    matrix = _matrix(tmp_path, tiny, "{ max_concurrency = 1 }")
+    out = tmp_path / "sweep"
+    result = CliRunner().invoke(cli, ["sweep", str(matrix), "--out", str(out), "--jobs", "1"])
+    assert result.exit_code == 0, result.output
+    (bundle,) = [p.parent for p in out.rglob("manifest.json")]
+    requests = open_trace(bundle).scan("requests").collect().sort("arrival_s")
+    assert requests["arrival_s"].to_list() == [0, 4, 7, 9, 14]
+
+
+def test_sweep_matrix_bad_client_key_names_the_key(tiny: Path, tmp_path: Path) -> None:
+    matrix = _matrix(tmp_path, tiny, '{ arrivals = "posson" }')
+    result = CliRunner().invoke(cli, ["sweep", str(matrix), "--out", str(tmp_path / "s")])
+    assert result.exit_code == 2, result.output
+    assert "workloads[0].client" in result.output and "did you mean 'poisson'" in result.output

@@ -81,6 +81,8 @@ class WorkloadSpec:
         Partition label; ``None`` takes the loader's name (the file stem for most formats).
     format, limit, window, priority_seed, priority_levels, options
         Arguments of :func:`tracekit.workloads.load_workload`.
+    client
+        The ``client`` table: the load generator (``docs/sweep.md``, "Client models").
     """
 
     key: str
@@ -93,6 +95,8 @@ class WorkloadSpec:
     priority_seed: int | None
     priority_levels: int
     options: dict[str, Any]
+    # The entry's client model (issue 14): LoadSpec fields, applied by the plan at every rate.
+    client: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +401,7 @@ def _workloads(check: Checker, entries: Sequence[Any]) -> tuple[WorkloadSpec, ..
                 priority_seed=table.get("priority_seed"),
                 priority_levels=table.get("priority_levels", 3),
                 options=dict(table.get("options", {})),
+                client=dict(table.get("client", {})),
             )
         )
     return tuple(specs)
