@@ -201,3 +201,29 @@ def test_sweep_matrix_bad_client_key_names_the_key(tiny: Path, tmp_path: Path) -
     result = CliRunner().invoke(cli, ["sweep", str(matrix), "--out", str(tmp_path / "s")])
     assert result.exit_code == 2, result.output
     assert "workloads[0].client" in result.output and "did you mean 'poisson'" in result.output
+
+
+def test_sweep_warns_about_rejected_requests(tiny: Path, tmp_path: Path) -> None:
+    # Engine max_model_len 32: prompts 50 and 40 are refused; said once although two rates.
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(
+        f"""
+strategies = ["builtin"]
+rate_scale = [1.0, 2.0]
+
+[[workloads]]
+path = "{tiny}"
+
+[[engines]]
+label = "short"
+num_blocks = 3
+max_model_len = 32
+""",
+        "utf-8",
+    )
+    result = CliRunner().invoke(
+        cli, ["sweep", str(matrix), "--out", str(tmp_path / "s"), "--jobs", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "2 of 5 requests" in warnings[0]

@@ -9,6 +9,7 @@ on their prompt lengths, so it is counted from the workload table before anythin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import polars as pl
@@ -16,7 +17,7 @@ import polars as pl
 from tracekit.engine.config import EngineConfig
 from tracekit.workloads.model import Workload
 
-__all__ = ["Rejections", "find_rejections"]
+__all__ = ["Rejections", "find_rejections", "rejection_warnings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +98,18 @@ def find_rejections(workload: Workload, config: EngineConfig) -> Rejections:
         max_model_len=config.max_model_len,
         block_size=config.block_size,
     )
+
+
+def rejection_warnings(workloads: Iterable[Workload], configs: Iterable[EngineConfig]) -> list[str]:
+    """The distinct warnings of every (workload, configuration) pair (a sweep's matrix).
+
+    A workload at several rates refuses the same requests, so each message appears once.
+    """
+    configs = list(configs)
+    seen: dict[str, None] = {}
+    for workload in workloads:
+        for config in configs:
+            message = find_rejections(workload, config).warning()
+            if message is not None:
+                seen.setdefault(message, None)
+    return list(seen)
