@@ -158,3 +158,24 @@ def test_load_section_renders_in_chromium(results: Path, tmp_path: Path) -> None
         assert chart["svg"] + chart["canvas"] >= 1 and chart["marks"] > 0, chart
     assert _console_errors(events) == []
     assert "Load levels" in text and ("GO" in text)
+
+
+def test_client_aborts_are_counted_not_failed(tmp_path: Path) -> None:
+    # A 1 ms TTFT timeout: no request can produce its first token in time (a step takes
+    # longer), so every request is aborted by its client; the gate counts them as completed.
+    out = tmp_path / "results"
+    args = [
+        "qualify", "--workload", str(SAMPLE), "--limit", "30", "--strategy", "builtin,bidkv",
+        "--load-plan", "single", "--repeat-by", "seeds", "--ttft-timeout-s", "0.001",
+        "--jobs", "1", "--out", str(out),
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    cells = pl.read_parquet(out / "cells.parquet")
+    assert cells["aborted"].to_list() == [30] * cells.height
+    q = json.loads((out / "qualification.json").read_text())
+    check = next(
+        c for c in q["functional_compatibility"]["checks"] if c["name"] == "all_requests_completed"
+    )
+    assert check["passed"] and "aborted by its client" in check["detail"]
+    assert ">aborted<" in (out / "report.html").read_text()

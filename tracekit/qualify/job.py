@@ -241,6 +241,7 @@ def run_qualify(
             ],
             how="diagonal_relaxed",
         )
+        cells = _with_request_outcomes(staging, cells)
         if plan.loads is not None:
             cells = _with_load_columns(staging, cells, groups)
         cells.write_parquet(staging / "cells.parquet", compression="zstd")
@@ -383,6 +384,25 @@ def _open_replay(runs: Path, strategies: list[StrategySpec]) -> None:
     """
     staging = runs.parent if runs.name == "runs" else runs.parent.parent
     replay_open(runs / "r0" / strategies[0].label, strategies, staging / "replay")
+
+
+def _with_request_outcomes(staging: Path, cells: pl.DataFrame) -> pl.DataFrame:
+    """Add each run's ``aborted`` (cancelled by the client) and ``rejected`` request counts."""
+    counts = [
+        open_trace(staging / bundle)
+        .scan("requests")
+        .select(
+            (pl.col("status") == "aborted").sum().alias("aborted"),
+            (pl.col("status") == "rejected").sum().alias("rejected"),
+        )
+        .collect()
+        .row(0)
+        for bundle in cells["bundle"]
+    ]
+    return cells.with_columns(
+        pl.Series("aborted", [c[0] for c in counts], dtype=pl.Int64),
+        pl.Series("rejected", [c[1] for c in counts], dtype=pl.Int64),
+    )
 
 
 def _with_load_columns(

@@ -115,7 +115,9 @@ def load_headlines(
         rate = f"offered {offered:.3g} req/s, " if offered is not None else ""
         slo = fact.get("builtin_slo")
         slo_text = f"built-in SLO attainment {slo:.0%}" if slo is not None else ""
-        text = f"{load}: {rate}achieved {fact['achieved_rps']:.3g} req/s, {slo_text}; "
+        achieved = fact["achieved_rps"]
+        achieved_text = "n/a" if achieved is None else f"{achieved:.3g}"
+        text = f"{load}: {rate}achieved {achieved_text} req/s, {slo_text}; "
         text += f"{candidate} {label}"
         if entry and label not in (OVERLOADED, IDENTICAL):
             text += f" (throughput {_signed(entry['throughput']['mean_pct'])}, P95 latency "

@@ -364,15 +364,22 @@ def _runs(view: ReportInputs) -> Section:
         "serving metrics (times in seconds) and the policy's counters.",
     )
     f3 = fmt_float(3)
+    # With a load plan (issue 14) each run has a load, and client aborts are counted.
+    columns = view.cells.columns
+    by_load = ["load"] if "load" in columns else []
+    load_column = [Column("load")] if by_load else []
+    aborted = [Column("aborted", "aborted", fmt_int, True)] if "aborted" in columns else []
     section.html(
         html_table(
-            view.cells.sort("repeat", "strategy"),
+            view.cells.sort(*by_load, "repeat", "strategy"),
             [
+                *load_column,
                 Column("repeat", "repeat", fmt_int, True),
                 Column("strategy"),
                 Column("host_path", "host"),
                 Column("requests", "requests", fmt_int, True),
                 Column("finished", "finished", fmt_int, True),
+                *aborted,
                 Column("throughput_rps", "req/s", f3, True),
                 Column("output_tokens_per_s", "out tok/s", fmt_float(1), True),
                 Column("ttft_p50_s", "TTFT p50", f3, True),
