@@ -179,3 +179,12 @@ def test_client_aborts_are_counted_not_failed(tmp_path: Path) -> None:
     )
     assert check["passed"] and "aborted by its client" in check["detail"]
     assert ">aborted<" in (out / "report.html").read_text()
+
+
+def test_bad_load_plan_options_exit_2(tmp_path: Path) -> None:
+    base = ["qualify", "--workload", str(SAMPLE), "--limit", "30", "--out", str(tmp_path / "o")]
+    closed = CliRunner().invoke(cli, [*base, "--concurrency", "4"])
+    assert closed.exit_code == 2 and "--load-plan single" in closed.output
+    fractions = CliRunner().invoke(cli, [*base, "--load-fractions", "0.5,-1"])
+    assert fractions.exit_code == 2 and "--load-fractions '0.5,-1'" in fractions.output
+    assert not (tmp_path / "o").exists()

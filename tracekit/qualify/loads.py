@@ -149,6 +149,12 @@ def plan_loads(
         bad fraction.
     """
     spec = spec or LoadSpec()
+    if spec.client.closed_loop:
+        raise ConfigError(
+            "--concurrency: the capacity plan scales an open-loop rate and adds its own "
+            "closed-loop cell (--load-concurrency); drop --concurrency, or pass --load-plan "
+            "single to qualify one closed loop"
+        )
     if any(not (f > 0) for f in fractions):
         raise ConfigError(f"load fractions {list(fractions)}: each must be > 0")
     result = find_capacity(
