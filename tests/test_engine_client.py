@@ -163,3 +163,30 @@ def test_client_runs_are_deterministic() -> None:
         return [(r.request_id, r.arrival_s, r.finish_s, r.status) for r in result.requests]
 
     assert run() == run()
+
+
+class _Watching(BuiltinHost):
+    """The built-in rule, remembering the max_tokens every decision's candidates showed."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def choose_victim(self, context):  # type: ignore[no-untyped-def]
+        self.seen.update(c.max_tokens for c in context.candidates)
+        return super().choose_victim(context)
+
+
+def test_requests_stop_at_their_real_length_while_policies_see_max_tokens() -> None:
+    # 4 usable blocks of 16 tokens (64): two requests of 20 + 30 tokens need 4 blocks each at
+    # the end, so one is preempted. Each was sent with max_tokens 200 but produces 30 tokens.
+    requests = [
+        EngineRequest("a", 0.0, 20, 30, 200),
+        EngineRequest("b", 0.0, 20, 30, 200),
+    ]
+    host = _Watching()
+    result = run_engine(requests, make_engine(5), host, check_consistency=True)
+    assert result.num_preemptions >= 1
+    assert host.seen == {200}
+    for record in result.requests:
+        assert (record.num_output_tokens, record.status) == (30, RequestStatus.FINISHED_STOPPED)
+        assert record.max_tokens == 200
