@@ -2,14 +2,13 @@
 
 One small job (120 requests on 300 blocks, two strategies, fractions 0.6, 1.0 and 1.5 plus a
 closed loop of four users) checks the layout and the documents; hand-made cell tables check the
-verdict wording (overloaded, identical to built-in, go/no-go) against rules worked by hand; and
-the report's load section is opened in headless Chromium.
+verdict wording (overloaded, identical to built-in, go/no-go) against rules worked by hand. The
+report's load section is opened in headless Chromium in test_browser_report.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import polars as pl
@@ -133,31 +132,6 @@ def test_go_no_go_by_hand() -> None:
     assert "identical to the built-in rule's" in go_no_go(passed, same, "bidkv")["text"]
     hot = [_entry("a", "bidkv", OVERLOADED)]
     assert "every cell is overloaded" in go_no_go(passed, hot, "bidkv")["text"]
-
-
-@pytest.mark.browser
-def test_load_section_renders_in_chromium(results: Path, tmp_path: Path) -> None:
-    from test_browser_report import (
-        CHART_STATE,
-        _console_errors,
-        _evaluate,
-        browser,
-        find_chromium,
-        open_page,
-    )
-
-    if find_chromium() is None and not os.environ.get("BIDKV_REQUIRE_CHROMIUM"):
-        pytest.skip("chromium is not installed (CI installs Debian's chromium package)")
-    with browser() as tools:
-        session, events = open_page(tools, (results / "report.html").resolve().as_uri())
-        charts = _evaluate(tools, session, CHART_STATE)
-        text = _evaluate(tools, session, "document.body.innerText")
-    load_charts = [c for c in charts if c["id"].startswith("chart-load-")]
-    assert {c["id"] for c in load_charts} == {"chart-load-goodput", "chart-load-queue"}
-    for chart in load_charts:
-        assert chart["svg"] + chart["canvas"] >= 1 and chart["marks"] > 0, chart
-    assert _console_errors(events) == []
-    assert "Load levels" in text and ("GO" in text)
 
 
 def test_client_aborts_are_counted_not_failed(tmp_path: Path) -> None:
