@@ -101,12 +101,16 @@ def load_headlines(
     Returns
     -------
     list of dict
-        ``cell, load, offered_rps, achieved_rps, builtin_slo, label, text`` per cell, in cell
-        order.
+        ``cell, load, offered_rps, achieved_rps, builtin_slo, label, text`` per cell, by
+        offered rate (the closed loop last), else in cell order.
     """
     labels = {e["cell"]: e for e in entries if e["strategy"] == candidate}
+    facts = _cell_facts(cells)
+    if "offered_rps" in facts.columns:
+        # Lightest load first; the closed loop (no offered rate) last.
+        facts = facts.sort(pl.col("offered_rps").fill_null(float("inf")), "cell")
     out = []
-    for fact in _cell_facts(cells).to_dicts():
+    for fact in facts.to_dicts():
         cell = fact["cell"]
         entry = labels.get(cell)
         label = entry["label"] if entry else "not run"
