@@ -162,3 +162,35 @@ def test_bad_load_plan_options_exit_2(tmp_path: Path) -> None:
     fractions = CliRunner().invoke(cli, [*base, "--load-fractions", "0.5,-1"])
     assert fractions.exit_code == 2 and "--load-fractions '0.5,-1'" in fractions.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_load_plan_writes_the_same_results_with_one_or_two_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracekit.engine.config import make_engine_config
+    from tracekit.qualify import QualifyPlan, run_qualify
+    from tracekit.qualify.loads import plan_loads
+    from tracekit.strategies import parse_strategy_list, resolve_strategy
+    from tracekit.workloads import load_workload
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    workload = load_workload(SAMPLE, limit=60)
+    config = make_engine_config(num_blocks=300, max_model_len=4608)
+    loads = plan_loads(workload, config, fractions=(0.8, 1.2), concurrency=2)
+    plan = QualifyPlan(
+        workload, config, tuple(parse_strategy_list("builtin,largest-first")),
+        resolve_strategy("bidkv"), loads=loads,
+    )  # fmt: skip
+    one = _files(run_qualify(plan, tmp_path / "results", jobs=1))
+    two = _files(run_qualify(plan, tmp_path / "results", jobs=2, overwrite=True))
+    assert "runs/concurrency-2/r2/bidkv/decisions.parquet" in one
+    assert sorted(one) == sorted(two)
+    assert [name for name in one if one[name] != two[name]] == []
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
