@@ -27,6 +27,7 @@ COMMANDS = {
     "record sglang": ["record", "sglang", "--workload", MISSING, "--out", "{tmp}/out"],
     "qualify": ["qualify", "--workload", MISSING, "--out", "{tmp}/out"],
     "report": ["report", MISSING],
+    "capacity": ["capacity", "--workload", MISSING],
     "sweep": ["sweep", MISSING, "--out", "{tmp}/out"],
     "sweep --dry-run": ["sweep", MISSING, "--out", "{tmp}/out", "--dry-run"],
     "manifest validate": ["manifest", "validate", MISSING],

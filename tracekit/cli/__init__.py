@@ -11,6 +11,7 @@ import click
 
 from tracekit import __version__
 from tracekit.cli.calibrate_cmd import calibrate
+from tracekit.cli.capacity_cmd import capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment
@@ -42,6 +43,6 @@ def cli() -> None:
 
 for command in (
     manifest, validate, inspect, query, record, replay, diff, fidelity, qualify, report, sweep,
-    experiment, calibrate,
+    experiment, calibrate, capacity,
 ):  # fmt: skip
     cli.add_command(command)

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from tracekit.analysis.serving import check_slo_target
+from tracekit.capacity.rejections import find_rejections
 from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import (
@@ -25,8 +26,12 @@ from tracekit.engine.config import (
     ENGINE_MODES,
     SCHEDULING_POLICIES,
     VLLM_VERSIONS,
+    EngineConfig,
 )
 from tracekit.errors import ConfigError
+from tracekit.workloads import Workload
+from tracekit.workloads.client import ClientModel
+from tracekit.workloads.load_spec import LoadSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +42,9 @@ __all__ = [
     "field_defaults",
     "latency_option",
     "paper_latency_option",
+    "load_options",
+    "load_settings",
+    "warn_rejections",
     "policy_options",
     "workload_options",
 ]
@@ -351,6 +359,96 @@ def workload_settings(options: dict[str, Any]) -> dict[str, Any]:
         "prefix_groups": options.get("prefix_groups"),
         "prefix_seed": options.get("prefix_seed", 0),
     }
+
+
+# --- load generator (issue 14): client models; see docs/workloads.md, "Client models" --------
+
+load_options = _stack(
+    click.option(
+        "--arrivals",
+        default="recorded",
+        show_default=True,
+        metavar="recorded|poisson|gamma:B|constant",
+        help="Arrival process; generated kinds follow vllm bench serve (seeded by --seed).",
+    ),
+    click.option(
+        "--rate", type=float, default=None, help="Requests per second of generated --arrivals."
+    ),
+    click.option(
+        "--order",
+        "request_order",
+        default="recorded",
+        show_default=True,
+        metavar="recorded|ascending|descending|shuffled:S",
+        help="Which request takes each arrival time (by prompt length, or a seeded shuffle).",
+    ),
+    click.option(
+        "--max-tokens",
+        "client_max_tokens",
+        type=int,
+        default=None,
+        help="Client max_tokens of every request; outputs stop at min(real length, N).",
+    ),
+    click.option(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        help="At most N requests in flight; the rest wait at the client (client queue time).",
+    ),
+    click.option(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="Closed loop: N users, each sending its next request when its last one ends.",
+    ),
+    click.option(
+        "--think-time-s",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Closed loop: a user's pause between a finish and its next request.",
+    ),
+    click.option(
+        "--ttft-timeout-s",
+        type=float,
+        default=None,
+        help="Abort a request with no first token this long after it was sent.",
+    ),
+)
+
+
+def load_settings(options: dict[str, Any]) -> LoadSpec:
+    """The load bundle's values as a checked ``tracekit.workloads.LoadSpec``.
+
+    Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) with the one-line message of a
+    bad value.
+    """
+    try:
+        client = ClientModel(
+            max_concurrency=options["max_concurrency"],
+            concurrency=options["concurrency"],
+            think_time_s=options["think_time_s"],
+            ttft_timeout_s=options["ttft_timeout_s"],
+        )
+        return LoadSpec(
+            arrivals=options["arrivals"],
+            rate=options["rate"],
+            order=options["request_order"],
+            max_tokens=options["client_max_tokens"],
+            client=client,
+        )
+    except ConfigError as error:
+        raise LibraryError(str(error), EXIT_BAD_INPUT) from error
+
+
+def warn_rejections(workload: Workload, config: EngineConfig) -> None:
+    """Print on stderr how many requests ``config`` refuses (nothing when none is)."""
+    message = find_rejections(workload, config).warning()
+    if message is not None:
+        click.echo(message, err=True)
+
+
+# --- end of the load generator block ------------------------------------------------------
 
 
 class Progress:

@@ -11,7 +11,7 @@ and what its consistency check covers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tracekit.engine.block_pool import BlockPool
 from tracekit.engine.config import EngineConfig
@@ -145,6 +145,44 @@ class SchedulerBase:
     def has_unfinished_requests(self) -> bool:
         """Whether any request is running or waiting."""
         return bool(self.running) or len(self.waiting) > 0
+
+    def finish_requests(
+        self, request_ids: Iterable[str], finished_status: str = RequestStatus.ABORTED
+    ) -> list[RequestState]:
+        """Finish requests from outside the scheduler (vLLM ``Scheduler.finish_requests``).
+
+        How a client's cancel reaches the engine (vLLM ``EngineCore.abort_requests`` calls this
+        with ``FINISHED_ABORTED``): each named request that is still unfinished leaves the
+        running or waiting queue (both keep their order), takes ``finished_status`` and gives
+        its KV blocks back. Unknown or already finished ids are skipped, as in vLLM.
+
+        Returns the requests finished, in the order named. The caller sets their ``finish_s``.
+        """
+        valid: list[RequestState] = []
+        for request_id in dict.fromkeys(request_ids):
+            request = self.requests.get(request_id)
+            if request is not None:
+                valid.append(request)
+        if not valid:
+            return valid
+        gone = {r.request_id for r in valid}
+        if any(r.status == RequestStatus.RUNNING for r in valid):
+            self.running = [r for r in self.running if r.request_id not in gone]
+        if any(r.request_id in gone for r in self.waiting):
+            # Rebuilt rather than edited: both queue kinds re-add in their own order.
+            kept = [r for r in self.waiting if r.request_id not in gone]
+            self.waiting = create_request_queue(self.policy)
+            for r in kept:
+                self.waiting.add_request(r)
+        for request in valid:
+            self._forget(request)
+            request.status = finished_status
+            self._release_finished(request)
+            del self.requests[request.request_id]
+        return valid
+
+    def _forget(self, request: RequestState) -> None:
+        """Drop ``request`` from any holder a mode keeps besides running and waiting."""
 
     # ----------------------------------------------------------------------------- victims
     def _choose_victim(

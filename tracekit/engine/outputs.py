@@ -113,10 +113,13 @@ class RequestRecord:
     first_token_s: float | None
     # End of the step that produced its last token, or arrival time when rejected.
     finish_s: float | None
-    # ``RequestStatus`` value: finished_stopped, finished_length_capped or rejected.
+    # ``RequestStatus`` value: finished_stopped, finished_length_capped, rejected or aborted.
     status: str
     num_preemptions: int
     # Computed tokens discarded by its preemptions (to be computed again).
     recomputed_tokens: int
     # Position in the workload's input order (arrival ties are served in this order).
     input_index: int = 0
+    # Time it waited at the client before being sent (--max-concurrency); ``arrival_s`` is the
+    # time it was sent, so the engine's latencies exclude this wait, as vLLM bench's do.
+    client_queue_s: float = 0.0

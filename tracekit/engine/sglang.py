@@ -367,6 +367,11 @@ class SglangScheduler(SchedulerBase):
         """Whether any request is running, chunked or waiting."""
         return bool(self.running) or self.chunked is not None or len(self.waiting) > 0
 
+    def _forget(self, request: RequestState) -> None:
+        """An aborted request part-way through its chunked prefill stops being the chunk."""
+        if self.chunked is request:
+            self.chunked = None
+
     # ----------------------------------------------------------------------------- schedule
     def schedule(self, step: int, now: float) -> ScheduledStep:
         """One step: a prefill batch if anything can be admitted, else a decode batch."""

@@ -45,6 +45,7 @@ from tracekit.trace.rows import AdmissionRow
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
 from tracekit.workloads import Workload, load_workload, with_shared_prefix
+from tracekit.workloads.load_spec import client_model
 
 __all__ = [
     "ENGINE_NAMES",
@@ -332,7 +333,10 @@ def record_sim(
             record_cache=True,
             record_admissions=admissions,
         )
-        result = run_engine(requests, run.engine_config, host, observer, collect=False)
+        client = client_model(run.workload)
+        result = run_engine(
+            requests, run.engine_config, host, observer, collect=False, client=client
+        )
         writer.manifest["final_state"] = _final_state(host, result.num_steps, result.end_s)
     return Path(out)
 

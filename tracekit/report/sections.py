@@ -15,6 +15,7 @@ import polars as pl
 from tracekit.report import charts
 from tracekit.report.diff_section import diff_section
 from tracekit.report.inputs import ReportInputs
+from tracekit.report.load_section import headline_html, load_section
 from tracekit.report.markup import (
     Column,
     esc,
@@ -106,6 +107,9 @@ def _verdicts(q: dict[str, Any]) -> Section:
                 "throughput": _interval_text(e["throughput"]),
                 "latency": _interval_text(e["p95_latency"]),
                 "ttft": _interval_text(e["p95_ttft"]),
+                "recomputed": _interval_text(e["recomputed_tokens"])
+                if "recomputed_tokens" in e
+                else "",
                 "repeats": len(e["repeats"]),
                 "reason": e["reason"],
                 "cls": e["label"] if e["strategy"] != q["candidate"] else f"{e['label']} cand",
@@ -124,6 +128,7 @@ def _verdicts(q: dict[str, Any]) -> Section:
                 Column("throughput", "throughput change [95% CI]"),
                 Column("latency", "P95 e2e latency change [95% CI]"),
                 Column("ttft", "P95 TTFT change [95% CI]"),
+                Column("recomputed", "recomputed tokens change [95% CI]"),
                 Column("repeats", "pairs", fmt_int, numeric=True),
                 Column("reason"),
             ],
@@ -359,15 +364,22 @@ def _runs(view: ReportInputs) -> Section:
         "serving metrics (times in seconds) and the policy's counters.",
     )
     f3 = fmt_float(3)
+    # With a load plan (issue 14) each run has a load, and client aborts are counted.
+    columns = view.cells.columns
+    by_load = ["load"] if "load" in columns else []
+    load_column = [Column("load")] if by_load else []
+    aborted = [Column("aborted", "aborted", fmt_int, True)] if "aborted" in columns else []
     section.html(
         html_table(
-            view.cells.sort("repeat", "strategy"),
+            view.cells.sort(*by_load, "repeat", "strategy"),
             [
+                *load_column,
                 Column("repeat", "repeat", fmt_int, True),
                 Column("strategy"),
                 Column("host_path", "host"),
                 Column("requests", "requests", fmt_int, True),
                 Column("finished", "finished", fmt_int, True),
+                *aborted,
                 Column("throughput_rps", "req/s", f3, True),
                 Column("output_tokens_per_s", "out tok/s", fmt_float(1), True),
                 Column("ttft_p50_s", "TTFT p50", f3, True),
@@ -437,13 +449,19 @@ def build_sections(view: ReportInputs) -> list[Section]:
         legacy versus typed, runs.
     """
     strategies = list(view.strategies)
+    verdicts = _verdicts(view.qualification)
+    # The go/no-go line and the load section (issue 14), when the folder has them.
+    verdicts.body.insert(0, headline_html(view))
+    load = load_section(view)
+    recomputed = _recomputed(view, strategies)
     sections = [
-        _verdicts(view.qualification),
+        verdicts,
+        *([load] if load is not None else []),
         _deltas(view, strategies),
         _latency(view, strategies),
         _kv(view),
         _preemptions(view, strategies),
-        _recomputed(view, strategies),
+        recomputed,
         _agreement(view, strategies),
         _counters(view, strategies),
         diff_section(view),
@@ -452,5 +470,5 @@ def build_sections(view: ReportInputs) -> list[Section]:
     # Prefix caching (trace v2), right after recomputation, only when a run hit the cache.
     cache = _cache(view, strategies)
     if cache is not None:
-        sections.insert(6, cache)
+        sections.insert(sections.index(recomputed) + 1, cache)
     return sections

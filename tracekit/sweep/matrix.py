@@ -84,6 +84,8 @@ class WorkloadSpec:
     shared_prefix_tokens, prefix_groups, prefix_seed
         A synthetic shared prompt prefix (:func:`tracekit.workloads.with_shared_prefix`);
         ``shared_prefix_tokens`` None: none.
+    client
+        The ``client`` table: the load generator (``docs/sweep.md``, "Client models").
     """
 
     key: str
@@ -99,6 +101,8 @@ class WorkloadSpec:
     shared_prefix_tokens: int | None = None
     prefix_groups: int | None = None
     prefix_seed: int = 0
+    # The entry's client model (issue 14): LoadSpec fields, applied by the plan at every rate.
+    client: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +420,7 @@ def _workloads(check: Checker, entries: Sequence[Any]) -> tuple[WorkloadSpec, ..
                 shared_prefix_tokens=table.get("shared_prefix_tokens"),
                 prefix_groups=table.get("prefix_groups"),
                 prefix_seed=table.get("prefix_seed", 0),
+                client=dict(table.get("client", {})),
             )
         )
     return tuple(specs)

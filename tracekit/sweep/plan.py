@@ -27,6 +27,9 @@ from tracekit.sweep.checks import LABEL
 from tracekit.sweep.matrix import EngineSpec, Matrix, PolicyPoint, WorkloadSpec, is_production
 from tracekit.sweep.task import Recorder, record_sim_run
 from tracekit.workloads import Workload, load_workload, with_shared_prefix
+from tracekit.workloads.arrivals import ArrivalKind, parse_arrivals
+from tracekit.workloads.client import ClientModel
+from tracekit.workloads.load_spec import LoadSpec, apply_load
 from tracekit.workloads.repeats import plan_repeats
 
 __all__ = ["PlannedCell", "PlannedRun", "PlannedWorkload", "SweepPlan", "plan_sweep"]
@@ -210,6 +213,33 @@ def _rate_scale(matrix: Matrix, spec: WorkloadSpec, base: Workload, rate: float)
     return rate * base.duration_s / base.num_requests
 
 
+def _apply_client(
+    matrix: Matrix, spec: WorkloadSpec, base: Workload, workload: Workload, rate: float
+) -> Workload:
+    """The entry's ``client`` table applied at one rate (``docs/sweep.md``, "Client models").
+
+    Generated arrivals are generated at the cell's rate in requests per second (``rate_rps``,
+    or ``rate_scale`` times the workload's mean rate); recorded ones keep the rescaled times.
+    """
+    table = dict(spec.client)
+    arrivals = str(table.pop("arrivals", "recorded"))
+    try:
+        generated = parse_arrivals(arrivals, rate=1.0 if arrivals != "recorded" else None)
+        rps = None
+        if generated.kind is not ArrivalKind.RECORDED:
+            rps = rate if matrix.rate_unit == "rps" else rate * base.num_requests / base.duration_s
+        load = LoadSpec(
+            arrivals=arrivals,
+            rate=rps,
+            order=str(table.pop("order", "recorded")),
+            max_tokens=table.pop("max_tokens", None),
+            client=ClientModel(**table),
+        )
+        return apply_load(workload, load, seed=matrix.seed)
+    except (ConfigError, ZeroDivisionError) as exc:
+        raise ConfigError(f"{matrix.path}: key '{spec.key}.client': {exc}") from None
+
+
 def _planned_workloads(matrix: Matrix) -> list[tuple[WorkloadSpec, PlannedWorkload, list[Any]]]:
     out = []
     names: dict[str, str] = {}
@@ -232,6 +262,8 @@ def _planned_workloads(matrix: Matrix) -> list[tuple[WorkloadSpec, PlannedWorklo
             if matrix.rate_unit == "rps":
                 options = {**workload.options, "rate_rps": rate}
                 workload = dataclasses.replace(workload, options=options)
+            if spec.client:
+                workload = _apply_client(matrix, spec, base, workload, rate)
             try:
                 repeats = plan_repeats(workload, matrix.repeats, matrix.repeat_kind, matrix.seed)
             except ConfigError as exc:
