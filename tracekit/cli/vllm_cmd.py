@@ -22,6 +22,7 @@ from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import SimRun, load_run_workload
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.vllm.fidelity import compare_fidelity
+from tracekit.vllm.live_engine.record import record_vllm_live
 from tracekit.vllm.record import record_vllm
 
 
@@ -46,20 +47,48 @@ from tracekit.vllm.record import record_vllm
     default=None,
     help="Put the strategy in the loop through the shim (default: only for policies).",
 )
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Run the real vLLM engine on a tiny random-weight Llama (needs --block-size 32): "
+    "measured step and request times, output token ids.",
+)
+@click.option(
+    "--all-at-once",
+    is_flag=True,
+    help="With --live: send every request before the first step, not at its arrival time.",
+)
 @out_option(required=True, help="Bundle to create.")
 @output_options("bundle path and its inspection")
 def record_vllm_command(**options: Any) -> None:
     """Run a workload through the real vLLM scheduler (CPU, no weights) and record a bundle.
 
     Needs the environment made by scripts/install-vllm-cpu.sh (see docs/vllm-recorder.md). The
-    bundle has the same tables as record sim, with the scheduled table always on.
+    bundle has the same tables as record sim, with the scheduled table always on. With --live
+    the whole engine runs (model and all) on the wall clock; see "Live engine" there.
     """
+    if options["all_at_once"] and not options["live"]:
+        raise click.BadParameter(
+            "needs --live (the scheduler alone runs on the steps clock)",
+            param_hint="'--all-at-once'",
+        )
     with library_errors():
         workload = load_run_workload(options["workload_path"], **workload_settings(options))
         config = make_engine_config(**engine_settings(options))
         policy_config = parse_policy_config(options["policy_config"])
         strategy = resolve_strategy(options["strategy"], policy_config, seed=options["seed"])
         run = SimRun(workload, config, strategy, options["host_path"], options["seed"])
+        if options["live"]:
+            (bundle,) = record_vllm_live(
+                [run],
+                [options["out"]],
+                venv=options["vllm_venv"],
+                shim=options["shim"],
+                all_at_once=options["all_at_once"],
+                progress=Progress(f"record vllm --live {strategy.name}"),
+            )
+            emit_bundle(bundle, options["as_json"])
+            return
         (bundle,) = record_vllm(
             [run],
             [options["out"]],
