@@ -1,4 +1,4 @@
-"""``tracekit record vllm`` and ``tracekit fidelity``: the real vLLM scheduler."""
+"""``tracekit record vllm``, ``tracekit fidelity`` and ``tracekit outputs``: real vLLM runs."""
 
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ from tracekit.cli.options import (
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.record_cmd import emit_bundle, record
 from tracekit.engine.config import make_engine_config
+from tracekit.errors import ConfigError
 from tracekit.recording.sim import SimRun, load_run_workload
 from tracekit.strategies import parse_policy_config, resolve_strategy
+from tracekit.trace.writer import write_json_atomic
 from tracekit.vllm.fidelity import compare_fidelity
+from tracekit.vllm.live_engine.gate import OUTPUT_GATE_FILE, compare_outputs
 from tracekit.vllm.live_engine.record import record_vllm_live
 from tracekit.vllm.record import record_vllm
 
@@ -113,3 +116,34 @@ def fidelity(sim_trace: Path, vllm_trace: Path, as_json: bool) -> None:
         report = compare_fidelity(sim_trace, vllm_trace)
     emit(as_json, report.to_dict, report.render)
     raise SystemExit(report.exit_code)
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option(
+    "--results",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="A qualify results folder: write output_gate.json there, a row of the report's "
+    "functional gate (re-render with tracekit report).",
+)
+@output_options("gate")
+def outputs(baseline: Path, candidate: Path, results: Path | None, as_json: bool) -> None:
+    """The output-equality gate of two live recordings (record vllm --live) of one workload.
+
+    With greedy decoding every request never preempted in either run must have the same output
+    token ids under CANDIDATE as under BASELINE (the built-in run); preempted requests whose
+    outputs differ are counted. Exit status: 0 passed, 1 a never-preempted request differs or
+    is missing, 2 bad input.
+    """
+    with library_errors():
+        if results is not None and not (results / "cells.parquet").is_file():
+            raise ConfigError(
+                f"--results {results}: not a qualify results folder (no cells.parquet)"
+            )
+        gate = compare_outputs(baseline, candidate)
+        if results is not None:
+            write_json_atomic(results / OUTPUT_GATE_FILE, gate.to_dict())
+    emit(as_json, gate.to_dict, gate.render)
+    raise SystemExit(gate.exit_code)
