@@ -2,8 +2,9 @@
 
 Runs inside the vLLM environment as ``python -m tracekit.vllm.live_engine.driver`` and speaks the
 protocol of :mod:`tracekit.vllm.protocol` (scenarios in, ``hello`` / records / ``end`` out), plus
-one ``output`` message per finished request: ``{"kind": "output", "run", "request_id",
-"token_ids"}``.
+one ``output`` message per finished request, ``{"kind": "output", "run", "request_id",
+"token_ids"}``, and one ``shape`` message after each step, ``{"kind": "shape", "run", "step",
+"kv"}`` (the context tokens its attention read, which the steps table has no column for).
 
 Per scenario it builds an ``LLMEngine`` (V1, CPU platform, engine core in this process so the
 scheduler is reachable) on the tiny Llama of :func:`write_live_model`, warms it up, puts the
@@ -132,6 +133,10 @@ class LiveBackend:
             # One step at a time, so that each timed step() is one schedule + one forward.
             "async_scheduling": False,
             "enforce_eager": True,
+            # On the CPU backend this is the share of the machine's memory vLLM checks is free
+            # at startup (0.92 by default fails beside other processes); the KV cache is sized
+            # by num_gpu_blocks_override, and the model is a few MB.
+            "gpu_memory_utilization": 0.05,
             "disable_log_stats": True,
         }
         engine = self.LLMEngine.from_engine_args(self.EngineArgs(**settings))
@@ -198,6 +203,8 @@ class _StepProbe:
         self.step = 0
         self.now = 0.0
         self.record: StepRecord | None = None
+        #: Context tokens the step's attention reads (the calibrated model's ``kv_tokens_read``).
+        self.kv_tokens_read = 0
         #: request_id -> whether its first scheduling has been seen.
         self.first_scheduled: dict[str, float] = {}
 
@@ -211,7 +218,7 @@ class _StepProbe:
         for request_id in scheduled:
             self.first_scheduled.setdefault(request_id, self.now)
         # num_computed_tokens has already advanced (Scheduler._update_after_schedule).
-        prefill, decode, _ = split_tokens(scheduled, scheduler.requests)
+        prefill, decode, self.kv_tokens_read = split_tokens(scheduled, scheduler.requests)
         num_running, num_waiting = scheduler.get_request_counts()
         free = int(scheduler.kv_cache_manager.block_pool.get_num_free_blocks())
         self.record = StepRecord(
@@ -402,6 +409,7 @@ def _step_loop(
             step_s += record.duration_s
             num_steps += 1
             emit({"kind": "step", "run": run, "r": step_to_wire(record)})
+            emit({"kind": "shape", "run": run, "step": record.step, "kv": probe.kv_tokens_read})
         for output in outputs:
             item = live.get(output.request_id)
             if item is None:

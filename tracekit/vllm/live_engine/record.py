@@ -14,7 +14,11 @@ bundle differs in three ways:
 - it has a side table ``outputs.parquet`` (named in ``vllm.live.outputs``): one row per finished
   request, ``run_id`` (string), ``request_id`` (string), ``token_ids`` (list<int32>), the greedy
   output token ids the output-equality gate compares (:mod:`tracekit.vllm.live_engine.gate`).
-  It is outside the trace schema's tables, so readers and ``tracekit validate`` ignore it.
+  It is outside the trace schema's tables, so readers and ``tracekit validate`` ignore it;
+- a second side table ``step_shapes.parquet`` (``vllm.live.step_shapes``): one row per step,
+  ``run_id``, ``step``, ``num_prefill_tokens``, ``num_decode_seqs``, ``kv_tokens_read``,
+  ``num_sequences``, ``duration_s``: the measured make-up and time of each step, in the columns
+  :func:`tracekit.latency.calibrated.fit_step_time_model` reads.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from tracekit.vllm.protocol import (
 )
 from tracekit.vllm.record import VllmDriverError, _vllm_engine_config, find_vllm_python
 
-__all__ = ["OUTPUTS_FILE", "OUTPUTS_SCHEMA", "record_vllm_live"]
+__all__ = ["OUTPUTS_FILE", "OUTPUTS_SCHEMA", "STEP_SHAPES_FILE", "record_vllm_live"]
 
 #: The side table of output token ids, in the bundle folder.
 OUTPUTS_FILE = "outputs.parquet"
@@ -52,6 +56,15 @@ OUTPUTS_SCHEMA = pa.schema(
         pa.field("request_id", pa.string(), nullable=False),
         pa.field("token_ids", pa.list_(pa.int32()), nullable=False),
     ]
+)
+
+#: The side table of each step's measured make-up and duration, in the bundle folder.
+STEP_SHAPES_FILE = "step_shapes.parquet"
+_SHAPE_COLUMNS = (
+    "num_prefill_tokens",
+    "num_decode_seqs",
+    "kv_tokens_read",
+    "num_sequences",
 )
 
 Progress = Callable[[int, int], None]
@@ -216,6 +229,7 @@ def _record_one(
         manifest["host_path"] = "builtin"
     tables = ["requests", "decisions", "candidates", "steps", "scheduled"]
     outputs: dict[str, list[int]] = {}
+    shapes: list[tuple[int, int, int, int, int, float]] = []
     with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
         observer = TraceObserver(
             writer,
@@ -227,8 +241,9 @@ def _record_one(
             progress=progress,
         )
         with open(writer.folder / POLICY_LOG, "w", encoding="utf-8") as log:
-            end = _consume(scenario.index, messages, observer, log, outputs)
+            end = _consume(scenario.index, messages, observer, log, outputs, shapes)
         _write_outputs(writer.folder / OUTPUTS_FILE, run_id, outputs)
+        _write_shapes(writer.folder / STEP_SHAPES_FILE, run_id, shapes)
         writer.manifest["final_state"] = end["final_state"]
         writer.manifest["vllm"] = {
             **end["vllm_config"],
@@ -238,6 +253,7 @@ def _record_one(
                 "shim": scenario.shim,
                 "arrivals": "all at once" if all_at_once else "wall clock",
                 "outputs": OUTPUTS_FILE,
+                "step_shapes": STEP_SHAPES_FILE,
                 "import_s": hello.get("import_s"),
                 **end.get("timing", {}),
             },
@@ -263,19 +279,49 @@ def _write_outputs(path: Path, run_id: str, outputs: dict[str, list[int]]) -> No
     pq.write_table(table, path)
 
 
+def _write_shapes(
+    path: Path, run_id: str, shapes: list[tuple[int, int, int, int, int, float]]
+) -> None:
+    columns = list(zip(*shapes, strict=True)) if shapes else [[]] * 6
+    table = pa.table(
+        {
+            "run_id": pa.array([run_id] * len(shapes), pa.string()),
+            "step": pa.array(columns[0], pa.int64()),
+            **{name: pa.array(columns[i + 1], pa.int64()) for i, name in enumerate(_SHAPE_COLUMNS)},
+            "duration_s": pa.array(columns[5], pa.float64()),
+        }
+    )
+    pq.write_table(table, path)
+
+
 def _consume(
     index: int,
     messages: Iterator[dict[str, Any]],
     observer: TraceObserver,
     log: IO[str],
     outputs: dict[str, list[int]],
+    shapes: list[tuple[int, int, int, int, int, float]],
 ) -> dict[str, Any]:
+    last: Any = None
     for message in messages:
         kind = message.get("kind")
         if message.get("run") != index:
             raise VllmDriverError(f"the live vLLM driver answered out of order: {message}")
         if kind == "step":
-            observer.on_step(step_from_wire(message["r"]))
+            last = step_from_wire(message["r"])
+            observer.on_step(last)
+        elif kind == "shape":
+            assert last is not None and last.step == message["step"], message
+            shapes.append(
+                (
+                    last.step,
+                    last.num_prefill_tokens,
+                    last.num_decode_tokens,
+                    int(message["kv"]),
+                    len(last.num_scheduled_tokens),
+                    last.duration_s,
+                )
+            )
         elif kind == "decision":
             observer.on_decision(decision_from_wire(message["r"]))
         elif kind == "request":
