@@ -78,6 +78,10 @@ def _live_env(python: Path) -> dict[str, str]:
         # Kept with the environment: the live model and vLLM's own caches live there.
         "VLLM_CACHE_ROOT": str(python.parent.parent / "vllm-cache"),
         "PYTHONUNBUFFERED": "1",
+        # One compute thread, unbound: on a machine shared with other processes a second OpenMP
+        # thread spends its time spinning at barriers for a core, and step times swing by 10x.
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     }
     env = {key: os.environ.get(key, value) for key, value in defaults.items()}
     extra = os.environ.get("BIDKV_VLLM_PYTHONPATH")
