@@ -239,6 +239,13 @@ class Live:
     workload: Path
     builtin: Path
     candidate: Path
+    # The same requests arriving 0.4 s apart, sent on the wall clock / all at once.
+    staggered: Path
+    all_at_once: Path
+
+
+def staggered_rows(gap: float) -> list[tuple[str, float, int, int]]:
+    return [(rid, i * gap, p, o) for i, (rid, _, p, o) in enumerate(WORKLOAD_ROWS)]
 
 
 @pytest.fixture(scope="module")
@@ -252,17 +259,23 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Live:
         pytest.skip(f"no vLLM environment: {exc}")
     tmp = tmp_path_factory.mktemp("live")
     workload = write_workload(tmp / "w.csv", WORKLOAD_ROWS)
-    builtin, candidate = record_vllm_live(
-        [sim_run(workload), sim_run(workload, "lcf")],
-        [tmp / "builtin", tmp / "lcf"],
+    staggered = write_workload(tmp / "staggered.csv", staggered_rows(0.4))
+    builtin, candidate, on_clock = record_vllm_live(
+        [sim_run(workload), sim_run(workload, "lcf"), sim_run(staggered)],
+        [tmp / "builtin", tmp / "lcf", tmp / "staggered"],
         venv=venv,
     )
-    return Live(venv, workload, builtin, candidate)
+    # 30 s apart: on the wall clock this would take minutes; all at once it takes seconds.
+    spread = write_workload(tmp / "spread.csv", staggered_rows(30.0))
+    (at_once,) = record_vllm_live(
+        [sim_run(spread)], [tmp / "all-at-once"], venv=venv, all_at_once=True
+    )
+    return Live(venv, workload, builtin, candidate, on_clock, at_once)
 
 
 @pytest.mark.vllm
 def test_live_bundles_validate_and_time_every_step(live: Live) -> None:
-    for bundle in (live.builtin, live.candidate):
+    for bundle in (live.builtin, live.candidate, live.staggered, live.all_at_once):
         assert validate_trace(bundle).status == "ok"
         manifest = json.loads((bundle / "manifest.json").read_text())
         assert manifest["clock"] == "wall" and manifest["engine"].endswith("-live")
@@ -311,6 +324,26 @@ def test_the_live_engine_schedules_as_the_embedded_engine(live: Live, tmp_path: 
     assert decisions.height > 0  # the workload does preempt
     cand = pl.read_parquet(live.candidate / "decisions.parquet")
     assert (cand["applied_victim_id"] != cand["builtin_victim_id"]).any()
+
+
+@pytest.mark.vllm
+def test_requests_are_sent_at_their_arrival_times_or_all_at_once(live: Live) -> None:
+    requests = pl.read_parquet(live.staggered / "requests.parquet").sort("input_index")
+    assert requests["arrival_s"].to_list() == [i * 0.4 for i in range(len(WORKLOAD_ROWS))]
+    # Nothing is scheduled before it arrives, and the run lasts at least until the last arrival.
+    assert (requests["first_scheduled_s"] >= requests["arrival_s"]).all()
+    steps = pl.read_parquet(live.staggered / "steps.parquet")
+    assert steps["time_s"].max() >= requests["arrival_s"].max()
+    # All at once: every arrival is 0 and the schedule is the zero-arrival run's, step by step.
+    at_once = pl.read_parquet(live.all_at_once / "requests.parquet")
+    assert (at_once["arrival_s"] == 0).all()
+    assert at_once["finish_s"].max() < 30.0
+    manifest = json.loads((live.all_at_once / "manifest.json").read_text())
+    assert manifest["vllm"]["live"]["arrivals"] == "all at once"
+    columns = ["step", "request_id", "num_tokens"]
+    a = pl.read_parquet(live.builtin / "scheduled.parquet").select(columns)
+    b = pl.read_parquet(live.all_at_once / "scheduled.parquet").select(columns)
+    assert a.equals(b)
 
 
 @pytest.mark.vllm
