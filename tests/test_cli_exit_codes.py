@@ -17,6 +17,7 @@ COMMANDS = {
     "query": ["query", MISSING, "SELECT 1"],
     "diff": ["diff", MISSING, MISSING],
     "fidelity": ["fidelity", MISSING, MISSING],
+    "outputs": ["outputs", MISSING, MISSING],
     "replay open": ["replay", MISSING, "--strategy", "bidkv", "--out", "{tmp}/out"],
     "replay closed": [
         "replay", MISSING, "--strategy", "bidkv", "--mode", "closed", "--out", "{tmp}/out",

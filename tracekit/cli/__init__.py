@@ -21,7 +21,7 @@ from tracekit.cli.record_cmd import record
 from tracekit.cli.replay_cmd import replay
 from tracekit.cli.sweep_cmd import sweep
 from tracekit.cli.trace_cmd import inspect, query, validate
-from tracekit.cli.vllm_cmd import fidelity
+from tracekit.cli.vllm_cmd import fidelity, outputs
 
 # Registers ``record sglang`` on the record group.
 from tracekit.cli import sglang_cmd  # noqa: F401  isort: skip
@@ -43,6 +43,6 @@ def cli() -> None:
 
 for command in (
     manifest, validate, inspect, query, record, replay, diff, fidelity, qualify, report, sweep,
-    experiment, calibrate, capacity,
+    experiment, calibrate, capacity, outputs,
 ):  # fmt: skip
     cli.add_command(command)

@@ -307,6 +307,11 @@ def _conformance_check(conformance: dict[str, Any] | None) -> dict[str, Any]:
     return _check("conformance_passed", passed, detail)
 
 
+def _output_gate_check(gate: dict[str, Any]) -> dict[str, Any]:
+    # output_gate.json is written by tracekit.vllm.live_engine.gate (OutputGate.to_dict).
+    return _check("outputs_equal", gate.get("passed") is True, str(gate.get("detail", "")))
+
+
 def functional_gate(results: Results) -> dict[str, Any]:
     """The functional compatibility gate: every check, and the reasons of a failure.
 
@@ -326,6 +331,9 @@ def functional_gate(results: Results) -> dict[str, Any]:
         _diff_check(results.diff),
         _conformance_check(results.conformance),
     ]
+    # A row only when a live recording's output gate is in the folder (tracekit outputs).
+    if results.output_gate is not None:
+        checks.append(_output_gate_check(results.output_gate))
     reasons = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]
     return {"status": "failed" if reasons else "passed", "checks": checks, "reasons": reasons}
 
