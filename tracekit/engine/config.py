@@ -104,6 +104,7 @@ class EngineConfig:
     step_s: float = 0.02
     cost_model: str = "a6000-llama3-8b"
     enable_prefix_caching: bool = False
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         _choice("mode", self.mode, ENGINE_MODES)
@@ -127,6 +128,10 @@ class EngineConfig:
             )
         if self.enable_prefix_caching and self.mode != "vllm":
             raise ValueError("enable_prefix_caching is modelled in vllm mode only")
+        if not isinstance(self.async_scheduling, bool):
+            raise ValueError(f"async_scheduling must be a bool; found {self.async_scheduling!r}")
+        if self.async_scheduling and self.mode != "vllm":
+            raise ValueError("async_scheduling is modelled in vllm mode only")
         if (
             not isinstance(self.watermark, (int, float))
             or isinstance(self.watermark, bool)

@@ -29,7 +29,7 @@ from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
-from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.scheduler import VllmScheduler, make_vllm_scheduler
 from tracekit.engine.sglang import SglangScheduler
 
 __all__ = ["EngineObserver", "EngineResult", "run_engine"]
@@ -137,9 +137,10 @@ def run_engine(
     else:
         victim_host = host if host is not None else BuiltinHost()
         if config.mode == "vllm":
-            if config.enable_prefix_caching:
-                scheduler = VllmPrefixCachingScheduler(config, victim_host, record_decision)
+            if config.enable_prefix_caching or config.async_scheduling:
+                scheduler = make_vllm_scheduler(config, victim_host, record_decision)
             else:
+                # By module attribute: latency/bench.py substitutes a capturing subclass.
                 scheduler = VllmScheduler(config, victim_host, record_decision)
         else:
             scheduler = SglangScheduler(config, victim_host, record_decision)
@@ -160,6 +161,20 @@ def run_engine(
         if on_request is not None:
             on_request(record)
 
+    # Async scheduling (vLLM ``EngineCore.step_with_batch_queue`` with a batch queue of 2): the
+    # step scheduled last is in flight while the next one is scheduled, and its output is
+    # applied only after that; ``in_flight`` is that step and ``in_flight_end`` its end time.
+    is_async = config.async_scheduling
+    has_requests = scheduler.has_requests if is_async else scheduler.has_unfinished_requests  # type: ignore[attr-defined]
+    in_flight = None
+    in_flight_end = 0.0
+
+    def report(finished: list[RequestState]) -> None:
+        for state in finished:
+            finish(state)
+        if check_consistency:
+            scheduler.check_consistency()
+
     while True:
         # Arrivals visible to this step join the waiting queue, in arrival order.
         while pending and clock.is_visible(pending[0].arrival_s):
@@ -171,7 +186,12 @@ def run_engine(
                 finish(state)
             else:
                 scheduler.add_request(state)
-        if not scheduler.has_unfinished_requests():
+        if not has_requests():
+            if in_flight is not None:
+                # Nothing to schedule: block on the step in flight and apply its output.
+                done, in_flight = in_flight, None
+                report(scheduler.update_from_output(done, in_flight_end))
+                continue
             if not pending:
                 break
             clock.jump_to(pending[0].arrival_s)
@@ -188,7 +208,23 @@ def run_engine(
         num_running = len(scheduler.running)
         num_waiting = len(scheduler.waiting)
         kv_blocks_used = kv_blocks_total - pool.num_free_blocks
-        finished = scheduler.update_from_output(out, end_s)
+        if is_async:
+            if in_flight is None and (scheduled or has_requests()):
+                # The batch queue is not full: launch this step and schedule the next one
+                # before any output comes back.
+                done = None
+            else:
+                # Full (or nothing more to do): block on the oldest step and apply its output.
+                done, done_end = (
+                    (in_flight, in_flight_end) if in_flight is not None else (out, end_s)
+                )
+            if done is out:
+                in_flight = None
+            else:
+                in_flight, in_flight_end = out, end_s
+            finished = scheduler.update_from_output(done, done_end) if done is not None else []
+        else:
+            finished = scheduler.update_from_output(out, end_s)
         num_steps += 1
         num_preemptions += out.num_preemptions
         if collect or on_step is not None:
@@ -209,10 +245,7 @@ def run_engine(
                 steps.append(record)
             if on_step is not None:
                 on_step(record)
-        for state in finished:
-            finish(state)
-        if check_consistency:
-            scheduler.check_consistency()
+        report(finished)
         clock.advance(duration)
 
     result.num_steps = num_steps

@@ -83,6 +83,7 @@ class VllmBackend:
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.request_queue import SchedulingPolicy
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import (
@@ -105,6 +106,7 @@ class VllmBackend:
         self.VllmConfig = VllmConfig
         self.SamplingParams = SamplingParams
         self.Scheduler = Scheduler
+        self.AsyncScheduler = AsyncScheduler
         self.FullAttentionSpec = FullAttentionSpec
         self.KVCacheConfig = KVCacheConfig
         self.KVCacheGroupSpec = KVCacheGroupSpec
@@ -144,7 +146,7 @@ class VllmBackend:
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=max_model_len,
             enable_chunked_prefill=True,
-            async_scheduling=False,
+            async_scheduling=config.async_scheduling,
             policy=config.scheduling_policy,
             watermark=config.watermark,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
@@ -169,23 +171,30 @@ class VllmBackend:
             kv_cache_groups=[self.KVCacheGroupSpec(["layer"], spec)],
         )
         cache_config.num_gpu_blocks = config.num_blocks
+        # The CPU platform forces async scheduling off (CpuPlatform.check_and_update_config); a
+        # GPU deployment keeps it on (VllmConfig.__post_init__), which is what is recorded here.
+        vllm_config.scheduler_config.async_scheduling = config.async_scheduling
         self.block_hasher = None
         if config.enable_prefix_caching:
             # As EngineCore.__init__ does: every Request hashes its full blocks as tokens arrive.
             hash_fn = self.get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
             self.init_none_hash(hash_fn)
             self.block_hasher = self.get_request_block_hasher(config.block_size, hash_fn)
-        scheduler = self.Scheduler(
+        scheduler_class = self.AsyncScheduler if config.async_scheduling else self.Scheduler
+        scheduler = scheduler_class(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             block_size=config.block_size,
             log_stats=True,
             structured_output_manager=self.StructuredOutputManager(vllm_config),
         )
-        return scheduler, self.describe(vllm_config, kv_cache_config)
+        return scheduler, self.describe(vllm_config, kv_cache_config, scheduler_class)
 
-    def describe(self, vllm_config: Any, kv_cache_config: Any) -> dict[str, Any]:
+    def describe(
+        self, vllm_config: Any, kv_cache_config: Any, scheduler_class: Any = None
+    ) -> dict[str, Any]:
         """The configuration the real scheduler runs with, read back from vLLM's objects."""
+        scheduler_class = scheduler_class or self.Scheduler
         sc = vllm_config.scheduler_config
         cc = vllm_config.cache_config
         scheduler_fields = (
@@ -203,7 +212,7 @@ class VllmBackend:
             "version": self.version,
             "package": self.package,
             "torch": self.torch_version,
-            "scheduler_class": f"{self.Scheduler.__module__}.{self.Scheduler.__qualname__}",
+            "scheduler_class": f"{scheduler_class.__module__}.{scheduler_class.__qualname__}",
             "scheduler_config": {
                 name: _plain(getattr(sc, name, None)) for name in scheduler_fields
             },
@@ -229,6 +238,11 @@ class VllmBackend:
                 name: os.environ.get(name)
                 for name in ("HF_HUB_OFFLINE", "VLLM_TARGET_DEVICE", "VLLM_CACHE_ROOT")
             },
+            "engine_core_step": (
+                "EngineCore.step_with_batch_queue, batch_queue_size 2"
+                if sc.async_scheduling
+                else "EngineCore.step"
+            ),
             "fake_outputs": (
                 "one sampled token per scheduled request whose prefill is complete; the stop "
                 "token at the target output length unless max_tokens or max_model_len ends it"
@@ -401,7 +415,9 @@ class RealScheduler:
         # req_id -> the engine's state and vLLM's Request, for every unfinished request.
         self._states: dict[str, RequestState] = {}
         self._requests: dict[str, Any] = {}
-        self._output: Any = None
+        # step -> vLLM's SchedulerOutput and the ids it samples for (two in flight under async).
+        self._outputs: dict[int, Any] = {}
+        self._sampling: dict[int, set[str]] = {}
 
     @property
     def running(self) -> list[Any]:
@@ -427,6 +443,10 @@ class RealScheduler:
         """Whether vLLM holds an unfinished request."""
         return bool(self.scheduler.has_unfinished_requests())
 
+    def has_requests(self) -> bool:
+        """vLLM's ``has_requests``: unfinished requests or finished ones not yet reported."""
+        return bool(self.scheduler.has_requests())
+
     def schedule(self, step: int, now: float) -> ScheduledStep:
         """One ``schedule()`` of vLLM, its decisions stamped with ``step`` and ``now``."""
         hooks = self.hooks
@@ -436,10 +456,14 @@ class RealScheduler:
         output = self.scheduler.schedule()
         self.scheduler_s += time.perf_counter() - started
         hooks.end_step()
-        self._output = output
+        self._outputs[step] = output
         out = ScheduledStep(step, now)
         scheduled = out.num_scheduled_tokens = dict(output.num_scheduled_tokens)
         states = self._states
+        # The model runner samples for every scheduled request that is not a partial prefill
+        # (vLLM sets is_prefill_chunk in _update_after_schedule, before any placeholder).
+        vllm_requests = self.scheduler.requests
+        self._sampling[step] = {rid for rid in scheduled if not vllm_requests[rid].is_prefill_chunk}
         for request_id in scheduled:
             state = states[request_id]
             if state.first_scheduled_s is None:
@@ -465,9 +489,13 @@ class RealScheduler:
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
         content_tokens = self.prefix_caching
+        sampling = self._sampling.pop(out.step)
         for request_id in req_ids:
-            vllm_request = requests[request_id]
-            if vllm_request.num_computed_tokens >= vllm_request.num_tokens:
+            vllm_request = requests.get(request_id)
+            if vllm_request is None:
+                # Async: finished while this step was in flight; vLLM skips its output.
+                sampled.append([SAMPLED_TOKEN] if request_id in sampling else [])
+            elif request_id in sampling:
                 produced = vllm_request.num_output_tokens + 1
                 state = states[request_id]
                 stop = (
@@ -486,14 +514,15 @@ class RealScheduler:
                 sampled.append([])  # a partial (chunked) prefill samples nothing
         model_output = self.backend.model_output(req_ids, sampled)
         started = time.perf_counter()
-        self.scheduler.update_from_output(self._output, model_output)
+        self.scheduler.update_from_output(self._outputs.pop(out.step), model_output)
         self.scheduler_s += time.perf_counter() - started
-        self._output = None
         status_names = self.backend.status_names
         recomputed = self.hooks.recomputed_tokens
         finished: list[RequestState] = []
         for request_id in req_ids:
-            state = states[request_id]
+            state = states.get(request_id)
+            if state is None:
+                continue  # finished by an earlier step's output
             vllm_request = requests[request_id]
             if state.first_token_s is None and vllm_request.num_output_tokens:
                 state.first_token_s = end_s

@@ -1,0 +1,191 @@
+"""vLLM's ``AsyncScheduler``: schedule step k+1 before the outputs of step k are known.
+
+Sources (vLLM 0.32.0 and 0.33.0): ``vllm/v1/core/sched/async_scheduler.py``
+(``AsyncScheduler._update_after_schedule``; 0.32 also ``_update_request_with_output``),
+``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule`` running scan,
+``_update_after_schedule``, ``_preempt_request``, ``update_from_output``,
+``_update_request_with_output``, ``has_finished_requests``) and ``vllm/v1/engine/core.py``
+(``EngineCore.step_with_batch_queue``, which :func:`tracekit.engine.engine.run_engine` follows
+when ``async_scheduling`` is on). ``docs/engine.md``, "Async scheduling", lists every rule.
+
+The state vLLM keeps per request, here in dicts keyed by request id (``RequestState`` stays the
+shared record): ``num_output_placeholders`` (tokens sampled by steps still in flight),
+``num_in_flight_tokens`` (tokens scheduled by steps whose output has not been applied) and
+``num_stale_output_tokens`` (in-flight tokens of a request preempted since). As in vLLM,
+``num_computed_tokens`` counts the placeholders.
+"""
+
+from __future__ import annotations
+
+from tracekit.engine.base import DecisionCallback, ScheduledStep
+from tracekit.engine.config import EngineConfig
+from tracekit.engine.hosts import VictimHost
+from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+
+__all__ = ["AsyncVllmPrefixCachingScheduler", "AsyncVllmScheduler"]
+
+
+class _AsyncMixin:
+    """The hooks vLLM's ``AsyncScheduler`` changes, over either block pool."""
+
+    # Set by __init__ of the concrete classes (declared for type checkers).
+    requests: dict[str, RequestState]
+    running: list[RequestState]
+    config: EngineConfig
+
+    def _init_async(self) -> None:
+        self._placeholders: dict[str, int] = {}
+        self._in_flight: dict[str, int] = {}
+        self._stale: dict[str, int] = {}
+        # step -> the ids of the requests that step samples a token for (not a prefill chunk).
+        self._sampling: dict[int, list[str]] = {}
+        # vLLM ``finished_req_ids``: finished since the last schedule() (has_finished_requests).
+        self._finished_since_schedule = False
+        # Caching of the tokens an output confirms: 0.32 AsyncScheduler caches up to
+        # computed - placeholders whenever the request was RUNNING; 0.33 Scheduler caches up
+        # to computed - in-flight for non-stale outputs of a RUNNING request that had
+        # placeholders. With one sampled token and no drafts both give the same count.
+        self._caching = bool(self.config.enable_prefix_caching)
+
+    def has_requests(self) -> bool:
+        """Unfinished requests, or finished ones not yet reported by a schedule() (vLLM)."""
+        return self.has_unfinished_requests() or self._finished_since_schedule  # type: ignore[attr-defined]
+
+    def _running_new_tokens(self, request: RequestState) -> int:
+        placeholders = self._placeholders.get(request.request_id, 0)
+        computed = request.num_computed_tokens
+        if placeholders > 0 and (
+            computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
+        ):
+            # vLLM: "Avoid scheduling an extra step when we are sure that the previous step
+            # has reached request.max_tokens."
+            return 0
+        return request.num_prompt_tokens + request.num_output_tokens + placeholders - computed
+
+    def _update_after_schedule(self, out: ScheduledStep) -> None:
+        """Advance computed and in-flight tokens; a step that samples adds a placeholder."""
+        requests = self.requests
+        placeholders = self._placeholders
+        in_flight = self._in_flight
+        sampling: list[str] = []
+        for request_id, num_new_tokens in out.num_scheduled_tokens.items():
+            request = requests[request_id]
+            computed = request.num_computed_tokens + num_new_tokens
+            request.num_computed_tokens = computed
+            in_flight[request_id] = in_flight.get(request_id, 0) + num_new_tokens
+            held = placeholders.get(request_id, 0)
+            # is_prefill_chunk is decided before the placeholder of this step is added.
+            if computed >= request.num_prompt_tokens + request.num_output_tokens + held:
+                placeholders[request_id] = held + 1
+                sampling.append(request_id)
+        self._sampling[out.step] = sampling
+        self._finished_since_schedule = False
+
+    def _release_victim(self, victim: RequestState) -> None:
+        """``_preempt_request``: in-flight output becomes stale; placeholders are dropped."""
+        request_id = victim.request_id
+        self._stale[request_id] = self._in_flight.get(request_id, 0)
+        self._placeholders[request_id] = 0
+        super()._release_victim(victim)  # type: ignore[misc]
+
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+        """Apply step ``out``'s fake outputs (vLLM ``update_from_output`` under async).
+
+        Every request the step sampled for gets one token, even one preempted since (a stale
+        output: appended, but its counters are not touched); the token may finish it, from the
+        running or the waiting queue. A request that finished earlier is skipped.
+        """
+        requests = self.requests
+        placeholders = self._placeholders
+        in_flight = self._in_flight
+        stale = self._stale
+        sampling = set(self._sampling.pop(out.step))
+        caching = self._caching
+        finished: list[RequestState] = []
+        for request_id, num_tokens in out.num_scheduled_tokens.items():
+            request = requests.get(request_id)
+            if request is None:
+                continue  # finished while this step was in flight
+            in_flight[request_id] -= num_tokens
+            is_stale = stale.get(request_id, 0) > 0
+            if is_stale:
+                stale[request_id] -= num_tokens
+            if request_id not in sampling:
+                continue  # a partial prefill samples nothing
+            status_before = request.status
+            output = request.num_output_tokens + 1
+            request.num_output_tokens = output
+            if output == 1:
+                request.first_token_s = end_s
+            if not is_stale:
+                placeholders[request_id] -= 1
+            # A stale output belongs to a request preempted since, so it is never RUNNING here.
+            if caching and status_before == RequestStatus.RUNNING:
+                confirmed = request.num_computed_tokens - placeholders[request_id]
+                self._cache_confirmed(request, confirmed)
+            if output < request.stop_output_tokens:
+                continue
+            request.status = request.stop_status
+            request.finish_s = end_s
+            # A request a stale token finished holds no blocks: they went at its preemption.
+            self._release_finished(request)  # type: ignore[attr-defined]
+            del requests[request_id]
+            placeholders.pop(request_id, None)
+            in_flight.pop(request_id, None)
+            stale.pop(request_id, None)
+            finished.append(request)
+        if finished:
+            self._finished_since_schedule = True
+            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
+            self._drop_finished_waiting(finished)
+        return finished
+
+    def _drop_finished_waiting(self, finished: list[RequestState]) -> None:
+        """Take requests that a stale token finished out of the waiting queue."""
+        gone = {r.request_id for r in finished}
+        waiting = self.waiting  # type: ignore[attr-defined]
+        if not any(r.request_id in gone for r in waiting):
+            return
+        keep = [r for r in waiting if r.request_id not in gone]
+        # Rebuild in admission order: FCFS keeps its order, PRIORITY re-heaps by key.
+        from tracekit.engine.queues import create_request_queue
+
+        rebuilt = create_request_queue(self.config.scheduling_policy)
+        for r in keep:
+            rebuilt.add_request(r)
+        self.waiting = rebuilt
+
+    def _cache_confirmed(self, request: RequestState, num_tokens: int) -> None:
+        """``kv_cache_manager.cache_blocks(request, num_tokens)`` (prefix caching only)."""
+        if num_tokens // self.config.block_size > request.num_cached_blocks:
+            self.block_pool.cache_full_blocks(request, num_tokens)  # type: ignore[attr-defined]
+
+    def check_consistency(self) -> None:
+        """The base checks plus the async counters."""
+        super().check_consistency()  # type: ignore[misc]
+        for request_id, request in self.requests.items():
+            held = self._placeholders.get(request_id, 0)
+            assert held >= 0 and self._in_flight.get(request_id, 0) >= held, request
+            if request.status != RequestStatus.RUNNING:
+                assert held == 0, request
+
+
+class AsyncVllmScheduler(_AsyncMixin, VllmScheduler):
+    """vLLM's ``AsyncScheduler`` with prefix caching off."""
+
+    def __init__(
+        self, config: EngineConfig, host: VictimHost, on_decision: DecisionCallback | None = None
+    ) -> None:
+        VllmScheduler.__init__(self, config, host, on_decision)
+        self._init_async()
+
+
+class AsyncVllmPrefixCachingScheduler(_AsyncMixin, VllmPrefixCachingScheduler):
+    """vLLM's ``AsyncScheduler`` with prefix caching on."""
+
+    def __init__(
+        self, config: EngineConfig, host: VictimHost, on_decision: DecisionCallback | None = None
+    ) -> None:
+        VllmPrefixCachingScheduler.__init__(self, config, host, on_decision)
+        self._init_async()
