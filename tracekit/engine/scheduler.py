@@ -185,8 +185,10 @@ class VllmScheduler(SchedulerBase):
         """Reset per-step state before the scan (hook)."""
 
     def _running_new_tokens(self, request: RequestState) -> int:
-        """Tokens a running request asks for before the caps (``num_tokens_with_spec -
-        num_computed_tokens``); 0 or less skips it (hook)."""
+        """Tokens a running request asks for before the caps; 0 or less skips it (hook).
+
+        vLLM: ``num_tokens_with_spec + num_output_placeholders - num_computed_tokens``.
+        """
         return request.num_prompt_tokens + request.num_output_tokens - request.num_computed_tokens
 
     def _take_blocks(self, request: RequestState, num: int) -> None:
@@ -230,8 +232,10 @@ class VllmScheduler(SchedulerBase):
         return num_new_tokens
 
     def _update_after_schedule(self, out: ScheduledStep) -> None:
-        """Advance ``num_computed_tokens`` of every scheduled request (vLLM
-        ``Scheduler._update_after_schedule``; hook)."""
+        """Advance ``num_computed_tokens`` of every scheduled request (hook).
+
+        vLLM ``Scheduler._update_after_schedule``.
+        """
         requests = self.requests
         for request_id, num_new_tokens in out.num_scheduled_tokens.items():
             requests[request_id].num_computed_tokens += num_new_tokens

@@ -444,7 +444,7 @@ class RealScheduler:
         return bool(self.scheduler.has_unfinished_requests())
 
     def has_requests(self) -> bool:
-        """vLLM's ``has_requests``: unfinished requests or finished ones not yet reported."""
+        """Unfinished requests, or finished ones not yet reported (vLLM ``has_requests``)."""
         return bool(self.scheduler.has_requests())
 
     def schedule(self, step: int, now: float) -> ScheduledStep:
