@@ -190,6 +190,20 @@ engine_options = _stack(
         default=None,
         help=f"Cost-model preset ({_default('cost_model')}).",
     ),
+    # vLLM features (issue 12): unset keeps the mode's default (on in vllm mode, as vLLM runs).
+    click.option(
+        "--prefix-caching/--no-prefix-caching",
+        "enable_prefix_caching",
+        default=None,
+        help="vLLM automatic prefix caching (default on in vllm mode; sglang mode refuses it).",
+    ),
+    click.option(
+        "--async-scheduling/--no-async-scheduling",
+        "async_scheduling",
+        default=None,
+        help="vLLM async scheduling, one step ahead (default on in vllm mode, as on GPUs; "
+        "sglang mode refuses it).",
+    ),
 )
 
 policy_options = _stack(
@@ -227,6 +241,8 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         "clock": options["clock"],
         "step_s": options["step_s"],
         "cost_model": options["cost_model"],
+        "enable_prefix_caching": options.get("enable_prefix_caching"),
+        "async_scheduling": options.get("async_scheduling"),
     }
 
 

@@ -29,6 +29,9 @@ __all__ = ["AsyncVllmPrefixCachingScheduler", "AsyncVllmScheduler"]
 class _AsyncMixin:
     """The hooks vLLM's ``AsyncScheduler`` changes, over either block pool."""
 
+    #: run_engine drives this scheduler as ``step_with_batch_queue`` does.
+    async_scheduling = True
+
     # Set by __init__ of the concrete classes (declared for type checkers).
     requests: dict[str, RequestState]
     running: list[RequestState]

@@ -165,6 +165,12 @@ def run_engine(
     # step scheduled last is in flight while the next one is scheduled, and its output is
     # applied only after that; ``in_flight`` is that step and ``in_flight_end`` its end time.
     is_async = config.async_scheduling
+    if is_async and not getattr(scheduler, "async_scheduling", False):
+        # A synchronous scheduler in the asynchronous loop would apply outputs a step late.
+        raise ValueError(
+            "config.async_scheduling is on but the scheduler is synchronous; build it with "
+            "async support (tracekit.engine.scheduler.make_vllm_scheduler) or turn it off"
+        )
     has_requests = scheduler.has_requests if is_async else scheduler.has_unfinished_requests  # type: ignore[attr-defined]
     in_flight = None
     in_flight_end = 0.0

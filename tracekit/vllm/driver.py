@@ -408,6 +408,8 @@ class RealScheduler:
         self.waiting = _WaitingCount(self.scheduler)
         self.max_model_len = config.max_model_len
         self.prefix_caching = config.enable_prefix_caching
+        #: The real AsyncScheduler under async (run_engine then drives it one step ahead).
+        self.async_scheduling = config.async_scheduling
         #: req_id -> prefix-cache hit (tokens) of every admission in the last step, in order.
         self.step_cache_hits: dict[str, int] = {}
         # Seconds spent inside vLLM's schedule() and update_from_output().
