@@ -25,7 +25,12 @@ def make_engine(
     max_model_len: int | None = None,
     **overrides: object,
 ) -> EngineConfig:
-    """A small engine on the steps clock with 1-second steps (step k starts at k seconds)."""
+    """A small engine on the steps clock with 1-second steps (step k starts at k seconds).
+
+    Prefix caching off and synchronous scheduling unless overridden: the hand-worked runs of
+    the tests were worked for vLLM's plain ``Scheduler`` (tests/test_engine_async.py works the
+    async ones).
+    """
     if max_model_len is None:
         max_model_len = (num_blocks - 1) * block_size
     return EngineConfig(
@@ -34,7 +39,13 @@ def make_engine(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
-        **{"clock": "steps", "step_s": 1.0, **overrides},  # type: ignore[arg-type]
+        **{  # type: ignore[arg-type]
+            "clock": "steps",
+            "step_s": 1.0,
+            "enable_prefix_caching": False,
+            "async_scheduling": False,
+            **overrides,
+        },
     )
 
 

@@ -7,7 +7,13 @@ to an :class:`EngineObserver` (a trace writer, say) while keeping them for the c
 Examples
 --------
 >>> from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
->>> config = EngineConfig(num_blocks=11, block_size=16, max_model_len=160)
+>>> config = EngineConfig(
+...     num_blocks=11,
+...     block_size=16,
+...     max_model_len=160,
+...     enable_prefix_caching=False,
+...     async_scheduling=False,
+... )
 >>> requests = [EngineRequest("a", 0.0, 40, 3, 3), EngineRequest("b", 0.0, 40, 2, 2)]
 >>> result = run_engine(requests, config, BuiltinHost())
 >>> [(r.request_id, r.num_output_tokens, r.status) for r in result.requests]
@@ -39,7 +45,9 @@ class EngineObserver(Protocol):
     """Receives records as the engine produces them, in engine order.
 
     Within a step, ``on_decision`` calls come first (as victims are chosen), then
-    ``on_step``, then ``on_request`` for each request that finished in the step.
+    ``on_step``, then ``on_request`` for each request that finished in the step. Under async
+    scheduling a step's outputs are applied after the next step is scheduled, so the
+    ``on_request`` calls after step k's ``on_step`` are those step k-1's output finished.
     """
 
     def on_step(self, record: StepRecord) -> None:
