@@ -14,9 +14,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracekit.engine import BuiltinHost, EngineConfig, run_engine
-from tracekit.engine.request import engine_requests
+from tracekit.engine import BuiltinHost, run_engine
 from tracekit.engine.config import recorded_engine_config
+from tracekit.engine.request import engine_requests
 from tracekit.engine.scheduler import make_vllm_scheduler
 from tracekit.recording.sim import record_sim
 from tracekit.trace.validate import validate_trace
