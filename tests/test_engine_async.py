@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_vllm_async_live import scenarios
+from engine_helpers import async_scenarios
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
 from tracekit.engine.async_scheduler import AsyncVllmScheduler, _AsyncMixin
@@ -127,13 +127,13 @@ def test_the_live_workloads_exercise_every_async_rule(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(_AsyncMixin, "update_from_output", counting_update)
     monkeypatch.setattr(_AsyncMixin, "_running_new_tokens", counting_new_tokens)
-    for scenario in scenarios("0.32"):
+    for scenario in async_scenarios("0.32"):
         engine_stream(scenario)
     assert counts["stale"] > 100 and counts["stale_finish"] > 0 and counts["skip"] > 100
 
 
 def test_async_runs_stay_consistent_under_pressure() -> None:
-    for scenario in scenarios("0.33"):
+    for scenario in async_scenarios("0.33"):
         run_engine(
             list(scenario.requests),
             dataclasses.replace(scenario.config, clock="cost-model"),

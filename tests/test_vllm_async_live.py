@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 from pathlib import Path
 
 import pytest
-from engine_helpers import random_content
+from engine_helpers import async_scenarios
 
-from tracekit.engine import EngineConfig
 from tracekit.vllm.cache_hits import driver_streams, engine_stream, first_mismatch
-from tracekit.vllm.protocol import Scenario
 from tracekit.vllm.record import DEFAULT_VLLM_VENV, VllmUnavailableError, installed_vllm_version
 
 pytestmark = pytest.mark.vllm
@@ -30,40 +27,6 @@ def environments() -> list[str]:
     primary = os.environ.get("BIDKV_VLLM_VENV") or str(DEFAULT_VLLM_VENV)
     extra = [p for p in os.environ.get("BIDKV_VLLM_VENV_EXTRA", "").split(os.pathsep) if p]
     return [primary, *extra]
-
-
-def scenarios(release: str) -> list[Scenario]:
-    """Random content workloads under KV pressure; some requests end at ``max_tokens``.
-
-    Requests that end at ``max_tokens`` exercise the async rule that skips a request whose last
-    token is in flight; the others stop at their target length, one step after their last
-    scheduled decode, as a stop token does under async scheduling.
-    """
-    out = []
-    for seed, (policy, num_blocks) in enumerate(
-        [("fcfs", 120), ("priority", 120), ("fcfs", 400), ("priority", 90)]
-    ):
-        rng = random.Random(seed)
-        requests = [
-            dataclasses.replace(r, max_tokens=rng.randrange(1, 150)) if rng.random() < 0.4 else r
-            for r in random_content(seed, 100)
-        ]
-        for prefix_caching in (False, True):
-            config = EngineConfig(
-                num_blocks=num_blocks,
-                max_num_seqs=16,
-                max_model_len=1400,
-                max_num_batched_tokens=512,
-                long_prefill_token_threshold=128 if seed % 2 else 0,
-                scheduling_policy=policy,  # type: ignore[arg-type]
-                vllm_version=release,  # type: ignore[arg-type]
-                clock="steps",
-                step_s=0.05,
-                enable_prefix_caching=prefix_caching,
-                async_scheduling=True,
-            )
-            out.append(Scenario(len(out), config, tuple(requests)))
-    return out
 
 
 @pytest.mark.parametrize("venv", environments(), ids=lambda p: Path(p).name)
@@ -77,7 +40,7 @@ def test_engine_matches_the_real_async_scheduler(venv: str) -> None:
     release = ".".join(version.split(".")[:2])
     if release not in ("0.32", "0.33"):
         pytest.skip(f"vLLM {version} is not a release the engine reproduces")
-    runs = scenarios(release)
+    runs = async_scenarios(release)
     real = driver_streams(runs, venv=venv)
     decisions = hits = 0
     for scenario in runs:
