@@ -112,7 +112,7 @@ def test_the_live_workloads_exercise_every_async_rule(monkeypatch: pytest.Monkey
     def counting_update(self, out, end_s):  # type: ignore[no-untyped-def]
         for request_id in out.num_scheduled_tokens:
             request = self.requests.get(request_id)
-            if request is not None and self._stale.get(request_id, 0) > 0:
+            if request is not None and self._counters.get(request_id, (0, 0, 0))[2] > 0:
                 counts["stale"] += 1
                 sampled = request_id in self._sampling[out.step]
                 if sampled and request.num_output_tokens + 1 >= request.stop_output_tokens:
@@ -121,7 +121,7 @@ def test_the_live_workloads_exercise_every_async_rule(monkeypatch: pytest.Monkey
 
     def counting_new_tokens(self, request):  # type: ignore[no-untyped-def]
         n = new_tokens(self, request)
-        if n == 0 and self._placeholders.get(request.request_id, 0) > 0:
+        if n == 0 and self._counters.get(request.request_id, (0, 0, 0))[0] > 0:
             counts["skip"] += 1
         return n
 

@@ -38,9 +38,9 @@ class _AsyncMixin:
     config: EngineConfig
 
     def _init_async(self) -> None:
-        self._placeholders: dict[str, int] = {}
-        self._in_flight: dict[str, int] = {}
-        self._stale: dict[str, int] = {}
+        # req_id -> [num_output_placeholders, num_in_flight_tokens, num_stale_output_tokens]
+        # (one list, so the hot loops look a request up once).
+        self._counters: dict[str, list[int]] = {}
         # step -> the ids of the requests that step samples a token for (not a prefill chunk).
         self._sampling: dict[int, list[str]] = {}
         # vLLM ``finished_req_ids``: finished since the last schedule() (has_finished_requests).
@@ -56,7 +56,8 @@ class _AsyncMixin:
         return self.has_unfinished_requests() or self._finished_since_schedule  # type: ignore[attr-defined]
 
     def _running_new_tokens(self, request: RequestState) -> int:
-        placeholders = self._placeholders.get(request.request_id, 0)
+        counters = self._counters.get(request.request_id)
+        placeholders = counters[0] if counters is not None else 0
         computed = request.num_computed_tokens
         if placeholders > 0 and (
             computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
@@ -69,27 +70,29 @@ class _AsyncMixin:
     def _update_after_schedule(self, out: ScheduledStep) -> None:
         """Advance computed and in-flight tokens; a step that samples adds a placeholder."""
         requests = self.requests
-        placeholders = self._placeholders
-        in_flight = self._in_flight
+        all_counters = self._counters
         sampling: list[str] = []
         for request_id, num_new_tokens in out.num_scheduled_tokens.items():
             request = requests[request_id]
             computed = request.num_computed_tokens + num_new_tokens
             request.num_computed_tokens = computed
-            in_flight[request_id] = in_flight.get(request_id, 0) + num_new_tokens
-            held = placeholders.get(request_id, 0)
+            counters = all_counters.get(request_id)
+            if counters is None:
+                counters = all_counters[request_id] = [0, 0, 0]
+            counters[1] += num_new_tokens
             # is_prefill_chunk is decided before the placeholder of this step is added.
-            if computed >= request.num_prompt_tokens + request.num_output_tokens + held:
-                placeholders[request_id] = held + 1
+            if computed >= request.num_prompt_tokens + request.num_output_tokens + counters[0]:
+                counters[0] += 1
                 sampling.append(request_id)
         self._sampling[out.step] = sampling
         self._finished_since_schedule = False
 
     def _release_victim(self, victim: RequestState) -> None:
         """``_preempt_request``: in-flight output becomes stale; placeholders are dropped."""
-        request_id = victim.request_id
-        self._stale[request_id] = self._in_flight.get(request_id, 0)
-        self._placeholders[request_id] = 0
+        counters = self._counters.get(victim.request_id)
+        if counters is not None:
+            counters[2] = counters[1]
+            counters[0] = 0
         super()._release_victim(victim)  # type: ignore[misc]
 
     def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
@@ -100,48 +103,50 @@ class _AsyncMixin:
         running or the waiting queue. A request that finished earlier is skipped.
         """
         requests = self.requests
-        placeholders = self._placeholders
-        in_flight = self._in_flight
-        stale = self._stale
+        all_counters = self._counters
         sampling = set(self._sampling.pop(out.step))
         caching = self._caching
+        block_size = self.config.block_size
+        running_status = RequestStatus.RUNNING
         finished: list[RequestState] = []
+        from_waiting = False
         for request_id, num_tokens in out.num_scheduled_tokens.items():
             request = requests.get(request_id)
             if request is None:
                 continue  # finished while this step was in flight
-            in_flight[request_id] -= num_tokens
-            is_stale = stale.get(request_id, 0) > 0
+            counters = all_counters[request_id]
+            counters[1] -= num_tokens
+            is_stale = counters[2] > 0
             if is_stale:
-                stale[request_id] -= num_tokens
+                counters[2] -= num_tokens
             if request_id not in sampling:
                 continue  # a partial prefill samples nothing
-            status_before = request.status
+            was_running = request.status == running_status
             output = request.num_output_tokens + 1
             request.num_output_tokens = output
             if output == 1:
                 request.first_token_s = end_s
             if not is_stale:
-                placeholders[request_id] -= 1
+                counters[0] -= 1
             # A stale output belongs to a request preempted since, so it is never RUNNING here.
-            if caching and status_before == RequestStatus.RUNNING:
-                confirmed = request.num_computed_tokens - placeholders[request_id]
-                self._cache_confirmed(request, confirmed)
+            if caching and was_running:
+                confirmed = request.num_computed_tokens - counters[0]
+                if confirmed // block_size > request.num_cached_blocks:
+                    self.block_pool.cache_full_blocks(request, confirmed)  # type: ignore[attr-defined]
             if output < request.stop_output_tokens:
                 continue
             request.status = request.stop_status
             request.finish_s = end_s
             # A request a stale token finished holds no blocks: they went at its preemption.
             self._release_finished(request)  # type: ignore[attr-defined]
-            del requests[request_id]
-            placeholders.pop(request_id, None)
-            in_flight.pop(request_id, None)
-            stale.pop(request_id, None)
+            del requests[request_id], all_counters[request_id]
             finished.append(request)
+            from_waiting = from_waiting or not was_running
         if finished:
             self._finished_since_schedule = True
-            self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
-            self._drop_finished_waiting(finished)
+            self.running = [r for r in self.running if r.status == running_status]
+            if from_waiting:
+                self._drop_finished_waiting(finished)
         return finished
 
     def _drop_finished_waiting(self, finished: list[RequestState]) -> None:
@@ -159,17 +164,12 @@ class _AsyncMixin:
             rebuilt.add_request(r)
         self.waiting = rebuilt
 
-    def _cache_confirmed(self, request: RequestState, num_tokens: int) -> None:
-        """``kv_cache_manager.cache_blocks(request, num_tokens)`` (prefix caching only)."""
-        if num_tokens // self.config.block_size > request.num_cached_blocks:
-            self.block_pool.cache_full_blocks(request, num_tokens)  # type: ignore[attr-defined]
-
     def check_consistency(self) -> None:
         """The base checks plus the async counters."""
         super().check_consistency()  # type: ignore[misc]
         for request_id, request in self.requests.items():
-            held = self._placeholders.get(request_id, 0)
-            assert held >= 0 and self._in_flight.get(request_id, 0) >= held, request
+            held, in_flight, stale = self._counters.get(request_id, (0, 0, 0))
+            assert held >= 0 and in_flight >= held and stale >= 0, request
             if request.status != RequestStatus.RUNNING:
                 assert held == 0, request
 

@@ -138,7 +138,11 @@ class VllmScheduler(SchedulerBase):
                     break
             elif num_blocks_to_allocate > 0:
                 self._take_blocks(request, num_blocks_to_allocate)
-            if after_running_allocation is not None:
+            # Only when the step fills a block not yet cached (the hook caps at known tokens).
+            if (
+                after_running_allocation is not None
+                and (computed + num_new_tokens) // block_size > request.num_cached_blocks
+            ):
                 after_running_allocation(request, computed + num_new_tokens)
             scheduled[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
