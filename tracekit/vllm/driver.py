@@ -412,8 +412,10 @@ class RealScheduler:
         self.async_scheduling = config.async_scheduling
         #: req_id -> prefix-cache hit (tokens) of every admission in the last step, in order.
         self.step_cache_hits: dict[str, int] = {}
-        # Seconds spent inside vLLM's schedule() and update_from_output().
+        # Seconds spent inside vLLM's schedule() and update_from_output(): wall time, and this
+        # thread's CPU time (steady on a loaded machine, where wall time waits for a core).
         self.scheduler_s = 0.0
+        self.scheduler_cpu_s = 0.0
         # req_id -> the engine's state and vLLM's Request, for every unfinished request.
         self._states: dict[str, RequestState] = {}
         self._requests: dict[str, Any] = {}
@@ -454,9 +456,10 @@ class RealScheduler:
         hooks = self.hooks
         hooks.begin_step(step, now)
         running_before = {r.request_id for r in self.scheduler.running}
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         output = self.scheduler.schedule()
         self.scheduler_s += time.perf_counter() - started
+        self.scheduler_cpu_s += time.thread_time() - started_cpu
         hooks.end_step()
         self._outputs[step] = output
         out = ScheduledStep(step, now)
@@ -515,9 +518,10 @@ class RealScheduler:
             else:
                 sampled.append([])  # a partial (chunked) prefill samples nothing
         model_output = self.backend.model_output(req_ids, sampled)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         self.scheduler.update_from_output(self._outputs.pop(out.step), model_output)
         self.scheduler_s += time.perf_counter() - started
+        self.scheduler_cpu_s += time.thread_time() - started_cpu
         status_names = self.backend.status_names
         recomputed = self.hooks.recomputed_tokens
         finished: list[RequestState] = []
@@ -644,7 +648,12 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
         "final_state": final_state(host, result.num_steps, result.end_s),
         "vllm_config": real.vllm_config,
         "builtin_rule_mismatches": real.hooks.builtin_rule_mismatches,
-        "timing": {"setup_s": setup[0], "wall_s": wall_s, "scheduler_s": real.scheduler_s},
+        "timing": {
+            "setup_s": setup[0],
+            "wall_s": wall_s,
+            "scheduler_s": real.scheduler_s,
+            "scheduler_cpu_s": real.scheduler_cpu_s,
+        },
     }
 
 
