@@ -49,6 +49,14 @@ def test_a_stop_token_costs_one_more_step_under_async() -> None:
         {"a": 1},
         {},
     ]
+    # A decode of a token still in flight is a decode (its placeholder counts as output).
+    assert [(s.num_prefill_tokens, s.num_decode_tokens) for s in run.steps] == [
+        (20, 0),
+        (0, 1),
+        (0, 1),
+        (0, 1),
+        (0, 0),
+    ]
     (record,) = run.requests
     assert record.status == "finished_stopped" and record.num_output_tokens == 3
     assert record.first_token_s == pytest.approx(STEP_S)  # end of step 0

@@ -42,7 +42,7 @@ class _AsyncMixin:
         # (one list, so the hot loops look a request up once).
         self._counters: dict[str, list[int]] = {}
         # step -> the ids of the requests that step samples a token for (not a prefill chunk).
-        self._sampling: dict[int, list[str]] = {}
+        self._sampling: dict[int, set[str]] = {}
         # vLLM ``finished_req_ids``: finished since the last schedule() (has_finished_requests).
         self._finished_since_schedule = False
         # Caching of the tokens an output confirms: 0.32 AsyncScheduler caches up to
@@ -68,10 +68,15 @@ class _AsyncMixin:
         return request.num_prompt_tokens + request.num_output_tokens + placeholders - computed
 
     def _update_after_schedule(self, out: ScheduledStep) -> None:
-        """Advance computed and in-flight tokens; a step that samples adds a placeholder."""
+        """Advance computed and in-flight tokens; a step that samples adds a placeholder.
+
+        Also splits the step's tokens as :func:`~tracekit.engine.fake_model.split_tokens` does
+        with ``in_flight_outputs`` (the placeholders before the step), in the same loop.
+        """
         requests = self.requests
         all_counters = self._counters
-        sampling: list[str] = []
+        sampling: set[str] = set()
+        prefill = decode = kv_read = 0
         for request_id, num_new_tokens in out.num_scheduled_tokens.items():
             request = requests[request_id]
             computed = request.num_computed_tokens + num_new_tokens
@@ -80,12 +85,21 @@ class _AsyncMixin:
             if counters is None:
                 counters = all_counters[request_id] = [0, 0, 0]
             counters[1] += num_new_tokens
+            # Output so far, the tokens still in flight counted (placeholders before the step).
+            output = request.num_output_tokens + counters[0]
+            known = request.num_prompt_tokens + output
             # is_prefill_chunk is decided before the placeholder of this step is added.
-            if computed >= request.num_prompt_tokens + request.num_output_tokens + counters[0]:
+            if computed >= known:
                 counters[0] += 1
-                sampling.append(request_id)
+                sampling.add(request_id)
+            if num_new_tokens == 1 and output and computed == known:
+                decode += 1
+            else:
+                prefill += num_new_tokens
+            kv_read += computed
         self._sampling[out.step] = sampling
         self._finished_since_schedule = False
+        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = prefill, decode, kv_read
 
     def _release_victim(self, victim: RequestState) -> None:
         """``_preempt_request``: in-flight output becomes stale; placeholders are dropped."""
@@ -104,7 +118,7 @@ class _AsyncMixin:
         """
         requests = self.requests
         all_counters = self._counters
-        sampling = set(self._sampling.pop(out.step))
+        sampling = self._sampling.pop(out.step)
         caching = self._caching
         block_size = self.config.block_size
         running_status = RequestStatus.RUNNING

@@ -178,9 +178,6 @@ class VllmScheduler(SchedulerBase):
 
         # _update_after_schedule: computed tokens advance when the step is scheduled.
         self._update_after_schedule(out)
-        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
-            scheduled, self.requests
-        )
         out.num_preemptions = self._num_preempted
         return out
 
@@ -236,13 +233,18 @@ class VllmScheduler(SchedulerBase):
         return num_new_tokens
 
     def _update_after_schedule(self, out: ScheduledStep) -> None:
-        """Advance ``num_computed_tokens`` of every scheduled request (hook).
+        """Advance ``num_computed_tokens`` of the scheduled requests; split the step (hook).
 
-        vLLM ``Scheduler._update_after_schedule``.
+        The split into prefill and decode tokens is
+        :func:`~tracekit.engine.fake_model.split_tokens`. vLLM ``Scheduler._update_after_schedule``.
         """
         requests = self.requests
-        for request_id, num_new_tokens in out.num_scheduled_tokens.items():
+        scheduled = out.num_scheduled_tokens
+        for request_id, num_new_tokens in scheduled.items():
             requests[request_id].num_computed_tokens += num_new_tokens
+        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
+            scheduled, requests
+        )
 
     def _allocate_or_preempt(
         self,

@@ -481,9 +481,18 @@ class RealScheduler:
             for request_id, num in scheduled.items()
             if request_id not in running_before
         }
-        # num_computed_tokens has already advanced (Scheduler._update_after_schedule).
+        # num_computed_tokens has already advanced (Scheduler._update_after_schedule). Under
+        # async, the placeholders before this step count as output (fake_model.split_tokens):
+        # the step added one to each request it samples for.
+        in_flight = None
+        if self.async_scheduling:
+            sampling = self._sampling[step]
+            in_flight = {
+                rid: vllm_requests[rid].num_output_placeholders - (rid in sampling)
+                for rid in scheduled
+            }
         out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
-            scheduled, self._requests
+            scheduled, self._requests, in_flight
         )
         out.num_preemptions = hooks.num_preempted_in_step
         return out
