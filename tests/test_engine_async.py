@@ -115,7 +115,7 @@ def test_the_live_workloads_exercise_every_async_rule(monkeypatch: pytest.Monkey
     in the scenarios compared with the real AsyncScheduler, so the comparison covers them."""
     counts = {"stale": 0, "stale_finish": 0, "skip": 0}
     update = _AsyncMixin.update_from_output
-    new_tokens = _AsyncMixin._running_new_tokens
+    schedule = VllmScheduler.schedule
 
     def counting_update(self, out, end_s):  # type: ignore[no-untyped-def]
         for request_id in out.num_scheduled_tokens:
@@ -127,14 +127,16 @@ def test_the_live_workloads_exercise_every_async_rule(monkeypatch: pytest.Monkey
                     counts["stale_finish"] += 1
         return update(self, out, end_s)
 
-    def counting_new_tokens(self, request):  # type: ignore[no-untyped-def]
-        n = new_tokens(self, request)
-        if n == 0 and self._counters.get(request.request_id, (0, 0, 0))[0] > 0:
-            counts["skip"] += 1
-        return n
+    def counting_schedule(self, step, now):  # type: ignore[no-untyped-def]
+        for request in self.running:
+            placeholders = self._counters.get(request.request_id, (0, 0, 0))[0]
+            limit = request.num_prompt_tokens + request.max_tokens
+            if placeholders and request.num_computed_tokens + 2 - placeholders >= limit:
+                counts["skip"] += 1
+        return schedule(self, step, now)
 
     monkeypatch.setattr(_AsyncMixin, "update_from_output", counting_update)
-    monkeypatch.setattr(_AsyncMixin, "_running_new_tokens", counting_new_tokens)
+    monkeypatch.setattr(VllmScheduler, "schedule", counting_schedule)
     for scenario in async_scenarios("0.32"):
         engine_stream(scenario)
     assert counts["stale"] > 100 and counts["stale_finish"] > 0 and counts["skip"] > 100

@@ -41,6 +41,7 @@ class _AsyncMixin:
         # req_id -> [num_output_placeholders, num_in_flight_tokens, num_stale_output_tokens]
         # (one list, so the hot loops look a request up once).
         self._counters: dict[str, list[int]] = {}
+        self._async_counters = self._counters  # read by VllmScheduler.schedule's running scan
         # step -> the ids of the requests that step samples a token for (not a prefill chunk).
         self._sampling: dict[int, set[str]] = {}
         # vLLM ``finished_req_ids``: finished since the last schedule() (has_finished_requests).
@@ -54,18 +55,6 @@ class _AsyncMixin:
     def has_requests(self) -> bool:
         """Unfinished requests, or finished ones not yet reported by a schedule() (vLLM)."""
         return self.has_unfinished_requests() or self._finished_since_schedule  # type: ignore[attr-defined]
-
-    def _running_new_tokens(self, request: RequestState) -> int:
-        counters = self._counters.get(request.request_id)
-        placeholders = counters[0] if counters is not None else 0
-        computed = request.num_computed_tokens
-        if placeholders > 0 and (
-            computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
-        ):
-            # vLLM: "Avoid scheduling an extra step when we are sure that the previous step
-            # has reached request.max_tokens."
-            return 0
-        return request.num_prompt_tokens + request.num_output_tokens + placeholders - computed
 
     def _update_after_schedule(self, out: ScheduledStep) -> None:
         """Advance computed and in-flight tokens; a step that samples adds a placeholder.
