@@ -52,6 +52,11 @@ class _AsyncMixin:
         # placeholders. With one sampled token and no drafts both give the same count.
         self._caching = bool(self.config.enable_prefix_caching)
 
+    def add_request(self, request: RequestState) -> None:
+        """Queue a new request with zero placeholders, in-flight and stale tokens."""
+        super().add_request(request)  # type: ignore[misc]
+        self._counters[request.request_id] = [0, 0, 0]
+
     def has_requests(self) -> bool:
         """Unfinished requests, or finished ones not yet reported by a schedule() (vLLM)."""
         return self.has_unfinished_requests() or self._finished_since_schedule  # type: ignore[attr-defined]
@@ -70,9 +75,7 @@ class _AsyncMixin:
             request = requests[request_id]
             computed = request.num_computed_tokens + num_new_tokens
             request.num_computed_tokens = computed
-            counters = all_counters.get(request_id)
-            if counters is None:
-                counters = all_counters[request_id] = [0, 0, 0]
+            counters = all_counters[request_id]
             counters[1] += num_new_tokens
             # Output so far, the tokens still in flight counted (placeholders before the step).
             output = request.num_output_tokens + counters[0]
@@ -92,10 +95,9 @@ class _AsyncMixin:
 
     def _release_victim(self, victim: RequestState) -> None:
         """``_preempt_request``: in-flight output becomes stale; placeholders are dropped."""
-        counters = self._counters.get(victim.request_id)
-        if counters is not None:
-            counters[2] = counters[1]
-            counters[0] = 0
+        counters = self._counters[victim.request_id]
+        counters[2] = counters[1]
+        counters[0] = 0
         super()._release_victim(victim)  # type: ignore[misc]
 
     def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:

@@ -111,8 +111,7 @@ class VllmScheduler(SchedulerBase):
             computed = request.num_computed_tokens
             num_new_tokens = request.num_prompt_tokens + request.num_output_tokens - computed
             if async_counters is not None:
-                counters = async_counters.get(request.request_id)
-                placeholders = counters[0] if counters is not None else 0
+                placeholders = async_counters[request.request_id][0]
                 if placeholders > 0:
                     # vLLM: "Avoid scheduling an extra step when we are sure that the previous
                     # step has reached request.max_tokens."
