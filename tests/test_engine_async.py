@@ -8,10 +8,14 @@ compared in ``tests/test_vllm_async_live.py`` and through the async fixtures.
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from engine_helpers import async_scenarios
 
+from tracekit.cli import cli
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
 from tracekit.engine.async_scheduler import AsyncVllmScheduler, _AsyncMixin
 from tracekit.engine.scheduler import VllmScheduler, make_vllm_scheduler
@@ -151,3 +155,46 @@ def test_async_runs_stay_consistent_under_pressure() -> None:
             collect=False,
             check_consistency=True,
         )
+
+
+def test_defaults_are_vllms_and_sglang_mode_refuses_the_vllm_features() -> None:
+    vllm = EngineConfig()
+    assert vllm.enable_prefix_caching is True and vllm.async_scheduling is True
+    sglang = EngineConfig(mode="sglang")
+    assert sglang.enable_prefix_caching is False and sglang.async_scheduling is False
+    for name in ("enable_prefix_caching", "async_scheduling"):
+        with pytest.raises(ValueError, match=f"{name} is modelled in vllm mode only"):
+            EngineConfig(mode="sglang", **{name: True})  # type: ignore[arg-type]
+        assert getattr(EngineConfig(mode="sglang", **{name: False}), name) is False  # type: ignore[arg-type]
+
+
+def test_manifests_older_than_the_features_were_recorded_with_them_off() -> None:
+    from tracekit.engine.config import recorded_engine_config
+
+    old = recorded_engine_config({"num_blocks": 64, "max_model_len": 1000, "mode": "vllm"})
+    assert old.enable_prefix_caching is False and old.async_scheduling is False
+    new = recorded_engine_config({"async_scheduling": True, "enable_prefix_caching": True})
+    assert new.enable_prefix_caching is True and new.async_scheduling is True
+
+
+def test_the_engine_options_reach_the_manifest(tmp_path: Path) -> None:
+    workload = Path(__file__).resolve().parents[1] / "traces/azure-llm-2023/azure_conv_sample.csv"
+    runner = CliRunner()
+    base = ["record", "sim", "--workload", str(workload), "--limit", "20"]
+    cases = {
+        "default": ([], (True, True)),
+        "off": (["--no-prefix-caching", "--no-async-scheduling"], (False, False)),
+        "sglang": (["--engine-mode", "sglang"], (False, False)),
+    }
+    for name, (flags, expected) in cases.items():
+        out = tmp_path / name
+        result = runner.invoke(cli, [*base, *flags, "--out", str(out)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        config = json.loads((out / "manifest.json").read_text("utf-8"))["engine_config"]
+        assert (config["enable_prefix_caching"], config["async_scheduling"]) == expected, name
+    # Explicitly on in sglang mode: a one-line error naming the field, exit 2, no output.
+    out = tmp_path / "refused"
+    flags = ["--engine-mode", "sglang", "--async-scheduling", "--out", str(out)]
+    result = runner.invoke(cli, [*base, *flags])
+    assert result.exit_code == 2 and "async_scheduling" in result.output
+    assert not out.exists()
