@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         num_blocks=args.num_blocks,
         max_model_len=args.max_model_len,
         max_num_seqs=args.max_num_seqs,
+        # The live engine steps synchronously (one schedule and one forward per timed step), so
+        # the simulation does too; prefix caching stays at vLLM's default (on) on both sides.
+        async_scheduling=False,
     )
     builtin = resolve_strategy("builtin", None, seed=args.seed)
     runs = [

@@ -61,6 +61,12 @@ CONFIG = {
     "max_model_len": 256,
     "max_num_batched_tokens": 256,
     "max_num_seqs": 8,
+    # The live engine steps synchronously (record_vllm_live records it so); the embedded
+    # engine it is compared with must too.
+    "async_scheduling": False,
+    # Off, so that every token is computed (the scheduled-token identity below); the live
+    # recorder does not see prefix-cache hits (trace v2's hit columns stay null in its bundles).
+    "enable_prefix_caching": False,
 }
 
 

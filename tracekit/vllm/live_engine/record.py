@@ -23,6 +23,7 @@ bundle differs in three ways:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -137,6 +138,16 @@ def record_vllm_live(
         raise ConfigError(f"record_vllm_live: {len(runs)} runs but {len(outs)} output folders")
     if run_ids is not None and len(run_ids) != len(runs):
         raise ConfigError(f"record_vllm_live: {len(runs)} runs but {len(run_ids)} run ids")
+    # The live engine steps synchronously (each timed step() is one schedule and one forward;
+    # vLLM's CPU platform turns async scheduling off anyway), so its bundles say so.
+    runs = [
+        dataclasses.replace(
+            run, engine_config=dataclasses.replace(run.engine_config, async_scheduling=False)
+        )
+        if run.engine_config.async_scheduling
+        else run
+        for run in runs
+    ]
     seeds = {run.seed for run in runs}
     if len(seeds) > 1:
         raise ConfigError(
