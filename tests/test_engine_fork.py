@@ -1,0 +1,129 @@
+"""The forkable engine run (tracekit.engine.fork.EngineRun).
+
+Two independent facts are checked: ``EngineRun`` stepped to the end gives exactly
+``run_engine``'s records (the loop it repeats), and a fork taken at any step continues with
+records equal to the original's from that step on, on preempting workloads with prefix caching
+on and off, in both engine modes. A fork given another host diverges and leaves the original
+untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from engine_helpers import make_engine, random_content
+
+from tracekit.engine import BuiltinHost, EngineRequest, run_engine
+from tracekit.engine.fork import EngineRun
+from tracekit.engine.hosts import VictimChoice
+from tracekit.hosts.preemption_policy import PreemptionContext
+
+
+def _plain(n: int, seed: int) -> list[EngineRequest]:
+    rng = random.Random(seed)
+    return [
+        EngineRequest(
+            f"p{i}", round(i * 0.4, 2), rng.randrange(20, 300), rng.randrange(5, 120), 400
+        )
+        for i in range(n)
+    ]
+
+
+CASES = {
+    "vllm": (dict(), _plain(40, 1)),
+    "vllm-prefix": (dict(enable_prefix_caching=True), random_content(3, 40)),
+    "vllm-priority": (dict(scheduling_policy="priority"), random_content(5, 40)),
+    "sglang": (dict(mode="sglang"), _plain(40, 2)),
+}
+
+
+def _records(result):
+    """Every record as plain tuples (the trace's content: steps, decisions, requests)."""
+    return (
+        [dataclasses.astuple(s) for s in result.steps],
+        [dataclasses.astuple(d) for d in result.decisions],
+        [dataclasses.astuple(r) for r in result.requests],
+    )
+
+
+def _tail(result, step: int, decision: int, finished: set[str]):
+    """The records of ``result`` from step index ``step`` on (what a fork there produces)."""
+    steps, decisions, requests = _records(result)
+    return (
+        [s for s in steps if s[0] >= step],
+        decisions[decision:],
+        [r for r in requests if r[0] not in finished],
+    )
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_engine_run_equals_run_engine(case: str) -> None:
+    overrides, requests = CASES[case]
+    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    expected = run_engine(requests, config, BuiltinHost())
+    assert expected.num_decisions > 0, "the workload must preempt"
+    got = EngineRun(requests, config, BuiltinHost()).run_to_end()
+    assert _records(got) == _records(expected)
+    assert (got.num_steps, got.num_decisions, got.num_preemptions, got.end_s) == (
+        expected.num_steps,
+        expected.num_decisions,
+        expected.num_preemptions,
+        expected.end_s,
+    )
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fork_continues_identically(case: str) -> None:
+    overrides, requests = CASES[case]
+    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    full = run_engine(requests, config, BuiltinHost())
+    decision_steps = sorted({d.step for d in full.decisions})
+    assert len(decision_steps) >= 3
+    # Fork just before a preempting step, in the middle of the run, and at the very start.
+    for target in (decision_steps[0], decision_steps[len(decision_steps) // 2], 0):
+        run = EngineRun(requests, config, BuiltinHost())
+        while run.next_step < target and run.step():
+            pass
+        finished = {r.request_id for r in run.result.requests}
+        decisions_before = run.num_decisions
+        fork = run.fork()
+        fork_result = fork.run_to_end()
+        original = run.run_to_end()
+        want = _tail(full, run_step := target, decisions_before, finished)
+        assert _records(fork_result) == want, (case, run_step)
+        # The original, after the fork ran to the end, is still the full run.
+        assert _records(original) == _records(full)
+        assert fork_result.num_steps == full.num_steps
+
+
+class _Scripted:
+    """Chooses the last candidate that is not the built-in victim at the first decision."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def choose_victim(self, context: PreemptionContext) -> VictimChoice:
+        self.calls += 1
+        if self.calls == 1:
+            other = [c.request_id for c in context.candidates]
+            other = [i for i in other if i != context.builtin_victim_id]
+            if other:
+                return VictimChoice(other[0], "selected")
+        return VictimChoice(context.builtin_victim_id, "builtin")
+
+
+def test_fork_with_another_host_diverges_without_touching_the_original() -> None:
+    overrides, requests = CASES["vllm-prefix"]
+    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    full = run_engine(requests, config, BuiltinHost())
+    first = full.decisions[0]
+    run = EngineRun(requests, config, BuiltinHost())
+    while run.next_step < first.step and run.step():
+        pass
+    host = _Scripted()
+    other = run.fork(host).run_to_end()
+    assert host.calls >= 1
+    assert other.decisions[0].victim_id != first.victim_id
+    assert _records(run.run_to_end()) == _records(full)

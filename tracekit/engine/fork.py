@@ -1,0 +1,289 @@
+"""A steppable engine run that can be forked: snapshot the state, continue from the snapshot.
+
+:class:`EngineRun` is :func:`~tracekit.engine.engine.run_engine`'s loop cut into steps: each
+:meth:`EngineRun.step` admits the arrivals visible to the next step, runs one scheduling step,
+applies its fake outputs and emits the same records, in the same order, as ``run_engine``.
+:meth:`EngineRun.fork` returns an independent copy that continues exactly as the original would
+(given the same host), or differently when given another host: the hindsight oracle
+(:mod:`tracekit.oracle`) forks the run at each victim decision and tries every candidate.
+
+What a fork copies and what it shares (copy-on-write by construction):
+
+- **Shared, never copied:** the configuration (frozen), the workload's requests that have not
+  arrived (frozen :class:`~tracekit.engine.request.EngineRequest` rows in one tuple; a run makes
+  their mutable :class:`~tracekit.engine.request.RequestState` only when they arrive, so the
+  arrivals a fork has not reached cost nothing to copy).
+- **Replaced:** the victim host (the caller passes the fork's host: a policy's state is the
+  caller's to copy or not) and the observer (a fork has none unless given one).
+- **Fresh:** the record lists (a fork collects only what it produces itself); run totals
+  (steps, decisions, preemptions) carry on.
+- **Deep-copied:** everything else the scheduler and clock hold (queues, request states, block
+  pool, prefix cache), with :func:`copy.deepcopy`. Deep copy is deliberate: it stays correct as
+  fields are added to the scheduler or the request state, where a hand-written snapshot would
+  silently miss them. ``tests/test_engine_fork.py`` checks that a fork continues identically.
+
+Overlap with ``engine.py``: :meth:`EngineRun.step` repeats the body of ``run_engine``'s step
+loop. ``tests/test_engine_fork.py`` runs both on the same workloads and requires equal records,
+so a change to one loop that is not made in the other fails there.
+
+Examples
+--------
+>>> from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest
+>>> config = EngineConfig(num_blocks=11, block_size=16, max_model_len=160)
+>>> run = EngineRun([EngineRequest("a", 0.0, 40, 3, 3), EngineRequest("b", 0.0, 40, 2, 2)],
+...                 config, BuiltinHost())
+>>> run.step()
+True
+>>> twin = run.fork()
+>>> run.run_to_end().num_steps, twin.run_to_end().num_steps
+(3, 3)
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+from tracekit.engine.clock import make_clock
+from tracekit.engine.config import EngineConfig
+from tracekit.engine.engine import EngineObserver, EngineResult, _request_record
+from tracekit.engine.hosts import BuiltinHost, VictimHost
+from tracekit.engine.interface import EngineScheduler, SchedulerFactory
+from tracekit.engine.outputs import DecisionRecord, StepRecord
+from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
+from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.sglang import SglangScheduler
+
+__all__ = ["EngineRun"]
+
+
+class EngineRun:
+    """One engine run, advanced a step at a time, that can be forked.
+
+    Parameters
+    ----------
+    requests
+        The workload; arrival order is by ``arrival_s``, then input order.
+    config
+        Engine configuration.
+    host
+        Chooses preemption victims; ``None`` for the scheduler's own rule.
+    observer
+        Receives every record as it is produced (as in ``run_engine``).
+    collect
+        Keep the records (:attr:`result`).
+    scheduler_factory
+        As in ``run_engine``; None: the embedded scheduler of ``config.mode``.
+
+    Raises
+    ------
+    ValueError
+        On duplicate request ids.
+    """
+
+    def __init__(
+        self,
+        requests: Iterable[EngineRequest],
+        config: EngineConfig,
+        host: VictimHost | None = None,
+        observer: EngineObserver | None = None,
+        *,
+        collect: bool = True,
+        scheduler_factory: SchedulerFactory | None = None,
+    ) -> None:
+        indexed = list(enumerate(requests))
+        if len({r.request_id for _, r in indexed}) != len(indexed):
+            raise ValueError("request ids must be unique")
+        indexed.sort(key=lambda pair: (float(pair[1].arrival_s), pair[0]))
+        # Shared by every fork (frozen rows); ``_next`` is this run's cursor into it.
+        self._arrivals: tuple[tuple[int, EngineRequest], ...] = tuple(indexed)
+        self._next = 0
+        self.config = config
+        self.host: VictimHost = host if host is not None else BuiltinHost()
+        self.observer = observer
+        self.collect = collect
+        self.result = EngineResult(config)
+        self.scheduler: EngineScheduler
+        if scheduler_factory is not None:
+            self.scheduler = scheduler_factory(config, host, self._on_decision)
+        elif config.mode == "vllm":
+            cls = VllmPrefixCachingScheduler if config.enable_prefix_caching else VllmScheduler
+            self.scheduler = cls(config, self.host, self._on_decision)
+        else:
+            self.scheduler = SglangScheduler(config, self.host, self._on_decision)
+        self.clock = make_clock(config)
+        self._kv_blocks_total = self.scheduler.block_pool.num_usable_blocks
+        self.done = False
+
+    # ----------------------------------------------------------------------------- records
+    def _on_decision(self, record: DecisionRecord) -> None:
+        if self.collect:
+            self.result.decisions.append(record)
+        if self.observer is not None:
+            self.observer.on_decision(record)
+
+    def _finish(self, state: RequestState) -> None:
+        record = _request_record(state)
+        if self.collect:
+            self.result.requests.append(record)
+        if self.observer is not None:
+            self.observer.on_request(record)
+
+    # ----------------------------------------------------------------------------- state
+    @property
+    def now(self) -> float:
+        """Engine time at the start of the next step."""
+        return self.clock.now
+
+    @property
+    def next_step(self) -> int:
+        """Index of the next step (the clock's step counter)."""
+        return self.clock.step
+
+    @property
+    def num_decisions(self) -> int:
+        """Victim decisions made so far."""
+        return self.scheduler.num_decisions
+
+    @property
+    def num_pending(self) -> int:
+        """Requests of the workload that have not arrived yet."""
+        return len(self._arrivals) - self._next
+
+    def live_requests(self) -> list[RequestState]:
+        """The requests running or waiting now, running queue first."""
+        return [*self.scheduler.running, *self.scheduler.waiting]  # type: ignore[misc]
+
+    # ----------------------------------------------------------------------------- stepping
+    def step(self) -> bool:
+        """Run one scheduling step; False (and nothing run) when every request has finished."""
+        if self.done:
+            return False
+        scheduler = self.scheduler
+        clock = self.clock
+        arrivals = self._arrivals
+        max_model_len = self.config.max_model_len
+        while True:
+            # Arrivals visible to this step join the waiting queue, in arrival order.
+            while self._next < len(arrivals) and clock.is_visible(
+                arrivals[self._next][1].arrival_s
+            ):
+                index, request = arrivals[self._next]
+                self._next += 1
+                state = RequestState(request, index)
+                if state.num_prompt_tokens >= max_model_len:
+                    # vLLM refuses such a prompt on input; it never reaches the scheduler.
+                    state.status = RequestStatus.REJECTED
+                    state.finish_s = state.arrival_s
+                    self._finish(state)
+                else:
+                    scheduler.add_request(state)
+            if scheduler.has_unfinished_requests():
+                break
+            if self._next >= len(arrivals):
+                self.done = True
+                return False
+            clock.jump_to(arrivals[self._next][1].arrival_s)
+
+        result = self.result
+        now = clock.now
+        out = scheduler.schedule(clock.step, now)
+        scheduled = out.num_scheduled_tokens
+        duration = clock.duration(
+            out.num_prefill_tokens + out.num_decode_tokens, len(scheduled), out.kv_tokens_read
+        )
+        end_s = now + duration
+        num_running = len(scheduler.running)
+        num_waiting = len(scheduler.waiting)
+        kv_blocks_used = self._kv_blocks_total - scheduler.block_pool.num_free_blocks
+        finished = scheduler.update_from_output(out, end_s)
+        result.num_steps += 1
+        result.num_preemptions += out.num_preemptions
+        result.num_decisions = scheduler.num_decisions
+        result.end_s = end_s
+        observer = self.observer
+        if self.collect or observer is not None:
+            record = StepRecord(
+                out.step,
+                now,
+                duration,
+                num_running,
+                num_waiting,
+                kv_blocks_used,
+                self._kv_blocks_total,
+                out.num_prefill_tokens,
+                out.num_decode_tokens,
+                out.num_preemptions,
+                scheduled,
+            )
+            if self.collect:
+                result.steps.append(record)
+            if observer is not None:
+                observer.on_step(record)
+        for state in finished:
+            self._finish(state)
+        clock.advance(duration)
+        return True
+
+    def run_to_end(self, max_steps: int | None = None) -> EngineResult:
+        """Step until every request has finished (or ``max_steps`` more steps); the result."""
+        if max_steps is None:
+            while self.step():
+                pass
+        else:
+            for _ in range(max_steps):
+                if not self.step():
+                    break
+        return self.result
+
+    # ----------------------------------------------------------------------------- fork
+    def fork(
+        self,
+        host: VictimHost | None = None,
+        *,
+        collect: bool | None = None,
+        observer: EngineObserver | None = None,
+    ) -> EngineRun:
+        """An independent copy of this run that continues from its current state.
+
+        Parameters
+        ----------
+        host
+            The fork's victim host. None: a deep copy of this run's host (so a stateful policy
+            continues from its state; a :class:`BuiltinHost` is stateless).
+        collect
+            Whether the fork keeps records (default: as this run).
+        observer
+            The fork's observer (default: none).
+
+        Returns
+        -------
+        EngineRun
+            A run whose record lists start empty and whose totals carry on from this run.
+        """
+        new_host = copy.deepcopy(self.host) if host is None else host
+        # Objects the copy shares or replaces instead of copying (see the module docstring).
+        memo: dict[int, Any] = {
+            id(self.config): self.config,
+            id(self._arrivals): self._arrivals,
+            id(self.host): new_host,
+            id(self.observer): observer,
+            id(self.result): None,  # replaced below
+        }
+        twin = copy.copy(self)
+        memo[id(self)] = twin
+        twin.scheduler = copy.deepcopy(self.scheduler, memo)
+        twin.clock = copy.deepcopy(self.clock, memo)
+        twin.host = new_host
+        twin.observer = observer
+        twin.collect = self.collect if collect is None else collect
+        old = self.result
+        twin.result = EngineResult(
+            self.config,
+            num_steps=old.num_steps,
+            num_decisions=old.num_decisions,
+            num_preemptions=old.num_preemptions,
+            end_s=old.end_s,
+        )
+        return twin
