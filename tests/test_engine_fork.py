@@ -84,8 +84,8 @@ def test_fork_continues_identically(case: str) -> None:
     # Fork just before a preempting step, in the middle of the run, and at the very start.
     for target in (decision_steps[0], decision_steps[len(decision_steps) // 2], 0):
         run = EngineRun(requests, config, BuiltinHost())
-        while run.next_step < target and run.step():
-            pass
+        while run.prepare() and run.next_step < target:
+            run.step()
         finished = {r.request_id for r in run.result.requests}
         decisions_before = run.num_decisions
         fork = run.fork()
@@ -120,8 +120,8 @@ def test_fork_with_another_host_diverges_without_touching_the_original() -> None
     full = run_engine(requests, config, BuiltinHost())
     first = full.decisions[0]
     run = EngineRun(requests, config, BuiltinHost())
-    while run.next_step < first.step and run.step():
-        pass
+    while run.prepare() and run.next_step < first.step:
+        run.step()
     host = _Scripted()
     other = run.fork(host).run_to_end()
     assert host.calls >= 1

@@ -156,19 +156,23 @@ class EngineRun:
         return [*self.scheduler.running, *self.scheduler.waiting]  # type: ignore[misc]
 
     # ----------------------------------------------------------------------------- stepping
-    def step(self) -> bool:
-        """Run one scheduling step; False (and nothing run) when every request has finished."""
+    def prepare(self) -> bool:
+        """Admit the arrivals visible to the next step (idling until one if nothing is live).
+
+        Idempotent, and the first thing :meth:`step` does: call it to read :attr:`next_step`
+        of the step about to run (a steps clock may jump over idle steps). False when every
+        request has finished.
+        """
         if self.done:
             return False
         scheduler = self.scheduler
         clock = self.clock
         arrivals = self._arrivals
+        num_arrivals = len(arrivals)
         max_model_len = self.config.max_model_len
         while True:
             # Arrivals visible to this step join the waiting queue, in arrival order.
-            while self._next < len(arrivals) and clock.is_visible(
-                arrivals[self._next][1].arrival_s
-            ):
+            while self._next < num_arrivals and clock.is_visible(arrivals[self._next][1].arrival_s):
                 index, request = arrivals[self._next]
                 self._next += 1
                 state = RequestState(request, index)
@@ -180,12 +184,18 @@ class EngineRun:
                 else:
                     scheduler.add_request(state)
             if scheduler.has_unfinished_requests():
-                break
-            if self._next >= len(arrivals):
+                return True
+            if self._next >= num_arrivals:
                 self.done = True
                 return False
             clock.jump_to(arrivals[self._next][1].arrival_s)
 
+    def step(self) -> bool:
+        """Run one scheduling step; False (and nothing run) when every request has finished."""
+        if not self.prepare():
+            return False
+        scheduler = self.scheduler
+        clock = self.clock
         result = self.result
         now = clock.now
         out = scheduler.schedule(clock.step, now)
@@ -268,9 +278,10 @@ class EngineRun:
             id(self.config): self.config,
             id(self._arrivals): self._arrivals,
             id(self.host): new_host,
-            id(self.observer): observer,
-            id(self.result): None,  # replaced below
         }
+        if self.observer is not None:
+            # (Never key None: every None in the state would become the new observer.)
+            memo[id(self.observer)] = observer
         twin = copy.copy(self)
         memo[id(self)] = twin
         twin.scheduler = copy.deepcopy(self.scheduler, memo)
