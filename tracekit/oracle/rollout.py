@@ -37,6 +37,7 @@ from tracekit.hosts.preemption_policy import PreemptionContext, builtin_victim_i
 
 __all__ = [
     "OBJECTIVES",
+    "DEFAULT_SETTINGS",
     "CandidateScore",
     "GreedyOracleHost",
     "Objective",
@@ -70,6 +71,10 @@ class OracleSettings:
     horizon: int = 256
     ttft_s: float = 2.0
     tpot_s: float = 0.1
+
+
+#: The default settings (their fields are the CLI defaults).
+DEFAULT_SETTINGS = OracleSettings()
 
 
 @dataclass(frozen=True, slots=True)
