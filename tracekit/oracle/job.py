@@ -50,7 +50,14 @@ from tracekit.strategies import StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.trace.bundle import open_trace
 
-__all__ = ["ORACLE_LABEL", "OracleResult", "OracleTask", "oracle_frames", "run_oracle"]
+__all__ = [
+    "ORACLE_LABEL",
+    "OracleResult",
+    "OracleTask",
+    "oracle_frames",
+    "run_oracle",
+    "strategy_picks",
+]
 
 #: The greedy oracle's row in the closed-loop table.
 ORACLE_LABEL = "oracle-greedy"
@@ -216,7 +223,7 @@ def _context(decision: DecisionRecord, config: EngineConfig) -> PreemptionContex
     )
 
 
-def _strategy_picks(
+def strategy_picks(
     decisions: Sequence[DecisionRecord], config: EngineConfig, strategies: Sequence[StrategySpec]
 ) -> dict[str, list[str]]:
     """Each strategy's victim on each reference decision (a fresh policy, fed in order)."""
@@ -317,7 +324,7 @@ def run_oracle(
         )
         for d in records
     ]
-    picks = _strategy_picks(records, config, strategies)
+    picks = strategy_picks(records, config, strategies)
 
     executor = make_executor(jobs)
     chunk_count = max(1, (executor.workers or 1) * _CHUNKS_PER_JOB)
