@@ -21,11 +21,11 @@ from tracekit.engine.hosts import VictimChoice
 from tracekit.hosts.preemption_policy import PreemptionContext
 
 
-def _plain(n: int, seed: int) -> list[EngineRequest]:
+def _plain(n: int, seed: int, gap: float = 0.4) -> list[EngineRequest]:
     rng = random.Random(seed)
     return [
         EngineRequest(
-            f"p{i}", round(i * 0.4, 2), rng.randrange(20, 300), rng.randrange(5, 120), 400
+            f"p{i}", round(i * gap, 3), rng.randrange(20, 300), rng.randrange(5, 120), 400
         )
         for i in range(n)
     ]
@@ -36,6 +36,12 @@ CASES = {
     "vllm-prefix": (dict(enable_prefix_caching=True), random_content(3, 40)),
     "vllm-priority": (dict(scheduling_policy="priority"), random_content(5, 40)),
     "sglang": (dict(mode="sglang"), _plain(40, 2)),
+    # A backlog longer than max_num_seqs: forks share the untouched tail of the waiting queue.
+    "vllm-backlog": (dict(max_num_seqs=4), _plain(60, 4, gap=0.05)),
+    "vllm-prefix-backlog": (
+        dict(max_num_seqs=4, enable_prefix_caching=True),
+        [dataclasses.replace(r, arrival_s=r.arrival_s / 10) for r in random_content(6, 60)],
+    ),
 }
 
 
@@ -81,6 +87,7 @@ def test_fork_continues_identically(case: str) -> None:
     full = run_engine(requests, config, BuiltinHost())
     decision_steps = sorted({d.step for d in full.decisions})
     assert len(decision_steps) >= 3
+    shared_tails = []
     # Fork just before a preempting step, in the middle of the run, and at the very start.
     for target in (decision_steps[0], decision_steps[len(decision_steps) // 2], 0):
         run = EngineRun(requests, config, BuiltinHost())
@@ -88,6 +95,7 @@ def test_fork_continues_identically(case: str) -> None:
             run.step()
         finished = {r.request_id for r in run.result.requests}
         decisions_before = run.num_decisions
+        shared_tails.append(len(run._unstarted_tail()))
         fork = run.fork()
         fork_result = fork.run_to_end()
         original = run.run_to_end()
@@ -96,6 +104,8 @@ def test_fork_continues_identically(case: str) -> None:
         # The original, after the fork ran to the end, is still the full run.
         assert _records(original) == _records(full)
         assert fork_result.num_steps == full.num_steps
+    if case.endswith("backlog"):
+        assert max(shared_tails) > 0, "the backlog case must exercise the shared tail"
 
 
 class _Scripted:

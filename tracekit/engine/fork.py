@@ -42,6 +42,7 @@ True
 from __future__ import annotations
 
 import copy
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -51,6 +52,7 @@ from tracekit.engine.engine import EngineObserver, EngineResult, _request_record
 from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, StepRecord
+from tracekit.engine.queues import FCFSRequestQueue
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
 from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
 from tracekit.engine.sglang import SglangScheduler
@@ -247,6 +249,42 @@ class EngineRun:
                     break
         return self.result
 
+    def _unstarted_tail(self) -> list[RequestState]:
+        """The untouched arrivals at the back of an FCFS waiting queue, oldest first.
+
+        They are the last arrivals admitted to the queue, never scheduled: a fork can make them
+        again from the frozen rows (``RequestState`` then ``add_request`` give the same state).
+        Only for the embedded vLLM schedulers with an FCFS queue, where nothing but
+        ``add_request`` appends to the back; the first ``max_num_seqs`` entries always stay.
+        """
+        scheduler = self.scheduler
+        if type(scheduler) not in (VllmScheduler, VllmPrefixCachingScheduler):
+            return []
+        waiting = scheduler.waiting
+        if type(waiting) is not FCFSRequestQueue:
+            return []
+        queue = waiting._queue
+        limit = min(len(queue) - self.config.max_num_seqs, self._next)
+        requests = scheduler.requests
+        tail: list[RequestState] = []
+        for state, request_id in zip(reversed(queue), reversed(requests), strict=False):
+            if len(tail) >= limit:
+                break
+            index, _ = self._arrivals[self._next - 1 - len(tail)]
+            if (
+                state.index != index
+                or request_id != state.request_id
+                or state.status != RequestStatus.WAITING
+                or state.num_computed_tokens
+                or state.num_blocks
+                or state.num_preemptions
+                or state.first_scheduled_s is not None
+            ):
+                break
+            tail.append(state)
+        tail.reverse()
+        return tail
+
     # ----------------------------------------------------------------------------- fork
     def fork(
         self,
@@ -284,7 +322,26 @@ class EngineRun:
             memo[id(self.observer)] = observer
         twin = copy.copy(self)
         memo[id(self)] = twin
-        twin.scheduler = copy.deepcopy(self.scheduler, memo)
+        tail = self._unstarted_tail()
+        if tail:
+            # Copy-on-write of the untouched arrivals at the back of the waiting queue: they
+            # leave the original while it is copied and go back after; the fork re-admits
+            # them from the shared frozen rows at its next step, in the same order.
+            queue: deque[RequestState] = self.scheduler.waiting._queue  # type: ignore[attr-defined]
+            requests: dict[str, RequestState] = self.scheduler.requests  # type: ignore[attr-defined]
+            for _ in tail:
+                queue.pop()
+            for state in tail:
+                del requests[state.request_id]
+            try:
+                twin.scheduler = copy.deepcopy(self.scheduler, memo)
+            finally:
+                for state in tail:
+                    queue.append(state)
+                    requests[state.request_id] = state
+            twin._next = self._next - len(tail)
+        else:
+            twin.scheduler = copy.deepcopy(self.scheduler, memo)
         twin.clock = copy.deepcopy(self.clock, memo)
         twin.host = new_host
         twin.observer = observer
