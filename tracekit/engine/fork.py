@@ -101,6 +101,9 @@ class EngineRun:
         # Shared by every fork (frozen rows); ``_next`` is this run's cursor into it.
         self._arrivals: tuple[tuple[int, EngineRequest], ...] = tuple(indexed)
         self._next = 0
+        # Arrivals before this cursor were seen by the run this one was forked from.
+        self._silent_until = 0
+        self._tail_start = 0
         self.config = config
         self.host: VictimHost = host if host is not None else BuiltinHost()
         self.observer = observer
@@ -182,7 +185,8 @@ class EngineRun:
                     # vLLM refuses such a prompt on input; it never reaches the scheduler.
                     state.status = RequestStatus.REJECTED
                     state.finish_s = state.arrival_s
-                    self._finish(state)
+                    if self._next > self._silent_until:
+                        self._finish(state)
                 else:
                     scheduler.add_request(state)
             if scheduler.has_unfinished_requests():
@@ -264,13 +268,21 @@ class EngineRun:
         if type(waiting) is not FCFSRequestQueue:
             return []
         queue = waiting._queue
-        limit = min(len(queue) - self.config.max_num_seqs, self._next)
+        limit = len(queue) - self.config.max_num_seqs
         requests = scheduler.requests
+        max_model_len = self.config.max_model_len
+        arrivals = self._arrivals
+        position = self._next
         tail: list[RequestState] = []
         for state, request_id in zip(reversed(queue), reversed(requests), strict=False):
             if len(tail) >= limit:
                 break
-            index, _ = self._arrivals[self._next - 1 - len(tail)]
+            # Rejected arrivals never reached the queue: step over them.
+            while position > 0 and arrivals[position - 1][1].prompt_tokens >= max_model_len:
+                position -= 1
+            if position == 0:
+                break
+            index, _ = arrivals[position - 1]
             if (
                 state.index != index
                 or request_id != state.request_id
@@ -282,6 +294,8 @@ class EngineRun:
             ):
                 break
             tail.append(state)
+            position -= 1
+        self._tail_start = position
         tail.reverse()
         return tail
 
@@ -339,7 +353,9 @@ class EngineRun:
                 for state in tail:
                     queue.append(state)
                     requests[state.request_id] = state
-            twin._next = self._next - len(tail)
+            # Rejections among them were reported by this run already: the fork stays silent.
+            twin._silent_until = self._next
+            twin._next = self._tail_start
         else:
             twin.scheduler = copy.deepcopy(self.scheduler, memo)
         twin.clock = copy.deepcopy(self.clock, memo)
