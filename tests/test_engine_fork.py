@@ -95,7 +95,7 @@ def test_fork_continues_identically(case: str) -> None:
             run.step()
         finished = {r.request_id for r in run.result.requests}
         decisions_before = run.num_decisions
-        shared_tails.append(len(run._unstarted_tail()))
+        shared_tails.append(run._unstarted_tail_length())
         fork = run.fork()
         fork_result = fork.run_to_end()
         original = run.run_to_end()

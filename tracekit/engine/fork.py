@@ -42,6 +42,7 @@ True
 from __future__ import annotations
 
 import copy
+import itertools
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -58,6 +59,56 @@ from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
 from tracekit.engine.sglang import SglangScheduler
 
 __all__ = ["EngineRun"]
+
+# Values a copy can share: immutable and holding nothing mutable.
+_ATOMIC = frozenset({int, float, str, bool, type(None), bytes})
+_SLOTS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _slot_names(cls: type) -> tuple[str, ...] | None:
+    """Every slot of ``cls`` and its bases, or None when an instance also has a ``__dict__``."""
+    if cls not in _SLOTS:
+        names: list[str] = []
+        ok = True
+        for base in cls.__mro__[:-1]:
+            slots = base.__dict__.get("__slots__")
+            if slots is None:
+                ok = False
+                break
+            names.extend([slots] if isinstance(slots, str) else slots)
+        _SLOTS[cls] = (
+            tuple(n for n in names if n not in ("__dict__", "__weakref__")) if ok else None
+        )
+    return _SLOTS[cls]
+
+
+def _copy_slots(obj: Any, memo: dict[int, Any]) -> Any:
+    """``copy.deepcopy(obj, memo)``, faster for a slotted object (a request state).
+
+    Every slot is copied (so fields added later are copied too): immutable values are shared,
+    anything else goes through ``copy.deepcopy`` with the same memo.
+    """
+    found = memo.get(id(obj))
+    if found is not None:
+        return found
+    cls = type(obj)
+    names = _slot_names(cls)
+    if names is None:
+        return copy.deepcopy(obj, memo)
+    new = cls.__new__(cls)
+    memo[id(obj)] = new
+    for name in names:
+        try:
+            value = getattr(obj, name)
+        except AttributeError:
+            continue
+        kind = type(value)
+        if kind not in _ATOMIC and not (
+            kind is tuple and all(type(item) in _ATOMIC for item in value)
+        ):
+            value = copy.deepcopy(value, memo)
+        setattr(new, name, value)
+    return new
 
 
 class EngineRun:
@@ -103,7 +154,10 @@ class EngineRun:
         self._next = 0
         # Arrivals before this cursor were seen by the run this one was forked from.
         self._silent_until = 0
+        # The shared queue tail (see _unstarted_tail_length) and the state it was found in.
         self._tail_start = 0
+        self._tail_length = 0
+        self._tail_key: tuple[Any, ...] | None = None
         self.config = config
         self.host: VictimHost = host if host is not None else BuiltinHost()
         self.observer = observer
@@ -253,38 +307,42 @@ class EngineRun:
                     break
         return self.result
 
-    def _unstarted_tail(self) -> list[RequestState]:
-        """The untouched arrivals at the back of an FCFS waiting queue, oldest first.
+    def _unstarted_tail_length(self) -> int:
+        """How many untouched arrivals sit at the back of an FCFS waiting queue.
 
         They are the last arrivals admitted to the queue, never scheduled: a fork can make them
         again from the frozen rows (``RequestState`` then ``add_request`` give the same state).
         Only for the embedded vLLM schedulers with an FCFS queue, where nothing but
         ``add_request`` appends to the back; the first ``max_num_seqs`` entries always stay.
+        Sets ``_tail_start``, the arrival cursor of the first of them. Cached until the run
+        moves (forking one snapshot many times scans its queue once).
         """
         scheduler = self.scheduler
         if type(scheduler) not in (VllmScheduler, VllmPrefixCachingScheduler):
-            return []
+            return 0
         waiting = scheduler.waiting
         if type(waiting) is not FCFSRequestQueue:
-            return []
+            return 0
         queue = waiting._queue
+        key = (self.clock.step, self.clock.now, self._next, len(queue), scheduler.num_decisions)
+        if self._tail_key == key:
+            return self._tail_length
         limit = len(queue) - self.config.max_num_seqs
         requests = scheduler.requests
         max_model_len = self.config.max_model_len
         arrivals = self._arrivals
         position = self._next
-        tail: list[RequestState] = []
+        length = 0
         for state, request_id in zip(reversed(queue), reversed(requests), strict=False):
-            if len(tail) >= limit:
+            if length >= limit:
                 break
             # Rejected arrivals never reached the queue: step over them.
             while position > 0 and arrivals[position - 1][1].prompt_tokens >= max_model_len:
                 position -= 1
             if position == 0:
                 break
-            index, _ = arrivals[position - 1]
             if (
-                state.index != index
+                state.index != arrivals[position - 1][0]
                 or request_id != state.request_id
                 or state.status != RequestStatus.WAITING
                 or state.num_computed_tokens
@@ -293,11 +351,12 @@ class EngineRun:
                 or state.first_scheduled_s is not None
             ):
                 break
-            tail.append(state)
+            length += 1
             position -= 1
         self._tail_start = position
-        tail.reverse()
-        return tail
+        self._tail_key = key
+        self._tail_length = length
+        return length
 
     # ----------------------------------------------------------------------------- fork
     def fork(
@@ -336,28 +395,29 @@ class EngineRun:
             memo[id(self.observer)] = observer
         twin = copy.copy(self)
         memo[id(self)] = twin
-        tail = self._unstarted_tail()
-        if tail:
-            # Copy-on-write of the untouched arrivals at the back of the waiting queue: they
-            # leave the original while it is copied and go back after; the fork re-admits
-            # them from the shared frozen rows at its next step, in the same order.
-            queue: deque[RequestState] = self.scheduler.waiting._queue  # type: ignore[attr-defined]
-            requests: dict[str, RequestState] = self.scheduler.requests  # type: ignore[attr-defined]
-            for _ in tail:
-                queue.pop()
-            for state in tail:
-                del requests[state.request_id]
-            try:
-                twin.scheduler = copy.deepcopy(self.scheduler, memo)
-            finally:
-                for state in tail:
-                    queue.append(state)
-                    requests[state.request_id] = state
-            # Rejections among them were reported by this run already: the fork stays silent.
-            twin._silent_until = self._next
-            twin._next = self._tail_start
-        else:
-            twin.scheduler = copy.deepcopy(self.scheduler, memo)
+        scheduler = self.scheduler
+        states = getattr(scheduler, "requests", None)
+        if type(states) is dict:
+            shared = self._unstarted_tail_length()
+            kept = itertools.islice(states.items(), len(states) - shared)
+            # The live request states first, by the fast slot copy (the bulk of a fork).
+            new_states = {key: _copy_slots(state, memo) for key, state in kept}
+            if shared:
+                # Copy-on-write of the untouched arrivals at the back of the FCFS waiting
+                # queue: the fork leaves them out and re-admits them from the shared frozen
+                # rows at its next step, in the same order; rejections among them were
+                # reported by this run already, so the fork stays silent about them.
+                waiting = scheduler.waiting
+                queue = waiting._queue  # type: ignore[attr-defined]
+                new_waiting = copy.copy(waiting)
+                new_waiting._queue = deque(  # type: ignore[attr-defined]
+                    memo[id(state)] for state in itertools.islice(queue, len(queue) - shared)
+                )
+                memo[id(waiting)] = new_waiting
+                memo[id(states)] = new_states
+                twin._silent_until = self._next
+                twin._next = self._tail_start
+        twin.scheduler = copy.deepcopy(scheduler, memo)
         twin.clock = copy.deepcopy(self.clock, memo)
         twin.host = new_host
         twin.observer = observer
