@@ -55,6 +55,11 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
 @click.option(
+    "--oracle",
+    is_flag=True,
+    help="Also run the hindsight oracle on repeat 0 (headroom section; docs/oracle.md).",
+)
+@click.option(
     "--jobs",
     type=click.IntRange(min=1),
     default=None,
@@ -80,6 +85,7 @@ def qualify(**options: Any) -> None:
             workload, config, tuple(strategies), candidate, repeats=options["repeats"],
             repeat_kind=options["repeat_by"], seed=options["seed"],
             slo=SloTargets(options["slo_ttft_s"], options["slo_tpot_s"]),
+            oracle=options["oracle"],
         )  # fmt: skip
         results = run_qualify(
             plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"],

@@ -52,6 +52,7 @@ from tracekit.trace.bundle import open_trace
 
 __all__ = [
     "ORACLE_LABEL",
+    "load_oracle",
     "OracleResult",
     "OracleTask",
     "oracle_frames",
@@ -447,6 +448,15 @@ def oracle_frames(
     oracle = closed.filter(pl.col("strategy") == ORACLE_LABEL)["objective"]
     headroom = (base[0] - oracle[0]) if len(base) and len(oracle) else None
     gain = pl.lit(base[0] if len(base) else None, pl.Float64) - pl.col("objective")
+    # The built-in rule first, the strategies in the order given, the oracle last.
+    closed = closed.sort(
+        pl.when(pl.col("strategy") == "builtin")
+        .then(0)
+        .when(pl.col("strategy") == ORACLE_LABEL)
+        .then(2)
+        .otherwise(1),
+        maintain_order=True,
+    )
     closed = closed.with_columns(
         gain.alias("gain_over_builtin"),
         (gain / headroom if headroom else pl.lit(None, pl.Float64)).alias("share_of_headroom"),
@@ -482,7 +492,8 @@ def _summary(
         .to_dicts()
     )
     return {
-        "trace": str(trace),
+        # The folder's name only: a results folder must not depend on where it was written.
+        "trace": trace.name,
         "settings": dataclasses.asdict(settings),
         "num_decisions": num_decisions,
         "limit": limit,
@@ -494,3 +505,12 @@ def _summary(
         "closed": closed.to_dicts(),
         "most_lost": worst,
     }
+
+
+def load_oracle(folder: str | Path) -> tuple[dict[str, Any], pl.DataFrame] | None:
+    """``oracle.json`` and ``closed.parquet`` of an oracle output folder; None when absent."""
+    folder = Path(folder)
+    if not (folder / "oracle.json").is_file():
+        return None
+    summary = json.loads((folder / "oracle.json").read_text("utf-8"))
+    return summary, pl.read_parquet(folder / "closed.parquet")

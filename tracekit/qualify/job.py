@@ -34,6 +34,7 @@ from tracekit.conformance import run_conformance
 from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
+from tracekit.oracle.job import run_oracle
 from tracekit.qualify.reporting import write_report
 from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
@@ -86,6 +87,10 @@ class QualifyPlan:
         Number of repeats, how they differ, and the base seed.
     slo
         Latency targets of SLO attainment.
+    oracle
+        Also run the hindsight oracle (``tracekit oracle``) on repeat 0's baseline run, into
+        ``oracle/`` (the report's headroom section). Off by default: it costs a rollout per
+        candidate of every decision.
     """
 
     workload: Workload
@@ -96,6 +101,7 @@ class QualifyPlan:
     repeat_kind: RepeatKind = "windows"
     seed: int = 0
     slo: SloTargets = dataclasses.field(default_factory=SloTargets)
+    oracle: bool = False
 
     def __post_init__(self) -> None:
         if self.repeats < 3:
@@ -201,6 +207,11 @@ def run_qualify(
         notify("open-mode replay", 0, 1)
         _open_replay(staging, strategies)
         notify("open-mode replay", 1, 1)
+
+        if plan.oracle:
+            notify("oracle", 0, 1)
+            _oracle(staging, strategies, jobs)
+            notify("oracle", 1, 1)
 
         notify("report", 0, 1)
         _render(staging)
@@ -316,6 +327,12 @@ def _user_settings(spec: StrategySpec) -> dict[str, Any]:
 def _open_replay(staging: Path, strategies: list[StrategySpec]) -> None:
     """Replay every strategy in open mode on the first repeat's baseline decisions."""
     replay_open(staging / "runs" / "r0" / strategies[0].label, strategies, staging / "replay")
+
+
+def _oracle(staging: Path, strategies: list[StrategySpec], jobs: int | None) -> None:
+    """The hindsight oracle on the first repeat's baseline run (qualify --oracle)."""
+    bundle = staging / "runs" / "r0" / strategies[0].label
+    run_oracle(bundle, staging / "oracle", strategies, jobs=jobs)
 
 
 # Files that name input bundles by their path while the job runs (in the staging folder).

@@ -13,6 +13,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.report.headroom_section import HeadroomInputs
+
 __all__ = ["ReportInputs"]
 
 
@@ -60,6 +62,8 @@ class ReportInputs:
         Legacy and typed decisions and their differences; ``None`` without the diff.
     first_difference
         The first differing decision and the first divergence; ``None`` without the diff.
+    headroom
+        The hindsight oracle's outputs (``oracle/``); ``None`` when it did not run.
     """
 
     qualification: dict[str, Any]
@@ -84,6 +88,7 @@ class ReportInputs:
     diff_classes: pl.DataFrame
     diff_timeline: pl.DataFrame | None
     first_difference: dict[str, Any] | None
+    headroom: HeadroomInputs | None = None
 
     @property
     def candidate(self) -> str:

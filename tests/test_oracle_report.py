@@ -1,0 +1,86 @@
+"""The report's headroom section, from a real oracle run on a real results folder.
+
+The oracle runs on the baseline bundle of repeat 0 of the shared results folder (as
+``qualify --oracle`` does) and the page must show its numbers; without ``oracle/`` the section
+is absent. In Chromium (when installed) the page with the section renders without console
+errors and its table headers do not overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from report_helpers import copy_results, shared_results
+from test_browser_report import (
+    HEADER_BOXES,
+    _console_errors,
+    _evaluate,
+    _overlaps,
+    browser,
+    open_page,
+    screenshot,
+)
+
+from tracekit.oracle import OracleSettings
+from tracekit.oracle.job import run_oracle
+from tracekit.qualify import write_report
+from tracekit.report.headroom_section import headroom_section
+from tracekit.strategies import parse_strategy_list
+
+
+@pytest.fixture(scope="module")
+def oracle_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = copy_results(
+        shared_results(tmp_path_factory), tmp_path_factory.mktemp("oracle") / "results"
+    )
+    run_oracle(
+        results / "runs" / "r0" / "builtin",
+        results / "oracle",
+        parse_strategy_list("lcf,mcf"),
+        OracleSettings(horizon=64),
+        limit=40,
+    )
+    return results
+
+
+def test_headroom_section_shows_the_oracle_numbers(oracle_results: Path) -> None:
+    page = write_report(oracle_results, oracle_results / "report.html").read_text("utf-8")
+    summary = json.loads((oracle_results / "oracle" / "oracle.json").read_text("utf-8"))
+    assert 'id="headroom"' in page
+    section = page[page.index('id="headroom"') :]
+    section = section[: section.index("</section>")]
+    text = re.sub(r"<[^>]+>", " ", section)
+    assert "headroom" in text
+    for row in summary["closed"]:
+        assert row["strategy"] in text
+    for row in summary["strategies"]:
+        assert row["strategy"] in text
+    if summary["most_lost"]:
+        assert summary["most_lost"][0]["builtin_victim_id"] in text
+
+
+def test_no_headroom_section_without_the_oracle(report_results: Path, tmp_path: Path) -> None:
+    page = write_report(report_results, tmp_path / "report.html").read_text("utf-8")
+    assert 'id="headroom"' not in page
+
+
+def test_headroom_section_without_inputs_says_so() -> None:
+    section = headroom_section(None)
+    assert "did not run" in "".join(section.body)
+
+
+def test_headroom_section_in_a_browser(oracle_results: Path, tmp_path: Path) -> None:
+    page = write_report(oracle_results, tmp_path / "report.html")
+    with browser() as tools:
+        session, events = open_page(tools, page.resolve().as_uri())
+        text = _evaluate(tools, session, "document.body.innerText")
+        tables = _evaluate(tools, session, HEADER_BOXES)
+        shot = screenshot(tools, session, tmp_path / "report.png")
+    print(f"screenshot: {shot}")
+    assert "Headroom: victim choice against the hindsight oracle" in text
+    assert "Decisions where the built-in rule loses the most" in text
+    assert _console_errors(events) == []
+    assert _overlaps(tables) == []
