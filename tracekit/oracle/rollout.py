@@ -7,11 +7,12 @@ candidate under test, and then applies the built-in rule for every later decisio
 "recorded rule"). The fork runs for a **window** and is scored by an objective.
 
 **The window** (docs/oracle.md, "Horizon"): the built-in candidate is rolled out first, until
-every request live at the fork point (running or waiting) has finished, or ``horizon`` steps,
+every candidate of the decision (the running queue) has finished, or ``horizon`` steps,
 whichever comes first; its length ``W`` in steps is then the window of every other candidate,
 so all candidates of one decision are scored over the same steps.
 
-**Objectives**, over the requests live at the fork point or arriving in the window:
+**Objectives**, over the requests live at the fork point (running or waiting) or arriving in the
+window:
 
 - ``recomputed``: computed tokens discarded by preemptions in the window (what is recomputed).
 - ``e2e``: sum of end-to-end times; a request unfinished at the window's end counts its time so
@@ -68,7 +69,7 @@ class OracleSettings:
     """
 
     objective: Objective = "recomputed"
-    horizon: int = 256
+    horizon: int = 128
     ttft_s: float = 2.0
     tpot_s: float = 0.1
 
@@ -233,7 +234,9 @@ def evaluate_at(
     list of CandidateScore
         In ``candidates`` order.
     """
-    watch = frozenset(s.request_id for s in _live(snapshot))
+    # The requests the choice affects first: the candidates (the waiting queue of an
+    # overloaded engine may not drain for thousands of steps).
+    watch = frozenset(candidates)
     prior = tuple(prior)
     first, window = _rollout(snapshot, (*prior, builtin_id), settings, steps=None, watch=watch)
     scores = {builtin_id: CandidateScore(builtin_id, first, window)}
