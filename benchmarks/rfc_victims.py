@@ -8,7 +8,8 @@ defaults; ``--max-num-seqs``/``--max-num-batched-tokens``), KV caches of 1,600, 
 blocks, prefix caching off and on (the requests share no content, so a cache hit is a
 preempted request finding its own freed blocks again). Strategies: ``builtin`` (vLLM's FCFS
 victim, the tail of the running queue: LIFO), ``lcf``, ``static-random`` (the mean of seeds
-1 to 5) and ``mcf``; with ``--oracle``, also the greedy hindsight oracle (``tracekit oracle``'s closed loop).
+1 to 5) and ``mcf``; with ``--oracle``, also the greedy hindsight oracle (``tracekit oracle``'s
+closed loop).
 
 Measured per run, from the engine's step records (not from the policy's own counters):
 
