@@ -137,3 +137,32 @@ def test_fork_with_another_host_diverges_without_touching_the_original() -> None
     assert host.calls >= 1
     assert other.decisions[0].victim_id != first.victim_id
     assert _records(run.run_to_end()) == _records(full)
+
+
+@pytest.mark.parametrize("objective", ["recomputed", "e2e", "slo"])
+def test_shared_backlog_scores_as_a_full_copy(objective: str, monkeypatch) -> None:
+    """Oracle scores from forks that share the backlog equal those from full copies."""
+    from tracekit.oracle import OracleSettings, evaluate_at
+
+    overrides, requests = CASES["vllm-backlog"]
+    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    full = run_engine(requests, config, BuiltinHost())
+    settings = OracleSettings(objective=objective, horizon=40, ttft_s=5.0, tpot_s=1.5)
+    got = []
+    for share in (True, False):
+        if not share:
+            monkeypatch.setattr(EngineRun, "_unstarted_tail_length", lambda self: 0)
+        scores = []
+        for decision in full.decisions[:6]:
+            run = EngineRun(requests, config, BuiltinHost(), collect=False)
+            while run.prepare() and run.next_step < decision.step:
+                run.step()
+            prior = [d.victim_id for d in full.decisions if d.step == decision.step][
+                : decision.seq - run.num_decisions
+            ]
+            if share:
+                assert run.fork().unmade_arrivals(), "the case must share a backlog"
+            ids = [c.request_id for c in decision.candidates]
+            scores.append(evaluate_at(run, prior, ids, decision.builtin_victim_id, settings))
+        got.append(scores)
+    assert got[0] == got[1]

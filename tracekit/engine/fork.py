@@ -44,12 +44,13 @@ from __future__ import annotations
 import copy
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tracekit.engine.clock import make_clock
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.engine import EngineObserver, EngineResult, _request_record
+from tracekit.engine.fake_model import mark_arrived
 from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, StepRecord
@@ -111,6 +112,106 @@ def _copy_slots(obj: Any, memo: dict[int, Any]) -> Any:
     return new
 
 
+class _LazyTailQueue(FCFSRequestQueue):
+    """An FCFS waiting queue whose back is arrivals not made into request states yet.
+
+    A fork's queue: the made head (``_queue``), then the untouched arrivals ``arrivals[_lazy:
+    _lazy_end]`` (rows shared by every fork; rejected ones skipped, they never queued), then
+    whatever arrived after the fork (``_after``). A state is made, registered in the
+    scheduler's request table and marked arrived only when the head runs dry, so a rollout that
+    never reaches the back of a long backlog never pays for it. Behaves as the FCFS queue it
+    replaces: the same order, length and states.
+    """
+
+    __slots__ = ("_after", "_arrivals", "_lazy", "_lazy_count", "_lazy_end", "_max_len", "_table")
+
+    def __init__(
+        self,
+        head: deque[RequestState],
+        arrivals: tuple[tuple[int, EngineRequest], ...],
+        start: int,
+        end: int,
+        count: int,
+        table: dict[str, RequestState],
+        max_model_len: int,
+    ) -> None:
+        super().__init__()
+        self._queue = head
+        self._arrivals = arrivals
+        self._lazy = start
+        self._lazy_end = end
+        self._lazy_count = count
+        self._table = table
+        self._max_len = max_model_len
+        self._after: deque[RequestState] = deque()
+
+    def _make_next(self) -> RequestState:
+        """Make the first lazy arrival into a registered, arrived request state."""
+        arrivals, max_len = self._arrivals, self._max_len
+        while True:
+            index, request = arrivals[self._lazy]
+            self._lazy += 1
+            if request.prompt_tokens < max_len:  # (a rejected one never queued)
+                break
+        state = RequestState(request, index)
+        mark_arrived(state, max_len)
+        self._table[state.request_id] = state
+        self._lazy_count -= 1
+        return state
+
+    def _fill(self) -> None:
+        if not self._queue:
+            if self._lazy_count:
+                self._queue.append(self._make_next())
+            elif self._after:
+                self._queue, self._after = self._after, deque()
+
+    def unmade(self) -> list[EngineRequest]:
+        """The arrivals of the lazy part, in queue order (not made by this call)."""
+        rows = self._arrivals[self._lazy : self._lazy_end]
+        return [r for _, r in rows if r.prompt_tokens < self._max_len]
+
+    def add_request(self, request: RequestState) -> None:
+        """Append to the back (after the lazy part)."""
+        if self._lazy_count:
+            self._after.append(request)
+        else:
+            self._queue.append(request)
+
+    def peek_request(self) -> RequestState:
+        """The front request; ``IndexError`` when empty."""
+        self._fill()
+        return self._queue[0]
+
+    def pop_request(self) -> RequestState:
+        """Remove the front request."""
+        self._fill()
+        return self._queue.popleft()
+
+    def sort(self, key: Any) -> None:
+        """Make everything, then sort as the FCFS queue does."""
+        self._make_all()
+        super().sort(key)
+
+    def _make_all(self) -> None:
+        while self._lazy_count:
+            self._queue.append(self._make_next())
+        self._queue.extend(self._after)
+        self._after.clear()
+
+    def __len__(self) -> int:
+        return len(self._queue) + self._lazy_count + len(self._after)
+
+    def __iter__(self) -> Iterator[RequestState]:
+        # Every state must exist to be iterated: make them (rare: consistency checks).
+        self._make_all()
+        return iter(self._queue)
+
+    def made(self) -> list[RequestState]:
+        """The states made so far, in queue order (nothing is made by this call)."""
+        return [*self._queue, *self._after]
+
+
 class EngineRun:
     """One engine run, advanced a step at a time, that can be forked.
 
@@ -152,8 +253,6 @@ class EngineRun:
         # Shared by every fork (frozen rows); ``_next`` is this run's cursor into it.
         self._arrivals: tuple[tuple[int, EngineRequest], ...] = tuple(indexed)
         self._next = 0
-        # Arrivals before this cursor were seen by the run this one was forked from.
-        self._silent_until = 0
         # The shared queue tail (see _unstarted_tail_length) and the state it was found in.
         self._tail_start = 0
         self._tail_length = 0
@@ -211,8 +310,20 @@ class EngineRun:
         return len(self._arrivals) - self._next
 
     def live_requests(self) -> list[RequestState]:
-        """The requests running or waiting now, running queue first."""
-        return [*self.scheduler.running, *self.scheduler.waiting]  # type: ignore[misc]
+        """The request states running or waiting now, running queue first.
+
+        A fork's untouched backlog (:meth:`unmade_arrivals`) is not included: those requests
+        have no state yet (they are waiting, never scheduled, nothing recomputed).
+        """
+        waiting = self.scheduler.waiting
+        if isinstance(waiting, _LazyTailQueue):
+            return [*self.scheduler.running, *waiting.made()]  # type: ignore[misc]
+        return [*self.scheduler.running, *waiting]  # type: ignore[misc]
+
+    def unmade_arrivals(self) -> list[EngineRequest]:
+        """Waiting requests of a fork's shared backlog that have no state yet (queue order)."""
+        waiting = self.scheduler.waiting
+        return waiting.unmade() if isinstance(waiting, _LazyTailQueue) else []
 
     # ----------------------------------------------------------------------------- stepping
     def prepare(self) -> bool:
@@ -239,8 +350,7 @@ class EngineRun:
                     # vLLM refuses such a prompt on input; it never reaches the scheduler.
                     state.status = RequestStatus.REJECTED
                     state.finish_s = state.arrival_s
-                    if self._next > self._silent_until:
-                        self._finish(state)
+                    self._finish(state)
                 else:
                     scheduler.add_request(state)
             if scheduler.has_unfinished_requests():
@@ -404,19 +514,23 @@ class EngineRun:
             new_states = {key: _copy_slots(state, memo) for key, state in kept}
             if shared:
                 # Copy-on-write of the untouched arrivals at the back of the FCFS waiting
-                # queue: the fork leaves them out and re-admits them from the shared frozen
-                # rows at its next step, in the same order; rejections among them were
-                # reported by this run already, so the fork stays silent about them.
+                # queue: the fork's queue keeps them as shared rows and makes their states
+                # only when its head runs dry (_LazyTailQueue).
                 waiting = scheduler.waiting
                 queue = waiting._queue  # type: ignore[attr-defined]
-                new_waiting = copy.copy(waiting)
-                new_waiting._queue = deque(  # type: ignore[attr-defined]
+                head = deque(
                     memo[id(state)] for state in itertools.islice(queue, len(queue) - shared)
                 )
-                memo[id(waiting)] = new_waiting
+                memo[id(waiting)] = _LazyTailQueue(
+                    head,
+                    self._arrivals,
+                    self._tail_start,
+                    self._next,
+                    shared,
+                    new_states,
+                    self.config.max_model_len,
+                )
                 memo[id(states)] = new_states
-                twin._silent_until = self._next
-                twin._next = self._tail_start
         twin.scheduler = copy.deepcopy(scheduler, memo)
         twin.clock = copy.deepcopy(self.clock, memo)
         twin.host = new_host

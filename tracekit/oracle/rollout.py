@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.fake_model import stop_rule
 from tracekit.engine.fork import EngineRun
 from tracekit.engine.hosts import VictimChoice
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
@@ -136,9 +137,24 @@ def _score(
     t_start: float,
     t_end: float,
     steps: int,
+    unmade: Sequence[EngineRequest] = (),
+    max_model_len: int = 0,
 ) -> float:
-    """The objective over a window (see the module docstring)."""
+    """The objective over a window (see the module docstring).
+
+    ``unmade`` are waiting requests a fork has not made states for (never scheduled).
+    """
     objective = settings.objective
+    if unmade and objective != "recomputed":
+        # Never scheduled, nothing computed: a fresh state reads the same (first token None).
+        extra = []
+        for request in unmade:
+            state = RequestState(request, 0)
+            state.stop_output_tokens = stop_rule(
+                request.prompt_tokens, request.output_tokens, request.max_tokens, max_model_len
+            )[0]
+            extra.append(state)
+        live = [*live, *extra]
     if objective == "recomputed":
         total = sum(r.recomputed_tokens for r in finished) + sum(s.recomputed_tokens for s in live)
         return float(total - base_recomputed)
@@ -203,7 +219,17 @@ def _rollout(
             done_ids.update(r.request_id for r in finished.requests[len(done_ids) :])
             if watch <= done_ids:
                 break
-    score = _score(settings, finished.requests, _live(fork), base, t_start, fork.now, run)
+    score = _score(
+        settings,
+        finished.requests,
+        _live(fork),
+        base,
+        t_start,
+        fork.now,
+        run,
+        fork.unmade_arrivals(),
+        fork.config.max_model_len,
+    )
     return score, run
 
 
