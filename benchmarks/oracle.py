@@ -17,6 +17,7 @@ Usage: ``python benchmarks/oracle.py [--jobs 2] [--decisions 1000] [--horizon 25
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import tempfile
 import time
@@ -78,6 +79,8 @@ def main() -> None:
         bundle = Path(tmp) / "bundle"
         record_sim(SimRun(workload, config, resolve_strategy("builtin"), "typed", 0), bundle)
         settings = OracleSettings(horizon=args.horizon)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own = time.process_time()
         start = time.perf_counter()
         result = run_oracle(
             bundle,
@@ -89,6 +92,10 @@ def main() -> None:
             greedy=args.greedy,
         )
         elapsed = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime) + (
+            time.process_time() - own
+        )
     decisions = result.summary["num_decisions"]
     candidates = result.summary["num_candidates"]
     per_rollout = elapsed / candidates
@@ -97,8 +104,12 @@ def main() -> None:
     print(
         f"oracle: {decisions} decisions, {candidates} candidate rollouts "
         f"({candidates / decisions:.1f} per decision), mean window {windows.mean():.0f} steps, "
-        f"jobs {args.jobs}{', greedy closed loop' if args.greedy else ''}: {elapsed:.1f} s, "
-        f"{candidates / elapsed:.0f} rollouts/s"
+        f"jobs {args.jobs}{', greedy closed loop' if args.greedy else ''}: {elapsed:.1f} s wall, "
+        f"{cpu:.1f} s CPU (driver and workers), {candidates / elapsed:.0f} rollouts/s"
+    )
+    print(
+        f"CPU per rollout {1e3 * cpu / candidates:.2f} ms; 1000 x 32 on 2 idle cores: "
+        f"{cpu / candidates * 32000 / 2:.0f} s"
     )
     print(
         f"projected 1000 decisions x 32 candidates: {projected:.0f} s; "

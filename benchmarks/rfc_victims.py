@@ -15,7 +15,10 @@ Measured per run, from the engine's step records (not from the policy's own coun
 
 - **wasted tokens**: prefill tokens computed beyond each request's prompt once, i.e. the tokens
   recomputed after preemptions (with prefix caching, net of the cache hits that saved them);
-- **recompute tax**: wasted tokens over all tokens computed (prefill plus decode).
+- **recompute tax**: wasted tokens over all tokens computed (prefill plus decode);
+- **discarded tokens**: computed tokens the preemptions threw away (the victims'
+  ``num_computed_tokens``, what vLLM counts as lost whether or not the prefix cache later
+  saves them), in all and per preemption.
 
 Prints a Markdown table and, per setting, LCF's change in wasted tokens against the built-in
 rule and the order of the strategies.
@@ -50,8 +53,11 @@ def measure(run: EngineRun) -> dict[str, float]:
     decode = sum(s.num_decode_tokens for s in result.steps)
     prompts = sum(r.prompt_tokens for r in result.requests if r.status != "rejected")
     wasted = prefill - prompts
+    discarded = sum(r.recomputed_tokens for r in result.requests)
     return {
         "wasted": wasted,
+        "discarded": discarded,
+        "per_preemption": discarded / result.num_preemptions if result.num_preemptions else 0.0,
         "tax": wasted / (prefill + decode) if prefill + decode else 0.0,
         "preemptions": result.num_preemptions,
         "rejected": sum(r.status == "rejected" for r in result.requests),
@@ -74,7 +80,8 @@ def _print(prefix: bool, blocks: int, name: str, m: dict[str, float]) -> None:
     label = "static-random (mean of 5 seeds)" if name == "static-random" else name
     print(
         f"| {'on' if prefix else 'off'} | {blocks} | {label} | {m['wasted']:,} | "
-        f"{100 * m['tax']:.1f}% | {m['preemptions']:,} |",
+        f"{100 * m['tax']:.1f}% | {m['preemptions']:,} | {round(m['discarded']):,} | "
+        f"{m['per_preemption']:.0f} |",
         flush=True,
     )
 
@@ -93,8 +100,11 @@ def main() -> None:
     workload = load_workload(LENGTHS, limit=args.requests, rate=1.0)
     requests = [dataclasses.replace(r, arrival_s=0.0) for r in engine_requests(workload)]
     strategies = [*STRATEGIES, *(["oracle"] if args.oracle else [])]
-    print("| prefix caching | KV blocks | strategy | wasted tokens | recompute tax | preemptions |")
-    print("|---|---:|---|---:|---:|---:|")
+    print(
+        "| prefix caching | KV blocks | strategy | wasted tokens | recompute tax | preemptions "
+        "| discarded tokens | discarded per preemption |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
     summary = []
     prefixes = {"off": (False,), "on": (True,), "both": (False, True)}[args.prefix]
     for prefix in prefixes:
@@ -117,6 +127,7 @@ def main() -> None:
                     rows[name] = m = {k: sum(x[k] for x in seeds) / 5 for k in seeds[0]}
                     m["wasted"] = round(m["wasted"])
                     m["preemptions"] = round(m["preemptions"])
+                    m["discarded"] = round(m["discarded"])
                     _print(prefix, blocks, name, m)
                     continue
                 else:
