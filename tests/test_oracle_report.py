@@ -91,3 +91,29 @@ def test_headroom_section_in_a_browser(oracle_results: Path, tmp_path: Path) -> 
     assert "Decisions where the built-in rule loses the most" in dom
     errors = [line for line in done.stderr.splitlines() if "Uncaught" in line]
     assert errors == []
+
+
+def test_qualify_with_oracle_writes_the_headroom_section(tmp_path: Path) -> None:
+    from tracekit.engine.config import make_engine_config
+    from tracekit.qualify import QualifyPlan, run_qualify
+    from tracekit.strategies import resolve_strategy
+    from tracekit.workloads import load_workload
+
+    sample = Path(__file__).resolve().parents[1] / "traces/azure-llm-2023/azure_conv_sample.csv"
+    plan = QualifyPlan(
+        load_workload(sample, limit=90),
+        make_engine_config(num_blocks=300, max_model_len=4608),
+        tuple(parse_strategy_list("builtin,lcf")),
+        resolve_strategy("bidkv"),
+        oracle=True,
+    )
+    results = run_qualify(plan, tmp_path / "results", jobs=1)
+    summary = json.loads((results / "oracle" / "oracle.json").read_text("utf-8"))
+    assert summary["trace"] == "builtin"  # the folder's name: no staging path leaks
+    assert {row["strategy"] for row in summary["closed"]} == {
+        "builtin",
+        "lcf",
+        "bidkv",
+        "oracle-greedy",
+    }
+    assert 'id="headroom"' in (results / "report.html").read_text("utf-8")
