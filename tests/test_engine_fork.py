@@ -166,3 +166,23 @@ def test_shared_backlog_scores_as_a_full_copy(objective: str, monkeypatch) -> No
             scores.append(evaluate_at(run, prior, ids, decision.builtin_victim_id, settings))
         got.append(scores)
     assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("strategy", ["lcf", "bidkv", "static-random"])
+def test_fork_copies_a_stateful_policy_host(strategy: str) -> None:
+    """fork() without a host deep-copies the run's host: the policy continues from its state."""
+    from tracekit.strategies import resolve_strategy
+
+    overrides, requests = CASES["vllm-prefix"]
+    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    run = EngineRun(requests, config, resolve_strategy(strategy).make_host("typed"))
+    for _ in range(30):
+        run.step()
+    finished, decided = len(run.result.requests), len(run.result.decisions)
+    fork = run.fork().run_to_end()
+    original = run.run_to_end()
+    assert len(original.decisions) > decided, "the tail must make decisions"
+    assert _records(fork)[1:] == (
+        [dataclasses.astuple(d) for d in original.decisions[decided:]],
+        [dataclasses.astuple(r) for r in original.requests[finished:]],
+    )
