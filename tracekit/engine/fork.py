@@ -13,14 +13,20 @@ What a fork copies and what it shares (copy-on-write by construction):
   arrived (frozen :class:`~tracekit.engine.request.EngineRequest` rows in one tuple; a run makes
   their mutable :class:`~tracekit.engine.request.RequestState` only when they arrive, so the
   arrivals a fork has not reached cost nothing to copy).
-- **Replaced:** the victim host (the caller passes the fork's host: a policy's state is the
-  caller's to copy or not) and the observer (a fork has none unless given one).
+- **Replaced:** the victim host (the caller passes the fork's host; without one, the run's host
+  is deep-copied, so a stateful policy continues from its state) and the observer (a fork has
+  none unless given one).
 - **Fresh:** the record lists (a fork collects only what it produces itself); run totals
   (steps, decisions, preemptions) carry on.
 - **Deep-copied:** everything else the scheduler and clock hold (queues, request states, block
   pool, prefix cache), with :func:`copy.deepcopy`. Deep copy is deliberate: it stays correct as
   fields are added to the scheduler or the request state, where a hand-written snapshot would
   silently miss them. ``tests/test_engine_fork.py`` checks that a fork continues identically.
+- **Copy-on-write where it pays** (the generic copy stays the fallback): request states are
+  copied slot by slot with immutable values shared (:func:`_copy_slots`); a prefix-caching
+  pool's blocks are made directly (:func:`_premake_cache_blocks`); and the untouched back of a
+  long FCFS waiting queue (arrivals never scheduled) stays shared rows in the fork, made into
+  states only when the queue's head reaches them (:class:`_LazyTailQueue`).
 
 Overlap with ``engine.py``: :meth:`EngineRun.step` repeats the body of ``run_engine``'s step
 loop. ``tests/test_engine_fork.py`` runs both on the same workloads and requires equal records,
