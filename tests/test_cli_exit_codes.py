@@ -17,6 +17,7 @@ COMMANDS = {
     "query": ["query", MISSING, "SELECT 1"],
     "diff": ["diff", MISSING, MISSING],
     "fidelity": ["fidelity", MISSING, MISSING],
+    "outputs": ["outputs", MISSING, MISSING],
     "replay open": ["replay", MISSING, "--strategy", "bidkv", "--out", "{tmp}/out"],
     "replay closed": [
         "replay", MISSING, "--strategy", "bidkv", "--mode", "closed", "--out", "{tmp}/out",
@@ -24,8 +25,10 @@ COMMANDS = {
     "record sim": ["record", "sim", "--workload", MISSING, "--out", "{tmp}/out"],
     "record import": ["record", "import", MISSING, "--out", "{tmp}/out"],
     "record vllm": ["record", "vllm", "--workload", MISSING, "--out", "{tmp}/out"],
+    "record sglang": ["record", "sglang", "--workload", MISSING, "--out", "{tmp}/out"],
     "qualify": ["qualify", "--workload", MISSING, "--out", "{tmp}/out"],
     "report": ["report", MISSING],
+    "capacity": ["capacity", "--workload", MISSING],
     "sweep": ["sweep", MISSING, "--out", "{tmp}/out"],
     "sweep --dry-run": ["sweep", MISSING, "--out", "{tmp}/out", "--dry-run"],
     "manifest validate": ["manifest", "validate", MISSING],
@@ -33,6 +36,7 @@ COMMANDS = {
     "experiment traces": ["experiment", "traces", "--pool", MISSING, "--out", "{tmp}/out"],
     "experiment traces verify": ["experiment", "traces", "--mode", "verify", "--out", MISSING],
     "oracle": ["oracle", MISSING, "--out", "{tmp}/out"],
+    "calibrate": ["calibrate", MISSING, "--out", "{tmp}/out"],
 }  # fmt: skip
 
 

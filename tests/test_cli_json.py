@@ -12,6 +12,8 @@ from click.testing import CliRunner
 from tracekit.cli import cli
 
 SMALL = ["--limit", "60", "--num-blocks", "300", "--max-model-len", "4608"]
+# qualify on one cell (the default plan of load cells is tested in test_qualify_loads.py).
+SINGLE = ["--load-plan", "single"]
 
 
 def invoke(*args: str | Path, exit_code: int = 0):  # type: ignore[no-untyped-def]
@@ -66,7 +68,7 @@ def test_sweep_json(tiny_matrix: Path, tmp_path: Path) -> None:
 
 def test_qualify_json(azure_sample: Path, tmp_path: Path) -> None:
     out = tmp_path / "qualify"
-    args = ["qualify", "--workload", azure_sample, *SMALL, "--strategy", "builtin,bidkv",
+    args = ["qualify", "--workload", azure_sample, *SMALL, *SINGLE, "--strategy", "builtin,bidkv",
             "--repeat-by", "seeds", "--jobs", "1", "--json", "--out", out]  # fmt: skip
     result, payload = invoke(*args)
     assert payload["out"] == str(out)

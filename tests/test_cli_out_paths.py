@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
     "record sim": (["record", "sim", "--workload", "{workload}", "--limit", "5"], True),
     "record import": (["record", "import", "{workload}"], True),
     "record vllm": (["record", "vllm", "--workload", "{workload}", "--limit", "5"], True),
+    "record sglang": (["record", "sglang", "--workload", "{workload}", "--limit", "5"], True),
     "qualify": (["qualify", "--workload", "{workload}", "--limit", "5"], True),
     "report": (["report", "{trace}"], False),
     "sweep": (["sweep", "{matrix}"], True),
@@ -29,6 +30,7 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
     "experiment traces": (["experiment", "traces", "--num-requests", "2"], True),
     "experiment run": (["experiment", "run", "--runs", "1"], True),
     "oracle": (["oracle", "{trace}"], True),
+    "calibrate": (["calibrate", "{trace}"], False),
 }
 
 

@@ -21,11 +21,17 @@ from tracekit.engine.hosts import VictimChoice
 from tracekit.hosts.preemption_policy import PreemptionContext
 
 
-def _plain(n: int, seed: int, gap: float = 0.4) -> list[EngineRequest]:
+def _plain(
+    n: int,
+    seed: int,
+    gap: float = 0.4,
+    prompt: tuple[int, int] = (20, 300),
+    output: tuple[int, int] = (5, 120),
+) -> list[EngineRequest]:
     rng = random.Random(seed)
     return [
         EngineRequest(
-            f"p{i}", round(i * gap, 3), rng.randrange(20, 300), rng.randrange(5, 120), 400
+            f"p{i}", round(i * gap, 3), rng.randrange(*prompt), rng.randrange(*output), 400
         )
         for i in range(n)
     ]
@@ -35,7 +41,8 @@ CASES = {
     "vllm": (dict(), _plain(40, 1)),
     "vllm-prefix": (dict(enable_prefix_caching=True), random_content(3, 40)),
     "vllm-priority": (dict(scheduling_policy="priority"), random_content(5, 40)),
-    "sglang": (dict(mode="sglang"), _plain(40, 2)),
+    # SGLang retracts only when decoding outgrows the pool: long outputs, short prompts.
+    "sglang": (dict(mode="sglang"), _plain(60, 2, 0.1, (20, 120), (200, 400))),
     # A backlog longer than max_num_seqs: forks share the untouched tail of the waiting queue.
     "vllm-backlog": (dict(max_num_seqs=4), _plain(60, 4, gap=0.05)),
     "vllm-prefix-backlog": (

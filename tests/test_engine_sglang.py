@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -27,6 +28,7 @@ def _running(scheduler: SglangScheduler, request_id: str, prompt: int, outputs: 
     state.status = RequestStatus.RUNNING
     scheduler.block_pool.allocate(state.num_blocks)
     scheduler.requests[request_id] = state
+    scheduler.max_new[request_id] = 100  # what add_request would set (max_tokens 100)
     scheduler.running.append(state)
 
 
@@ -62,8 +64,8 @@ def test_decode_retracts_in_sglang_order_until_the_step_fits() -> None:
     # Retracted requests free their KV and join the back of the waiting queue for a re-prefill.
     assert [r.request_id for r in scheduler.waiting] == ["R4", "R5"]
     assert scheduler.requests["R4"].recomputed_tokens == 32
-    # new_token_ratio = (sum(outputs) + 20 * kept) / sum(max_new) over the kept requests.
-    assert scheduler.new_token_ratio == (15 + RETRACT_DECODE_STEPS * 3) / 300
+    # new_token_ratio = (sum(outputs) + 20 * kept) / (sum(max_new) + 1) over the kept requests.
+    assert scheduler.new_token_ratio == (15 + RETRACT_DECODE_STEPS * 3) / 301
     scheduler.check_consistency()
 
 
@@ -103,19 +105,71 @@ def test_prefill_first_then_decode() -> None:
 
 
 def _workload(seed: int) -> list[EngineRequest]:
+    # Short prompts and long outputs: SGLang admits conservatively (whole max_new for new
+    # requests), so only a long decode-heavy run lets new_token_ratio decay far enough to
+    # under-reserve and retract.
     rng = random.Random(seed)
     return [
-        EngineRequest(f"r{i}", rng.uniform(0, 10), rng.randint(5, 100), rng.randint(20, 120), 120)
-        for i in range(30)
+        EngineRequest(f"r{i}", rng.uniform(0, 10), rng.randint(5, 60), rng.randint(100, 300), 300)
+        for i in range(60)
     ]
 
 
 def test_sglang_runs_are_consistent_and_deterministic() -> None:
-    config = make_engine(mode="sglang", num_blocks=30, max_num_seqs=8, max_num_batched_tokens=64)
+    config = make_engine(
+        mode="sglang", num_blocks=30, max_num_seqs=16, max_num_batched_tokens=64, max_model_len=400
+    )
     first = run_checked(config, _workload(1))
     second = run_checked(config, _workload(1))
     assert first.steps == second.steps and first.decisions == second.decisions
-    assert len(first.requests) == 30
+    assert len(first.requests) == 60
     assert first.decisions, "the workload is meant to force retractions"
     assert all(r.num_output_tokens == r.output_tokens for r in first.requests)
     assert INIT_NEW_TOKEN_RATIO == 0.7
+
+
+def test_new_requests_reserve_their_whole_max_new() -> None:
+    """PrefillAdder.add_one_req: a candidate needs prompt + max_new + 1 < what is left.
+
+    300 tokens, three requests of 10 prompt tokens and max_new 100 at time 0. Step 0: a needs
+    111 < 300 and reserves 10 + 1 + 100 (189 left); b needs 111 < 189 (78 left); c needs
+    111 >= 78: refused. Step 1: the running a and b reserve only (100 - 1) * 0.7 each, so
+    300 - 20 - 138.6 = 141.4 > 111 admits c. (Reserving max_new * ratio for the candidate too, as
+    the engine once did, admits all three at step 0; real SGLang admits a and b, then c.)
+    """
+    config = make_engine(
+        mode="sglang", num_blocks=301, block_size=1, max_num_batched_tokens=256, max_model_len=300
+    )
+    result = run_checked(
+        config, make_requests(("a", 0, 10, 100), ("b", 0, 10, 100), ("c", 0, 10, 100))
+    )
+    assert [s.num_scheduled_tokens for s in result.steps[:3]] == [
+        {"a": 10, "b": 10},
+        {"c": 10},
+        {"a": 1, "b": 1, "c": 1},
+    ]
+
+
+def test_radix_hits_stop_one_token_short_of_the_input() -> None:
+    """Req.init_next_round_input matches at most input - 1 tokens (_compute_max_prefix_len)."""
+    from tracekit.sglang.compare import engine_steps
+    from tracekit.sglang.protocol import SglangConfig
+
+    config = SglangConfig(
+        kv_tokens=4000, max_context_len=2000, chunked_prefill_size=None, step_s=1.0
+    )
+    rows = [
+        ("x", 0.0, 600, 4, 4, 0, [7, 8]),  # fills the tree with blocks 7 and 8 (88 tokens of it)
+        ("y", 10.0, 600, 4, 4, 0, [7, 8]),  # the same 600 tokens: 599 cached, 1 computed
+        ("z", 20.0, 512, 4, 4, 0, [7]),  # block 7 alone: 511 cached
+        ("w", 30.0, 600, 4, 4, 0, [9]),  # another block: nothing cached
+    ]
+    prefills = {
+        r[0]: (r[1], r[2])
+        for s in engine_steps(config, rows)
+        if s.mode == "prefill"
+        for r in s.reqs
+    }
+    assert prefills == {"x": (600, 0), "y": (1, 599), "z": (1, 511), "w": (600, 0)}
+    off = engine_steps(dataclasses.replace(config, radix_cache=False), rows)
+    assert all(r[2] == 0 for s in off if s.mode == "prefill" for r in s.reqs)

@@ -59,6 +59,8 @@ def test_sdist_holds_the_files_that_its_tests_and_defaults_read(sdist_names: set
         "docs/index.md",
         "examples/sweeps/smoke.toml",
         "schemas/trace-v1.json",
+        "schemas/trace-v2.json",
+        "examples/workloads/conversations-synthetic.csv",
         "tests/data/workloads/azure_small.csv",
     ):
         assert needed in sdist_names, needed

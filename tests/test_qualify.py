@@ -22,7 +22,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-2023" / "az
 # 240 requests (about 52 s of arrivals) on 300 blocks: every window is under KV pressure.
 ARGS = [
     "--workload", str(SAMPLE), "--limit", "240", "--num-blocks", "300", "--max-model-len", "4608",
-    "--strategy", "builtin,bidkv,largest-first",
+    "--strategy", "builtin,bidkv,largest-first", "--load-plan", "single",
 ]  # fmt: skip
 
 
@@ -84,7 +84,15 @@ def test_qualification_verdicts(results: Path) -> None:
     sd = (sum((c - mean) ** 2 for c in changes) / 2) ** 0.5
     # Student t, 2 degrees of freedom: 4.303.
     assert throughput["low_pct"] == pytest.approx(mean - 4.303 * sd / 3**0.5)
-    assert rows["bidkv"]["label"] in ("beneficial", "not-beneficial-in-tested-cell", "inconclusive")
+    # This pressured cell is far beyond saturation: under half of the built-in requests meet
+    # the SLO, so it is labelled overloaded rather than judged (issue 14).
+    builtin_slo = cells.filter(pl.col("strategy") == "builtin")["slo_attainment"].mean()
+    expected = "overloaded" if builtin_slo < 0.5 else rows["bidkv"]["label"]
+    assert rows["bidkv"]["label"] == expected
+    assert expected in (
+        "beneficial", "not-beneficial-in-tested-cell", "inconclusive", "overloaded",
+        "identical to built-in",
+    )  # fmt: skip
 
 
 def test_plan_repeats_by_seeds_keeps_the_whole_workload() -> None:

@@ -24,7 +24,10 @@ from tracekit.strategies import parse_strategy_list, resolve_strategy
 from tracekit.workloads import load_workload
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
-SMALL = ["--limit", "60", "--num-blocks", "300", "--max-model-len", "4608", "--strategy", "builtin"]
+SMALL = [
+    "--limit", "60", "--num-blocks", "300", "--max-model-len", "4608", "--strategy", "builtin",
+    "--load-plan", "single",
+]  # fmt: skip
 
 
 def _user_folder(tmp_path: Path) -> Path:

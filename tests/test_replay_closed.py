@@ -162,3 +162,28 @@ def test_a_change_of_the_last_bit_shows_as_zero() -> None:
     changes = frame.select(_relative_change("m"))["m_change_pct"].to_list()
     assert changes[:2] == [0.0, 0.0] and str(changes[0]) == "0.0"
     assert changes[2] == pytest.approx(10.0)
+
+
+def test_a_shared_prefix_run_with_prefix_caching_is_reproduced(tmp_path: Path) -> None:
+    """The shared prefix is re-derived from the recorded options, so the builtin re-run hits
+    the cache exactly as the recorded run did (without the content it would hit nothing)."""
+    from tracekit.recording.sim import load_run_workload
+
+    workload = load_run_workload(
+        SAMPLE, limit=120, shared_prefix_tokens=512, prefix_groups=4, prefix_seed=3
+    )
+    config = make_engine_config(
+        num_blocks=300, max_model_len=4608, clock="cost-model", enable_prefix_caching=True
+    )
+    recorded = record_sim(
+        SimRun(workload, config, resolve_strategy("builtin"), "typed"), tmp_path / "rec"
+    )
+    hits = pl.read_parquet(recorded / "steps.parquet")["cache_hit_tokens"].sum()
+    assert hits > 0
+    result = replay_closed(recorded, parse_strategy_list("builtin"), tmp_path / "out")
+    rows = result.summary.sort("strategy", descending=True)
+    again = tmp_path / "out" / "bundles" / rows["run_id"][0] / "builtin"
+    for table in ("decisions", "candidates", "requests", "steps"):
+        assert pl.read_parquet(recorded / f"{table}.parquet").equals(
+            pl.read_parquet(again / f"{table}.parquet")
+        ), table

@@ -106,6 +106,8 @@ def test_outputs_are_written_and_described(hand_trace: Path, tmp_path: Path) -> 
         "recorded_tokens_freed",
         "agrees_with_recorded",
         "picked_requester",
+        "victim_tokens_freed_actual",
+        "recorded_tokens_freed_actual",
     ]
 
 

@@ -208,3 +208,37 @@ def test_a_retracted_request_prefills_prompt_and_outputs_again_in_chunks(
     for c in chunks:
         assert c.cached_tokens == done
         done += c.new_tokens
+
+
+def test_committed_fixtures_record_again_identically(tmp_path: Path) -> None:
+    """Every committed fixture, recorded again from the installed SGLang, has the same steps."""
+    from tracekit.sglang.fidelity import compare_sglang_fidelity
+    from tracekit.sglang.fixtures import FIXTURES_DIR, record_fixtures
+
+    root = Path(__file__).resolve().parents[1]
+    for bundle in record_fixtures(root, out=tmp_path):
+        report = compare_sglang_fidelity(root / FIXTURES_DIR / bundle.name, bundle)
+        assert report.matched, report.render()
+
+
+def test_cli_records_a_bundle_the_engine_matches(tmp_path: Path) -> None:
+    """record sglang on workloads the fixtures do not use; the engine agrees step by step."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+    from tracekit.sglang.compare import compare_bundle
+
+    data = Path(__file__).resolve().parent / "data" / "workloads"
+    cases = [
+        ("mooncake_small.jsonl", ["--radix-cache", "--retraction-policy", "length"]),
+        ("azure_small.csv", ["--no-radix-cache", "--retraction-policy", "priority"]),
+    ]
+    for name, flags in cases:
+        out = tmp_path / name
+        args = ["record", "sglang", "--workload", str(data / name), "--kv-tokens", "1200"]
+        args += ["--max-running-requests", "3", "--context-length", "1100", "--out", str(out)]
+        result = CliRunner().invoke(cli, [*args, *flags])
+        assert result.exit_code == 0, result.output
+        assert validate_trace(out).status == "ok"
+        total, mismatch = compare_bundle(out)
+        assert total > 0 and mismatch is None, mismatch and mismatch.render()

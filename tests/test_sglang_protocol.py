@@ -194,9 +194,10 @@ def test_bundle_rows_one_decision_per_victim_with_the_batch_as_it_then_is() -> N
     assert [s["num_preemptions"] for s in steps] == [0, 0, 2]
     assert steps[2]["num_waiting"] == 2 and steps[0]["num_running"] == 3
     requests = {r[1]: dict(zip(columns["requests"], r, strict=True)) for r in tables["requests"]}
-    assert requests["a"]["status"] == "finished_stopped"
+    # The trace format's status words (schemas/trace-v1.json), whatever the finish reason.
+    assert requests["a"]["status"] == "finished"
     assert requests["a"]["first_token_s"] == 0.5 and requests["a"]["finish_s"] == 1.5
-    assert requests["b"]["status"] == "finished_length_capped"
+    assert requests["b"]["status"] == "finished"
     assert requests["b"]["recomputed_tokens"] == 17 and requests["b"]["num_preemptions"] == 1
     assert len(tables["scheduled"]) == 7
 
@@ -234,3 +235,18 @@ def test_written_bundle_validates_and_keeps_every_step(tmp_path: Path) -> None:
     manifest_json = json.loads((out / "manifest.json").read_text("utf-8"))
     assert manifest_json["engine"] == "sglang-0.5.23"
     assert manifest_json["sglang"]["version"] == "0.5.23"
+
+
+def test_record_sglang_refuses_a_bad_option_before_running(tmp_path: Path) -> None:
+    """Bad option values exit 2 with click's usage message; nothing is written."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    data = Path(__file__).resolve().parent / "data" / "workloads" / "azure_small.csv"
+    out = tmp_path / "out"
+    for bad in (["--retraction-policy", "random"], ["--kv-tokens", "0"]):
+        args = ["record", "sglang", "--workload", str(data), "--out", str(out), *bad]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert not out.exists()

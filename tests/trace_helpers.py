@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
+from tracekit.engine import EngineConfig, EngineRequest, run_engine
 from tracekit.hosts.preemption_policy import (
     PreemptionCandidate,
     PreemptionContext,
     PreemptionPolicyStats,
 )
 from tracekit.recording.rows import candidate_rows, decision_row
+from tracekit.recording.sim import TraceObserver
 from tracekit.trace.rows import ROW_TYPES
 from tracekit.trace.writer import BundleWriter
 
@@ -113,4 +116,33 @@ def write_bundle(out: Path, run_id: str = RUN, **overrides: Any) -> Path:
         ):
             for row in rows:
                 writer.append(table, ROW_TYPES[table](*row))
+    return out
+
+
+def engine_config(**settings: object) -> EngineConfig:
+    """An engine configuration with synchronous scheduling where the engine offers async."""
+    names = {f.name for f in dataclasses.fields(EngineConfig)}
+    if "async_scheduling" in names:
+        settings.setdefault("async_scheduling", False)
+    return EngineConfig(**settings)  # type: ignore[arg-type]
+
+
+def record_engine_bundle(
+    out: Path, config: EngineConfig, requests: list[EngineRequest], run_id: str = "cache-hand"
+) -> Path:
+    """Run ``requests`` on the embedded engine (built-in victims) into a v2 bundle at ``out``."""
+    manifest = base_manifest(run_id)
+    manifest["engine_config"] = dataclasses.asdict(config)
+    tables = ["requests", "decisions", "candidates", "steps"]
+    admissions = config.enable_prefix_caching
+    with BundleWriter(out, manifest, tables=[*tables, "admissions"] if admissions else tables) as w:
+        observer = TraceObserver(
+            w,
+            run_id,
+            policy_name="builtin",
+            scheduling_policy="fcfs",
+            record_cache=True,
+            record_admissions=admissions,
+        )
+        run_engine(requests, config, None, observer, collect=False, check_consistency=True)
     return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 import click
 
 from tracekit import __version__
+from tracekit.cli.calibrate_cmd import calibrate
+from tracekit.cli.capacity_cmd import capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment
@@ -20,7 +22,10 @@ from tracekit.cli.record_cmd import record
 from tracekit.cli.replay_cmd import replay
 from tracekit.cli.sweep_cmd import sweep
 from tracekit.cli.trace_cmd import inspect, query, validate
-from tracekit.cli.vllm_cmd import fidelity
+from tracekit.cli.vllm_cmd import fidelity, outputs
+
+# Registers ``record sglang`` on the record group.
+from tracekit.cli import sglang_cmd  # noqa: F401  isort: skip
 
 __all__ = ["cli"]
 
@@ -39,7 +44,7 @@ def cli() -> None:
 
 for command in (
     manifest, validate, inspect, query, record, replay, diff, fidelity, qualify, report, sweep,
-    experiment,
+    experiment, calibrate, capacity, outputs,
 ):  # fmt: skip
     cli.add_command(command)
 cli.add_command(oracle)  # tracekit oracle (docs/oracle.md)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
-from tracekit.cli.options import Progress, field_defaults, slo_target
+from tracekit.cli.options import Progress, field_defaults, paper_latency_option, slo_target
+from tracekit.engine.config import EngineConfig, make_engine_config
 from tracekit.experiment import (
     HookSettings,
     MatrixSpec,
@@ -98,6 +100,12 @@ def experiment_traces(
             click.echo(f"{digest}  {out / name}")
 
 
+def _with_latency(latency: str) -> EngineConfig:
+    """The experiment's engine configuration with another step-time model (docs/latency.md)."""
+    default = dataclasses.asdict(MatrixSpec().engine_config)
+    return make_engine_config(**{**default, "latency": latency})
+
+
 @experiment.command("run", context_settings=CONTEXT_SETTINGS)
 @out_option(
     required=True,
@@ -150,6 +158,7 @@ def experiment_traces(
     default=None,
     help="Workload whose lengths are sampled [default: shipped ShareGPT lengths].",
 )
+@paper_latency_option
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--resume", is_flag=True, help="Keep complete bundles already in --out.")
 def experiment_run(**options: Any) -> None:
@@ -165,6 +174,12 @@ def experiment_run(**options: Any) -> None:
             settings=HookSettings(client_max_in_flight=options["client_max_in_flight"]),
             load_scale=options["load_scale"],
             latency_from=options["latency_from"],
+            # The step-time model (docs/latency.md); the A6000 roofline by default.
+            **(
+                {}
+                if options["latency"] is None
+                else {"engine_config": _with_latency(options["latency"])}
+            ),
             # A given pool is read as it is (as `experiment traces --pool` does).
             **(
                 {}

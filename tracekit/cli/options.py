@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from tracekit.analysis.serving import check_slo_target
+from tracekit.capacity.rejections import find_rejections
 from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import (
@@ -25,8 +26,12 @@ from tracekit.engine.config import (
     ENGINE_MODES,
     SCHEDULING_POLICIES,
     VLLM_VERSIONS,
+    EngineConfig,
 )
 from tracekit.errors import ConfigError
+from tracekit.workloads import Workload
+from tracekit.workloads.client import ClientModel
+from tracekit.workloads.load_spec import LoadSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,6 +40,11 @@ __all__ = [
     "StageProgress",
     "engine_options",
     "field_defaults",
+    "latency_option",
+    "paper_latency_option",
+    "load_options",
+    "load_settings",
+    "warn_rejections",
     "policy_options",
     "workload_options",
 ]
@@ -98,6 +108,26 @@ workload_options = _stack(
         "--rate-scale", type=float, default=1.0, show_default=True, help="2.0 = twice the rate."
     ),
     click.option("--priority-seed", type=int, default=None, help="Assign seeded priorities 0..2."),
+    # Token content (docs/workloads.md, "Token content"): a synthetic shared prompt prefix.
+    click.option(
+        "--shared-prefix-tokens",
+        type=int,
+        default=None,
+        help="Give every request a shared prompt prefix of N tokens (prefix caching).",
+    ),
+    click.option(
+        "--prefix-groups",
+        type=int,
+        default=None,
+        help="Number of distinct shared prefixes, drawn per request (default 1).",
+    ),
+    click.option(
+        "--prefix-seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of the prefix-group draws.",
+    ),
 )
 
 
@@ -112,6 +142,69 @@ def field_defaults(cls: type) -> dict[str, Any]:
 
 def _default(field: str) -> str:
     return f"default {ENGINE_DEFAULTS[field]}"
+
+
+# -- --latency: the step-time model (docs/latency.md) ------------------------------------------
+
+
+#: Commands whose scheduler is not the embedded one (``record vllm``): roofline only.
+_ROOFLINE_ONLY = frozenset({"vllm"})
+
+
+def _parse_latency(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Check a ``--latency`` value by building its model (once per process, then cached).
+
+    Building here refuses a missing aiconfigurator-core, an unknown system or model, or a file
+    that is not a step-time model before anything is written.
+    """
+    if value is None:
+        return None
+    from tracekit.latency.spec import cached_step_time_model, parse_latency_spec
+
+    try:
+        if ctx.command.name in _ROOFLINE_ONLY and parse_latency_spec(value).kind != "roofline":
+            raise click.BadParameter(
+                f"{value.strip()!r}: the real scheduler's adapter keeps its own requests, so "
+                "its steps' make-up is unknown to a step-time model; only roofline[:PRESET] "
+                "times it"
+            )
+        cached_step_time_model(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix(f"--latency {value.strip()!r}: ")) from None
+    return value.strip()
+
+
+def _parse_paper_latency(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    """``--latency`` of ``experiment run``: ``aiconfigurator`` alone is the A6000 stand-in."""
+    if value is not None and value.strip().lower() == "aiconfigurator":
+        from tracekit.latency.spec import A6000_STAND_IN
+
+        value = A6000_STAND_IN
+    return _parse_latency(ctx, param, value)
+
+
+#: ``--latency`` of ``experiment run``: the paper's RTX A6000 is not in AIConfigurator's tables,
+#: so ``aiconfigurator`` names its stand-in (``tracekit.latency.spec.A6000_STAND_IN``).
+paper_latency_option = click.option(
+    "--latency",
+    default=None,
+    metavar="SPEC",
+    callback=_parse_paper_latency,
+    help="Step-time model: roofline (default: the A6000 roofline), aiconfigurator (the A6000's "
+    "stand-in: L40S tables, Llama-3.1-8B, vLLM), any other --latency SPEC (docs/latency.md).",
+)
+
+#: ``--latency`` on every command that runs the engine (``EngineConfig.latency``).
+latency_option = click.option(
+    "--latency",
+    default=None,
+    metavar="SPEC",
+    callback=_parse_latency,
+    help="Step-time model: roofline[:PRESET] (default: the --cost-model preset), "
+    "aiconfigurator:SYSTEM/MODEL[@BACKEND[:VERSION]] or calibrated:FILE (docs/latency.md).",
+)
 
 
 engine_options = _stack(
@@ -190,6 +283,25 @@ engine_options = _stack(
         default=None,
         help=f"Cost-model preset ({_default('cost_model')}).",
     ),
+    # --- SGLang mode (see the SGLang mode section of docs/engine.md) ---
+    click.option(
+        "--retraction-policy",
+        type=click.Choice(["length", "priority"]),
+        default=None,
+        help=f"SGLang mode: retraction policy ({_default('retraction_policy')}).",
+    ),
+    click.option(
+        "--radix-cache/--no-radix-cache",
+        default=None,
+        help=f"SGLang mode: SGLang's radix cache ({_default('radix_cache')}).",
+    ),
+    click.option(
+        "--chunked-prefill-size",
+        type=int,
+        default=None,
+        help="SGLang mode: chunk size (default: the token budget; 0 = no chunking).",
+    ),
+    latency_option,
 )
 
 policy_options = _stack(
@@ -227,6 +339,11 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         "clock": options["clock"],
         "step_s": options["step_s"],
         "cost_model": options["cost_model"],
+        # SGLang mode.
+        "retraction_policy": options.get("retraction_policy"),
+        "radix_cache": options.get("radix_cache"),
+        "chunked_prefill_size": options.get("chunked_prefill_size"),
+        "latency": options.get("latency"),
     }
 
 
@@ -238,7 +355,100 @@ def workload_settings(options: dict[str, Any]) -> dict[str, Any]:
         "window": options["window"],
         "rate_scale": options["rate_scale"],
         "priority_seed": options["priority_seed"],
+        "shared_prefix_tokens": options.get("shared_prefix_tokens"),
+        "prefix_groups": options.get("prefix_groups"),
+        "prefix_seed": options.get("prefix_seed", 0),
     }
+
+
+# --- load generator (issue 14): client models; see docs/workloads.md, "Client models" --------
+
+load_options = _stack(
+    click.option(
+        "--arrivals",
+        default="recorded",
+        show_default=True,
+        metavar="recorded|poisson|gamma:B|constant",
+        help="Arrival process; generated kinds follow vllm bench serve (seeded by --seed).",
+    ),
+    click.option(
+        "--rate", type=float, default=None, help="Requests per second of generated --arrivals."
+    ),
+    click.option(
+        "--order",
+        "request_order",
+        default="recorded",
+        show_default=True,
+        metavar="recorded|ascending|descending|shuffled:S",
+        help="Which request takes each arrival time (by prompt length, or a seeded shuffle).",
+    ),
+    click.option(
+        "--max-tokens",
+        "client_max_tokens",
+        type=int,
+        default=None,
+        help="Client max_tokens of every request; outputs stop at min(real length, N).",
+    ),
+    click.option(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        help="At most N requests in flight; the rest wait at the client (client queue time).",
+    ),
+    click.option(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="Closed loop: N users, each sending its next request when its last one ends.",
+    ),
+    click.option(
+        "--think-time-s",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Closed loop: a user's pause between a finish and its next request.",
+    ),
+    click.option(
+        "--ttft-timeout-s",
+        type=float,
+        default=None,
+        help="Abort a request with no first token this long after it was sent.",
+    ),
+)
+
+
+def load_settings(options: dict[str, Any]) -> LoadSpec:
+    """The load bundle's values as a checked ``tracekit.workloads.LoadSpec``.
+
+    Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) with the one-line message of a
+    bad value.
+    """
+    try:
+        client = ClientModel(
+            max_concurrency=options["max_concurrency"],
+            concurrency=options["concurrency"],
+            think_time_s=options["think_time_s"],
+            ttft_timeout_s=options["ttft_timeout_s"],
+        )
+        return LoadSpec(
+            arrivals=options["arrivals"],
+            rate=options["rate"],
+            order=options["request_order"],
+            max_tokens=options["client_max_tokens"],
+            client=client,
+        )
+    except ConfigError as error:
+        raise LibraryError(str(error), EXIT_BAD_INPUT) from error
+
+
+def warn_rejections(workload: Workload, config: EngineConfig) -> None:
+    """Print on stderr how many requests ``config`` refuses (nothing when none is)."""
+    message = find_rejections(workload, config).warning()
+    if message is not None:
+        click.echo(message, err=True)
+
+
+# --- end of the load generator block ------------------------------------------------------
 
 
 class Progress:

@@ -13,20 +13,26 @@ from tracekit.cli.options import (
     StageProgress,
     engine_options,
     engine_settings,
+    load_options,
+    load_settings,
     policy_options,
     slo_target,
+    warn_rejections,
     workload_options,
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
 from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
+from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
 from tracekit.recording.sim import load_run_workload
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
+from tracekit.workloads.load_spec import apply_load
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @workload_options
+@load_options
 @engine_options
 @click.option(
     "--strategy",
@@ -53,6 +59,28 @@ from tracekit.strategies import parse_policy_config, parse_strategy_list, resolv
 @click.option(
     "--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True, callback=slo_target
 )
+@click.option(
+    "--load-plan",
+    type=click.Choice(["capacity", "single"]),
+    default="capacity",
+    show_default=True,
+    help="capacity: measure the saturation point, then qualify at 0.6, 0.9, 1.0 and 1.2 of it "
+    "plus a concurrency-8 cell (docs/qualify.md); single: one cell, the workload as given.",
+)
+@click.option(
+    "--load-fractions",
+    default="0.6,0.9,1.0,1.2",
+    show_default=True,
+    metavar="F,F,...",
+    help="Fractions of the measured capacity of the capacity plan's rate cells.",
+)
+@click.option(
+    "--load-concurrency",
+    type=click.IntRange(min=0),
+    default=8,
+    show_default=True,
+    help="Users of the capacity plan's closed-loop cell (0: no such cell).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
 @click.option(
     "--oracle",
@@ -76,15 +104,26 @@ def qualify(**options: Any) -> None:
     in open mode on the baseline's decisions, and renders OUT/report.html. Prints its path.
     """
     with library_errors():
-        workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        loaded = load_run_workload(options["workload_path"], **workload_settings(options))
+        spec = load_settings(options)
+        workload = apply_load(loaded, spec, seed=options["seed"])
         config = make_engine_config(**engine_settings(options))
+        warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])
         strategies = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
         candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])
+        slo = SloTargets(options["slo_ttft_s"], options["slo_tpot_s"])
+        loads = None
+        if options["load_plan"] == "capacity":
+            loads = plan_loads(
+                loaded, config, spec=spec, slo=slo, seed=options["seed"],
+                fractions=parse_fractions(options["load_fractions"]),
+                concurrency=options["load_concurrency"] or None,
+            )  # fmt: skip
+            click.echo(describe_loads(loads), err=True)
         plan = QualifyPlan(
             workload, config, tuple(strategies), candidate, repeats=options["repeats"],
-            repeat_kind=options["repeat_by"], seed=options["seed"],
-            slo=SloTargets(options["slo_ttft_s"], options["slo_tpot_s"]),
+            repeat_kind=options["repeat_by"], seed=options["seed"], slo=slo, loads=loads,
             oracle=options["oracle"],
         )  # fmt: skip
         results = run_qualify(

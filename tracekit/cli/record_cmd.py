@@ -13,7 +13,10 @@ from tracekit.cli.options import (
     Progress,
     engine_options,
     engine_settings,
+    load_options,
+    load_settings,
     policy_options,
+    warn_rejections,
     workload_options,
     workload_settings,
 )
@@ -23,6 +26,7 @@ from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
 from tracekit.recording.sim import SimRun, load_run_workload, record_sim
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.trace.inspect import inspect_trace, render_inspection
+from tracekit.workloads.load_spec import apply_load
 
 
 def emit_bundle(bundle: Path, as_json: bool, text: Callable[[], str] | None = None) -> None:
@@ -71,6 +75,7 @@ def record_import(
 
 @record.command("sim", context_settings=CONTEXT_SETTINGS)
 @workload_options
+@load_options
 @engine_options
 @click.option(
     "--strategy",
@@ -86,7 +91,9 @@ def record_sim_command(**options: Any) -> None:
     """Run a workload through the embedded engine and record a trace bundle."""
     with library_errors():
         workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        workload = apply_load(workload, load_settings(options), seed=options["seed"])
         config = make_engine_config(**engine_settings(options))
+        warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])
         strategy = resolve_strategy(options["strategy"], policy_config, seed=options["seed"])
         run = SimRun(workload, config, strategy, options["host_path"], options["seed"])

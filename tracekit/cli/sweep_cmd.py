@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from tracekit.capacity.rejections import rejection_warnings
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.output import emit, output_options
 from tracekit.sweep import (
@@ -14,9 +15,11 @@ from tracekit.sweep import (
     SweepInterrupted,
     SweepResult,
     load_matrix,
+    make_executor,
     plan_sweep,
-    run_sweep,
 )
+from tracekit.sweep.executors import refuse_in_bootstrap
+from tracekit.sweep.run import execute_plan
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -60,9 +63,15 @@ def sweep(
         if dry_run:
             click.echo(plan_sweep(load_matrix(matrix)).render())
             return
+        # Planned here (run_sweep's first step) so that rejected requests are reported first.
+        refuse_in_bootstrap()
+        plan = plan_sweep(load_matrix(matrix))
+        configs = [engine.config for engine in plan.matrix.engines]
+        for message in rejection_warnings((w.workload for w in plan.workloads), configs):
+            click.echo(message, err=True)
         try:
-            result = run_sweep(
-                matrix, out, jobs=jobs, ray_address=ray_address, progress=StderrProgress()
+            result = execute_plan(
+                plan, out, make_executor(jobs, ray_address), progress=StderrProgress()
             )
         except SweepInterrupted as stop:
             click.echo(stop.result.render(), err=True)

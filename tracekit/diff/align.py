@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.diff.pairing import RunPair
-from tracekit.trace.schema import trace_schema
+from tracekit.trace.schema import added_columns, trace_schema
 
 __all__ = [
     "CANDIDATE_FIELDS",
@@ -51,11 +51,13 @@ RESULT_FIELDS = (
     "policy_enabled",
 )
 COUNTER_FIELDS = ("calls", "selections", "abstentions", "failures", "invalid_selections")
-# Every stored candidate column but the row key (the schema is the one source).
+# Every stored candidate column but the row key (the schema is the one source), and but the
+# prefix-cache blocks of trace v2: engine state the policy never sees (null in v1 bundles).
 CANDIDATE_FIELDS: tuple[str, ...] = tuple(
     c
     for c in trace_schema().table("candidates").column_names
     if c not in ("run_id", "seq", "position")
+    and c not in {a.name for a in added_columns("candidates", 1)}
 )
 SIDES = ("legacy", "typed")
 

@@ -11,7 +11,7 @@ and what its consistency check covers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from tracekit.engine.block_pool import BlockPool
 from tracekit.engine.config import EngineConfig
@@ -22,7 +22,13 @@ from tracekit.engine.queues import create_request_queue
 from tracekit.engine.request import RequestState, RequestStatus
 from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
 
-__all__ = ["DecisionCallback", "ScheduledStep", "SchedulerBase", "make_candidates"]
+__all__ = [
+    "DecisionCallback",
+    "ScheduledStep",
+    "SchedulerBase",
+    "candidate_blocks",
+    "make_candidates",
+]
 
 DecisionCallback = Callable[[DecisionRecord], None]
 
@@ -31,8 +37,11 @@ class ScheduledStep:
     """What one ``schedule()`` call decided (cf. vLLM ``SchedulerOutput``)."""
 
     __slots__ = (
+        "cache_hits",
+        "cache_recorded",
         "kv_tokens_read",
         "num_decode_tokens",
+        "num_evicted_blocks",
         "num_preemptions",
         "num_prefill_tokens",
         "num_scheduled_tokens",
@@ -50,6 +59,11 @@ class ScheduledStep:
         # Context tokens (already computed plus scheduled) whose KV the step's attention reads.
         self.kv_tokens_read = 0
         self.num_preemptions = 0
+        # Prefix caching, filled by SchedulerBase.record_cache_figures: req_id -> hit tokens of
+        # each admission of the step, and the cached blocks the step evicted.
+        self.cache_hits: dict[str, int] = {}
+        self.num_evicted_blocks = 0
+        self.cache_recorded = False
 
 
 def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:
@@ -67,6 +81,24 @@ def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, .
         )
         for r in running
     )
+
+
+def candidate_blocks(request: RequestState) -> tuple[int, int]:
+    """``(blocks held, blocks only it holds)`` of a running request.
+
+    With prefix caching the request's blocks are objects with a reference count, and only those
+    at 1 return to the free queue when it is preempted (vLLM ``BlockPool.free_blocks``); blocks
+    shared with another running request stay held. Without it (a plain count) every block is
+    its own.
+    """
+    blocks = request.kv_blocks
+    if not blocks:
+        return request.num_blocks, request.num_blocks
+    exclusive = 0
+    for block in blocks:
+        if block.ref_cnt == 1:  # type: ignore[attr-defined]
+            exclusive += 1
+    return len(blocks), exclusive
 
 
 class SchedulerBase:
@@ -98,6 +130,8 @@ class SchedulerBase:
         # req_id -> request, for every request added and not finished (vLLM ``self.requests``).
         self.requests: dict[str, RequestState] = {}
         self.num_decisions = 0
+        # Evicted-block count of the pool when the last step's output was applied.
+        self._evicted_seen = 0
 
     # ----------------------------------------------------------------------------- queues
     def add_request(self, request: RequestState) -> None:
@@ -111,6 +145,44 @@ class SchedulerBase:
     def has_unfinished_requests(self) -> bool:
         """Whether any request is running or waiting."""
         return bool(self.running) or len(self.waiting) > 0
+
+    def finish_requests(
+        self, request_ids: Iterable[str], finished_status: str = RequestStatus.ABORTED
+    ) -> list[RequestState]:
+        """Finish requests from outside the scheduler (vLLM ``Scheduler.finish_requests``).
+
+        How a client's cancel reaches the engine (vLLM ``EngineCore.abort_requests`` calls this
+        with ``FINISHED_ABORTED``): each named request that is still unfinished leaves the
+        running or waiting queue (both keep their order), takes ``finished_status`` and gives
+        its KV blocks back. Unknown or already finished ids are skipped, as in vLLM.
+
+        Returns the requests finished, in the order named. The caller sets their ``finish_s``.
+        """
+        valid: list[RequestState] = []
+        for request_id in dict.fromkeys(request_ids):
+            request = self.requests.get(request_id)
+            if request is not None:
+                valid.append(request)
+        if not valid:
+            return valid
+        gone = {r.request_id for r in valid}
+        if any(r.status == RequestStatus.RUNNING for r in valid):
+            self.running = [r for r in self.running if r.request_id not in gone]
+        if any(r.request_id in gone for r in self.waiting):
+            # Rebuilt rather than edited: both queue kinds re-add in their own order.
+            kept = [r for r in self.waiting if r.request_id not in gone]
+            self.waiting = create_request_queue(self.policy)
+            for r in kept:
+                self.waiting.add_request(r)
+        for request in valid:
+            self._forget(request)
+            request.status = finished_status
+            self._release_finished(request)
+            del self.requests[request.request_id]
+        return valid
+
+    def _forget(self, request: RequestState) -> None:
+        """Drop ``request`` from any holder a mode keeps besides running and waiting."""
 
     # ----------------------------------------------------------------------------- victims
     def _choose_victim(
@@ -130,6 +202,8 @@ class SchedulerBase:
         if victim is None:
             raise RuntimeError(f"host chose {choice.victim_id!r}, which is not running")
         if self.on_decision is not None:
+            blocks = tuple(candidate_blocks(r) for r in running)
+            freed = blocks[running.index(victim)][1]
             self.on_decision(
                 DecisionRecord(
                     seq=self.num_decisions,
@@ -144,6 +218,9 @@ class SchedulerBase:
                     victim_id=choice.victim_id,
                     decision_reason=choice.decision_reason,
                     counters=choice.counters,
+                    candidate_blocks=blocks,
+                    freed_blocks=freed,
+                    freed_tokens=freed * self.config.block_size,
                 )
             )
         self.num_decisions += 1
@@ -170,13 +247,36 @@ class SchedulerBase:
         See :func:`~tracekit.engine.fake_model.apply_fake_outputs`. Finished requests leave the
         running queue, which keeps its order (vLLM ``remove_all``: a new list). Returns them in
         scheduling order.
+
+        Records the step's prefix-cache figures on ``out`` first, unless ``schedule()`` did
+        (:meth:`record_cache_figures`).
         """
+        if not out.cache_recorded:
+            self.record_cache_figures(out)
         finished = apply_fake_outputs(
             out.num_scheduled_tokens, self.requests, self._release_finished, end_s
         )
         if finished:
             self.running = [r for r in self.running if r.status == RequestStatus.RUNNING]
         return finished
+
+    def record_cache_figures(self, out: ScheduledStep) -> None:
+        """Put the prefix-cache figures of the step that made ``out`` on it (trace v2).
+
+        Each admission's hit tokens (the scheduler's ``step_cache_hits``, which its
+        ``schedule()`` sets afresh) and the cached blocks evicted since the last call (the
+        pool's ``num_evicted``); both stay empty / 0 without prefix caching. Synchronous
+        scheduling applies a step's output right after scheduling it, so
+        :meth:`update_from_output` calls this; a scheduler that schedules ahead (async) calls it
+        at the end of its ``schedule()``, before the next step can overwrite the figures.
+        """
+        hits = getattr(self, "step_cache_hits", None)
+        if hits:
+            out.cache_hits = hits
+        evicted = getattr(self.block_pool, "num_evicted", 0)
+        out.num_evicted_blocks = evicted - self._evicted_seen
+        self._evicted_seen = evicted
+        out.cache_recorded = True
 
     def _release_finished(self, request: RequestState) -> None:
         """Return a finished request's blocks to the pool."""

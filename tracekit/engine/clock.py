@@ -11,20 +11,35 @@ The cost model is a roofline of one forward pass (all figures are modelled, not 
     step_s    = overhead_s + max(memory_s, compute_s) + per_sequence_s * num_sequences
 
 ``docs/engine.md`` gives the sources of every preset figure.
+
+A third clock, :class:`StepModelClock`, takes its step times from any step-time model of
+``tracekit.latency`` (``EngineConfig.latency``: AIConfigurator's measured tables, a model
+calibrated from a live engine); it builds each step's make-up from the scheduled requests.
+``roofline`` (and no ``latency``) keeps the :class:`CostModelClock`, with identical times. The
+engine never imports an optional package: :func:`make_clock` asks ``tracekit.latency.spec``
+(standard library only at import) for the model, or takes one handed in (``docs/latency.md``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tracekit.engine.config import EngineConfig
+from tracekit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tracekit.engine.base import ScheduledStep
+    from tracekit.engine.request import RequestState
 
 __all__ = [
     "COST_MODEL_PRESETS",
     "CostModel",
     "CostModelClock",
     "EngineClock",
+    "StepModelClock",
     "StepsClock",
     "make_clock",
 ]
@@ -156,6 +171,10 @@ class StepsClock:
         """Length of a step: always ``step_s``."""
         return self.step_s
 
+    def step_duration(self, out: ScheduledStep) -> float:
+        """Length of the scheduled step ``out``: always ``step_s``."""
+        return self.step_s
+
     def advance(self, duration_s: float) -> None:
         """Move to the next step."""
         self.step += 1
@@ -188,6 +207,14 @@ class CostModelClock:
             return self.model.overhead_s
         return self.model.step_time(num_scheduled_tokens, num_sequences, kv_tokens_read)
 
+    def step_duration(self, out: ScheduledStep) -> float:
+        """:meth:`duration` of the scheduled step ``out``'s totals."""
+        return self.duration(
+            out.num_prefill_tokens + out.num_decode_tokens,
+            len(out.num_scheduled_tokens),
+            out.kv_tokens_read,
+        )
+
     def advance(self, duration_s: float) -> None:
         """Move to the next step, ``duration_s`` later."""
         self.now += duration_s
@@ -199,11 +226,110 @@ class CostModelClock:
             self.now = arrival_s
 
 
-EngineClock = StepsClock | CostModelClock
+class StepModelClock(CostModelClock):
+    """Steps last what a step-time model says of their make-up; otherwise a cost-model clock.
+
+    Parameters
+    ----------
+    model
+        A ``tracekit.latency`` step-time model: ``step_time_s(shape)`` in seconds.
+    requests
+        Every request of the run (looked up by id to read what each scheduled one has computed).
+    idle
+        The cost model whose overhead a step with nothing scheduled lasts (the engine's own idle
+        rule; such a step is never passed to the model).
+
+    Notes
+    -----
+    A step's make-up is read after ``schedule()`` advanced ``num_computed_tokens``, with the
+    engine's split (``fake_model.split_tokens``): a request scheduling exactly its one missing
+    token after having produced output is decoding, with ``computed - 1`` tokens of context;
+    every other one is a prefill chunk of ``n`` tokens after ``computed - n`` cached tokens.
+    """
+
+    __slots__ = ("_shape", "_states", "_totals", "step_model")
+
+    def __init__(self, model: Any, requests: Iterable[RequestState], idle: CostModel) -> None:
+        super().__init__(idle)
+        # Imported here, not at the top: tracekit.latency imports this module.
+        from tracekit.latency.interface import PrefillChunk, StepShape
+
+        self.step_model = model
+        self._states = {r.request_id: r for r in requests}
+        self._shape = (StepShape, PrefillChunk)
+        # A model of the step's totals alone is called without building a shape (hot loop).
+        self._totals = getattr(model, "step_time_totals_s", None)
+
+    def step_duration(self, out: ScheduledStep) -> float:
+        """The model's time of the step ``out``; the overhead when nothing is scheduled."""
+        scheduled = out.num_scheduled_tokens
+        if not scheduled:
+            return self.model.overhead_s
+        states = self._states
+        totals = self._totals
+        chunks: list[tuple[int, int]] = []
+        contexts: list[int] = []
+        p = tokens = prefix = d = context = kv_read = 0
+        for request_id, n in scheduled.items():
+            r = states[request_id]
+            computed = r.num_computed_tokens
+            output = r.num_output_tokens
+            kv_read += computed
+            if n == 1 and output and computed == r.num_prompt_tokens + output:
+                d += 1
+                context += computed - 1
+                if totals is None:
+                    contexts.append(computed - 1)
+            else:
+                p += 1
+                tokens += n
+                prefix += computed - n
+                if totals is None:
+                    chunks.append((n, computed - n))
+        if kv_read != out.kv_tokens_read:
+            # The scheduler counts the KV it reads from its own request table; a scheduler that
+            # does not advance the engine's request states (the real vLLM scheduler's adapter)
+            # would give every step a wrong make-up, so stop rather than time it wrongly.
+            raise ConfigError(
+                f"--latency {self.step_model.name}: the scheduler does not advance the engine's "
+                "request states, so a step's make-up is unknown; use --latency roofline with it"
+            )
+        if totals is not None:
+            return totals(p, tokens, prefix, d, context)
+        shape_cls, chunk_cls = self._shape
+        shape = shape_cls(tuple(chunk_cls(n, c) for n, c in chunks), tuple(contexts))
+        return self.step_model.step_time_s(shape)
 
 
-def make_clock(config: EngineConfig) -> StepsClock | CostModelClock:
-    """The clock ``config`` names."""
+EngineClock = StepsClock | CostModelClock | StepModelClock
+
+
+def make_clock(
+    config: EngineConfig, requests: Iterable[RequestState] = (), *, model: Any = None
+) -> StepsClock | CostModelClock | StepModelClock:
+    """The clock ``config`` names.
+
+    Parameters
+    ----------
+    config
+        Its ``clock``, ``step_s``, ``cost_model`` and ``latency``.
+    requests
+        The run's requests (a :class:`StepModelClock` reads the scheduled ones).
+    model
+        A step-time model to use instead of the one ``config.latency`` names (already built).
+    """
     if config.clock == "steps":
         return StepsClock(config.step_s)
-    return CostModelClock(COST_MODEL_PRESETS[config.cost_model])
+    preset = COST_MODEL_PRESETS[config.cost_model]
+    if model is None:
+        spelling = config.effective_latency
+        kind, _, arg = spelling.partition(":")
+        if kind.strip().lower() == "roofline":
+            # The engine's own cost model: identical numbers, and no per-step shape to build.
+            return CostModelClock(COST_MODEL_PRESETS[arg.strip()])
+        # Imported here: the latency package is only needed for measured models; it builds
+        # each model once per process and never makes the engine import an optional package.
+        from tracekit.latency.spec import cached_step_time_model
+
+        model = cached_step_time_model(spelling)
+    return StepModelClock(model, requests, preset)

@@ -30,6 +30,7 @@ EngineMode = Literal["vllm", "sglang"]
 SchedulingPolicyName = Literal["fcfs", "priority"]
 ClockName = Literal["steps", "cost-model"]
 VllmVersion = Literal["0.32", "0.33"]
+RetractionPolicyName = Literal["length", "priority"]
 
 #: Accepted values of :attr:`EngineConfig.mode`.
 ENGINE_MODES: tuple[str, ...] = ("vllm", "sglang")
@@ -87,6 +88,21 @@ class EngineConfig:
     enable_prefix_caching
         vLLM's automatic prefix caching (``CacheConfig.enable_prefix_caching``; ``vllm`` mode
         only). vLLM turns it on by default; here it stays off until fixtures cover it.
+    retraction_policy
+        SGLang mode only: ``--retraction-policy``, ``"length"`` (SGLang's default) or
+        ``"priority"`` (lowest priority retracted first, then the length rule).
+    radix_cache
+        SGLang mode only: SGLang's radix cache (on by default in SGLang; off here unless asked,
+        as ``--disable-radix-cache``).
+    chunked_prefill_size
+        SGLang mode only: ``--chunked-prefill-size``; ``None`` uses ``max_num_batched_tokens``,
+        0 turns chunking off.
+    latency
+        The step-time model of the ``cost-model`` clock, as a ``--latency`` spelling
+        (``docs/latency.md``): ``roofline[:<preset>]``, ``aiconfigurator:<system>/<model>...``
+        or ``calibrated:<file>``. None (the default) and ``roofline`` are the ``cost_model``
+        preset, with identical times. A string, so that configurations pickle to sweep
+        workers; the model is built once per process (``tracekit.latency.spec``).
     """
 
     mode: EngineMode = "vllm"
@@ -104,8 +120,15 @@ class EngineConfig:
     step_s: float = 0.02
     cost_model: str = "a6000-llama3-8b"
     enable_prefix_caching: bool = False
+    # --- SGLang mode (tracekit.engine.sglang) ------------------------------------------------
+    retraction_policy: RetractionPolicyName = "length"
+    radix_cache: bool = False
+    chunked_prefill_size: int | None = None
+    # -- step-time model (docs/latency.md) --
+    latency: str | None = None
 
     def __post_init__(self) -> None:
+        _sglang_checks(self)
         _choice("mode", self.mode, ENGINE_MODES)
         _choice("scheduling_policy", self.scheduling_policy, SCHEDULING_POLICIES)
         _choice("clock", self.clock, CLOCKS)
@@ -163,6 +186,23 @@ class EngineConfig:
                 known = ", ".join(sorted(COST_MODEL_PRESETS))
                 raise ValueError(f"cost_model must be one of {known}; found {self.cost_model!r}")
 
+        # -- step-time model (docs/latency.md) --
+        if self.latency is not None:
+            _check_latency(self)
+
+    @property
+    def effective_latency(self) -> str:
+        """The spelling of the model that times the steps.
+
+        ``roofline:<cost_model>`` when ``latency`` is None or ``roofline``, and
+        ``steps:<step_s>`` under the steps clock.
+        """
+        if self.clock == "steps":
+            return f"steps:{self.step_s:g}"
+        if self.latency is None or self.latency.strip().lower() == "roofline":
+            return f"roofline:{self.cost_model}"
+        return self.latency.strip()
+
     @property
     def num_usable_blocks(self) -> int:
         """Blocks a request can hold: every block but vLLM's null block."""
@@ -193,6 +233,32 @@ def make_engine_config(**settings: Any) -> EngineConfig:
         return EngineConfig(**given)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"engine configuration: {exc}") from None
+
+
+def _sglang_checks(config: EngineConfig) -> None:
+    """The SGLang-mode fields (kept apart from the vLLM ones)."""
+    _choice("retraction_policy", config.retraction_policy, ("length", "priority"))
+    if not isinstance(config.radix_cache, bool):
+        raise ValueError(f"radix_cache must be a bool; found {config.radix_cache!r}")
+    if config.radix_cache and config.mode != "sglang":
+        raise ValueError("radix_cache is modelled in sglang mode only")
+    if config.chunked_prefill_size is not None:
+        _integer("chunked_prefill_size", config.chunked_prefill_size, minimum=0)
+def _check_latency(config: EngineConfig) -> None:
+    """Check the ``latency`` spelling cheaply (no model is built, no optional import)."""
+    if not isinstance(config.latency, str) or not config.latency.strip():
+        raise ValueError(f"latency must be a --latency spelling; found {config.latency!r}")
+    if config.clock != "cost-model":
+        raise ValueError(
+            f"latency {config.latency!r} needs clock cost-model (the steps clock has fixed steps)"
+        )
+    # Imported here: tracekit.latency imports the clock, which imports this module.
+    from tracekit.latency.spec import check_latency_spec
+
+    try:
+        check_latency_spec(config.latency)
+    except ConfigError as exc:
+        raise ValueError(f"latency: {str(exc).removeprefix('--latency ')}") from None
 
 
 def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -18,11 +18,11 @@ Examples
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tracekit.engine.client_feed import ArrivalFeed, ClientLimits
 from tracekit.engine.clock import make_clock
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import BuiltinHost, VictimHost
@@ -69,6 +69,14 @@ class EngineResult:
     num_preemptions: int = 0
     # Engine time when the last step ended.
     end_s: float = 0.0
+    # Requests refused on arrival (prompt >= max_model_len), and the longest such prompt.
+    num_rejected: int = 0
+    max_rejected_prompt_tokens: int = 0
+    # Requests cancelled by their client (TTFT timeout or recorded cancel).
+    num_aborted: int = 0
+    # Client queue time (--max-concurrency) summed over requests, and its largest value.
+    client_queue_total_s: float = 0.0
+    client_queue_max_s: float = 0.0
 
 
 def run_engine(
@@ -80,6 +88,7 @@ def run_engine(
     collect: bool = True,
     check_consistency: bool = False,
     scheduler_factory: SchedulerFactory | None = None,
+    client: ClientLimits | None = None,
 ) -> EngineResult:
     """Run ``requests`` through the embedded engine until every one has finished.
 
@@ -104,6 +113,10 @@ def run_engine(
         :class:`~tracekit.engine.interface.EngineScheduler`: experiment mode's hooked scheduler,
         the real vLLM scheduler's adapter). None (the default): the embedded scheduler of
         ``config.mode``.
+    client
+        The client model (``tracekit.workloads.ClientModel``): a concurrency cap, a closed
+        loop, a TTFT timeout (:mod:`tracekit.engine.client_feed`). ``None``: every request is
+        sent at its ``arrival_s``; recorded ``cancel_after_s`` still apply.
 
     Returns
     -------
@@ -143,46 +156,68 @@ def run_engine(
                 scheduler = VllmScheduler(config, victim_host, record_decision)
         else:
             scheduler = SglangScheduler(config, victim_host, record_decision)
-    clock = make_clock(config)
+    clock = make_clock(config, states)
     pool = scheduler.block_pool
     kv_blocks_total = pool.num_usable_blocks
     max_model_len = config.max_model_len
     steps = result.steps
     finished_records = result.requests
-    pending = deque(states)
+    feed = ArrivalFeed(states, client)
+    if feed.may_abort and not hasattr(scheduler, "finish_requests"):
+        raise ValueError("client cancels need a scheduler with finish_requests (vLLM's abort)")
     num_steps = num_preemptions = 0
     end_s = 0.0
 
     def finish(state: RequestState) -> None:
         record = _request_record(state)
+        wait = record.client_queue_s
+        if wait > 0:
+            result.client_queue_total_s += wait
+            result.client_queue_max_s = max(result.client_queue_max_s, wait)
         if collect:
             finished_records.append(record)
         if on_request is not None:
             on_request(record)
 
     while True:
+        # Client cancels due by this step's start reach the engine first (vLLM's engine core
+        # handles aborts between steps): finished as aborted, KV freed.
+        if feed.deadlines and feed.deadlines[0][0] <= clock.now:
+            cancels = feed.pop_cancels(clock.now)
+            scheduler.finish_requests([s.request_id for s, _ in cancels])  # type: ignore[attr-defined]
+            for state, cancel_s in cancels:
+                state.finish_s = cancel_s
+                result.num_aborted += 1
+                feed.finished(cancel_s)
+                finish(state)
         # Arrivals visible to this step join the waiting queue, in arrival order.
-        while pending and clock.is_visible(pending[0].arrival_s):
-            state = pending.popleft()
+        while (due := feed.next_due()) is not None and clock.is_visible(due):
+            state = feed.pop(due)
             if state.num_prompt_tokens >= max_model_len:
                 # vLLM refuses such a prompt on input; it never reaches the scheduler.
                 state.status = RequestStatus.REJECTED
                 state.finish_s = state.arrival_s
+                result.num_rejected += 1
+                result.max_rejected_prompt_tokens = max(
+                    result.max_rejected_prompt_tokens, state.num_prompt_tokens
+                )
+                feed.finished(state.arrival_s)
                 finish(state)
             else:
                 scheduler.add_request(state)
         if not scheduler.has_unfinished_requests():
-            if not pending:
+            due = feed.next_due()
+            if due is None:
+                if feed.remaining:
+                    raise RuntimeError("client feed stalled with requests left and none running")
                 break
-            clock.jump_to(pending[0].arrival_s)
+            clock.jump_to(due)
             continue
 
         now = clock.now
         out = scheduler.schedule(clock.step, now)
         scheduled = out.num_scheduled_tokens
-        duration = clock.duration(
-            out.num_prefill_tokens + out.num_decode_tokens, len(scheduled), out.kv_tokens_read
-        )
+        duration = clock.step_duration(out)
         end_s = now + duration
         # The step record describes the batch as scheduled, before outputs free anything.
         num_running = len(scheduler.running)
@@ -204,12 +239,16 @@ def run_engine(
                 out.num_decode_tokens,
                 out.num_preemptions,
                 scheduled,
+                # Prefix-cache figures of the step (trace v2; empty / 0 with caching off).
+                out.cache_hits,
+                out.num_evicted_blocks,
             )
             if collect:
                 steps.append(record)
             if on_step is not None:
                 on_step(record)
         for state in finished:
+            feed.finished(end_s)
             finish(state)
         if check_consistency:
             scheduler.check_consistency()
@@ -238,4 +277,5 @@ def _request_record(state: RequestState) -> RequestRecord:
         num_preemptions=state.num_preemptions,
         recomputed_tokens=state.recomputed_tokens,
         input_index=state.index,
+        client_queue_s=state.arrival_s - state.client_arrival_s,
     )

@@ -53,7 +53,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from tracekit.engine.clock import make_clock
+from tracekit.engine.clock import CostModelClock, StepsClock, make_clock
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.engine import EngineObserver, EngineResult, _request_record
 from tracekit.engine.fake_model import mark_arrived
@@ -320,7 +320,16 @@ class EngineRun:
             self.scheduler = cls(config, self.host, self._on_decision)
         else:
             self.scheduler = SglangScheduler(config, self.host, self._on_decision)
+        if any(r.cancel_after_s is not None for _, r in indexed):
+            raise ValueError("EngineRun does not model client cancels (cancel_after_s) yet")
         self.clock = make_clock(config)
+        if not isinstance(self.clock, StepsClock | CostModelClock):
+            # A measured step-time model's clock reads every request's state by id up front,
+            # which the lazily made states of a run (and its forks) do not offer.
+            raise ValueError(
+                f"EngineRun supports the steps clock and the roofline cost model, not "
+                f"latency {config.effective_latency!r}"
+            )
         self._kv_blocks_total = self.scheduler.block_pool.num_usable_blocks
         self.done = False
 
@@ -400,6 +409,10 @@ class EngineRun:
                     # vLLM refuses such a prompt on input; it never reaches the scheduler.
                     state.status = RequestStatus.REJECTED
                     state.finish_s = state.arrival_s
+                    self.result.num_rejected += 1
+                    self.result.max_rejected_prompt_tokens = max(
+                        self.result.max_rejected_prompt_tokens, state.num_prompt_tokens
+                    )
                     self._finish(state)
                 else:
                     scheduler.add_request(state)
@@ -420,9 +433,7 @@ class EngineRun:
         now = clock.now
         out = scheduler.schedule(clock.step, now)
         scheduled = out.num_scheduled_tokens
-        duration = clock.duration(
-            out.num_prefill_tokens + out.num_decode_tokens, len(scheduled), out.kv_tokens_read
-        )
+        duration = clock.step_duration(out)
         end_s = now + duration
         num_running = len(scheduler.running)
         num_waiting = len(scheduler.waiting)
@@ -446,6 +457,9 @@ class EngineRun:
                 out.num_decode_tokens,
                 out.num_preemptions,
                 scheduled,
+                # Prefix-cache figures of the step (empty / 0 with caching off).
+                out.cache_hits,
+                out.num_evicted_blocks,
             )
             if self.collect:
                 result.steps.append(record)
@@ -598,5 +612,7 @@ class EngineRun:
             num_decisions=old.num_decisions,
             num_preemptions=old.num_preemptions,
             end_s=old.end_s,
+            num_rejected=old.num_rejected,
+            max_rejected_prompt_tokens=old.max_rejected_prompt_tokens,
         )
         return twin

@@ -44,6 +44,13 @@ class StepRecord:
     num_preemptions: int
     # req_id -> num_scheduled_tokens, in scheduling order (vLLM ``num_scheduled_tokens``).
     num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    # Prefix caching (empty and 0 with it off): req_id -> tokens hit in the prefix cache, for
+    # each request admitted in this step (first schedules and resumes), in admission order.
+    # Like the decisions' block counts below, recorder annotations: outside equality and the
+    # real-vLLM driver's wire format (tracekit.vllm.protocol), which compare what was scheduled.
+    cache_hits: dict[str, int] = field(default_factory=dict, compare=False)
+    # Cached blocks evicted in this step (reused for new content, their hash dropped).
+    num_evicted_blocks: int = field(default=0, compare=False)
 
     @classmethod
     def make_empty(cls, step: int, time_s: float, kv_blocks_total: int) -> StepRecord:
@@ -77,6 +84,14 @@ class DecisionRecord:
     decision_reason: str | None
     # The host's cumulative counters after the call (e.g. the controller's stats), or None.
     counters: dict[str, Any] | None
+    # Per candidate (same order): (KV blocks held, blocks only it holds, i.e. reference count
+    # 1). Empty when the scheduler does not report blocks (the trace then records null).
+    # Recorder annotations: outside equality and the driver's wire format (see StepRecord).
+    candidate_blocks: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    # Blocks the preemption returned to the free queue (the victim's exclusive blocks) and that
+    # capacity in tokens (blocks * block_size); None when not reported.
+    freed_blocks: int | None = field(default=None, compare=False)
+    freed_tokens: int | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -98,10 +113,13 @@ class RequestRecord:
     first_token_s: float | None
     # End of the step that produced its last token, or arrival time when rejected.
     finish_s: float | None
-    # ``RequestStatus`` value: finished_stopped, finished_length_capped or rejected.
+    # ``RequestStatus`` value: finished_stopped, finished_length_capped, rejected or aborted.
     status: str
     num_preemptions: int
     # Computed tokens discarded by its preemptions (to be computed again).
     recomputed_tokens: int
     # Position in the workload's input order (arrival ties are served in this order).
     input_index: int = 0
+    # Time it waited at the client before being sent (--max-concurrency); ``arrival_s`` is the
+    # time it was sent, so the engine's latencies exclude this wait, as vLLM bench's do.
+    client_queue_s: float = 0.0

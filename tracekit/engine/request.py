@@ -36,11 +36,19 @@ class RequestStatus:
     FINISHED_LENGTH_CAPPED = "finished_length_capped"
     #: Never scheduled: the prompt does not fit in ``max_model_len`` (vLLM rejects it on input).
     REJECTED = "rejected"
+    #: Cancelled by its client (vLLM ``FINISHED_ABORTED``): taken out of its queue, KV freed.
+    #: Spelled as the trace's ``status`` column spells it.
+    ABORTED = "aborted"
 
 
 #: Statuses after which a request never runs again.
 FINISHED_STATUSES = frozenset(
-    {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED, RequestStatus.REJECTED}
+    {
+        RequestStatus.FINISHED_STOPPED,
+        RequestStatus.FINISHED_LENGTH_CAPPED,
+        RequestStatus.REJECTED,
+        RequestStatus.ABORTED,
+    }
 )
 
 
@@ -70,6 +78,9 @@ class EngineRequest:
         Only prefix caching reads it.
     content_block_tokens
         Prompt tokens per content id (512 for Mooncake ``hash_ids``).
+    cancel_after_s
+        A recorded client cancel: the client aborts the request this many seconds (finite,
+        > 0) after sending it unless it has finished; ``None``: never.
     """
 
     request_id: str
@@ -80,6 +91,7 @@ class EngineRequest:
     priority: int = 0
     content_ids: tuple[int, ...] = ()
     content_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    cancel_after_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
@@ -111,6 +123,16 @@ class EngineRequest:
             raise ValueError(
                 f"{where}: content_block_tokens must be an integer >= 1; found {block!r}"
             )
+        cancel = self.cancel_after_s
+        if cancel is not None and (
+            not isinstance(cancel, (int, float))
+            or isinstance(cancel, bool)
+            or not math.isfinite(cancel)
+            or cancel <= 0
+        ):
+            raise ValueError(
+                f"{where}: cancel_after_s must be a finite number > 0; found {cancel!r}"
+            )
 
 
 class RequestState:
@@ -124,6 +146,8 @@ class RequestState:
     __slots__ = (
         "arrival_s",
         "block_hashes",
+        "cancel_after_s",
+        "client_arrival_s",
         "content_block_tokens",
         "content_ids",
         "finish_s",
@@ -151,6 +175,10 @@ class RequestState:
     def __init__(self, request: EngineRequest, index: int) -> None:
         self.request_id = request.request_id
         self.arrival_s = float(request.arrival_s)
+        # When the client meant to send it; ``arrival_s`` becomes the time it was sent (later
+        # under --max-concurrency, the difference being its client queue time).
+        self.client_arrival_s = self.arrival_s
+        self.cancel_after_s = request.cancel_after_s
         self.priority = request.priority
         self.num_prompt_tokens = request.prompt_tokens
         self.target_output_tokens = request.output_tokens
@@ -211,8 +239,13 @@ class _Workload(Protocol):
 def engine_requests(workload: _Workload) -> list[EngineRequest]:
     """A workload's requests (``tracekit.workloads.Workload``) as engine inputs, in its order.
 
-    Mooncake ``prefix_hash_ids`` (512 tokens an id) become the requests' ``content_ids``.
+    ``prefix_hash_ids`` become the requests' ``content_ids``, ``content_block_tokens`` tokens
+    an id: the workload option of that name (a synthetic shared prefix sets it to the prefix
+    length), else 512 (Mooncake ``hash_ids``).
+    A ``cancel_after_s`` column becomes each request's recorded client cancel.
     """
+    options = getattr(workload, "options", None) or {}
+    block = int(options.get("content_block_tokens") or MOONCAKE_BLOCK_TOKENS)
     return [
         EngineRequest(
             r.request_id,
@@ -222,6 +255,8 @@ def engine_requests(workload: _Workload) -> list[EngineRequest]:
             r.max_tokens,
             r.priority,
             tuple(getattr(r, "prefix_hash_ids", None) or ()),
+            block,
+            cancel_after_s=getattr(r, "cancel_after_s", None),
         )
         for r in workload.iter_requests()
     ]

@@ -31,6 +31,7 @@ from tracekit.experiment.hooks import (
     ExperimentHooks,
     HookSettings,
 )
+from tracekit.latency.spec import latency_manifest
 from tracekit.recording.sim import ENGINE_NAMES, TraceObserver
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
@@ -186,7 +187,9 @@ def record_experiment(
     requests = engine_requests(run.workload)
     hooks = ExperimentHooks(run.strategy, settings=run.settings, seed=run.seed)
     tables = ["requests", "decisions", "candidates", "steps"]
-    with BundleWriter(out, run.manifest(run_id), tables=tables, overwrite=overwrite) as writer:
+    # The step-time model that produced the times (docs/latency.md); not part of the run id.
+    manifest = {**run.manifest(run_id), "latency": latency_manifest(run.engine_config)}
+    with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
         observer = TraceObserver(
             writer,
             run_id,

@@ -29,8 +29,8 @@ Import is lazy: nothing of ``aiconfigurator_core`` is loaded until a model is bu
 
 from __future__ import annotations
 
+import bisect
 import difflib
-import itertools
 import logging
 import math
 from collections.abc import Callable
@@ -249,6 +249,12 @@ class AIConfiguratorModel:
         self._estimator = estimator
         self._cache: dict[tuple[int, int, int, int, int], float] = {}
         self.num_estimator_calls = 0
+        # Every grid point from 64 past the largest limit (strictly increasing: 16 points per
+        # doubling are at least 2.8 apart once rounded).
+        top = max(LIMITS.values())
+        self._points = [self._grid(0)]
+        while self._points[-1] <= top:
+            self._points.append(self._grid(len(self._points)))
 
     # -- the grid -------------------------------------------------------------------------
 
@@ -271,14 +277,11 @@ class AIConfiguratorModel:
             if lo >= hi:
                 lo = hi - 1
         else:
-            k = math.floor(self.steps_per_octave * math.log2(x / _EXACT_BELOW))
-            while k > 0 and self._grid(k) > x:  # the grid points are rounded
-                k -= 1
-            while self._grid(k + 1) < x:
-                k += 1
-            lo, hi = self._grid(k), min(self._grid(k + 1), limit)
-            if hi <= lo:
-                hi = lo + 1
+            # The grid cell holding x: points[i] <= x < points[i + 1] (a C bisection; this is
+            # the hot path of a tabulated step).
+            points = self._points
+            i = bisect.bisect_right(points, x) - 1
+            lo, hi = points[i], min(points[i + 1], limit)
         if x == lo:
             return [(lo, 1.0)]
         if x == hi:
@@ -338,10 +341,13 @@ class AIConfiguratorModel:
             d_axis = c_axis = [(0, 1.0)]
         total = 0.0
         corner = self._corner
-        for (pp, wp), (tt, wt), (kk, wk), (dd, wd), (cc, wc) in itertools.product(
-            p_axis, t_axis, k_axis, d_axis, c_axis
-        ):
-            total += wp * wt * wk * wd * wc * corner(pp, tt, kk, dd, cc)
+        decode = [(dd, cc, wd * wc) for dd, wd in d_axis for cc, wc in c_axis]
+        for pp, wp in p_axis:
+            for tt, wt in t_axis:
+                for kk, wk in k_axis:
+                    w = wp * wt * wk
+                    for dd, cc, wdc in decode:
+                        total += w * wdc * corner(pp, tt, kk, dd, cc)
         return total
 
     def step_time_s(self, shape: StepShape) -> float:
@@ -356,6 +362,10 @@ class AIConfiguratorModel:
             )
             / 1000.0
         )
+
+    def step_time_totals_s(self, p: int, tokens: int, prefix: int, d: int, context: int) -> float:
+        """:meth:`step_time_s` of any step with these totals (the estimator sees only them)."""
+        return self.forward_ms(p, tokens, prefix, d, context) / 1000.0
 
     def describe(self) -> dict[str, Any]:
         """Kind, name, set-up, table version, grid and out-of-range rule."""

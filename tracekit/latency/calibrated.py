@@ -134,6 +134,11 @@ class CalibratedModel:
             + c4 * shape.num_sequences
         )
 
+    def step_time_totals_s(self, p: int, tokens: int, prefix: int, d: int, context: int) -> float:
+        """:meth:`step_time_s` of any step with these totals (its terms are totals)."""
+        c0, c1, c2, c3, c4 = self.coefficients
+        return c0 + c1 * tokens + c2 * d + c3 * (prefix + tokens + context + d) + c4 * (p + d)
+
     def describe(self) -> dict[str, Any]:
         """Kind, name, coefficients, the fit's summary and its held-out errors."""
         return {

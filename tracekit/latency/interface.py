@@ -136,6 +136,12 @@ class StepTimeModel(Protocol):
     nothing scheduled is never passed to it: the engine keeps its own idle rule.
     ``describe()`` returns a JSON-serialisable mapping with at least ``kind`` and ``name``,
     recorded in manifests and report headers so that a reader knows where the times came from.
+
+    A model whose time depends only on a step's five totals may also define
+    ``step_time_totals_s(num_prefill_chunks, num_prefill_tokens, num_prefill_computed_tokens,
+    num_decode_seqs, num_decode_context_tokens)``, equal to ``step_time_s`` of every shape with
+    those totals: the engine clock then calls it without building a :class:`StepShape` (all
+    three models here do; ``tests/test_latency_clock.py`` checks the two agree).
     """
 
     name: str

@@ -59,6 +59,12 @@ class RooflineModel:
             shape.num_scheduled_tokens, shape.num_sequences, shape.kv_tokens_read
         )
 
+    def step_time_totals_s(self, p: int, tokens: int, prefix: int, d: int, context: int) -> float:
+        """:meth:`step_time_s` of any step with these totals."""
+        if p + d == 0:
+            return self.cost_model.overhead_s
+        return self.cost_model.step_time(tokens + d, p + d, prefix + tokens + context + d)
+
     def describe(self) -> dict[str, Any]:
         """Kind, name, preset and every figure of the cost model."""
         cm = self.cost_model

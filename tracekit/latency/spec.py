@@ -18,12 +18,16 @@ AIConfigurator system or model name is checked against the installed tables.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tracekit.engine.clock import COST_MODEL_PRESETS
+from tracekit.engine.config import EngineConfig
 from tracekit.errors import ConfigError
-from tracekit.latency.aiconfigurator import DEFAULT_BACKEND, did_you_mean
+from tracekit.latency.aiconfigurator import DEFAULT_BACKEND, MISSING_MESSAGE, did_you_mean
 from tracekit.latency.interface import StepTimeModel
 
 __all__ = [
@@ -31,6 +35,9 @@ __all__ = [
     "BACKENDS",
     "KINDS",
     "LatencySpec",
+    "cached_step_time_model",
+    "check_latency_spec",
+    "latency_manifest",
     "make_step_time_model",
     "parse_latency_spec",
 ]
@@ -169,6 +176,60 @@ def parse_latency_spec(text: str) -> LatencySpec:
     )
 
 
+def check_latency_spec(text: str) -> LatencySpec:
+    """:func:`parse_latency_spec`, and refuse an AIConfigurator model without its package.
+
+    What ``EngineConfig`` runs when it is made: a configuration that no process here could run
+    is refused where it is made (a sweep matrix is loaded, a bundle is replayed) rather than by
+    every run. Still cheap: ``find_spec`` imports nothing and no table is loaded.
+    """
+    spec = parse_latency_spec(text)
+    if spec.kind == "aiconfigurator" and importlib.util.find_spec("aiconfigurator_core") is None:
+        raise ConfigError(MISSING_MESSAGE)
+    return spec
+
+
 def make_step_time_model(text: str) -> StepTimeModel:
     """Parse ``text`` and build its model (:func:`parse_latency_spec`, then ``build``)."""
     return parse_latency_spec(text).build()
+
+
+def cached_step_time_model(text: str) -> StepTimeModel:
+    """The model of ``text``, built once per process (the engine clock's entry point).
+
+    Sweep workers and qualify jobs receive ``EngineConfig.latency`` as a string and call this
+    for every run; building an AIConfigurator model loads its tables (seconds) and its grid
+    cache is worth keeping across runs, so one model per spelling is kept. A calibrated file is
+    keyed by its modification time and size as well, so a re-fitted file is read again.
+    """
+    spec = parse_latency_spec(text)
+    stamp: tuple[int, int] | None = None
+    if spec.path is not None:
+        st = spec.path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    return _build_cached(spec, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _build_cached(spec: LatencySpec, stamp: tuple[int, int] | None) -> StepTimeModel:
+    return spec.build()
+
+
+def latency_manifest(config: EngineConfig) -> dict[str, Any]:
+    """The manifest's ``latency`` record of a run: the spelling and the model's ``describe()``.
+
+    ``spec`` is :attr:`EngineConfig.effective_latency` (``roofline:<cost_model>`` when no
+    ``latency`` was given); under the steps clock the record says that every step lasts
+    ``step_s``. Building the model here (once per process) also surfaces a missing package or
+    an unknown AIConfigurator system before anything is written.
+    """
+    spelling = config.effective_latency
+    if config.clock == "steps":
+        return {
+            "spec": spelling,
+            "kind": "steps",
+            "name": spelling,
+            "measured": False,
+            "step_s": config.step_s,
+        }
+    return {"spec": spelling, **cached_step_time_model(spelling).describe()}

@@ -46,6 +46,8 @@ CHANGE_METRICS = {
     THROUGHPUT_METRIC: "output throughput",
     LATENCY_METRIC: "P95 end-to-end latency",
     "ttft_p95_s": "P95 TTFT",
+    # Shown beside throughput and latency (issue 14); not part of the rule.
+    "recomputed_tokens": "recomputed tokens",
 }
 LATENCY_MARGIN_PCT = 5.0
 MIN_REPEATS = 3
@@ -152,8 +154,10 @@ def effectiveness_entries(changes: pl.DataFrame) -> list[dict[str, Any]]:
     -------
     list of dict
         One entry per (cell, strategy), sorted: ``cell``, ``strategy``, ``label``,
-        ``attributable``, ``reason``, ``repeats``, ``throughput``, ``p95_latency`` and
-        ``p95_ttft`` (each ``metric, changes_pct, n, mean_pct, low_pct, high_pct``).
+        ``attributable``, ``reason``, ``repeats``, ``throughput``, ``p95_latency``,
+        ``p95_ttft`` and ``recomputed_tokens`` (each ``metric, changes_pct, n, mean_pct,
+        low_pct, high_pct``; the change in recomputed tokens is NaN where the baseline
+        recomputed none).
     """
     grouped = (
         changes.group_by("cell", "strategy")
@@ -170,6 +174,7 @@ def effectiveness_entries(changes: pl.DataFrame) -> list[dict[str, Any]]:
         throughput = _interval(group[f"{THROUGHPUT_METRIC}_change_pct"])
         latency = _interval(group[f"{LATENCY_METRIC}_change_pct"])
         ttft = _interval(group["ttft_p95_s_change_pct"])
+        recomputed = _interval(group["recomputed_tokens_change_pct"])
         attributable = not group["never"]
         rule = effectiveness_label(
             throughput, latency, invoked_every_repeat=attributable, min_repeats=MIN_REPEATS
@@ -191,6 +196,9 @@ def effectiveness_entries(changes: pl.DataFrame) -> list[dict[str, Any]]:
                     LATENCY_METRIC, group[f"{LATENCY_METRIC}_change_pct"], latency
                 ),
                 "p95_ttft": _interval_dict("ttft_p95_s", group["ttft_p95_s_change_pct"], ttft),
+                "recomputed_tokens": _interval_dict(
+                    "recomputed_tokens", group["recomputed_tokens_change_pct"], recomputed
+                ),
             }
         )
     return entries

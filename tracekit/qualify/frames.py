@@ -18,6 +18,8 @@ from tracekit.trace.bundle import open_trace
 
 __all__ = [
     "agreement_frame",
+    "cache_hit_frame",
+    "cache_split_frame",
     "counter_frame",
     "kv_usage_frame",
     "latency_ecdf_frame",
@@ -294,6 +296,133 @@ def recomputed_summary_frame(recomputed: pl.DataFrame, strategies: list[str]) ->
             pl.col("recomputed_tokens").mean(),
             pl.col("preemptions").mean(),
             pl.col("requests_preempted").mean(),
+        )
+        .with_columns(
+            pl.col("strategy")
+            .replace_strict(strategies, range(len(strategies)), default=len(strategies))
+            .alias("o")
+        )
+        .sort("o")
+        .drop("o")
+    )
+
+
+# --- prefix cache (trace v2) ------------------------------------------------------------------
+
+
+def cache_hit_frame(
+    results: Results, strategies: list[str], repeat: int = 0, *, max_points: int = 400
+) -> pl.DataFrame | None:
+    """Prefix-cache hit rate over time of one repeat's runs, in time buckets.
+
+    The hit rate of a bucket is ``cache_hit_tokens / (cache_hit_tokens +
+    scheduled_prefill_tokens)``: the share of the tokens the admitted requests needed that the
+    cache served (vLLM's hits / queries, summed over the bucket).
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+    strategies
+        The runs to show.
+    repeat
+        The repeat to show.
+    max_points
+        Time buckets over all series.
+
+    Returns
+    -------
+    polars.DataFrame or None
+        ``strategy, time_s, cache_hit_tokens, prefill_tokens, hit_rate``; None when no run hit
+        the cache (prefix caching off) or the traces do not record it (version 1).
+    """
+    runs = results.cells.filter((pl.col("repeat") == repeat) & pl.col("strategy").is_in(strategies))
+    if runs.height == 0:
+        return None
+    steps = run_table(results, "steps", runs).select(
+        "strategy", "time_s", "cache_hit_tokens", "scheduled_prefill_tokens"
+    )
+    if not (steps.select(pl.col("cache_hit_tokens").sum()).collect().item() or 0):
+        return None
+    buckets = max(1, max_points // max(1, runs.height))
+    span = (pl.col("time_s").max() - pl.col("time_s").min()).over("strategy")
+    return (
+        steps.with_columns(
+            ((pl.col("time_s") - pl.col("time_s").min().over("strategy")) / span * buckets)
+            .floor()
+            .fill_nan(0)
+            .clip(0, buckets - 1)
+            .alias("bucket")
+        )
+        .group_by("strategy", "bucket")
+        .agg(
+            pl.col("time_s").min().round(3),
+            pl.col("cache_hit_tokens").sum(),
+            pl.col("scheduled_prefill_tokens").sum().alias("prefill_tokens"),
+        )
+        .with_columns(
+            pl.when(pl.col("cache_hit_tokens") + pl.col("prefill_tokens") > 0)
+            .then(
+                pl.col("cache_hit_tokens") / (pl.col("cache_hit_tokens") + pl.col("prefill_tokens"))
+            )
+            .round(4)
+            .alias("hit_rate")
+        )
+        .drop("bucket")
+        .sort("strategy", "time_s")
+        .collect()
+    )
+
+
+def cache_split_frame(results: Results, strategies: list[str]) -> pl.DataFrame | None:
+    """Recomputed tokens split into prefix-cache hits and truly recomputed, per strategy.
+
+    Of a request's ``recomputed_tokens``, ``min(resume_cached_tokens, recomputed_tokens)`` came
+    back from the cache on resume (free); the rest was truly recomputed (docs/trace-format.md,
+    "Prefix caching").
+
+    Returns
+    -------
+    polars.DataFrame or None
+        ``strategy, recomputed_tokens, from_cache_tokens, truly_recomputed_tokens,
+        cache_hit_tokens`` (means per run over the repeats), in ``strategies`` order; None when
+        no run hit the cache or the traces do not record it.
+    """
+    requests = run_table(results, "requests").select(
+        "strategy",
+        "repeat",
+        "recomputed_tokens",
+        pl.min_horizontal("resume_cached_tokens", "recomputed_tokens").alias("from_cache"),
+        # A request never scheduled has no first-schedule hit (null there): it counts 0.
+        (pl.col("num_cached_tokens").fill_null(0) + pl.col("resume_cached_tokens")).alias("hits"),
+    )
+    per_run = (
+        requests.group_by("strategy", "repeat")
+        .agg(
+            pl.col("recomputed_tokens").sum(),
+            pl.col("from_cache").sum().alias("from_cache_tokens"),
+            pl.col("hits").sum().alias("cache_hit_tokens"),
+            pl.col("hits").is_null().any().alias("unknown"),
+        )
+        .collect()
+    )
+    if per_run.height == 0 or per_run["unknown"].any() or not per_run["cache_hit_tokens"].sum():
+        return None
+    return (
+        per_run.with_columns(
+            (pl.col("recomputed_tokens") - pl.col("from_cache_tokens")).alias(
+                "truly_recomputed_tokens"
+            )
+        )
+        .group_by("strategy")
+        .agg(
+            pl.col(c).mean()
+            for c in (
+                "recomputed_tokens",
+                "from_cache_tokens",
+                "truly_recomputed_tokens",
+                "cache_hit_tokens",
+            )
         )
         .with_columns(
             pl.col("strategy")

@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tracekit import __version__
 from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.analysis.serving import SloTargets
@@ -35,6 +37,7 @@ from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.oracle.job import run_oracle
+from tracekit.qualify.loads import LoadCell, LoadPlan
 from tracekit.qualify.reporting import write_report
 from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
@@ -42,6 +45,7 @@ from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
+from tracekit.trace.bundle import open_trace
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
 from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
@@ -91,6 +95,10 @@ class QualifyPlan:
         Also run the hindsight oracle (``tracekit oracle``) on repeat 0's baseline run, into
         ``oracle/`` (the report's headroom section). Off by default: it costs a rollout per
         candidate of every decision.
+    loads
+        The load plan (:func:`tracekit.qualify.loads.plan_loads`): one cell per load level,
+        each with its own runs (``runs/<load>/r<k>/<strategy>``) and verdicts. ``None``: one
+        cell, the workload as given (``runs/r<k>/<strategy>``).
     """
 
     workload: Workload
@@ -102,6 +110,7 @@ class QualifyPlan:
     seed: int = 0
     slo: SloTargets = dataclasses.field(default_factory=SloTargets)
     oracle: bool = False
+    loads: LoadPlan | None = None
 
     def __post_init__(self) -> None:
         if self.repeats < 3:
@@ -126,11 +135,39 @@ class QualifyPlan:
         return specs
 
 
-def _cell_label(plan: QualifyPlan) -> str:
-    rate = plan.workload.options.get("rate_scale", 1.0)
+def _cell_label(plan: QualifyPlan, load: LoadCell | None = None) -> str:
     changed = changed_settings(plan.candidate.settings, ignore=(*NAMED_SETTINGS, "utility_seed"))
     config = ",".join(f"{k}={v}" for k, v in changed.items()) or "defaults"
+    if load is not None:
+        return f"{plan.workload.name}|load={load.label}|{plan.candidate.name}:{config}"
+    rate = plan.workload.options.get("rate_scale", 1.0)
     return f"{plan.workload.name}|rate={rate}|{plan.candidate.name}:{config}"
+
+
+def _load_groups(
+    plan: QualifyPlan,
+) -> list[tuple[LoadCell | None, str, list[Repeat]]]:
+    """``(load cell, runs folder, repeats)`` per cell: one unnamed cell without a load plan."""
+    if plan.loads is None:
+        return [
+            (None, "runs", plan_repeats(plan.workload, plan.repeats, plan.repeat_kind, plan.seed))
+        ]
+    return [
+        (
+            cell,
+            f"runs/{cell.label}",
+            plan_repeats(cell.workload, plan.repeats, plan.repeat_kind, plan.seed),
+        )
+        for cell in plan.loads.cells
+    ]
+
+
+def _reference(groups: list[tuple[LoadCell | None, str, list[Repeat]]]) -> int:
+    """The cell the diff and the open-mode replay use: load 1.0x if planned, else the first."""
+    for index, (cell, _, _) in enumerate(groups):
+        if cell is not None and cell.fraction == 1.0:
+            return index
+    return 0
 
 
 def _write_json(path: Path, payload: Any) -> None:
@@ -181,23 +218,38 @@ def run_qualify(
     staging.mkdir(parents=True)
     notify = stage or (lambda name, done, total: None)
     try:
-        repeats = plan_repeats(plan.workload, plan.repeats, plan.repeat_kind, plan.seed)
+        groups = _load_groups(plan)
+        reference = _reference(groups)
         strategies = plan.run_strategies
         _write_json(staging / MARKER, MARKER_CONTENT)
-        _write_json(staging / "qualify.json", _inputs(plan, repeats, strategies))
+        _write_json(staging / "qualify.json", _inputs(plan, groups[reference][2], strategies))
 
-        runs = qualify_runs(plan, repeats, strategies)
+        per_cell = [
+            qualify_runs(plan, repeats, strategies, folder=folder, diff=False)
+            for _, folder, repeats in groups
+        ]
+        diff_runs = qualify_runs(plan, groups[reference][2], strategies)[-2:]
+        runs = [run for cell_runs in per_cell for run in cell_runs] + diff_runs
         notify("closed-loop runs", 0, len(runs))
         execution = execute_runs(
             runs, staging, executor, progress=_stage_counts(notify, "closed-loop runs")
         )
         execution.check()
-        cells = cells_frame(
-            staging,
-            [CellRun(r.repeat, r.seed, r.strategy, staging / r.path) for r in runs[:-2]],
-            _cell_label(plan),
-            plan.slo,
+        cells = pl.concat(
+            [
+                cells_frame(
+                    staging,
+                    [CellRun(r.repeat, r.seed, r.strategy, staging / r.path) for r in cell_runs],
+                    _cell_label(plan, load),
+                    plan.slo,
+                )
+                for (load, _, _), cell_runs in zip(groups, per_cell, strict=True)
+            ],
+            how="diagonal_relaxed",
         )
+        cells = _with_request_outcomes(staging, cells)
+        if plan.loads is not None:
+            cells = _with_load_columns(staging, cells, groups)
         cells.write_parquet(staging / "cells.parquet", compression="zstd")
 
         notify("legacy vs typed", 0, 1)
@@ -205,12 +257,12 @@ def run_qualify(
         notify("legacy vs typed", 1, 1)
 
         notify("open-mode replay", 0, 1)
-        _open_replay(staging, strategies)
+        _open_replay(staging / groups[reference][1], strategies)
         notify("open-mode replay", 1, 1)
 
         if plan.oracle:
             notify("oracle", 0, 1)
-            _oracle(staging, strategies, jobs)
+            _oracle(staging, staging / groups[reference][1], strategies, jobs)
             notify("oracle", 1, 1)
 
         notify("report", 0, 1)
@@ -229,21 +281,31 @@ def run_qualify(
 
 
 def qualify_runs(
-    plan: QualifyPlan, repeats: Sequence[Repeat], strategies: Sequence[StrategySpec]
+    plan: QualifyPlan,
+    repeats: Sequence[Repeat],
+    strategies: Sequence[StrategySpec],
+    *,
+    folder: str = "runs",
+    diff: bool = True,
 ) -> list[PlannedRun]:
     """The job's recordings as an execution plan for :func:`tracekit.sweep.execute_runs`.
 
-    Every strategy on every repeat, through the typed host, into ``runs/r<k>/<strategy>``; then
-    the candidate on repeat 0 through the legacy and the typed hosts, into ``diff/<host>`` (the
-    last two runs). The production policy is seeded with the repeat's seed.
+    Every strategy on every repeat, through the typed host, into ``<folder>/r<k>/<strategy>``;
+    then (with ``diff``) the candidate on repeat 0 through the legacy and the typed hosts, into
+    ``diff/<host>`` (the last two runs). The production policy is seeded with the repeat's seed.
     """
-    rate = float(plan.workload.options.get("rate_scale", 1.0))
+    rate = float(
+        repeats[0].workload.options.get("rate_rps") or plan.workload.options.get("rate_scale", 1.0)
+    )
     cells = [
-        (f"runs/{repeat.label}/{strategy.label}", repeat, strategy, "typed")
+        (f"{folder}/{repeat.label}/{strategy.label}", repeat, strategy, "typed")
         for repeat in repeats
         for strategy in strategies
     ]
-    cells += [(f"diff/{host}", repeats[0], plan.candidate, host) for host in ("legacy", "typed")]
+    if diff:
+        cells += [
+            (f"diff/{host}", repeats[0], plan.candidate, host) for host in ("legacy", "typed")
+        ]
     runs = []
     for path, repeat, strategy, host_path in cells:
         seeded = _seeded(strategy, repeat.seed)
@@ -276,7 +338,9 @@ def _stage_counts(notify: Stage, name: str) -> ProgressCallback:
 
 def _inputs(plan: QualifyPlan, repeats: list[Repeat], strategies: list[StrategySpec]) -> dict:
     workload = plan.workload
+    loads = {} if plan.loads is None else plan.loads.describe()
     return {
+        **loads,
         "tool_version": __version__,
         "created_at": utc_now_iso(),
         "workload": workload.describe(),
@@ -324,15 +388,71 @@ def _user_settings(spec: StrategySpec) -> dict[str, Any]:
     return {k: v for k, v in spec.settings.items() if k not in NAMED_SETTINGS}
 
 
-def _open_replay(staging: Path, strategies: list[StrategySpec]) -> None:
-    """Replay every strategy in open mode on the first repeat's baseline decisions."""
-    replay_open(staging / "runs" / "r0" / strategies[0].label, strategies, staging / "replay")
+def _open_replay(runs: Path, strategies: list[StrategySpec]) -> None:
+    """Replay every strategy in open mode on the first repeat's baseline decisions.
+
+    ``runs`` is the reference cell's runs folder; the replay goes beside ``runs/``.
+    """
+    staging = runs.parent if runs.name == "runs" else runs.parent.parent
+    replay_open(runs / "r0" / strategies[0].label, strategies, staging / "replay")
 
 
-def _oracle(staging: Path, strategies: list[StrategySpec], jobs: int | None) -> None:
-    """The hindsight oracle on the first repeat's baseline run (qualify --oracle)."""
-    bundle = staging / "runs" / "r0" / strategies[0].label
-    run_oracle(bundle, staging / "oracle", strategies, jobs=jobs)
+def _with_request_outcomes(staging: Path, cells: pl.DataFrame) -> pl.DataFrame:
+    """Add each run's ``aborted`` (cancelled by the client) and ``rejected`` request counts."""
+    counts = [
+        open_trace(staging / bundle)
+        .scan("requests")
+        .select(
+            (pl.col("status") == "aborted").sum().alias("aborted"),
+            (pl.col("status") == "rejected").sum().alias("rejected"),
+        )
+        .collect()
+        .row(0)
+        for bundle in cells["bundle"]
+    ]
+    return cells.with_columns(
+        pl.Series("aborted", [c[0] for c in counts], dtype=pl.Int64),
+        pl.Series("rejected", [c[1] for c in counts], dtype=pl.Int64),
+    )
+
+
+def _with_load_columns(
+    staging: Path, cells: pl.DataFrame, groups: list[tuple[LoadCell | None, str, list[Repeat]]]
+) -> pl.DataFrame:
+    """Add each run's load (``load``, ``offered_rps``) and ``differing_decisions``.
+
+    ``differing_decisions`` counts the decisions whose applied victim is not the built-in
+    rule's: 0 in every run of a cell means the strategy decided exactly as the built-in rule
+    (the verdict then says "identical to built-in").
+    """
+    # The load of a run is read from its folder name.
+    loads = {f"runs/{cell.label}/": cell for cell, _, _ in groups if cell is not None}
+
+    def load_of(bundle: str) -> LoadCell:
+        return next(cell for prefix, cell in loads.items() if bundle.startswith(prefix))
+
+    bundles = cells["bundle"].to_list()
+    differing = [
+        open_trace(staging / bundle)
+        .scan("decisions")
+        .select((pl.col("applied_victim_id") != pl.col("builtin_victim_id")).sum())
+        .collect()
+        .item()
+        for bundle in bundles
+    ]
+    return cells.with_columns(
+        pl.Series("load", [load_of(b).label for b in bundles], dtype=pl.String),
+        pl.Series("offered_rps", [load_of(b).rate_rps for b in bundles], dtype=pl.Float64),
+        pl.Series("differing_decisions", differing, dtype=pl.Int64),
+    )
+
+
+def _oracle(staging: Path, runs: Path, strategies: list[StrategySpec], jobs: int | None) -> None:
+    """The hindsight oracle on the reference cell's first baseline run (qualify --oracle).
+
+    ``runs`` is the reference cell's runs folder (as for the open-mode replay).
+    """
+    run_oracle(runs / "r0" / strategies[0].label, staging / "oracle", strategies, jobs=jobs)
 
 
 # Files that name input bundles by their path while the job runs (in the staging folder).

@@ -16,6 +16,7 @@ from tracekit.oracle.job import load_oracle
 from tracekit.qualify import frames
 from tracekit.qualify.diff_frames import diff_classes_frame, diff_timeline_frame, first_difference
 from tracekit.qualify.effectiveness import interval_frame
+from tracekit.qualify.load_frames import goodput_frame, queue_depth_frame
 from tracekit.qualify.results import BASELINE, Results, ResultsError, load_results
 from tracekit.qualify.verdicts import (
     EQUIVALENT_VERDICTS,
@@ -80,6 +81,11 @@ def report_inputs(results: Results, qualification: dict[str, Any]) -> ReportInpu
         diff_timeline=diff_timeline_frame(results),
         first_difference=first_difference(diff),
         headroom=_headroom(results.root),
+        # Prefix caching (trace v2): None when no run hit the cache, and the section is left out.
+        cache_hits=frames.cache_hit_frame(results, strategies, repeat=0),
+        cache_split=frames.cache_split_frame(results, strategies),
+        goodput=goodput_frame(results),
+        queue_depth=queue_depth_frame(results),
     )
 
 

@@ -93,6 +93,9 @@ class Results:
         ``replay/summary.parquet`` and ``replay/agreement.parquet``, or ``None`` when absent.
     diff, conformance
         ``diff/diff.json`` and ``conformance.json``, or ``None`` when absent.
+    output_gate
+        ``output_gate.json`` (``tracekit outputs --results``: the greedy-output equality of two
+        live recordings), or ``None`` when absent.
     """
 
     root: Path
@@ -102,6 +105,7 @@ class Results:
     replay_agreement: pl.DataFrame | None
     diff: dict[str, Any] | None
     conformance: dict[str, Any] | None
+    output_gate: dict[str, Any] | None = None
 
     @property
     def candidate(self) -> str:
@@ -216,4 +220,5 @@ def load_results(results_dir: str | Path) -> Results:
         replay_agreement=_read_parquet(root / "replay" / "agreement.parquet"),
         diff=_read_json(root / "diff" / "diff.json"),
         conformance=conformance,
+        output_gate=_read_json(root / "output_gate.json"),
     )

@@ -37,6 +37,7 @@ from tracekit.qualify.effectiveness import (
     effectiveness_entries,
     paired_changes,
 )
+from tracekit.qualify.load_verdicts import go_no_go, load_headlines, relabel_entries
 from tracekit.qualify.results import BASELINE, Results, load_results
 
 __all__ = [
@@ -161,18 +162,31 @@ def _run_checks(results: Results) -> list[dict[str, Any]]:
     cells = results.cells
     runs = cells.filter(pl.col("strategy") == candidate)
     compared = cells.filter(pl.col("strategy").is_in([candidate, BASELINE]))
+    completed = ~pl.col("all_finished").fill_null(False)
+    if "aborted" in compared.columns:
+        # A request its client cancelled (--ttft-timeout-s, a recorded cancel) ended as the
+        # client chose: it counts as completed, and the detail says how many there were.
+        done = pl.col("finished").fill_null(0) + pl.col("aborted").fill_null(0)
+        completed = done < pl.col("requests")
     unfinished = _failing(
         compared.with_columns(
             pl.format("{} of {}", pl.col("finished").fill_null(0), "requests").alias("value")
         ),
-        ~pl.col("all_finished").fill_null(False),
+        completed,
         "finished",
     )
+    aborted = int(compared["aborted"].sum()) if "aborted" in compared.columns else 0
+    finished_text = f"every request finished in {compared.height} runs"
+    if aborted:
+        finished_text = (
+            f"every request finished or was aborted by its client in {compared.height} runs "
+            f"({aborted} aborted)"
+        )
     checks = [
         _check(
             "all_requests_completed",
             not unfinished and compared.height > 0,
-            unfinished or f"every request finished in {compared.height} runs",
+            unfinished or finished_text,
         )
     ]
     for name, column, what in (
@@ -181,9 +195,12 @@ def _run_checks(results: Results) -> list[dict[str, Any]]:
     ):
         bad = _failing(runs.rename({column: "value"}), pl.col("value") > 0, what)
         checks.append(_check(name, not bad and runs.height > 0, bad or f"0 {what}"))
+    # With a load plan a light cell may see no preemption, so a run that never called the
+    # policy (enabled unknown) is not a disabled one there; invocation is checked below.
+    load_plan = "load" in cells.columns
     disabled = _failing(
         runs.with_columns(pl.lit("disabled").alias("value")),
-        ~pl.col("policy_enabled").fill_null(False),
+        ~pl.col("policy_enabled").fill_null(load_plan),
         "policy",
     )
     checks.append(
@@ -193,6 +210,9 @@ def _run_checks(results: Results) -> list[dict[str, Any]]:
             disabled or "enabled at the end of every run",
         )
     )
+    if load_plan:
+        checks.append(_invoked_in_some_cell(runs))
+        return checks
     expected = int(results.inputs.get("repeats") or 0)
     invoked = runs.filter(pl.col("calls") > 0)["repeat"].unique().sort().to_list()
     repeats = sorted(set(range(expected)) | set(cells["repeat"].unique().to_list()))
@@ -207,6 +227,25 @@ def _run_checks(results: Results) -> list[dict[str, Any]]:
         )
     )
     return checks
+
+
+def _invoked_in_some_cell(runs: pl.DataFrame) -> dict[str, Any]:
+    """A load plan's invocation check: called in every repeat of at least one load cell.
+
+    Light cells may preempt nothing (then the policy is never asked); the check needs one cell
+    where every repeat exercised it, and names the cells where some repeat did not.
+    """
+    per_load = (
+        runs.group_by("load", maintain_order=True)
+        .agg((pl.col("calls") > 0).all().alias("every"))
+        .sort("load")
+    )
+    full = per_load.filter(pl.col("every"))["load"].to_list()
+    partial = per_load.filter(~pl.col("every"))["load"].to_list()
+    detail = f"called in every repeat of {', '.join(full) or 'no load cell'}"
+    if partial:
+        detail += f"; not in every repeat of {', '.join(partial)} (no preemption there)"
+    return _check("invoked_every_repeat", bool(full), detail)
 
 
 def _diff_check(diff: dict[str, Any] | None) -> dict[str, Any]:
@@ -268,6 +307,11 @@ def _conformance_check(conformance: dict[str, Any] | None) -> dict[str, Any]:
     return _check("conformance_passed", passed, detail)
 
 
+def _output_gate_check(gate: dict[str, Any]) -> dict[str, Any]:
+    # output_gate.json is written by tracekit.vllm.live_engine.gate (OutputGate.to_dict).
+    return _check("outputs_equal", gate.get("passed") is True, str(gate.get("detail", "")))
+
+
 def functional_gate(results: Results) -> dict[str, Any]:
     """The functional compatibility gate: every check, and the reasons of a failure.
 
@@ -287,6 +331,9 @@ def functional_gate(results: Results) -> dict[str, Any]:
         _diff_check(results.diff),
         _conformance_check(results.conformance),
     ]
+    # A row only when a live recording's output gate is in the folder (tracekit outputs).
+    if results.output_gate is not None:
+        checks.append(_output_gate_check(results.output_gate))
     reasons = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]
     return {"status": "failed" if reasons else "passed", "checks": checks, "reasons": reasons}
 
@@ -327,12 +374,16 @@ def qualification_from_results(results: Results) -> dict[str, Any]:
     candidate = results.candidate
     gate = functional_gate(results)
     entries = effectiveness_entries(paired_changes(results.cells, BASELINE))
+    entries = relabel_entries(entries, results.cells)
     mine = [e for e in entries if e["strategy"] == candidate]
     document = {
         "format": QUALIFICATION_FORMAT,
         "version": 1,
         "candidate": candidate,
         "baseline": BASELINE,
+        # One line saying what the evidence supports (issue 14).
+        "headline": go_no_go(gate, entries, candidate),
+        "load_headlines": load_headlines(entries, results.cells, candidate),
         "inputs": {
             key: inputs.get(key)
             for key in (
@@ -346,6 +397,8 @@ def qualification_from_results(results: Results) -> dict[str, Any]:
                 "slo",
                 "tool_version",
                 "created_at",
+                "capacity",
+                "loads",
             )
         },
         "lifecycle": lifecycle_labels(results),

@@ -1,12 +1,14 @@
 """Turning engine records and victim decisions into the typed rows of each trace table.
 
 Shared by every recorder, so each table's row is built by field name in one place (the row
-classes, :mod:`tracekit.trace.rows`, follow ``schemas/trace-v1.json``).
+classes, :mod:`tracekit.trace.rows`, follow ``schemas/trace-v2.json``). The prefix-cache columns
+of version 2 are null unless the caller passes what it knows: a recorder that cannot see the
+cache (live hosts, imports, the real-vLLM driver today) writes null, never a made-up 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -49,8 +51,10 @@ def decision_row(
     applied_victim_id: str,
     decision_reason: str | None,
     stats: PreemptionPolicyStats,
+    freed_blocks: int | None = None,
+    freed_tokens: int | None = None,
 ) -> DecisionRow:
-    """The ``decisions`` row of one decision."""
+    """The ``decisions`` row of one decision (``freed_*``: what the preemption freed, if known)."""
     raw_result, raw_type = raw_result_fields(raw, outcome not in ("disabled", "builtin"))
     return DecisionRow(
         run_id=run_id,
@@ -73,12 +77,22 @@ def decision_row(
         failures=stats.failures,
         invalid_selections=stats.invalid_selections,
         policy_enabled=stats.enabled,
+        freed_blocks=freed_blocks,
+        freed_tokens=freed_tokens,
     )
 
 
-def candidate_rows(run_id: str, seq: int, candidates: Any) -> Iterator[CandidateRow]:
-    """The ``candidates`` rows of one decision, in host order."""
+def candidate_rows(
+    run_id: str, seq: int, candidates: Any, blocks: Sequence[tuple[int, int]] = ()
+) -> Iterator[CandidateRow]:
+    """The ``candidates`` rows of one decision, in host order.
+
+    ``blocks``: per candidate, ``(blocks held, blocks only it holds)`` when the recorder knows
+    them (:attr:`tracekit.engine.DecisionRecord.candidate_blocks`); empty leaves them null.
+    """
+    known = len(blocks) == len(candidates) and len(blocks) > 0
     for position, c in enumerate(candidates):
+        held, exclusive = blocks[position] if known else (None, None)
         yield CandidateRow(
             run_id=run_id,
             seq=seq,
@@ -93,6 +107,8 @@ def candidate_rows(run_id: str, seq: int, candidates: Any) -> Iterator[Candidate
             max_tokens=int(c.max_tokens),
             sglang_output_len=getattr(c, "sglang_output_len", None),
             sglang_prompt_len=getattr(c, "sglang_prompt_len", None),
+            num_blocks_held=held,
+            num_blocks_exclusive=exclusive,
         )
 
 
@@ -110,15 +126,28 @@ _STEP_ATTRIBUTES = {
     "scheduled_decode_tokens": "num_decode_tokens",
     "num_preemptions": "num_preemptions",
 }
-if ("run_id", *_STEP_ATTRIBUTES) != StepRow._fields:
-    raise RuntimeError("_STEP_ATTRIBUTES must list StepRow's fields after run_id, in order")
+# The prefix-cache columns (trace v2) follow, computed from the record's cache fields.
+_STEP_CACHE_COLUMNS = ("cache_hit_tokens", "cached_blocks_evicted")
+if ("run_id", *_STEP_ATTRIBUTES, *_STEP_CACHE_COLUMNS) != StepRow._fields:
+    raise RuntimeError(
+        "_STEP_ATTRIBUTES and _STEP_CACHE_COLUMNS must list StepRow's fields after run_id, in order"
+    )
 _step_values = attrgetter(*_STEP_ATTRIBUTES.values())
 _new_row = tuple.__new__
 
 
-def step_row(run_id: str, record: StepRecord) -> StepRow:
-    """The ``steps`` row of one engine step."""
-    return _new_row(StepRow, (run_id, *_step_values(record)))
+def step_row(run_id: str, record: StepRecord, *, cache: bool = False) -> StepRow:
+    """The ``steps`` row of one engine step.
+
+    ``cache``: the record's prefix-cache fields are known (the embedded engine fills them, 0
+    with caching off); otherwise those columns are null.
+    """
+    if cache:
+        hits = record.cache_hits
+        tail = (sum(hits.values()) if hits else 0, record.num_evicted_blocks)
+    else:
+        tail = (None, None)
+    return _new_row(StepRow, (run_id, *_step_values(record), *tail))
 
 
 def scheduled_rows(run_id: str, record: StepRecord) -> Iterator[ScheduledRow]:
@@ -129,8 +158,17 @@ def scheduled_rows(run_id: str, record: StepRecord) -> Iterator[ScheduledRow]:
         )
 
 
-def request_row(run_id: str, record: RequestRecord) -> RequestRow:
-    """The ``requests`` row of one request; every ``finished_*`` status is ``finished``."""
+def request_row(
+    run_id: str,
+    record: RequestRecord,
+    num_cached_tokens: int | None = None,
+    resume_cached_tokens: int | None = None,
+) -> RequestRow:
+    """The ``requests`` row of one request; every ``finished_*`` status is ``finished``.
+
+    ``num_cached_tokens`` / ``resume_cached_tokens``: its prefix-cache hits at the first schedule
+    and summed over its resumes, when the recorder knows them.
+    """
     return RequestRow(
         run_id=run_id,
         request_id=record.request_id,
@@ -147,4 +185,6 @@ def request_row(run_id: str, record: RequestRecord) -> RequestRow:
         output_tokens=record.num_output_tokens,
         num_preemptions=record.num_preemptions,
         recomputed_tokens=record.recomputed_tokens,
+        num_cached_tokens=num_cached_tokens,
+        resume_cached_tokens=resume_cached_tokens,
     )

@@ -29,7 +29,9 @@ from tracekit.engine import (
     run_engine,
 )
 from tracekit.engine.request import engine_requests
+from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import PreemptionPolicyStats
+from tracekit.latency.spec import latency_manifest
 from tracekit.recording.rows import (
     candidate_rows,
     decision_row,
@@ -39,9 +41,11 @@ from tracekit.recording.rows import (
 )
 from tracekit.recording.state import final_state as _final_state
 from tracekit.strategies import HostPath, StrategySpec
+from tracekit.trace.rows import AdmissionRow
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.trace.writer import BundleWriter
-from tracekit.workloads import Workload, load_workload
+from tracekit.workloads import Workload, load_workload, with_shared_prefix
+from tracekit.workloads.load_spec import client_model
 
 __all__ = [
     "ENGINE_NAMES",
@@ -131,8 +135,19 @@ class TraceObserver:
         record_scheduled: bool = False,
         total_requests: int = 0,
         progress: Progress | None = None,
+        record_cache: bool = False,
+        record_admissions: bool = False,
     ) -> None:
         self.writer = writer
+        # Whether step records carry the prefix-cache figures (the embedded engine: 0 with
+        # caching off); otherwise the trace's cache columns of steps and requests stay null.
+        self.record_cache = record_cache
+        # req_id -> hit tokens at its first schedule / summed over its resumes, until it ends.
+        self._first_hits: dict[str, int] = {}
+        self._resume_hits: dict[str, int] = {}
+        # req_id -> admissions seen so far (first schedule + resumes), for the admissions table.
+        self._admitted: dict[str, int] = {}
+        self._append_admission = writer.appender("admissions") if record_admissions else None
         # Appenders of the tables written once per step or per candidate (the hot path).
         self._append_step = writer.appender("steps")
         self._append_candidate = writer.appender("candidates")
@@ -149,7 +164,9 @@ class TraceObserver:
         """Write the decision and its candidates."""
         self._update_stats(record)
         append = self._append_candidate
-        for row in candidate_rows(self.run_id, record.seq, record.candidates):
+        for row in candidate_rows(
+            self.run_id, record.seq, record.candidates, record.candidate_blocks
+        ):
             append(row)
         context = _DecisionContext(
             record.candidates,
@@ -171,6 +188,8 @@ class TraceObserver:
                 applied_victim_id=record.victim_id,
                 decision_reason=record.decision_reason,
                 stats=self.stats,
+                freed_blocks=record.freed_blocks,
+                freed_tokens=record.freed_tokens,
             ),
         )
 
@@ -190,7 +209,24 @@ class TraceObserver:
 
     def on_step(self, record: StepRecord) -> None:
         """Write the step (and, if asked, its per-request scheduled tokens)."""
-        self._append_step(step_row(self.run_id, record))
+        self._append_step(step_row(self.run_id, record, cache=self.record_cache))
+        if record.cache_hits:
+            first, resume, admitted = self._first_hits, self._resume_hits, self._admitted
+            append = self._append_admission
+            for request_id, tokens in record.cache_hits.items():
+                # The first admission of a request is its first schedule; later ones resume it.
+                if request_id in first:
+                    resume[request_id] = resume.get(request_id, 0) + tokens
+                else:
+                    first[request_id] = tokens
+                index = admitted.get(request_id, 0)
+                admitted[request_id] = index + 1
+                if append is not None:
+                    append(
+                        AdmissionRow(
+                            self.run_id, request_id, index, record.step, record.time_s, tokens
+                        )
+                    )
         if self._append_scheduled is not None:
             append = self._append_scheduled
             for row in scheduled_rows(self.run_id, record):
@@ -198,7 +234,16 @@ class TraceObserver:
 
     def on_request(self, record: RequestRecord) -> None:
         """Write the finished request."""
-        self.writer.append("requests", request_row(self.run_id, record))
+        first = self._first_hits.pop(record.request_id, 0)
+        resume = self._resume_hits.pop(record.request_id, 0)
+        self._admitted.pop(record.request_id, None)
+        if self.record_cache:
+            # Never scheduled (rejected): no first-schedule hit to speak of, and no resume.
+            scheduled = record.first_scheduled_s is not None
+            row = request_row(self.run_id, record, first if scheduled else None, resume)
+        else:
+            row = request_row(self.run_id, record)
+        self.writer.append("requests", row)
         self.done += 1
         if self.progress is not None:
             self.progress(self.done, self.total)
@@ -261,8 +306,14 @@ def record_sim(
     tables = ["requests", "decisions", "candidates", "steps"]
     if record_scheduled:
         tables.append("scheduled")
+    # Each admission's prefix-cache hit (trace v2), where the engine looks the cache up.
+    admissions = bool(getattr(run.engine_config, "enable_prefix_caching", False))
+    if admissions:
+        tables.append("admissions")
     requests = engine_requests(run.workload)
-    writer = BundleWriter(out, run.manifest(run_id), tables=tables, overwrite=overwrite)
+    # The step-time model that produced the times (docs/latency.md); not part of the run id.
+    manifest = {**run.manifest(run_id), "latency": latency_manifest(run.engine_config)}
+    writer = BundleWriter(out, manifest, tables=tables, overwrite=overwrite)
     signums = (signal.SIGTERM, signal.SIGINT) if stop_on_signals else ()
     with (
         writer.stop_on_signals(*signums),
@@ -279,8 +330,13 @@ def record_sim(
             record_scheduled=record_scheduled,
             total_requests=len(requests),
             progress=progress,
+            record_cache=True,
+            record_admissions=admissions,
         )
-        result = run_engine(requests, run.engine_config, host, observer, collect=False)
+        client = client_model(run.workload)
+        result = run_engine(
+            requests, run.engine_config, host, observer, collect=False, client=client
+        )
         writer.manifest["final_state"] = _final_state(host, result.num_steps, result.end_s)
     return Path(out)
 
@@ -317,9 +373,16 @@ def load_run_workload(
     window: tuple[float, float | None] | None = None,
     rate_scale: float = 1.0,
     priority_seed: int | None = None,
+    shared_prefix_tokens: int | None = None,
+    prefix_groups: int | None = None,
+    prefix_seed: int = 0,
 ) -> Workload:
-    """Load the workload of a run (see :func:`tracekit.workloads.load_workload`)."""
-    return load_workload(
+    """Load the workload of a run (see :func:`tracekit.workloads.load_workload`).
+
+    ``shared_prefix_tokens`` / ``prefix_groups`` / ``prefix_seed``: give every request a shared
+    prompt prefix (:func:`tracekit.workloads.with_shared_prefix`; groups default to 1).
+    """
+    workload = load_workload(
         path,
         format=format,
         limit=limit,
@@ -327,3 +390,12 @@ def load_run_workload(
         rate_scale=rate_scale,
         priority_seed=priority_seed,
     )
+    if shared_prefix_tokens is None:
+        if prefix_groups is not None:
+            raise ConfigError(
+                f"--prefix-groups {prefix_groups!r}: expected only with --shared-prefix-tokens; "
+                "fix: add --shared-prefix-tokens N or drop --prefix-groups"
+            )
+        return workload
+    groups = 1 if prefix_groups is None else prefix_groups
+    return with_shared_prefix(workload, shared_prefix_tokens, groups, prefix_seed)

@@ -1,18 +1,31 @@
-"""The config-only model folder the real-scheduler drivers configure vLLM and SGLang with.
+"""The tiny models the vLLM and SGLang drivers run with, made locally (nothing is downloaded).
 
-Standard library only: the drivers import it inside the engines' own environments. The folder
-holds a ``config.json`` of a tiny Llama and nothing else: no weights, no tokenizer, so nothing is
-downloaded and only the schedulers run.
+Standard library only at import: the drivers import it inside the engines' own environments.
+
+- :func:`write_tiny_model`: a folder holding only the ``config.json`` of a tiny Llama, for the
+  real-scheduler drivers (no weights, no tokenizer: only the schedulers run).
+- :func:`write_live_model`: a 4-layer Llama with random weights and a word-level tokenizer, for
+  the live engine (``tracekit record vllm --live``); it imports torch and transformers when called.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TINY_MODEL_CONFIG", "write_tiny_model"]
+__all__ = [
+    "LIVE_FIRST_TOKEN",
+    "LIVE_MODEL_CONFIG",
+    "TINY_MODEL_CONFIG",
+    "live_model_key",
+    "write_live_model",
+    "write_tiny_model",
+]
 
 #: The model the schedulers are configured for.
 TINY_MODEL_CONFIG: dict[str, Any] = {
@@ -42,4 +55,81 @@ def write_tiny_model(folder: Path) -> Path:
         tmp = folder / f".config.json.{os.getpid()}"
         tmp.write_text(text, "utf-8")
         os.replace(tmp, config)
+    return folder
+
+
+#: The model the live engine (``tracekit record vllm --live``) runs: a 4-layer Llama with random
+#: weights. Measured on 2 cores: 32 requests of 64 tokens take seconds, so CI can afford it, while
+#: its steps still cost enough (attention, MLP, a 4096-token head) for step times to vary with the
+#: batch. The vocabulary is small so that the head does not dominate every step.
+LIVE_MODEL_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 4,
+    "vocab_size": 4096,
+    # Above the engine's default max_model_len (8192), which vLLM checks against it.
+    "max_position_embeddings": 16384,
+    "rms_norm_eps": 1e-5,
+    # Wider than transformers' 0.02 so that greedy outputs depend on the prompt (with 0.02 every
+    # request repeats one token, and the output-equality gate would compare nothing).
+    "initializer_range": 0.5,
+    "torch_dtype": "float32",
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+#: Token ids below this are left to the tokenizer's special tokens; prompts use the rest.
+LIVE_FIRST_TOKEN = 16
+
+
+def live_model_key(seed: int) -> str:
+    """A short name for the live model of ``seed`` (its folder name under the cache)."""
+    text = json.dumps([LIVE_MODEL_CONFIG, seed], sort_keys=True)
+    return f"bidkv-live-llama-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def write_live_model(parent: Path, seed: int = 0) -> Path:
+    """Create (once) the live model folder under ``parent`` and return it.
+
+    The folder holds ``config.json``, random weights in ``model.safetensors`` drawn with
+    ``torch.manual_seed(seed)``, and a word-level tokenizer whose tokens are ``t0``, ``t1``, ...
+    (one per id), all made here: no hub, no download. It needs torch, transformers and
+    tokenizers, so only the vLLM environment calls it (they are imported here, not at the top).
+    The folder appears complete or not at all (written beside it, then renamed).
+    """
+    folder = parent / live_model_key(seed)
+    if (folder / "model.safetensors").is_file():
+        return folder
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=parent))
+    try:
+        torch.manual_seed(seed)
+        settings = {k: v for k, v in LIVE_MODEL_CONFIG.items() if k not in ("architectures",)}
+        model = LlamaForCausalLM(LlamaConfig(**settings))
+        model.save_pretrained(tmp, safe_serialization=True)
+        vocab = {f"t{i}": i for i in range(LIVE_MODEL_CONFIG["vocab_size"])}
+        word_level = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+        word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=word_level, unk_token="t0", bos_token="t1", eos_token="t2"
+        )
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "model.safetensors").is_file():
+                raise
+            shutil.rmtree(tmp)  # another process made it first
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return folder

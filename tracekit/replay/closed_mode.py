@@ -29,7 +29,7 @@ from tracekit.strategies import HostPath, StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.bundle import Bundle, check_parquet, open_trace
-from tracekit.workloads import Workload
+from tracekit.workloads import Workload, with_shared_prefix
 
 __all__ = ["CLOSED_SUMMARY", "ClosedReplay", "recorded_workload", "replay_closed"]
 
@@ -84,7 +84,7 @@ def recorded_workload(bundle: Bundle) -> Workload:
             f"{bundle.path}: the run has no requests table rows; closed mode needs the recorded "
             "workload (live recordings and imports cannot be re-simulated)"
         )
-    return Workload(
+    workload = Workload(
         name=str(spec.get("name") or bundle.run_id),
         source=Path(str(spec.get("source") or bundle.path)),
         sha256=str(spec.get("sha256") or ""),
@@ -92,6 +92,29 @@ def recorded_workload(bundle: Bundle) -> Workload:
         options=dict(spec.get("options") or {}),
         frame=frame,
     )
+    return _with_recorded_prefix(workload)
+
+
+def _with_recorded_prefix(workload: Workload) -> Workload:
+    """Re-derive a synthetic shared prefix (``--shared-prefix-tokens``) from its recorded options.
+
+    The requests table does not hold token content; a shared prefix depends only on its options
+    and the requests' order, so it comes back exactly. Other content (Mooncake ``hash_ids``,
+    conversation logs) is not in the trace: those runs re-simulate without it.
+    """
+    options = workload.options
+    tokens = options.get("shared_prefix_tokens")
+    if tokens is None:
+        return workload
+    content = {"shared_prefix_tokens", "prefix_groups", "prefix_seed", "content_block_tokens"}
+    bare = dataclasses.replace(
+        workload, options={k: v for k, v in options.items() if k not in content}
+    )
+    shared = with_shared_prefix(
+        bare, tokens, options.get("prefix_groups") or 1, options.get("prefix_seed") or 0
+    )
+    # The recorded options, in their recorded order (they enter the run id).
+    return dataclasses.replace(shared, options=dict(options))
 
 
 def _engine_config(bundle: Bundle) -> Any:

@@ -51,6 +51,9 @@ DECISION_COLUMNS: tuple[str, ...] = (
 # The typed contract's PreemptionCandidate fields, in its positional order after seq/position.
 # The SGLang-only columns are not part of the typed contract, so no policy can read them.
 CANDIDATE_COLUMNS: tuple[str, ...] = ("seq", "position", *CANDIDATE_FIELDS)
+# Trace v2: the blocks only the candidate holds, which give the tokens preempting it actually
+# frees. Never shown to a policy; read when the bundle has it (version 2), else null.
+EXCLUSIVE_COLUMN = "num_blocks_exclusive"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +73,10 @@ class Chunk:
     candidates
         The decisions' candidates in ``(seq, position)`` order: :data:`CANDIDATE_COLUMNS`,
         ``dec`` (the row of their decision in ``decisions``), ``row`` (their own row) and
-        ``first_row`` (the row of the first candidate of the decision with the same id) and
-        ``id_row`` (the first row of the chunk with the same id).
+        ``first_row`` (the row of the first candidate of the decision with the same id),
+        ``id_row`` (the first row of the chunk with the same id) and ``freed_tokens_actual``
+        (the KV capacity preempting it frees: its ``num_blocks_exclusive`` times the block
+        size; null when the trace does not record it, as in version-1 bundles).
     """
 
     run_id: str
@@ -110,8 +115,9 @@ def _batches(files: list, columns: tuple[str, ...], batch_rows: int) -> Iterator
 class _CandidateStream:
     """The candidates table read in order, handing out the rows of one seq range at a time."""
 
-    def __init__(self, files: list, batch_rows: int) -> None:
-        self._batches = _batches(files, CANDIDATE_COLUMNS, batch_rows)
+    def __init__(self, files: list, batch_rows: int, columns: tuple[str, ...]) -> None:
+        self._columns = columns
+        self._batches = _batches(files, columns, batch_rows)
         self._pending: list[pa.RecordBatch] = []
         self._exhausted = False
 
@@ -127,7 +133,7 @@ class _CandidateStream:
             elif batch.num_rows:
                 self._pending.append(batch)
         if not self._pending:
-            return pa.Table.from_batches([], schema=_candidate_arrow_schema())
+            return pa.Table.from_batches([], schema=_candidate_arrow_schema(self._columns))
         table = pa.Table.from_batches(self._pending)
         seqs = pl.from_arrow(table.column("seq"))
         assert isinstance(seqs, pl.Series)
@@ -137,9 +143,9 @@ class _CandidateStream:
         return table.slice(0, split)
 
 
-def _candidate_arrow_schema() -> pa.Schema:
+def _candidate_arrow_schema(columns: tuple[str, ...] = CANDIDATE_COLUMNS) -> pa.Schema:
     schema = trace_schema().table("candidates").arrow_schema
-    return pa.schema([schema.field(c) for c in CANDIDATE_COLUMNS])
+    return pa.schema([schema.field(c) for c in columns])
 
 
 def iter_run_chunks(bundle: Bundle, chunk_rows: int, limit: int | None = None) -> Iterator[Chunk]:
@@ -175,7 +181,10 @@ def iter_run_chunks(bundle: Bundle, chunk_rows: int, limit: int | None = None) -
             f"{bundle.path}: the bundle has no candidates table; open-mode replay rebuilds "
             "every context from decisions and candidates, so re-record or re-import it"
         )
-    candidates = _CandidateStream(candidate_files, chunk_rows)
+    columns = CANDIDATE_COLUMNS
+    if EXCLUSIVE_COLUMN in trace_schema(bundle.schema_version).table("candidates").column_names:
+        columns = (*CANDIDATE_COLUMNS, EXCLUSIVE_COLUMN)
+    candidates = _CandidateStream(candidate_files, chunk_rows, columns)
     pending: list[pa.RecordBatch] = []
     rows = 0
     done = 0
@@ -221,8 +230,9 @@ def _make_chunk(
     cand_table = stream.take_through(int(seq[-1]))
     cands = pl.from_arrow(cand_table)
     assert isinstance(cands, pl.DataFrame)
-    cands = cands.cast({c: cand_types[c] for c in CANDIDATE_COLUMNS})
+    cands = cands.cast({c: cand_types[c] for c in cands.columns})
     cands = _in_host_order(cands)
+    cands = cands.with_columns(_freed_tokens(bundle, cands))
     _check_candidates(bundle, decisions, cands)
     counts = decisions["num_candidates"]
     cands = (
@@ -249,6 +259,15 @@ def _make_chunk(
         _locate(cands, decisions["builtin_victim_id"]).alias("builtin_row"),
     )
     return Chunk(bundle.run_id, decisions, cands)
+
+
+def _freed_tokens(bundle: Bundle, cands: pl.DataFrame) -> pl.Expr:
+    """Per candidate, the tokens preempting it frees (null when the trace does not say)."""
+    config = bundle.manifest.get("engine_config")
+    block_size = config.get("block_size") if isinstance(config, dict) else None
+    if EXCLUSIVE_COLUMN not in cands.columns or not isinstance(block_size, int):
+        return pl.lit(None, pl.Int64).alias("freed_tokens_actual")
+    return (pl.col(EXCLUSIVE_COLUMN) * block_size).alias("freed_tokens_actual")
 
 
 def _locate(cands: pl.DataFrame, ids: pl.Series) -> pl.Series:

@@ -32,7 +32,8 @@ from tracekit.replay.runs import Job, Progress, replay_all
 from tracekit.replay.summary import dumps, render_summary, summary_records
 from tracekit.replay.table import COMPRESSION
 from tracekit.strategies import StrategySpec
-from tracekit.trace.bundle import Bundle, open_trace
+from tracekit.trace.bundle import Bundle, TraceDataset, open_trace
+from tracekit.trace.inspect import recompute_split
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "OUTPUT_FILES", "OpenReplayResult", "replay_open"]
 
@@ -161,7 +162,8 @@ def replay_open(
         reports, accumulator, failures = replay_all(jobs, partial, workers, total, progress)
         summary, agreement = accumulator.finish()
         decisions = sum(r.decisions for r in reports)
-        text = render_summary(summary, agreement)
+        recompute = _recorded_recompute(dataset)
+        text = render_summary(summary, agreement) + _recompute_text(recompute)
         _write_outputs(partial, summary, agreement, text)
         (partial / "replay.json").write_text(
             dumps(
@@ -179,6 +181,8 @@ def replay_open(
                     "decisions": decisions,
                     "evaluations": decisions * len(specs),
                     "runs": [r.record() for r in reports],
+                    # The recorded runs' recomputed tokens, split by the prefix cache (trace v2).
+                    "recorded_recompute": recompute,
                     "failures": [
                         {
                             "run_id": f.run_id,
@@ -211,6 +215,27 @@ def replay_open(
         text=text,
         elapsed_s=time.perf_counter() - started,
     )
+
+
+def _recorded_recompute(dataset: TraceDataset) -> list[dict[str, object]]:
+    """Per recorded run: recomputed tokens, of which served by the prefix cache / truly redone."""
+    if not any(b.has_table("requests") for b in dataset):
+        return []
+    return recompute_split(dataset.scan("requests")).collect().to_dicts()
+
+
+def _recompute_text(runs: list[dict[str, object]]) -> str:
+    """Lines for summary.txt: the recorded runs' recomputation, where the trace records hits."""
+    known = [r for r in runs if r["truly_recomputed_tokens"] is not None]
+    if not known:
+        return ""
+    lines = ["", "recorded runs: recomputed tokens = prefix-cache hits + truly recomputed"]
+    lines += [
+        f"  {r['run_id']}: {r['recomputed_tokens']} = {r['recomputed_from_cache_tokens']} + "
+        f"{r['truly_recomputed_tokens']}"
+        for r in known
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _check_arguments(

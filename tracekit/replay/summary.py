@@ -37,7 +37,15 @@ _SUMS = {
     "picked_requester": pl.col("picked_requester").sum(),
     "tokens_freed": pl.col("victim_tokens_freed").sum(),
     "recorded_tokens_freed": pl.col("recorded_tokens_freed").sum(),
+    # Estimate against actual, over the decisions whose actual freed tokens the trace records.
+    "freed_known": pl.col("victim_tokens_freed_actual").is_not_null().sum(),
+    "estimated_tokens_freed": pl.col("victim_tokens_freed")
+    .filter(pl.col("victim_tokens_freed_actual").is_not_null())
+    .sum(),
+    "actual_tokens_freed": pl.col("victim_tokens_freed_actual").sum(),
 }
+# Replay tables written before trace v2 lack the actual columns: they read as unknown.
+_ACTUAL_COLUMNS = ("victim_tokens_freed_actual", "recorded_tokens_freed_actual")
 
 
 def _when(outcomes: Sequence[str] | None = None, reason: str | None = None) -> pl.Expr:
@@ -65,6 +73,9 @@ _COUNTS = {
     "picked_requester": pl.col("picked_requester").sum(),
     "tokens_freed": pl.col("tokens_freed").sum(),
     "recorded_tokens_freed": pl.col("recorded_tokens_freed").sum(),
+    "freed_known": pl.col("freed_known").sum(),
+    "estimated_tokens_freed": pl.col("estimated_tokens_freed").sum(),
+    "actual_tokens_freed": pl.col("actual_tokens_freed").sum(),
 }
 
 
@@ -92,6 +103,9 @@ class SummaryAccumulator:
         """Add the rows of one chunk: every strategy for the same decisions, interleaved."""
         if frame.height == 0:
             return
+        missing = [c for c in _ACTUAL_COLUMNS if c not in frame.columns]
+        if missing:
+            frame = frame.with_columns(pl.lit(None, pl.Int64).alias(c) for c in missing)
         # Partial results are small: their keys become plain strings, whatever the chunk used.
         self._counts.append(
             frame.group_by(*_GROUPS)
@@ -184,6 +198,14 @@ class SummaryAccumulator:
             "tokens_freed",
             "recorded_tokens_freed",
             _rate(pl.col("tokens_freed"), pl.col("recorded_tokens_freed")).alias("tokens_ratio"),
+            # Tokens freed: the estimate (victims' computed tokens) against what the victims'
+            # exclusive blocks actually free, over the decisions the trace records it for.
+            pl.col("freed_known").alias("freed_known_decisions"),
+            pl.when(pl.col("freed_known") > 0).then(pl.col("estimated_tokens_freed")),
+            pl.when(pl.col("freed_known") > 0).then(pl.col("actual_tokens_freed")),
+            _rate(pl.col("actual_tokens_freed"), pl.col("estimated_tokens_freed")).alias(
+                "freed_actual_ratio"
+            ),
             pl.col("top_victims").fill_null(pl.lit([], dtype=_VICTIMS_DTYPE)),
         )
         total = summary["decisions"].max() if summary.height else 0
@@ -309,7 +331,7 @@ def render_summary(summary: pl.DataFrame, agreement: pl.DataFrame) -> str:
     """
     header = (
         "strategy", "decisions", "agree", "calls", "select", "abstain", "liveness", "cascade",
-        "gate", "invalid", "failures", "requester", "tokens/rec",
+        "gate", "invalid", "failures", "requester", "tokens/rec", "freed act/est",
     )  # fmt: skip
     rows = [header]
     for r in summary.iter_rows(named=True):
@@ -329,6 +351,7 @@ def render_summary(summary: pl.DataFrame, agreement: pl.DataFrame) -> str:
                 str(r["failures"]),
                 _pct(r["requester_rate"]),
                 "-" if ratio is None else f"{ratio:.3f}",
+                _freed(r),
             )
         )
     lines = _table(rows)
@@ -350,6 +373,15 @@ def render_summary(summary: pl.DataFrame, agreement: pl.DataFrame) -> str:
         )
         lines.append(f"  {r['strategy']}: {victims or '-'}")
     return "\n".join(lines) + "\n"
+
+
+def _freed(row: dict[str, Any]) -> str:
+    """``actual/estimate (ratio)`` tokens freed, or ``-`` when the trace does not record it."""
+    ratio = row.get("freed_actual_ratio")
+    if not row.get("freed_known_decisions"):
+        return "-"
+    shown = "-" if ratio is None else f"{ratio:.3f}"
+    return f"{row['actual_tokens_freed']}/{row['estimated_tokens_freed']} ({shown})"
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

@@ -59,6 +59,10 @@ REPLAY_SCHEMA = pa.schema(
         pa.field("recorded_tokens_freed", pa.int64()),
         pa.field("agrees_with_recorded", pa.bool_(), nullable=False),
         pa.field("picked_requester", pa.bool_(), nullable=False),
+        # Trace v2: the KV capacity, in tokens, the applied and the recorded victim's preemption
+        # actually frees (exclusive blocks * block size); null when the trace does not record it.
+        pa.field("victim_tokens_freed_actual", pa.int64()),
+        pa.field("recorded_tokens_freed_actual", pa.int64()),
     ]
 )
 COMPRESSION = "zstd"
@@ -90,8 +94,11 @@ def assemble(chunk: Chunk, labels: Sequence[str], results: Sequence[pl.DataFrame
         Rows ordered by ``seq`` then strategy: the columns of :data:`REPLAY_SCHEMA`, then, for
         the summary, ``applied_row`` (the applied victim's candidate row) and
         ``applied_id_row`` (an integer standing for its id in the chunk).
-        ``victim_tokens_freed`` is the applied victim's ``num_computed_tokens``;
-        ``recorded_tokens_freed`` the recorded victim's; ``picked_requester`` says whether the
+        ``victim_tokens_freed`` is the applied victim's ``num_computed_tokens`` (what the
+        candidate's token counts suggest preempting it frees: the estimate);
+        ``recorded_tokens_freed`` the recorded victim's; ``*_tokens_freed_actual`` what they
+        actually free (their exclusive blocks times the block size, null when unrecorded);
+        ``picked_requester`` says whether the
         applied victim is the requester. Should ids repeat, an id stands for its first
         candidate.
     """
@@ -107,6 +114,7 @@ def assemble(chunk: Chunk, labels: Sequence[str], results: Sequence[pl.DataFrame
     row = stacked["applied_row"]
     recorded = dec["recorded_row"].gather(index)
     tokens = cands["num_computed_tokens"]
+    actual = cands["freed_tokens_actual"]
     applied = cands["request_id"].gather(row)
     return stacked.select(
         pl.lit(chunk.run_id, pl.Enum([chunk.run_id])).alias("run_id"),
@@ -130,6 +138,8 @@ def assemble(chunk: Chunk, labels: Sequence[str], results: Sequence[pl.DataFrame
         )
         .fill_null(False)
         .alias("picked_requester"),
+        actual.gather(row).alias("victim_tokens_freed_actual"),
+        actual.gather(recorded).alias("recorded_tokens_freed_actual"),
         "applied_row",
         cands["id_row"].gather(row).alias("applied_id_row"),
     )

@@ -13,6 +13,7 @@ import polars as pl
 __all__ = [
     "LABEL_COLOURS",
     "agreement_chart",
+    "cache_hit_rate_chart",
     "counter_chart",
     "delta_chart",
     "diff_timeline_chart",
@@ -446,4 +447,43 @@ def diff_timeline_chart(timeline: pl.DataFrame, divergence_seq: int | None) -> a
         alt.layer(ticks, points, rule, data=frame)
         .properties(width=WIDE - 160, height=120)
         .resolve_scale(color="independent")
+    )
+
+
+def cache_hit_rate_chart(hits: pl.DataFrame, strategies: list[str]) -> alt.Chart:
+    """Prefix-cache hit rate over time, one line per strategy.
+
+    Parameters
+    ----------
+    hits
+        :func:`tracekit.qualify.frames.cache_hit_frame`.
+    strategies
+        Strategy order and colours.
+
+    Returns
+    -------
+    altair.Chart
+        Lines over time (seconds); the rate is the share of needed tokens the cache served.
+    """
+    return (
+        alt.Chart(hits)
+        .mark_line(strokeWidth=1.2, point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=alt.X("time_s:Q", title="time (s)"),
+            y=alt.Y(
+                "hit_rate:Q",
+                title="prefix-cache hit rate",
+                axis=alt.Axis(format="%"),
+                scale=alt.Scale(domain=[0, 1]),
+            ),
+            color=_strategy_colour(strategies),
+            tooltip=[
+                "strategy:N",
+                alt.Tooltip("time_s:Q", title="time s", format=".2f"),
+                alt.Tooltip("hit_rate:Q", title="hit rate", format=".1%"),
+                alt.Tooltip("cache_hit_tokens:Q", title="hit tokens", format=","),
+                alt.Tooltip("prefill_tokens:Q", title="computed prefill tokens", format=","),
+            ],
+        )
+        .properties(width=WIDE, height=180)
     )

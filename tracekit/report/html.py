@@ -161,6 +161,25 @@ def _engine_text(engine: dict[str, Any]) -> str:
     return ", ".join(f"{k}={engine[k]}" for k in _ENGINE_KEYS if k in engine)
 
 
+# -- step times: which latency model produced the report's times (docs/latency.md) -------------
+_LATENCY_NOTES = {
+    "roofline": "roofline, modelled from datasheets, not measured",
+    "aiconfigurator": "AIConfigurator's measured per-operator tables",
+    "calibrated": "fitted to a live engine's measured steps",
+}
+
+
+def latency_text(engine: dict[str, Any]) -> str:
+    """The ``--latency`` model an engine configuration's times came from, and what it is."""
+    if engine.get("clock") == "steps":
+        return f"steps:{engine.get('step_s', '?')} (every step lasts {engine.get('step_s', '?')} s)"
+    spec = str(engine.get("latency") or "roofline").strip()
+    if spec.lower() == "roofline":
+        spec = f"roofline:{engine.get('cost_model', '?')}"
+    note = _LATENCY_NOTES.get(spec.partition(":")[0].lower())
+    return f"{spec} ({note})" if note else spec
+
+
 def _windows_text(repeats: list[dict[str, Any]]) -> str:
     return "; ".join(
         f"r{r.get('repeat')}: "
@@ -264,6 +283,10 @@ def _sweep_rows(view: ReportInputs) -> list[tuple[str, str]]:
         ("strategies", ", ".join(view.strategies)),
         ("policy settings", f"{settings} (others default)" if settings else "defaults"),
         ("engines", engines or "defaults"),
+        ("step times", "; ".join(
+            f"{e.get('label')}: {latency_text(e.get('config') or {})}"
+            for e in matrix.get("engines") or [] if isinstance(e, dict)
+        ) or latency_text({})),
         ("repeats", _repeats_text(view, windows)),
         *_common_rows(view),
     ]  # fmt: skip
@@ -281,6 +304,7 @@ def _qualify_rows(view: ReportInputs) -> list[tuple[str, str]]:
         ("strategies", ", ".join(view.strategies)),
         ("policy settings", _settings_text(view.changed_settings)),
         ("engine", _engine_text(engine) or fmt_value(engine)),
+        ("step times", latency_text(engine)),
         ("repeats", _repeats_text(view, _windows_text(inputs.get("repeat_details") or []))),
         *_common_rows(view),
     ]

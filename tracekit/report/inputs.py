@@ -64,6 +64,13 @@ class ReportInputs:
         The first differing decision and the first divergence; ``None`` without the diff.
     headroom
         The hindsight oracle's outputs (``oracle/``); ``None`` when it did not run.
+    cache_hits, cache_split
+        Prefix caching (trace v2): the hit rate over time of repeat 0
+        (``cache_hit_frame``) and the recomputed tokens split into cache hits and truly
+        recomputed (``cache_split_frame``); ``None`` when no run hit the cache.
+    goodput, queue_depth
+        The load section's frames (:mod:`tracekit.qualify.load_frames`); ``None`` or empty
+        without a load plan.
     """
 
     qualification: dict[str, Any]
@@ -89,6 +96,10 @@ class ReportInputs:
     diff_timeline: pl.DataFrame | None
     first_difference: dict[str, Any] | None
     headroom: HeadroomInputs | None = None
+    cache_hits: pl.DataFrame | None = None
+    cache_split: pl.DataFrame | None = None
+    goodput: pl.DataFrame | None = None
+    queue_depth: pl.DataFrame | None = None
 
     @property
     def candidate(self) -> str:

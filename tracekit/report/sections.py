@@ -16,6 +16,7 @@ from tracekit.report import charts
 from tracekit.report.diff_section import diff_section
 from tracekit.report.headroom_section import headroom_section
 from tracekit.report.inputs import ReportInputs
+from tracekit.report.load_section import headline_html, load_section
 from tracekit.report.markup import (
     Column,
     esc,
@@ -107,6 +108,9 @@ def _verdicts(q: dict[str, Any]) -> Section:
                 "throughput": _interval_text(e["throughput"]),
                 "latency": _interval_text(e["p95_latency"]),
                 "ttft": _interval_text(e["p95_ttft"]),
+                "recomputed": _interval_text(e["recomputed_tokens"])
+                if "recomputed_tokens" in e
+                else "",
                 "repeats": len(e["repeats"]),
                 "reason": e["reason"],
                 "cls": e["label"] if e["strategy"] != q["candidate"] else f"{e['label']} cand",
@@ -125,6 +129,7 @@ def _verdicts(q: dict[str, Any]) -> Section:
                 Column("throughput", "throughput change [95% CI]"),
                 Column("latency", "P95 e2e latency change [95% CI]"),
                 Column("ttft", "P95 TTFT change [95% CI]"),
+                Column("recomputed", "recomputed tokens change [95% CI]"),
                 Column("repeats", "pairs", fmt_int, numeric=True),
                 Column("reason"),
             ],
@@ -360,15 +365,22 @@ def _runs(view: ReportInputs) -> Section:
         "serving metrics (times in seconds) and the policy's counters.",
     )
     f3 = fmt_float(3)
+    # With a load plan (issue 14) each run has a load, and client aborts are counted.
+    columns = view.cells.columns
+    by_load = ["load"] if "load" in columns else []
+    load_column = [Column("load")] if by_load else []
+    aborted = [Column("aborted", "aborted", fmt_int, True)] if "aborted" in columns else []
     section.html(
         html_table(
-            view.cells.sort("repeat", "strategy"),
+            view.cells.sort(*by_load, "repeat", "strategy"),
             [
+                *load_column,
                 Column("repeat", "repeat", fmt_int, True),
                 Column("strategy"),
                 Column("host_path", "host"),
                 Column("requests", "requests", fmt_int, True),
                 Column("finished", "finished", fmt_int, True),
+                *aborted,
                 Column("throughput_rps", "req/s", f3, True),
                 Column("output_tokens_per_s", "out tok/s", fmt_float(1), True),
                 Column("ttft_p50_s", "TTFT p50", f3, True),
@@ -388,6 +400,41 @@ def _runs(view: ReportInputs) -> Section:
     return section
 
 
+def _cache(view: ReportInputs, strategies: list[str]) -> Section | None:
+    """Prefix caching: hit rate over time and recomputed tokens split (None: no cache hits)."""
+    if view.cache_hits is None and view.cache_split is None:
+        return None
+    section = Section(
+        "prefix-cache",
+        "Prefix cache",
+        "With prefix caching, a preempted request's blocks stay cached until they are reused, "
+        "so part of what it recomputes comes back from the cache for free. The line is the "
+        "share of the tokens admitted requests needed that the cache served, over time "
+        "(repeat 0); the table splits recomputed tokens into cache hits and truly recomputed "
+        "tokens (means per run).",
+    )
+    if view.cache_hits is not None:
+        section.chart(
+            "hit-rate",
+            charts.cache_hit_rate_chart(view.cache_hits, strategies),
+            "prefix-cache hit rate over time",
+        )
+    if view.cache_split is not None:
+        section.html(
+            html_table(
+                view.cache_split,
+                [
+                    Column("strategy"),
+                    Column("recomputed_tokens", "recomputed tokens", fmt_float(0), True),
+                    Column("from_cache_tokens", "of which cache hits", fmt_float(0), True),
+                    Column("truly_recomputed_tokens", "truly recomputed", fmt_float(0), True),
+                    Column("cache_hit_tokens", "all cache hits", fmt_float(0), True),
+                ],
+            )
+        )
+    return section
+
+
 def build_sections(view: ReportInputs) -> list[Section]:
     """Every section of the report, in page order.
 
@@ -403,13 +450,19 @@ def build_sections(view: ReportInputs) -> list[Section]:
         legacy versus typed, runs.
     """
     strategies = list(view.strategies)
-    return [
-        _verdicts(view.qualification),
+    verdicts = _verdicts(view.qualification)
+    # The go/no-go line and the load section (issue 14), when the folder has them.
+    verdicts.body.insert(0, headline_html(view))
+    load = load_section(view)
+    recomputed = _recomputed(view, strategies)
+    sections = [
+        verdicts,
+        *([load] if load is not None else []),
         _deltas(view, strategies),
         _latency(view, strategies),
         _kv(view),
         _preemptions(view, strategies),
-        _recomputed(view, strategies),
+        recomputed,
         _agreement(view, strategies),
         _counters(view, strategies),
         diff_section(view),
@@ -417,3 +470,8 @@ def build_sections(view: ReportInputs) -> list[Section]:
         *([headroom_section(view.headroom)] if view.headroom is not None else []),
         _runs(view),
     ]
+    # Prefix caching (trace v2), right after recomputation, only when a run hit the cache.
+    cache = _cache(view, strategies)
+    if cache is not None:
+        sections.insert(sections.index(recomputed) + 1, cache)
+    return sections

@@ -18,6 +18,7 @@ limits.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -44,11 +45,15 @@ from tracekit.workloads.model import Workload
 
 __all__ = [
     "DEFAULT_SGLANG_VENV",
+    "SCENARIO_FILE",
     "STEPS_FILE",
     "SglangDriverError",
     "SglangUnavailableError",
     "bundle_rows",
     "find_sglang_python",
+    "gzip_steps",
+    "is_sglang_bundle",
+    "read_sglang_scenario",
     "read_sglang_steps",
     "record_sglang",
     "run_driver",
@@ -58,13 +63,17 @@ __all__ = [
 DEFAULT_SGLANG_VENV = Path.home() / ".cache" / "bidkv" / "sglang-cpu-venv"
 #: The bundle file with every step record whole, one JSON object a line.
 STEPS_FILE = "sglang-steps.jsonl"
+#: The bundle file with the scenario sent to the driver (configuration and request rows).
+SCENARIO_FILE = "sglang-scenario.json"
 
 Progress = Callable[[int, int], None]
 
-# Finish reasons -> the requests table's status.
+# Finish reasons -> the requests table's status, in the trace format's words (schemas/
+# trace-v1.json: finished | unfinished | aborted; a prompt over the context length is
+# "rejected", as the engine writes it).
 _STATUS = {
-    "FINISH_MATCHED_TOKEN": "finished_stopped",
-    "FINISH_LENGTH": "finished_length_capped",
+    "FINISH_MATCHED_TOKEN": "finished",
+    "FINISH_LENGTH": "finished",
     "FINISH_ABORT": "aborted",
     "rejected": "rejected",
 }
@@ -492,6 +501,13 @@ def _write_bundle(
         for name, rows in tables.items():
             for values in rows:
                 writer.append(name, values)
+        scenario = scenario_message(0, config, requests)
+        with open(writer.folder / SCENARIO_FILE, "w", encoding="utf-8") as handle:
+            json.dump(
+                {"config": scenario["config"], "requests": scenario["requests"]},
+                handle,
+                separators=(",", ":"),
+            )
         with open(writer.folder / STEPS_FILE, "w", encoding="utf-8") as steps:
             for message in messages:
                 if message.get("kind") == "step":
@@ -500,7 +516,55 @@ def _write_bundle(
 
 
 def read_sglang_steps(bundle: str | os.PathLike[str]) -> list[SglangStep]:
-    """The step records of a bundle written by :func:`record_sglang`, in order."""
+    """The step records of a bundle written by :func:`record_sglang`, in order.
+
+    Reads ``sglang-steps.jsonl``, or its gzipped form ``sglang-steps.jsonl.gz`` (the committed
+    fixtures, see :func:`gzip_steps`).
+    """
     path = Path(bundle) / STEPS_FILE
+    if not path.is_file() and path.with_name(STEPS_FILE + ".gz").is_file():
+        with gzip.open(path.with_name(STEPS_FILE + ".gz"), "rt", encoding="utf-8") as lines:
+            return [step_from_wire(json.loads(line)) for line in lines if line.strip()]
     with open(path, encoding="utf-8") as lines:
         return [step_from_wire(json.loads(line)) for line in lines if line.strip()]
+
+
+def read_sglang_scenario(
+    bundle: str | os.PathLike[str],
+) -> tuple[SglangConfig, list[tuple[Any, ...]]]:
+    """The configuration and request rows a bundle of :func:`record_sglang` was recorded from.
+
+    Rows are ``(request_id, arrival_s, prompt_tokens, output_tokens, max_tokens, priority,
+    prefix_hash_ids or None)`` in input order.
+    """
+    with open(Path(bundle) / SCENARIO_FILE, encoding="utf-8") as handle:
+        raw = json.load(handle)
+    config = SglangConfig(**raw["config"])
+    return config, [tuple(r) for r in raw["requests"]]
+
+
+def is_sglang_bundle(bundle: str | os.PathLike[str]) -> bool:
+    """Whether ``bundle`` was recorded by :func:`record_sglang` (it has a step file)."""
+    path = Path(bundle) / STEPS_FILE
+    return path.is_file() or path.with_name(STEPS_FILE + ".gz").is_file()
+
+
+def gzip_steps(bundle: str | os.PathLike[str]) -> Path:
+    """Replace a bundle's ``sglang-steps.jsonl`` by ``sglang-steps.jsonl.gz`` (deterministic).
+
+    The step file of a run of a few thousand steps is about a megabyte of repetitive JSON;
+    gzipped (with no file name or time stamp in the header, so re-recording an unchanged run
+    gives the same bytes) it is a few percent of that.
+    """
+    path = Path(bundle) / STEPS_FILE
+    target = path.with_name(STEPS_FILE + ".gz")
+    temporary = target.with_name(target.name + ".tmp")
+    with (
+        open(path, "rb") as source,
+        open(temporary, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed,
+    ):
+        packed.write(source.read())
+    os.replace(temporary, target)
+    path.unlink()
+    return target

@@ -81,6 +81,11 @@ class WorkloadSpec:
         Partition label; ``None`` takes the loader's name (the file stem for most formats).
     format, limit, window, priority_seed, priority_levels, options
         Arguments of :func:`tracekit.workloads.load_workload`.
+    shared_prefix_tokens, prefix_groups, prefix_seed
+        A synthetic shared prompt prefix (:func:`tracekit.workloads.with_shared_prefix`);
+        ``shared_prefix_tokens`` None: none.
+    client
+        The ``client`` table: the load generator (``docs/sweep.md``, "Client models").
     """
 
     key: str
@@ -93,6 +98,11 @@ class WorkloadSpec:
     priority_seed: int | None
     priority_levels: int
     options: dict[str, Any]
+    shared_prefix_tokens: int | None = None
+    prefix_groups: int | None = None
+    prefix_seed: int = 0
+    # The entry's client model (issue 14): LoadSpec fields, applied by the plan at every rate.
+    client: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +205,16 @@ class Matrix:
                     "priority_seed": w.priority_seed,
                     "priority_levels": w.priority_levels,
                     "options": w.options,
+                    # Token content: only when set, so matrices without it describe as before.
+                    **(
+                        {
+                            "shared_prefix_tokens": w.shared_prefix_tokens,
+                            "prefix_groups": w.prefix_groups,
+                            "prefix_seed": w.prefix_seed,
+                        }
+                        if w.shared_prefix_tokens is not None
+                        else {}
+                    ),
                 }
                 for w in self.workloads
             ],
@@ -397,6 +417,10 @@ def _workloads(check: Checker, entries: Sequence[Any]) -> tuple[WorkloadSpec, ..
                 priority_seed=table.get("priority_seed"),
                 priority_levels=table.get("priority_levels", 3),
                 options=dict(table.get("options", {})),
+                shared_prefix_tokens=table.get("shared_prefix_tokens"),
+                prefix_groups=table.get("prefix_groups"),
+                prefix_seed=table.get("prefix_seed", 0),
+                client=dict(table.get("client", {})),
             )
         )
     return tuple(specs)

@@ -26,7 +26,10 @@ from tracekit.strategies import StrategySpec, resolve_strategy
 from tracekit.sweep.checks import LABEL
 from tracekit.sweep.matrix import EngineSpec, Matrix, PolicyPoint, WorkloadSpec, is_production
 from tracekit.sweep.task import Recorder, record_sim_run
-from tracekit.workloads import Workload, load_workload
+from tracekit.workloads import Workload, load_workload, with_shared_prefix
+from tracekit.workloads.arrivals import ArrivalKind, parse_arrivals
+from tracekit.workloads.client import ClientModel
+from tracekit.workloads.load_spec import LoadSpec, apply_load
 from tracekit.workloads.repeats import plan_repeats
 
 __all__ = ["PlannedCell", "PlannedRun", "PlannedWorkload", "SweepPlan", "plan_sweep"]
@@ -182,6 +185,15 @@ def _load(matrix: Matrix, spec: WorkloadSpec, rate_scale: float) -> Workload:
             priority_levels=spec.priority_levels,
             **spec.options,
         )
+        if spec.shared_prefix_tokens is not None or spec.prefix_groups is not None:
+            if spec.shared_prefix_tokens is None:
+                raise ConfigError(
+                    "prefix_groups: expected only with shared_prefix_tokens; fix: add "
+                    "shared_prefix_tokens = N or drop prefix_groups"
+                )
+            workload = with_shared_prefix(
+                workload, spec.shared_prefix_tokens, spec.prefix_groups or 1, spec.prefix_seed
+            )
     except TracekitError as exc:
         raise ConfigError(f"{matrix.path}: key '{spec.key}': {exc}") from None
     # The source as written in the matrix: run ids must not depend on the checkout's location.
@@ -199,6 +211,33 @@ def _rate_scale(matrix: Matrix, spec: WorkloadSpec, base: Workload, rate: float)
         )
     # Mean rate = requests per second of the span from the workload start to its last arrival.
     return rate * base.duration_s / base.num_requests
+
+
+def _apply_client(
+    matrix: Matrix, spec: WorkloadSpec, base: Workload, workload: Workload, rate: float
+) -> Workload:
+    """The entry's ``client`` table applied at one rate (``docs/sweep.md``, "Client models").
+
+    Generated arrivals are generated at the cell's rate in requests per second (``rate_rps``,
+    or ``rate_scale`` times the workload's mean rate); recorded ones keep the rescaled times.
+    """
+    table = dict(spec.client)
+    arrivals = str(table.pop("arrivals", "recorded"))
+    try:
+        generated = parse_arrivals(arrivals, rate=1.0 if arrivals != "recorded" else None)
+        rps = None
+        if generated.kind is not ArrivalKind.RECORDED:
+            rps = rate if matrix.rate_unit == "rps" else rate * base.num_requests / base.duration_s
+        load = LoadSpec(
+            arrivals=arrivals,
+            rate=rps,
+            order=str(table.pop("order", "recorded")),
+            max_tokens=table.pop("max_tokens", None),
+            client=ClientModel(**table),
+        )
+        return apply_load(workload, load, seed=matrix.seed)
+    except (ConfigError, ZeroDivisionError) as exc:
+        raise ConfigError(f"{matrix.path}: key '{spec.key}.client': {exc}") from None
 
 
 def _planned_workloads(matrix: Matrix) -> list[tuple[WorkloadSpec, PlannedWorkload, list[Any]]]:
@@ -223,6 +262,8 @@ def _planned_workloads(matrix: Matrix) -> list[tuple[WorkloadSpec, PlannedWorklo
             if matrix.rate_unit == "rps":
                 options = {**workload.options, "rate_rps": rate}
                 workload = dataclasses.replace(workload, options=options)
+            if spec.client:
+                workload = _apply_client(matrix, spec, base, workload, rate)
             try:
                 repeats = plan_repeats(workload, matrix.repeats, matrix.repeat_kind, matrix.seed)
             except ConfigError as exc:

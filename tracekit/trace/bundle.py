@@ -2,7 +2,9 @@
 
 ``open_trace(path)`` accepts a bundle folder (it holds ``manifest.json``) or a dataset folder (any
 depth of bundles below it), checks every manifest's format and schema version, and scans each
-table across all bundles as one polars ``LazyFrame`` (nothing is loaded until collected).
+table across all bundles as one polars ``LazyFrame`` (nothing is loaded until collected). Bundles
+of an older readable version (:data:`~tracekit.trace.schema.READABLE_VERSIONS`) scan with the
+current schema's columns: the ones their version lacks are null.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from tracekit.errors import TraceSchemaError
-from tracekit.trace.schema import SCHEMA_VERSION, trace_schema
+from tracekit.trace.schema import READABLE_VERSIONS, SCHEMA_VERSION, added_columns, trace_schema
 
 __all__ = ["Bundle", "TraceDataset", "check_parquet", "find_bundle_dirs", "open_trace"]
 
@@ -35,6 +37,13 @@ class Bundle:
     def run_id(self) -> str:
         """The run's id."""
         return str(self.manifest["run_id"])
+
+    @property
+    def schema_version(self) -> int:
+        """The trace schema version the bundle was written with (the current one if unreadable)."""
+        version = self.manifest.get("schema_version")
+        # int(): a boolean true compares equal to 1 and is reported by validate, not here.
+        return int(version) if version in READABLE_VERSIONS else SCHEMA_VERSION
 
     @property
     def complete(self) -> bool:
@@ -113,12 +122,13 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
             "this is not a tracekit trace bundle"
         )
     version = manifest.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
+        readable = " and ".join(map(str, READABLE_VERSIONS))
         raise TraceSchemaError(
-            f"{file}: field 'schema_version' is {version!r}, this tracekit reads version "
-            f"{SCHEMA_VERSION}; use the tracekit version that wrote it or re-record"
+            f"{file}: field 'schema_version' is {version!r}, this tracekit reads versions "
+            f"{readable}; use the tracekit version that wrote it or re-record"
         )
-    missing = [k for k in trace_schema().manifest_required if k not in manifest]
+    missing = [k for k in trace_schema(int(version)).manifest_required if k not in manifest]
     if missing:
         raise TraceSchemaError(
             f"{file}: manifest lacks required field(s) {', '.join(missing)}; re-record the bundle"
@@ -177,14 +187,37 @@ class TraceDataset:
         return [f for b in self.bundles for f in b.table_files(table)]
 
     def scan(self, table: str) -> pl.LazyFrame:
-        """All rows of ``table`` across the dataset as one lazy frame with the schema's dtypes."""
+        """All rows of ``table`` across the dataset as one lazy frame with the schema's dtypes.
+
+        Files of an older schema version get the columns it lacks as nulls (unknown).
+        """
         spec = trace_schema().table(table)
-        files = self.files(table)
-        if not files:
+        # Consecutive bundles of one version scan together, so rows keep the bundles' order.
+        runs: list[tuple[int, list[Path]]] = []
+        for bundle in self.bundles:
+            if not runs or runs[-1][0] != bundle.schema_version:
+                runs.append((bundle.schema_version, []))
+            runs[-1][1].extend(bundle.table_files(table))
+        frames = []
+        for version, files in runs:
+            if not files:
+                continue
+            if table not in trace_schema(version).tables:
+                continue  # a table the bundle's version does not have (so it has no files)
+            old = trace_schema(version).table(table)
+            for file in files:
+                check_parquet(file, old.column_names, version)
+            frame = pl.scan_parquet(files, schema=old.polars_schema)
+            if version != SCHEMA_VERSION:
+                frame = frame.with_columns(
+                    pl.lit(None, dtype=spec.polars_schema[c.name]).alias(c.name)
+                    for c in added_columns(table, version)
+                ).select(spec.column_names)
+            frames.append(frame)
+        if not frames:
             return pl.LazyFrame(schema=spec.polars_schema)
-        for file in files:
-            check_parquet(file, spec.column_names)
-        return pl.scan_parquet(files, schema=spec.polars_schema)
+        # One version (the usual case) keeps the single scan, and with it the files' order.
+        return frames[0] if len(frames) == 1 else pl.concat(frames)
 
     def runs(self) -> pl.DataFrame:
         """One row per run with the manifest's scalar fields (nested ones as JSON text)."""
@@ -200,8 +233,11 @@ class TraceDataset:
         return pl.DataFrame(rows, infer_schema_length=None)
 
 
-def check_parquet(file: Path, expected: list[str]) -> None:
-    """Fail with a one-line error if ``file`` is not readable Parquet with the schema's columns."""
+def check_parquet(file: Path, expected: list[str], version: int = SCHEMA_VERSION) -> None:
+    """Fail with a one-line error if ``file`` is not readable Parquet with the schema's columns.
+
+    ``version`` is the bundle's schema version, named in the error.
+    """
     try:
         names = pq.read_schema(file).names
     except Exception as exc:  # pyarrow raises several types for truncated or foreign files
@@ -213,7 +249,7 @@ def check_parquet(file: Path, expected: list[str]) -> None:
     if missing:
         raise TraceSchemaError(
             f"{file}: missing column(s) {', '.join(missing)}; the file does not follow trace "
-            f"schema v{SCHEMA_VERSION}: re-record it with this tracekit"
+            f"schema v{version}: re-record it with this tracekit"
         )
 
 

@@ -1,9 +1,11 @@
-"""One typed row class per trace table, checked against ``schemas/trace-v1.json`` at import.
+"""One typed row class per trace table, checked against ``schemas/trace-v2.json`` at import.
 
 :class:`~tracekit.trace.writer.BundleWriter` takes only these rows, so a row is built by field
 name (never by position) and a row of the wrong table is refused. The fields and their types are
 compared with :func:`tracekit.trace.schema.trace_schema` when this module is imported: a schema
-change that the rows do not follow fails at once, not in a Parquet file.
+change that the rows do not follow fails at once, not in a Parquet file. The columns version 2
+added default to ``None`` (not recorded), so a recorder that cannot see the prefix cache (live
+recorders, imports) writes nulls without naming them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from tracekit.trace.schema import trace_schema
 
 __all__ = [
     "ROW_TYPES",
+    "AdmissionRow",
     "CandidateRow",
     "DecisionRow",
     "RequestRow",
@@ -41,6 +44,8 @@ class RequestRow(NamedTuple):
     output_tokens: int
     num_preemptions: int
     recomputed_tokens: int
+    num_cached_tokens: int | None = None
+    resume_cached_tokens: int | None = None
 
 
 class DecisionRow(NamedTuple):
@@ -66,6 +71,8 @@ class DecisionRow(NamedTuple):
     failures: int
     invalid_selections: int
     policy_enabled: bool
+    freed_blocks: int | None = None
+    freed_tokens: int | None = None
 
 
 class CandidateRow(NamedTuple):
@@ -84,6 +91,8 @@ class CandidateRow(NamedTuple):
     max_tokens: int
     sglang_output_len: int | None
     sglang_prompt_len: int | None
+    num_blocks_held: int | None = None
+    num_blocks_exclusive: int | None = None
 
 
 class StepRow(NamedTuple):
@@ -100,6 +109,8 @@ class StepRow(NamedTuple):
     scheduled_prefill_tokens: int
     scheduled_decode_tokens: int
     num_preemptions: int
+    cache_hit_tokens: int | None = None
+    cached_blocks_evicted: int | None = None
 
 
 class ScheduledRow(NamedTuple):
@@ -111,7 +122,18 @@ class ScheduledRow(NamedTuple):
     num_tokens: int
 
 
-TraceRow = RequestRow | DecisionRow | CandidateRow | StepRow | ScheduledRow
+class AdmissionRow(NamedTuple):
+    """An ``admissions`` row (trace v2): one admission of a request and its prefix-cache hit."""
+
+    run_id: str
+    request_id: str
+    admission: int
+    step: int
+    time_s: float
+    cached_tokens: int
+
+
+TraceRow = RequestRow | DecisionRow | CandidateRow | StepRow | ScheduledRow | AdmissionRow
 
 #: Table name -> its row class.
 ROW_TYPES: dict[str, type[TraceRow]] = {
@@ -120,6 +142,7 @@ ROW_TYPES: dict[str, type[TraceRow]] = {
     "candidates": CandidateRow,
     "steps": StepRow,
     "scheduled": ScheduledRow,
+    "admissions": AdmissionRow,
 }
 
 _PYTHON_TYPES = {"string": "str", "int64": "int", "float64": "float", "bool": "bool"}

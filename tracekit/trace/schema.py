@@ -1,7 +1,10 @@
-"""The decision-trace schema, read once from ``schemas/trace-v1.json``.
+"""The decision-trace schema, read once from ``schemas/trace-v2.json`` (and ``trace-v1.json``).
 
 Writers, readers and ``tracekit validate`` take every table and column from here; nothing else in
-the project lists trace columns by hand.
+the project lists trace columns by hand. Writers write :data:`SCHEMA_VERSION`; readers accept
+every version in :data:`READABLE_VERSIONS`. Version 2 only adds nullable columns to version 1's
+tables, so a version-1 table reads as version 2 with those columns null (unknown):
+:func:`added_columns` names them.
 """
 
 from __future__ import annotations
@@ -16,14 +19,18 @@ import polars as pl
 import pyarrow as pa
 
 __all__ = [
+    "READABLE_VERSIONS",
     "SCHEMA_VERSION",
     "Column",
     "TableSpec",
     "TraceSchema",
+    "added_columns",
     "trace_schema",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions a reader opens; an older bundle's tables read as the current version's.
+READABLE_VERSIONS = (1, 2)
 
 _ARROW_TYPES = {
     "string": pa.string(),
@@ -125,3 +132,13 @@ def trace_schema(version: int = SCHEMA_VERSION) -> TraceSchema:
         manifest_optional=tuple(manifest["optional"]),
         tables=tables,
     )
+
+
+def added_columns(table: str, since: int) -> list[Column]:
+    """Columns of ``table`` in the current schema that version ``since`` lacks (all nullable).
+
+    A reader of a version-``since`` bundle adds them as nulls: the old recorder could not see
+    them.
+    """
+    old = set(trace_schema(since).table(table).column_names)
+    return [c for c in trace_schema().table(table).columns if c.name not in old]

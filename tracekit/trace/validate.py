@@ -3,8 +3,9 @@
 Validation streams: every table is read in batches of at most :data:`BATCH_ROWS` rows (row group
 by row group), and what a check needs beyond one batch is carried over as a few scalars (the
 previous seq, step, time and counters) or, for the checks between tables, a few bytes per
-decision or request (candidate counts and 64-bit hashes of the victims' and requests' ids), so
-memory grows with the number of decisions at about 25 bytes each, never with a whole table.
+decision or request (candidate counts, 64-bit hashes of the victims' and requests' ids, and in
+version 2 the freed-block count), so memory grows with the number of decisions at about 33 bytes
+each, never with a whole table.
 
 Findings are of two kinds. *Malformed* input exits 2: a manifest field of the wrong type, a table
 the manifest lists but that is gone, a table with a missing or unknown column or a column of the
@@ -12,6 +13,11 @@ wrong type (its rows are then not checked). *Invalid* rows exit 1: a value that 
 invariant of the format. A bundle whose recorder never closed it (``complete: false``) is
 *truncated*: its flushed rows are checked like any other, and it exits 3 when nothing else is
 wrong. Each finding is one line that names the file, the field and the fix.
+
+A bundle is checked against the schema version its manifest names (``schema_version``): a
+version-1 bundle against ``schemas/trace-v1.json``, strictly (no version-2 column may appear), a
+version-2 bundle against ``schemas/trace-v2.json``, with the prefix-cache invariants of
+docs/trace-format.md, "Prefix caching" (each checked where the recorder filled both sides).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ NON_NEGATIVE_TIMES = {
     "requests": ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"),
     "decisions": ("time_s",),
     "steps": ("time_s", "duration_s"),
+    "admissions": ("time_s",),
 }
 # The column that locates an offending row in a message.
 KEYS = {
@@ -57,6 +64,7 @@ KEYS = {
     "candidates": "seq",
     "steps": "step",
     "scheduled": "step",
+    "admissions": "request_id",
 }
 RERECORD = "re-record the bundle"
 
@@ -166,7 +174,7 @@ def _is_number(value: Any) -> bool:
 def _manifest_problems(bundle: Bundle) -> list[str]:
     """Manifest fields of the wrong type (``open_trace`` has checked presence and version)."""
     m = bundle.manifest
-    names = set(trace_schema().tables)
+    names = set(trace_schema(bundle.schema_version).tables)
     checks: list[tuple[str, bool, str]] = [
         ("complete", isinstance(m.get("complete"), bool), "true or false"),
         ("schema_version", _is_int(m.get("schema_version")), f"the integer {SCHEMA_VERSION}"),
@@ -200,6 +208,15 @@ def _manifest_problems(bundle: Bundle) -> list[str]:
             "engine_config",
             m.get("engine_config") is None or isinstance(m.get("engine_config"), dict),
             "an object or null",
+        ),
+        (
+            "latency",
+            "latency" not in m
+            or (
+                isinstance(m["latency"], dict)
+                and all(isinstance(m["latency"].get(k), str) for k in ("spec", "kind", "name"))
+            ),
+            "an object with string spec, kind and name (docs/latency.md)",
         ),
         (
             "missing_tables",
@@ -241,8 +258,8 @@ def _open_parquet(file: Path) -> pq.ParquetFile:
         ) from None
 
 
-def _column_problems(file: Path, spec: TableSpec) -> list[str]:
-    """Missing, unknown and mistyped columns of one Parquet file of table ``spec``."""
+def _column_problems(file: Path, spec: TableSpec, version: int = SCHEMA_VERSION) -> list[str]:
+    """Missing, unknown and mistyped columns of a Parquet file of ``spec`` (schema ``version``)."""
     source = _open_parquet(file)
     try:
         schema = source.schema_arrow
@@ -255,19 +272,19 @@ def _column_problems(file: Path, spec: TableSpec) -> list[str]:
     if missing:
         problems.append(
             f"{file}: missing column(s) {', '.join(map(repr, missing))} of table {spec.name!r}; "
-            f"the file does not follow trace schema v{SCHEMA_VERSION}: {RERECORD}"
+            f"the file does not follow trace schema v{version}: {RERECORD}"
         )
     unknown = [c for c in schema.names if c not in expected]
     if unknown:
         problems.append(
             f"{file}: column(s) {', '.join(map(repr, unknown))} are not in table {spec.name!r} "
-            f"of trace schema v{SCHEMA_VERSION}; rewrite the file with only the schema's "
+            f"of trace schema v{version}; rewrite the file with only the schema's "
             f"columns or {RERECORD}"
         )
     for f in schema:
         if f.name in expected and not _is_type(f.type, expected[f.name]):
             problems.append(
-                f"{file}: column {f.name!r} has type {f.type}, trace schema v{SCHEMA_VERSION} "
+                f"{file}: column {f.name!r} has type {f.type}, trace schema v{version} "
                 f"says {names[f.name]}; rewrite the column as {names[f.name]} or {RERECORD}"
             )
     return problems
@@ -279,7 +296,7 @@ def _expects_table(bundle: Bundle, name: str) -> bool:
     entry = listed.get(name) if isinstance(listed, dict) else None
     if isinstance(entry, dict) and entry.get("files"):
         return True
-    spec = trace_schema().table(name)
+    spec = trace_schema(bundle.schema_version).table(name)
     declared_missing = bundle.manifest.get("missing_tables") or ()
     return (
         bundle.manifest.get("complete") is True
@@ -303,13 +320,14 @@ def _structure_problems(bundle: Bundle) -> tuple[list[str], dict[str, list[Path]
     """Missing tables and bad columns, and the files of each table whose columns are right."""
     problems: list[str] = []
     usable: dict[str, list[Path]] = {}
-    for name, spec in trace_schema().tables.items():
+    version = bundle.schema_version
+    for name, spec in trace_schema(version).tables.items():
         files = bundle.table_files(name)
         if not files:
             if _expects_table(bundle, name):
                 problems.append(_missing_table_problem(bundle, name))
             continue
-        found = [p for f in files for p in _column_problems(f, spec)]
+        found = [p for f in files for p in _column_problems(f, spec, version)]
         found += _listed_files_missing(bundle, name)
         problems.extend(found)
         if not found:
@@ -401,8 +419,11 @@ def _id_hash(ids: pl.Series) -> pl.Series:
     return ids.hash(seed=0)
 
 
-def _check_requests(findings: _Findings, files: list[Path], spec: TableSpec, run_id: str) -> None:
+def _check_requests(
+    findings: _Findings, files: list[Path], spec: TableSpec, run_id: str, hits: _CacheHits
+) -> None:
     hashes = []
+    cached = "num_cached_tokens" in spec.column_names
     for file, frame in _batches(files, spec.column_names):
         _check_values(findings, file, frame, spec, run_id)
         findings.flag(
@@ -412,6 +433,26 @@ def _check_requests(findings: _Findings, files: list[Path], spec: TableSpec, run
             "request_id",
             "requests.prompt_tokens is not positive",
         )
+        if cached:
+            # vLLM caps a hit at num_tokens - 1: the first schedule computes the last prompt token.
+            findings.flag(
+                file,
+                frame,
+                pl.col("num_cached_tokens") >= pl.col("prompt_tokens"),
+                "request_id",
+                "requests.num_cached_tokens is not below prompt_tokens",
+            )
+            # A request never scheduled has no first-schedule hit (null): it counts 0.
+            hits.add(
+                "requests",
+                file,
+                frame.with_columns(
+                    pl.when(pl.col("resume_cached_tokens").is_not_null())
+                    .then(pl.col("num_cached_tokens").fill_null(0))
+                    .alias("num_cached_tokens")
+                ),
+                ["num_cached_tokens", "resume_cached_tokens"],
+            )
         hashes.append(_id_hash(frame.get_column("request_id")))
     if not hashes:
         return
@@ -461,11 +502,25 @@ _COUNTERS = {
 
 
 def _check_decisions(
-    findings: _Findings, files: list[Path], spec: TableSpec, run_id: str
+    findings: _Findings,
+    files: list[Path],
+    spec: TableSpec,
+    run_id: str,
+    block_size: int | None = None,
 ) -> _DecisionState:
     state = _DecisionState()
+    freed = "freed_blocks" in spec.column_names
     for file, frame in _batches(files, spec.column_names):
         _check_values(findings, file, frame, spec, run_id)
+        if freed and block_size is not None:
+            findings.flag(
+                file,
+                frame,
+                pl.col("freed_tokens") != pl.col("freed_blocks") * block_size,
+                "seq",
+                f"decisions.freed_tokens is not freed_blocks * engine_config.block_size "
+                f"({block_size})",
+            )
         n = frame.height
         start = state.count
         frame = frame.with_columns(
@@ -520,6 +575,7 @@ def _check_decisions(
                 pl.col("num_candidates").fill_null(-1),
                 pl.col("applied_victim_id").hash(seed=0).alias("applied"),
                 pl.col("builtin_victim_id").hash(seed=0).alias("builtin"),
+                (pl.col("freed_blocks") if freed else pl.lit(None, pl.Int64)).alias("freed"),
             )
         )
         state.count += n
@@ -560,6 +616,46 @@ def _check_counters(
 
 
 @dataclass(slots=True)
+class _CacheHits:
+    """Hit tokens summed over the requests and over the steps (they must agree in a full run).
+
+    A table's sum is None once a row leaves it unknown (null): the totals are then not compared.
+    """
+
+    sums: dict[str, int | None] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def add(self, table: str, file: Path, frame: pl.DataFrame, columns: list[str]) -> None:
+        """Add the hit columns of one batch of ``table``."""
+        self.files.setdefault(table, file)
+        if table in self.sums and self.sums[table] is None:
+            return
+        values = frame.select(columns)
+        if values.null_count().sum_horizontal().item():
+            self.sums[table] = None
+            return
+        total = int(values.sum().sum_horizontal().item() or 0)
+        self.sums[table] = (self.sums.get(table) or 0) + total
+
+    def check(self, report: BundleReport) -> None:
+        """Report requests, steps and admissions whose hit totals differ (closed bundles)."""
+        requests, steps = self.sums.get("requests"), self.sums.get("steps")
+        admissions = self.sums.get("admissions")
+        if requests is not None and steps is not None and requests != steps:
+            report.problems.append(
+                f"{self.files['requests']}: requests.num_cached_tokens + resume_cached_tokens "
+                f"sum to {requests}, steps.cache_hit_tokens to {steps}; every admission's hit "
+                f"counts once in each: {RERECORD}"
+            )
+        if admissions is not None and steps is not None and admissions != steps:
+            report.problems.append(
+                f"{self.files['admissions']}: admissions.cached_tokens sum to {admissions}, "
+                f"steps.cache_hit_tokens to {steps}; every admission's hit counts once in "
+                f"each: {RERECORD}"
+            )
+
+
+@dataclass(slots=True)
 class _Groups:
     """Candidate groups checked so far: the next seq expected to have rows."""
 
@@ -595,7 +691,20 @@ def _check_candidates(
             seqs.filter((seqs < seqs.shift(1, fill_value=last_seq)).fill_null(False)),
             f"store candidates in seq order, as replay reads them: {RERECORD}",
         )
-        part = frame.select("seq", "position", "request_id").drop_nulls()
+        if "num_blocks_exclusive" in spec.column_names:
+            findings.flag(
+                file,
+                frame,
+                pl.col("num_blocks_exclusive") > pl.col("num_blocks_held"),
+                "seq",
+                "candidates.num_blocks_exclusive is above num_blocks_held",
+            )
+            exclusive = pl.col("num_blocks_exclusive")
+        else:
+            exclusive = pl.lit(None, pl.Int64).alias("num_blocks_exclusive")
+        part = frame.select("seq", "position", "request_id", exclusive).drop_nulls(
+            ["seq", "position", "request_id"]
+        )
         if carry is not None:
             part = pl.concat([carry, part])
         if not part.height:
@@ -665,6 +774,7 @@ def _check_groups(
             (hashes == decided.get_column("applied")).alias("is_applied"),
             (hashes == decided.get_column("builtin")).alias("is_builtin"),
             decided.get_column("num_candidates").alias("expected"),
+            decided.get_column("freed").alias("freed"),
         )
         .group_by("seq", maintain_order=True)
         .agg(
@@ -676,6 +786,8 @@ def _check_groups(
             pl.col("is_applied").any().alias("applied_found"),
             pl.col("is_builtin").any().alias("builtin_found"),
             pl.col("expected").first(),
+            pl.col("num_blocks_exclusive").filter(pl.col("is_applied")).first().alias("victim"),
+            pl.col("freed").first(),
         )
         .sort("seq")
     )
@@ -713,6 +825,13 @@ def _check_groups(
         "seq",
         "candidates do not match num_candidates",
     )
+    findings.flag(
+        decision_file,
+        summary,
+        pl.col("freed") != pl.col("victim"),
+        "seq",
+        "decisions.freed_blocks is not the applied victim's candidates.num_blocks_exclusive",
+    )
     for name, found in (
         ("applied_victim_id", "applied_found"),
         ("builtin_victim_id", "builtin_found"),
@@ -726,11 +845,16 @@ def _check_groups(
         )
 
 
-def _check_steps(findings: _Findings, files: list[Path], spec: TableSpec, run_id: str) -> None:
+def _check_steps(
+    findings: _Findings, files: list[Path], spec: TableSpec, run_id: str, hits: _CacheHits
+) -> None:
     last_step: int | None = None
     last_time: float | None = None
+    cached = "cache_hit_tokens" in spec.column_names
     for file, frame in _batches(files, spec.column_names):
         _check_values(findings, file, frame, spec, run_id)
+        if cached:
+            hits.add("steps", file, frame, ["cache_hit_tokens"])
         frame = frame.with_columns(
             pl.col("step").shift(1, fill_value=last_step).alias("prev_step"),
             pl.col("time_s").shift(1, fill_value=last_time).alias("prev_time"),
@@ -766,7 +890,7 @@ def _row_count(files: list[Path]) -> int:
 
 
 def _check_bundle(bundle: Bundle) -> BundleReport:
-    schema = trace_schema()
+    schema = trace_schema(bundle.schema_version)
     complete = bundle.manifest.get("complete") is True
     report = BundleReport(bundle.path, bundle.run_id, complete)
     format_problems = _manifest_problems(bundle)
@@ -787,10 +911,17 @@ def _check_bundle(bundle: Bundle) -> BundleReport:
                 f"field 'tables' says {declared}; restore the file or {RERECORD}"
             )
     run = bundle.run_id
+    hits = _CacheHits()
+    engine_config = bundle.manifest.get("engine_config")
+    block_size = engine_config.get("block_size") if isinstance(engine_config, dict) else None
+    if not (_is_int(block_size) and block_size > 0):
+        block_size = None
     if "requests" in usable:
-        _check_requests(findings, usable["requests"], schema.table("requests"), run)
+        _check_requests(findings, usable["requests"], schema.table("requests"), run, hits)
     if "decisions" in usable:
-        state = _check_decisions(findings, usable["decisions"], schema.table("decisions"), run)
+        state = _check_decisions(
+            findings, usable["decisions"], schema.table("decisions"), run, block_size
+        )
         if "candidates" in usable:
             _check_candidates(
                 findings,
@@ -805,11 +936,18 @@ def _check_bundle(bundle: Bundle) -> BundleReport:
         for file, frame in _batches(usable["candidates"], schema.table("candidates").column_names):
             _check_values(findings, file, frame, schema.table("candidates"), run)
     if "steps" in usable:
-        _check_steps(findings, usable["steps"], schema.table("steps"), run)
+        _check_steps(findings, usable["steps"], schema.table("steps"), run, hits)
     if "scheduled" in usable:
         for file, frame in _batches(usable["scheduled"], schema.table("scheduled").column_names):
             _check_values(findings, file, frame, schema.table("scheduled"), run)
+    if "admissions" in usable:
+        spec = schema.table("admissions")
+        for file, frame in _batches(usable["admissions"], spec.column_names):
+            _check_values(findings, file, frame, spec, run)
+            hits.add("admissions", file, frame, ["cached_tokens"])
     report.problems.extend(findings.lines())
+    if complete:
+        hits.check(report)
     return report
 
 

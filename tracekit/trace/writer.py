@@ -214,7 +214,7 @@ class BundleWriter:
     out
         The bundle folder to create. It must not exist yet (unless ``overwrite``).
     manifest
-        The run's manifest fields (see ``schemas/trace-v1.json``); ``format``,
+        The run's manifest fields (see ``schemas/trace-v2.json``); ``format``,
         ``schema_version``, ``complete`` and ``tables`` are filled in here.
     mode
         ``"atomic"`` or ``"live"`` (see the module docstring).

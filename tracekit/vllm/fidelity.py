@@ -31,6 +31,8 @@ from typing import Any
 from tracekit.engine.fake_model import stop_rule
 from tracekit.errors import TracekitError
 from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
+from tracekit.sglang.fidelity import SglangFidelityReport, compare_sglang_fidelity
+from tracekit.sglang.record import is_sglang_bundle
 from tracekit.trace.bundle import Bundle, open_trace
 from tracekit.trace.text import text_table
 from tracekit.trace.validate import check_readable
@@ -285,8 +287,11 @@ def _check_inputs(a: _Run, b: _Run, notes: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------------- comparing
-def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport:
+def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport | SglangFidelityReport:
     """Compare two recordings of one run step by step; report the first difference.
+
+    When either bundle was recorded by ``tracekit record sglang``, the SGLang comparison
+    (:func:`tracekit.sglang.fidelity.compare_sglang_fidelity`) runs instead.
 
     Parameters
     ----------
@@ -308,6 +313,8 @@ def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport:
     TraceSchemaError
         A bundle cannot be read.
     """
+    if is_sglang_bundle(sim) or is_sglang_bundle(vllm):  # SGLang recordings: their own path
+        return compare_sglang_fidelity(sim, vllm)
     a, b = _load(sim), _load(vllm)
     notes: list[str] = []
     _check_inputs(a, b, notes)

@@ -21,6 +21,7 @@ from tracekit.workloads.azure import read_azure, scan_azure
 from tracekit.workloads.bidkv_trace import read_bidkv_trace
 from tracekit.workloads.cancels import apply_cancels
 from tracekit.workloads.client import ClientModel, closed_loop_arrivals, dispatch_times
+from tracekit.workloads.content import with_shared_prefix
 from tracekit.workloads.detect import WorkloadFormat, detect_format, parse_format
 from tracekit.workloads.load import READERS, load_workload
 from tracekit.workloads.model import (
@@ -36,6 +37,7 @@ from tracekit.workloads.model import (
 from tracekit.workloads.mooncake import read_mooncake
 from tracekit.workloads.order import Order, OrderKind, apply_order, parse_order
 from tracekit.workloads.output_lengths import apply_max_tokens
+from tracekit.workloads.sessions import read_sessions
 from tracekit.workloads.table import read_table, scan_table
 from tracekit.workloads.vidur import read_vidur
 from tracekit.workloads.vllm_workload import read_vllm_workload
@@ -70,10 +72,12 @@ __all__ = [
     "read_azure",
     "read_bidkv_trace",
     "read_mooncake",
+    "read_sessions",
     "read_table",
     "read_vidur",
     "read_vllm_workload",
     "scan_azure",
     "scan_table",
+    "with_shared_prefix",
     "workload_schema",
 ]

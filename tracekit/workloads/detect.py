@@ -30,6 +30,9 @@ class WorkloadFormat(str, Enum):
     """Plain canonical table as CSV (``arrival_s,prompt_tokens,output_tokens,...``)."""
     PARQUET = "parquet"
     """Plain canonical table as Parquet."""
+    SESSIONS = "sessions"
+    """Multi-turn conversation log, CSV or Parquet (``session_id``, ``turn``, ``arrival_s``,
+    ``new_prompt_tokens``, ``output_tokens``): :mod:`tracekit.workloads.sessions`."""
 
 
 _PARQUET_MAGIC = b"PAR1"
@@ -74,6 +77,8 @@ def parse_format(name: str | WorkloadFormat, path: str | Path) -> WorkloadFormat
 
 def _classify_csv_header(header: list[str]) -> WorkloadFormat | None:
     names = set(header)
+    if {"session_id", "turn", "new_prompt_tokens"} <= names:
+        return WorkloadFormat.SESSIONS
     if {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} <= names:
         return WorkloadFormat.AZURE
     if {"arrival_s", "prompt_tokens", "output_tokens"} <= names:

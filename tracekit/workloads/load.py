@@ -36,6 +36,7 @@ from tracekit.workloads.detect import WorkloadFormat, detect_format, parse_forma
 from tracekit.workloads.model import Workload
 from tracekit.workloads.mooncake import read_mooncake
 from tracekit.workloads.seeded import Stream, uniform_integers
+from tracekit.workloads.sessions import read_sessions
 from tracekit.workloads.table import read_table
 from tracekit.workloads.vidur import read_vidur
 from tracekit.workloads.vllm_workload import read_vllm_workload
@@ -51,6 +52,7 @@ READERS: Mapping[WorkloadFormat, Callable[..., Workload]] = {
     WorkloadFormat.VIDUR: read_vidur,
     WorkloadFormat.CSV: partial(read_table, format=WorkloadFormat.CSV),
     WorkloadFormat.PARQUET: partial(read_table, format=WorkloadFormat.PARQUET),
+    WorkloadFormat.SESSIONS: read_sessions,
 }
 
 

@@ -53,6 +53,8 @@ class Stream(IntEnum):
     """Inter-arrival gaps of a client model's generated arrivals (``poisson``, ``gamma:<b>``)."""
     ORDER = 6
     """Sort keys of a client model's ``shuffled:<seed>`` request order."""
+    PREFIX_GROUP = 16
+    """Prefix group of each request under ``--shared-prefix-tokens`` (:mod:`.content`)."""
 
 
 def splitmix64(value: int) -> int:

@@ -1,0 +1,47 @@
+"""``tracekit calibrate``: fit a step-time model to a recording's measured step durations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
+
+__all__ = ["calibrate"]
+
+
+@click.command("calibrate", context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@out_option(folder=False, required=True, help="Model file to write (JSON).")
+@click.option(
+    "--holdout",
+    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    default=0.2,
+    show_default=True,
+    help="Fraction of the steps held out to measure the error.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the hold-out split.")
+def calibrate(trace: Path, out: Path, holdout: float, seed: int) -> None:
+    """Fit a step-time model to TRACE's measured step durations (docs/latency.md).
+
+    TRACE is a bundle whose steps table has measured duration_s and whose scheduled table was
+    recorded. Prints the error on the held-out steps; use the model with
+    --latency calibrated:OUT.
+    """
+    from tracekit.latency.measured import calibrate_trace
+
+    with library_errors():
+        result = calibrate_trace(trace, out, holdout_fraction=holdout, seed=seed)
+    model = result.model
+    held = model.errors["holdout"]
+    coefficients = ", ".join(
+        f"{term} {value:.4g}" for term, value in model.describe()["coefficients"].items()
+    )
+    click.echo(f"steps          {result.num_steps} ({held['num_steps']} held out, seed {seed})")
+    click.echo(f"coefficients   {coefficients} (seconds per unit)")
+    click.echo(
+        f"held-out error MAPE {held['mape_pct']:.2f} %, P50 {100 * held['p50_rel']:.2f} %, "
+        f"P95 {100 * held['p95_rel']:.2f} %"
+    )
+    click.echo(f"wrote {result.out}; use --latency calibrated:{result.out}")

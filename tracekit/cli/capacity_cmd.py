@@ -1,0 +1,78 @@
+"""``tracekit capacity``: the saturation point of a workload on an engine configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from tracekit.analysis.serving import SloTargets
+from tracekit.capacity.search import Probe, find_capacity
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.options import (
+    engine_options,
+    engine_settings,
+    load_options,
+    load_settings,
+    slo_target,
+    warn_rejections,
+    workload_options,
+    workload_settings,
+)
+from tracekit.cli.output import emit, output_options
+from tracekit.engine.config import make_engine_config
+from tracekit.recording.sim import load_run_workload
+from tracekit.workloads.load_spec import apply_load
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@workload_options
+@load_options
+@engine_options
+@click.option(
+    "--slo-ttft-s", type=float, default=SloTargets().ttft_s, show_default=True, callback=slo_target
+)
+@click.option(
+    "--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True, callback=slo_target
+)
+@click.option(
+    "--target",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="SLO attainment the built-in policy must reach.",
+)
+@click.option(
+    "--tolerance",
+    type=float,
+    default=0.02,
+    show_default=True,
+    help="Stop when the meeting and missing rates are this close (relative).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated arrivals.")
+@output_options("knee, the rate above it and every probe")
+def capacity(**options: Any) -> None:
+    """Find the largest request rate at which the built-in policy meets the SLO target.
+
+    Bisects on the request rate (recorded arrivals are rescaled, generated ones regenerated)
+    and prints the knee and the throughput achieved there (docs/qualify.md, "Capacity").
+    """
+    with library_errors():
+        workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        spec = load_settings(options)
+        config = make_engine_config(**engine_settings(options))
+        warn_rejections(apply_load(workload, spec, seed=options["seed"]), config)
+
+        def show(probe: Probe) -> None:
+            click.echo(
+                f"capacity: {probe.rate:.4g} req/s -> SLO attainment {probe.slo_attainment:.1%}",
+                err=True,
+            )
+
+        result = find_capacity(
+            workload, config, spec=spec,
+            slo=SloTargets(options["slo_ttft_s"], options["slo_tpot_s"]),
+            target=options["target"], tolerance=options["tolerance"], seed=options["seed"],
+            progress=show,
+        )  # fmt: skip
+    emit(options["as_json"], result.to_dict, result.render)

@@ -1,0 +1,174 @@
+"""Each measured step's make-up, from a trace bundle's tables; and ``tracekit calibrate``.
+
+A bundle's ``steps`` table gives each step's duration and its prefill and decode tokens; the
+``scheduled`` table gives the tokens each request got in each step; ``decisions`` gives the
+preemptions. The make-up :func:`~tracekit.latency.calibrated.fit_step_time_model` needs is
+derived from them columnar (Polars, no loop over rows):
+
+- ``num_prefill_tokens`` = ``steps.scheduled_prefill_tokens``;
+- ``num_decode_seqs`` = ``steps.scheduled_decode_tokens`` (one token per decoding sequence);
+- ``num_sequences`` = the step's rows in ``scheduled``;
+- ``kv_tokens_read`` = the sum over the step's scheduled requests of the tokens each has computed
+  after the step: the running sum of its ``num_tokens`` since it was last preempted (a
+  preemption, ``decisions.applied_victim_id`` at an earlier step, throws its KV away and the
+  request starts again from zero, as vLLM and SGLang do without prefix caching).
+
+Prefix-cache hits are not in the tables: with prefix caching on, a request's cached prefix is
+missing from its computed tokens, so ``kv_tokens_read`` is under-counted (``docs/latency.md``).
+Steps with no measured duration (null, or not positive) or nothing scheduled are left out.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracekit.errors import ConfigError
+from tracekit.latency.calibrated import CalibratedModel, fit_step_time_model
+
+__all__ = ["CalibrationResult", "calibrate_trace", "step_makeup"]
+
+
+def step_makeup(dataset: Any) -> Any:
+    """One row per measured step of ``dataset`` (an opened trace) with its make-up.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``run_id``, ``step``, ``num_prefill_tokens``, ``num_decode_seqs``, ``kv_tokens_read``,
+        ``num_sequences``, ``duration_s``, sorted by run and step.
+
+    Raises
+    ------
+    ConfigError
+        The bundle has no ``scheduled`` rows (the per-request make-up), or no step has a
+        measured duration.
+    """
+    import polars as pl
+
+    root = dataset.root
+    steps = dataset.scan("steps")
+    scheduled = dataset.scan("scheduled")
+    if scheduled.select(pl.len()).collect().item() == 0:
+        raise ConfigError(
+            f"calibrate: {root}: table scheduled is empty, so the steps' make-up is unknown; "
+            "record with --record-scheduled (record sim, record vllm)"
+        )
+    # Preemptions: a victim's computed tokens restart from zero in later steps.
+    preempted = (
+        dataset.scan("decisions")
+        .filter(pl.col("applied_victim_id").is_not_null())
+        .select("run_id", pl.col("applied_victim_id").alias("request_id"), "step")
+        .sort("run_id", "request_id", "step")
+        .with_columns(pl.int_range(1, pl.len() + 1).over("run_id", "request_id").alias("epoch"))
+        .rename({"step": "preempted_at"})
+    )
+    rows = (
+        scheduled.select("run_id", "request_id", "step", "num_tokens")
+        .sort("run_id", "request_id", "step")
+        # Epoch of a row = preemptions of its request at earlier steps (join_asof: the last
+        # preemption strictly before the row's step).
+        .join_asof(
+            preempted.with_columns((pl.col("preempted_at") + 1).alias("step")),
+            on="step",
+            by=["run_id", "request_id"],
+            strategy="backward",
+        )
+        .with_columns(pl.col("epoch").fill_null(0))
+        .with_columns(
+            pl.col("num_tokens").cum_sum().over("run_id", "request_id", "epoch").alias("computed")
+        )
+        .group_by("run_id", "step")
+        .agg(
+            pl.len().alias("num_sequences"),
+            pl.col("computed").sum().alias("kv_tokens_read"),
+        )
+    )
+    frame = (
+        steps.filter(pl.col("duration_s").is_not_null() & (pl.col("duration_s") > 0))
+        .select(
+            "run_id",
+            "step",
+            pl.col("scheduled_prefill_tokens").alias("num_prefill_tokens"),
+            pl.col("scheduled_decode_tokens").alias("num_decode_seqs"),
+            "duration_s",
+        )
+        .join(rows, on=["run_id", "step"], how="inner")
+        .select(
+            "run_id",
+            "step",
+            "num_prefill_tokens",
+            "num_decode_seqs",
+            pl.col("kv_tokens_read").cast(pl.Int64),
+            pl.col("num_sequences").cast(pl.Int64),
+            "duration_s",
+        )
+        .sort("run_id", "step")
+        .collect()
+    )
+    if frame.height == 0:
+        raise ConfigError(
+            f"calibrate: {root}: no step has a measured duration_s with requests scheduled; "
+            "pass a recording whose steps table has measured durations"
+        )
+    return frame
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationResult:
+    """A fitted model and where it was written.
+
+    Attributes
+    ----------
+    model
+        The fitted model (its ``errors["holdout"]`` holds MAPE, P50 and P95).
+    out
+        The model file.
+    num_steps
+        Measured steps used (training plus held out).
+    """
+
+    model: CalibratedModel
+    out: Path
+    num_steps: int
+
+
+def calibrate_trace(
+    trace: str | Path, out: str | Path, *, holdout_fraction: float = 0.2, seed: int = 0
+) -> CalibrationResult:
+    """Fit a step-time model to a recording's measured steps and write it to ``out``.
+
+    Parameters
+    ----------
+    trace
+        A trace bundle (or dataset folder) whose ``steps`` table has measured ``duration_s``
+        and whose ``scheduled`` table was recorded.
+    out
+        The model file to write (JSON; written to a temporary file, then renamed).
+    holdout_fraction, seed
+        The seeded hold-out split the errors are measured on (recorded in the model).
+
+    Raises
+    ------
+    ConfigError
+        The trace cannot be read, lacks the make-up, or its steps are too few or too uniform to
+        fit (:class:`~tracekit.latency.calibrated.FitError`); nothing is written.
+    """
+    from tracekit.trace import open_trace
+
+    trace, out = Path(trace), Path(out)
+    frame = step_makeup(open_trace(trace))
+    model = fit_step_time_model(
+        frame, seed=seed, holdout_fraction=holdout_fraction, source=str(trace)
+    )
+    model = CalibratedModel(model.coefficients, model.fit, model.errors, str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        model.save(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return CalibrationResult(model, out, frame.height)

@@ -1,0 +1,344 @@
+"""``tracekit record vllm --live``: record runs of the real vLLM engine into trace bundles.
+
+Starts :mod:`tracekit.vllm.live_engine.driver` with the vLLM environment's Python (one process
+for all the runs of one call), sends it the runs as scenarios and writes what it streams back
+with the same ``TraceObserver`` and ``BundleWriter`` as ``record sim`` / ``record vllm``. A live
+bundle differs in three ways:
+
+- its times are measured on the wall clock (manifest ``clock: "wall"``): the ``steps`` table's
+  ``duration_s`` is each ``LLMEngine.step()``'s measured length and the ``requests`` table's
+  ``first_token_s`` / ``finish_s`` are when the step producing them returned, in seconds from
+  the start of the run;
+- its manifest's ``engine`` is ``vllm-X.Y.Z-live`` and its ``vllm.live`` object says how the run
+  was driven (arrivals, seed, model);
+- it has a side table ``outputs.parquet`` (named in ``vllm.live.outputs``): one row per finished
+  request, ``run_id`` (string), ``request_id`` (string), ``token_ids`` (list<int32>), the greedy
+  output token ids the output-equality gate compares (:mod:`tracekit.vllm.live_engine.gate`).
+  It is outside the trace schema's tables, so readers and ``tracekit validate`` ignore it;
+- a second side table ``step_shapes.parquet`` (``vllm.live.step_shapes``): one row per step,
+  ``run_id``, ``step``, ``num_prefill_tokens``, ``num_decode_seqs``, ``kv_tokens_read``,
+  ``num_sequences``, ``duration_s``: the measured make-up and time of each step, in the columns
+  :func:`tracekit.latency.calibrated.fit_step_time_model` reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracekit.engine.request import engine_requests
+from tracekit.errors import ConfigError
+from tracekit.recording.driver_process import run_driver_process
+from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
+from tracekit.trace.writer import BundleWriter
+from tracekit.vllm.protocol import (
+    Scenario,
+    decision_from_wire,
+    request_from_wire,
+    scenario_lines,
+    step_from_wire,
+)
+from tracekit.vllm.record import VllmDriverError, _vllm_engine_config, find_vllm_python
+
+__all__ = ["OUTPUTS_FILE", "OUTPUTS_SCHEMA", "STEP_SHAPES_FILE", "record_vllm_live"]
+
+#: The side table of output token ids, in the bundle folder.
+OUTPUTS_FILE = "outputs.parquet"
+#: Its columns.
+OUTPUTS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("request_id", pa.string(), nullable=False),
+        pa.field("token_ids", pa.list_(pa.int32()), nullable=False),
+    ]
+)
+
+#: The side table of each step's measured make-up and duration, in the bundle folder.
+STEP_SHAPES_FILE = "step_shapes.parquet"
+_SHAPE_COLUMNS = (
+    "num_prefill_tokens",
+    "num_decode_seqs",
+    "kv_tokens_read",
+    "num_sequences",
+)
+
+Progress = Callable[[int, int], None]
+
+
+def _live_env(python: Path) -> dict[str, str]:
+    defaults = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+        # Kept with the environment: the live model and vLLM's own caches live there.
+        "VLLM_CACHE_ROOT": str(python.parent.parent / "vllm-cache"),
+        "PYTHONUNBUFFERED": "1",
+        # One compute thread, unbound: on a machine shared with other processes a second OpenMP
+        # thread spends its time spinning at barriers for a core, and step times swing by 10x.
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    }
+    env = {key: os.environ.get(key, value) for key, value in defaults.items()}
+    extra = os.environ.get("BIDKV_VLLM_PYTHONPATH")
+    if extra:
+        env["PYTHONPATH"] = extra
+    return env
+
+
+def record_vllm_live(
+    runs: Sequence[SimRun],
+    outs: Sequence[str | os.PathLike[str]],
+    *,
+    venv: str | os.PathLike[str] | None = None,
+    shim: bool | None = None,
+    all_at_once: bool = False,
+    run_ids: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> list[Path]:
+    """Run each of ``runs`` on the real vLLM engine (tiny model) and write its bundle.
+
+    Parameters
+    ----------
+    runs
+        As for :func:`tracekit.vllm.record.record_vllm`. Every run must have the same ``seed``
+        (it seeds the model's random weights and the engine; runs on different weights could not
+        be compared). ``engine_config.block_size`` must be a multiple of 32 (vLLM's CPU
+        attention backend).
+    outs
+        One bundle folder per run; each appears only once its run completed.
+    venv
+        The vLLM environment (:func:`tracekit.vllm.record.find_vllm_python`); it needs the full
+        engine's packages (``scripts/install-vllm-cpu.sh``).
+    shim
+        Put the strategy in the loop through the typed-host shim; default: for every strategy
+        but ``builtin``.
+    all_at_once
+        Send every request before the first step instead of at its arrival time.
+    run_ids, progress, overwrite
+        As for ``record_vllm``; run ids name the engine ``vllm-X.Y.Z-live``.
+
+    Raises
+    ------
+    ConfigError
+        Bad arguments (SGLang mode, a block size that is not a multiple of 32, mixed seeds,
+        a policy without the shim, mismatched lengths).
+    VllmUnavailableError
+        No vLLM environment.
+    VllmDriverError
+        The engine failed to start or a run failed (no bundle is written for it).
+    """
+    if len(runs) != len(outs):
+        raise ConfigError(f"record_vllm_live: {len(runs)} runs but {len(outs)} output folders")
+    if run_ids is not None and len(run_ids) != len(runs):
+        raise ConfigError(f"record_vllm_live: {len(runs)} runs but {len(run_ids)} run ids")
+    seeds = {run.seed for run in runs}
+    if len(seeds) > 1:
+        raise ConfigError(
+            f"--seed: the live runs of one call share one seed (the model's weights); found "
+            f"{sorted(seeds)}"
+        )
+    scenarios = []
+    for index, run in enumerate(runs):
+        config = run.engine_config
+        if config.mode != "vllm":
+            raise ConfigError(f"--engine-mode {config.mode}: the live engine is vLLM's")
+        if config.block_size % 32:
+            raise ConfigError(
+                f"--block-size {config.block_size}: vLLM's CPU attention backend needs a "
+                "multiple of 32; pass --block-size 32"
+            )
+        use_shim = run.strategy.kind != "builtin" if shim is None else shim
+        if not use_shim and run.strategy.kind != "builtin":
+            raise ConfigError(
+                f"--strategy {run.strategy.name}: a policy needs the shim (it replaces vLLM's "
+                "victim); only builtin records the unmodified engine"
+            )
+        scenarios.append(
+            Scenario(
+                index,
+                config,
+                tuple(engine_requests(run.workload)),
+                {
+                    "name": run.strategy.name,
+                    "kind": run.strategy.kind,
+                    "settings": dict(run.strategy.settings),
+                },
+                run.host_path,
+                use_shim,
+            )
+        )
+    python = find_vllm_python(venv)
+    argv = ["-m", "tracekit.vllm.live_engine.driver", "--seed", str(runs[0].seed if runs else 0)]
+    if all_at_once:
+        argv.append("--all-at-once")
+    messages = run_driver_process(
+        python,
+        argv,
+        list(scenario_lines(scenarios)),
+        engine="vLLM",
+        env=_live_env(python),
+        error=VllmDriverError,
+    )
+    try:
+        hello = next(messages)
+        if hello.get("kind") != "hello":
+            raise VllmDriverError(f"the live vLLM driver did not start: {hello}")
+        bundles = []
+        for index, run in enumerate(runs):
+            bundles.append(
+                _record_one(
+                    _vllm_engine_config(run, hello["vllm_version"]),
+                    Path(outs[index]),
+                    scenarios[index],
+                    hello,
+                    messages,
+                    run_id=None if run_ids is None else run_ids[index],
+                    all_at_once=all_at_once,
+                    progress=progress,
+                    overwrite=overwrite,
+                )
+            )
+        for _ in messages:  # let the driver finish and report its exit status
+            pass
+    finally:
+        messages.close()
+    return bundles
+
+
+def _record_one(
+    run: SimRun,
+    out: Path,
+    scenario: Scenario,
+    hello: dict[str, Any],
+    messages: Iterator[dict[str, Any]],
+    *,
+    run_id: str | None,
+    all_at_once: bool,
+    progress: Progress | None,
+    overwrite: bool,
+) -> Path:
+    engine = f"vllm-{hello['vllm_version']}-live"
+    # The arrivals mode enters the id: the two recordings of one run are different runs.
+    run_id = run_id or make_run_id(run, engine=engine + ("-all-at-once" if all_at_once else ""))
+    manifest = run.manifest(run_id)
+    manifest["engine"] = engine
+    manifest["clock"] = "wall"
+    if not scenario.shim:
+        manifest["host_path"] = "builtin"
+    tables = ["requests", "decisions", "candidates", "steps", "scheduled"]
+    outputs: dict[str, list[int]] = {}
+    shapes: list[tuple[int, int, int, int, int, float]] = []
+    with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
+        observer = TraceObserver(
+            writer,
+            run_id,
+            policy_name=run.strategy.name,
+            scheduling_policy=run.engine_config.scheduling_policy,
+            record_scheduled=True,
+            total_requests=len(scenario.requests),
+            progress=progress,
+        )
+        with open(writer.folder / POLICY_LOG, "w", encoding="utf-8") as log:
+            end = _consume(scenario.index, messages, observer, log, outputs, shapes)
+        _write_outputs(writer.folder / OUTPUTS_FILE, run_id, outputs)
+        _write_shapes(writer.folder / STEP_SHAPES_FILE, run_id, shapes)
+        writer.manifest["final_state"] = end["final_state"]
+        writer.manifest["vllm"] = {
+            **end["vllm_config"],
+            "python": hello.get("python"),
+            "live": {
+                "driver": "tracekit.vllm.live_engine.driver",
+                "shim": scenario.shim,
+                "arrivals": "all at once" if all_at_once else "wall clock",
+                "outputs": OUTPUTS_FILE,
+                "step_shapes": STEP_SHAPES_FILE,
+                "import_s": hello.get("import_s"),
+                **end.get("timing", {}),
+            },
+        }
+        if end.get("builtin_rule_mismatches"):
+            writer.manifest["notes"] = (
+                f"{end['builtin_rule_mismatches']} victims differ from the documented FCFS/"
+                "PRIORITY rule; builtin_victim_id records vLLM's actual victim"
+            )
+    return out
+
+
+def _write_outputs(path: Path, run_id: str, outputs: dict[str, list[int]]) -> None:
+    ids = list(outputs)
+    table = pa.table(
+        {
+            "run_id": pa.array([run_id] * len(ids), pa.string()),
+            "request_id": pa.array(ids, pa.string()),
+            "token_ids": pa.array([outputs[i] for i in ids], pa.list_(pa.int32())),
+        },
+        schema=OUTPUTS_SCHEMA,
+    )
+    pq.write_table(table, path)
+
+
+def _write_shapes(
+    path: Path, run_id: str, shapes: list[tuple[int, int, int, int, int, float]]
+) -> None:
+    columns = list(zip(*shapes, strict=True)) if shapes else [[]] * 6
+    table = pa.table(
+        {
+            "run_id": pa.array([run_id] * len(shapes), pa.string()),
+            "step": pa.array(columns[0], pa.int64()),
+            **{name: pa.array(columns[i + 1], pa.int64()) for i, name in enumerate(_SHAPE_COLUMNS)},
+            "duration_s": pa.array(columns[5], pa.float64()),
+        }
+    )
+    pq.write_table(table, path)
+
+
+def _consume(
+    index: int,
+    messages: Iterator[dict[str, Any]],
+    observer: TraceObserver,
+    log: IO[str],
+    outputs: dict[str, list[int]],
+    shapes: list[tuple[int, int, int, int, int, float]],
+) -> dict[str, Any]:
+    last: Any = None
+    for message in messages:
+        kind = message.get("kind")
+        if message.get("run") != index:
+            raise VllmDriverError(f"the live vLLM driver answered out of order: {message}")
+        if kind == "step":
+            last = step_from_wire(message["r"])
+            observer.on_step(last)
+        elif kind == "shape":
+            assert last is not None and last.step == message["step"], message
+            shapes.append(
+                (
+                    last.step,
+                    last.num_prefill_tokens,
+                    last.num_decode_tokens,
+                    int(message["kv"]),
+                    len(last.num_scheduled_tokens),
+                    last.duration_s,
+                )
+            )
+        elif kind == "decision":
+            observer.on_decision(decision_from_wire(message["r"]))
+        elif kind == "request":
+            observer.on_request(request_from_wire(message["r"]))
+        elif kind == "output":
+            outputs[message["request_id"]] = list(message["token_ids"])
+        elif kind == "log":
+            log.write(message["line"] + "\n")
+        elif kind == "end":
+            return message
+        elif kind == "error":
+            raise VllmDriverError(
+                f"run {index} failed in the live vLLM driver: {message['message']}\n"
+                f"{message.get('traceback', '')[-3000:]}"
+            )
+    raise VllmDriverError(f"the live vLLM driver stopped before finishing run {index}")
