@@ -309,7 +309,10 @@ def run_oracle(
     if all(s.name != "builtin" for s in strategies):
         strategies = [StrategySpec("builtin", "builtin"), *strategies]
 
-    reference = EngineRun(requests, config, BuiltinHost()).run_to_end()
+    try:
+        reference = EngineRun(requests, config, BuiltinHost()).run_to_end()
+    except ValueError as exc:  # what the forkable engine does not model yet: one line
+        raise ConfigError(f"{trace}: the oracle cannot fork this run: {exc}") from None
     records = reference.decisions[:limit] if limit is not None else reference.decisions
     # A step's decisions are evaluated together: cut the limit at a step boundary.
     if limit is not None and len(records) < len(reference.decisions):
