@@ -47,7 +47,11 @@ def main() -> None:
     args = parser.parse_args()
 
     workload = load_workload(WORKLOAD, limit=args.requests, rate_scale=5.0)
-    config = EngineConfig(num_blocks=2300, max_num_seqs=32)
+    # Synchronous scheduling, prefix caching off: the set-up the figures in docs/oracle.md
+    # were measured with (the forkable run does not model async scheduling).
+    config = EngineConfig(
+        num_blocks=2300, max_num_seqs=32, enable_prefix_caching=False, async_scheduling=False
+    )
     requests = engine_requests(workload)
 
     # 1. The step and the fork.

@@ -115,6 +115,8 @@ def main() -> None:
                 max_num_batched_tokens=args.max_num_batched_tokens,
                 max_model_len=min(8192, (blocks - 1) * 16),
                 enable_prefix_caching=prefix,
+                # The forkable run (and so the oracle) is synchronous; so were the RFC's runs.
+                async_scheduling=False,
             )
             rows = {}
             for name in strategies:

@@ -8,10 +8,12 @@ is the null block, so 10 blocks of 16 tokens (160 tokens) are usable.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, EngineResult, run_engine
 from tracekit.engine.hosts import VictimHost
+from tracekit.vllm.protocol import Scenario
 
 Spec = tuple  # (request_id, arrival_s, prompt_tokens, output_tokens[, priority[, max_tokens]])
 
@@ -25,7 +27,12 @@ def make_engine(
     max_model_len: int | None = None,
     **overrides: object,
 ) -> EngineConfig:
-    """A small engine on the steps clock with 1-second steps (step k starts at k seconds)."""
+    """A small engine on the steps clock with 1-second steps (step k starts at k seconds).
+
+    Prefix caching off and synchronous scheduling unless overridden: the hand-worked runs of
+    the tests were worked for vLLM's plain ``Scheduler`` (tests/test_engine_async.py works the
+    async ones).
+    """
     if max_model_len is None:
         max_model_len = (num_blocks - 1) * block_size
     return EngineConfig(
@@ -34,7 +41,13 @@ def make_engine(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len,
-        **{"clock": "steps", "step_s": 1.0, **overrides},  # type: ignore[arg-type]
+        **{  # type: ignore[arg-type]
+            "clock": "steps",
+            "step_s": 1.0,
+            "enable_prefix_caching": False,
+            "async_scheduling": False,
+            **overrides,
+        },
     )
 
 
@@ -90,3 +103,39 @@ def random_content(seed: int, n: int) -> list[EngineRequest]:
             )
         )
     return requests
+
+
+def async_scenarios(release: str) -> list[Scenario]:
+    """The scenarios compared with the real AsyncScheduler (tests/test_vllm_async_live.py).
+
+    Random content workloads under KV pressure; some requests end at ``max_tokens``.
+
+    Requests that end at ``max_tokens`` exercise the async rule that skips a request whose last
+    token is in flight; the others stop at their target length, one step after their last
+    scheduled decode, as a stop token does under async scheduling.
+    """
+    out = []
+    for seed, (policy, num_blocks) in enumerate(
+        [("fcfs", 120), ("priority", 120), ("fcfs", 400), ("priority", 90)]
+    ):
+        rng = random.Random(seed)
+        requests = [
+            dataclasses.replace(r, max_tokens=rng.randrange(1, 150)) if rng.random() < 0.4 else r
+            for r in random_content(seed, 100)
+        ]
+        for prefix_caching in (False, True):
+            config = EngineConfig(
+                num_blocks=num_blocks,
+                max_num_seqs=16,
+                max_model_len=1400,
+                max_num_batched_tokens=512,
+                long_prefill_token_threshold=128 if seed % 2 else 0,
+                scheduling_policy=policy,  # type: ignore[arg-type]
+                vllm_version=release,  # type: ignore[arg-type]
+                clock="steps",
+                step_s=0.05,
+                enable_prefix_caching=prefix_caching,
+                async_scheduling=True,
+            )
+            out.append(Scenario(len(out), config, tuple(requests)))
+    return out

@@ -49,7 +49,14 @@ def unit_workload(tmp_path: Path) -> Path:
 
 def _engine() -> EngineConfig:
     return EngineConfig(
-        num_blocks=11, block_size=16, max_num_seqs=1, max_model_len=160, clock="steps", step_s=1.0
+        num_blocks=11,
+        block_size=16,
+        max_num_seqs=1,
+        max_model_len=160,
+        clock="steps",
+        step_s=1.0,
+        # Worked by hand for synchronous scheduling (async reports a finish one step later).
+        async_scheduling=False,
     )
 
 
@@ -98,7 +105,8 @@ def test_cli_prints_the_knee_and_json(unit_workload: Path) -> None:
     args = [
         "capacity", "--workload", str(unit_workload), "--arrivals", "constant", "--rate", "1",
         "--num-blocks", "11", "--max-num-seqs", "1", "--max-model-len", "160",
-        "--clock", "steps", "--step-s", "1", "--slo-tpot-s", "1", "--tolerance", "0.01",
+        "--clock", "steps", "--step-s", "1", "--no-async-scheduling", "--slo-tpot-s", "1",
+         "--tolerance", "0.01",
     ]  # fmt: skip
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output

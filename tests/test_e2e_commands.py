@@ -28,6 +28,7 @@ from click.testing import CliRunner, Result
 from polars.testing import assert_frame_equal
 
 from tracekit.cli import cli
+from tracekit.engine.config import PRE_FEATURE_SETTINGS
 from tracekit.vllm.record import DEFAULT_VLLM_VENV, VllmUnavailableError, installed_vllm_version
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,11 +51,16 @@ def manifest(bundle: Path) -> dict[str, Any]:
 
 def engine_flags(bundle: Path) -> list[str]:
     """The record options that reproduce a bundle's engine, read from its manifest."""
-    config = dict(manifest(bundle)["engine_config"])
+    # A manifest older than the vLLM features was recorded with both off.
+    config = {**PRE_FEATURE_SETTINGS, **manifest(bundle)["engine_config"]}
     # The CLI has no flag for it: vLLM's rule, which the vllm engine mode always applies.
     assert config.pop("full_sequence_must_fit") is True
+    switches = {"enable_prefix_caching": "prefix-caching", "async_scheduling": "async-scheduling"}
     flags = []
     for key, value in sorted(config.items()):
+        if key in switches:
+            flags.append(f"--{switches[key]}" if value else f"--no-{switches[key]}")
+            continue
         flags += ["--engine-mode" if key == "mode" else "--" + key.replace("_", "-"), str(value)]
     return flags
 

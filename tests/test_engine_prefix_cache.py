@@ -20,7 +20,7 @@ from tracekit.engine.content import (
 )
 from tracekit.engine.prefix_cache import PrefixCachingBlockPool
 from tracekit.engine.request import EngineRequest, RequestState
-from tracekit.engine.scheduler import VllmPrefixCachingScheduler
+from tracekit.engine.scheduler import VllmPrefixCachingScheduler, make_vllm_scheduler
 from tracekit.vllm.protocol import Scenario
 
 
@@ -79,9 +79,10 @@ def workload(seed: int, n: int = 80) -> list[EngineRequest]:
     return random_content(seed, n)
 
 
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 @pytest.mark.parametrize("version", ["0.32", "0.33"])
-def test_runs_stay_consistent_and_hit(policy: str, version: str) -> None:
+def test_runs_stay_consistent_and_hit(policy: str, version: str, is_async: bool) -> None:
     config = EngineConfig(
         num_blocks=120,
         max_num_seqs=16,
@@ -91,12 +92,13 @@ def test_runs_stay_consistent_and_hit(policy: str, version: str) -> None:
         vllm_version=version,  # type: ignore[arg-type]
         clock="steps",
         enable_prefix_caching=True,
+        async_scheduling=is_async,
     )
     made: list[VllmPrefixCachingScheduler] = []
     hits: list[int] = []
 
     def factory(c, h, d):  # type: ignore[no-untyped-def]
-        made.append(VllmPrefixCachingScheduler(c, h or BuiltinHost(), d))
+        made.append(make_vllm_scheduler(c, h or BuiltinHost(), d))  # type: ignore[arg-type]
         return made[0]
 
     class Observer:
@@ -122,7 +124,9 @@ def test_runs_stay_consistent_and_hit(policy: str, version: str) -> None:
 
 
 def test_content_is_ignored_with_prefix_caching_off() -> None:
-    config = EngineConfig(num_blocks=120, max_model_len=1400, clock="steps")
+    config = EngineConfig(
+        num_blocks=120, max_model_len=1400, clock="steps", enable_prefix_caching=False
+    )
     with_content = workload(2)
     without = [
         EngineRequest(
@@ -137,8 +141,13 @@ def test_content_is_ignored_with_prefix_caching_off() -> None:
 
 def test_preempted_request_rehits_its_own_blocks() -> None:
     # Two requests that cannot both grow: the victim's blocks stay cached until reused.
+    # Worked by hand for the synchronous scheduler.
     config = EngineConfig(
-        num_blocks=12, max_model_len=160, clock="steps", enable_prefix_caching=True
+        num_blocks=12,
+        max_model_len=160,
+        clock="steps",
+        enable_prefix_caching=True,
+        async_scheduling=False,
     )
     requests = [
         EngineRequest("a", 0.0, 64, 60, 60),

@@ -39,9 +39,10 @@ class Scenario:
     def __init__(
         self, name: str, *, settings: HookSettings | None = None, seed: int = 0, **hooks: Any
     ) -> None:
+        # The original runner's engine: prefix caching off, synchronous scheduling.
         self.config = EngineConfig(
             num_blocks=101, block_size=16, max_num_seqs=16, max_num_batched_tokens=4000,
-            max_model_len=1600,
+            max_model_len=1600, enable_prefix_caching=False, async_scheduling=False,
         )  # fmt: skip
         self.decisions: list[DecisionRecord] = []
         self.hooks = ExperimentHooks(name, settings=settings, seed=seed, **hooks)
@@ -477,9 +478,11 @@ def _workload(seed: int, n: int = 60) -> list[EngineRequest]:
 
 
 def _small_config() -> EngineConfig:
+    # The original runner's engine: prefix caching off, synchronous scheduling.
     return EngineConfig(
         num_blocks=120, block_size=16, max_num_seqs=16, max_num_batched_tokens=1024,
-        max_model_len=1600, clock="cost-model",
+        max_model_len=1600, clock="cost-model", enable_prefix_caching=False,
+        async_scheduling=False,
     )  # fmt: skip
 
 

@@ -7,19 +7,22 @@ manifest, must reproduce every step, scheduled-token map, decision and request o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from tracekit.engine import BuiltinHost, EngineConfig, run_engine
+from tracekit.engine import BuiltinHost, run_engine
+from tracekit.engine.config import recorded_engine_config
 from tracekit.engine.request import engine_requests
-from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.scheduler import make_vllm_scheduler
 from tracekit.recording.sim import record_sim
 from tracekit.trace.validate import validate_trace
 from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.fixtures import (
+    ASYNC_FIXTURES,
     FIXTURE_VERSIONS,
     FIXTURES,
     FIXTURES_DIR,
@@ -45,7 +48,7 @@ def test_embedded_engine_matches_the_real_scheduler(
 ) -> None:
     fixture = FIXTURES[name]
     manifest = manifest_of(version, name)
-    config = EngineConfig(**manifest["engine_config"])
+    config = recorded_engine_config(manifest["engine_config"])
     assert config == fixture.engine_config(config.vllm_version)
     run = fixture.sim_run(ROOT, config.vllm_version)
     assert manifest["workload"]["sha256"] == run.workload.sha256
@@ -70,7 +73,10 @@ def test_fixture_is_a_valid_real_vllm_bundle(version: str, name: str) -> None:
     assert vllm["cache_config"]["enable_prefix_caching"] is bool(
         FIXTURES[name].config.get("enable_prefix_caching")
     )
-    assert vllm["scheduler_config"]["async_scheduling"] is False
+    is_async = bool(FIXTURES[name].config["async_scheduling"])
+    assert vllm["scheduler_config"]["async_scheduling"] is is_async
+    assert vllm["scheduler_class"].endswith(".AsyncScheduler" if is_async else ".Scheduler")
+    assert recorded_engine_config(manifest["engine_config"]).async_scheduling is is_async
     assert vllm["scheduler_config"]["policy"] == FIXTURES[name].scheduling_policy
     assert vllm["cache_config"]["num_gpu_blocks"] == FIXTURES[name].config["num_blocks"]
     assert vllm["model"]["weights"] is None
@@ -85,11 +91,7 @@ def run_counting_hits(requests, config):  # type: ignore[no-untyped-def]
     hits = [0]
 
     def factory(c, h, d):  # type: ignore[no-untyped-def]
-        scheduler = (
-            VllmPrefixCachingScheduler(c, h, d)
-            if c.enable_prefix_caching
-            else VllmScheduler(c, h, d)
-        )
+        scheduler = make_vllm_scheduler(c, h, d)
         made.append(scheduler)
         return scheduler
 
@@ -128,7 +130,8 @@ def test_fixtures_exercise_what_they_claim() -> None:
             if 1 < n < prompts[rid]
         )
         assert chunks > 0, name
-        if name.startswith("synthetic"):
+        # The cascade claims are the synchronous synthetic fixtures' (async ones have fewer).
+        if name.startswith("synthetic") and name not in ASYNC_FIXTURES:
             cascades: dict[tuple[int, str], int] = {}
             for d in result.decisions:
                 key = (d.step, d.requesting_request_id)
@@ -156,7 +159,8 @@ def test_fixture_inventory_and_size() -> None:
     }
     assert found == set(CASES)
     total = sum(path.stat().st_size for path in base.rglob("*") if path.is_file())
-    assert total < 800_000, f"fixtures grew to {total} bytes; keep them small"
+    # 28 bundles of 30 to 65 kB (the async fixtures of issue 12 took it past 800 kB).
+    assert total < 1_500_000, f"fixtures grew to {total} bytes; keep them small"
 
 
 def test_the_versions_differ_where_the_fixtures_say() -> None:
@@ -169,3 +173,17 @@ def test_the_versions_differ_where_the_fixtures_say() -> None:
         result = run_engine(requests, fixture.engine_config(release), BuiltinHost())
         steps[release] = [s.num_scheduled_tokens for s in result.steps]
     assert steps["0.32"] != steps["0.33"]
+
+
+def test_async_fixtures_differ_from_their_synchronous_twins() -> None:
+    """Each async fixture schedules differently from the same run with async scheduling off."""
+    for name in ASYNC_FIXTURES:
+        fixture = FIXTURES[name]
+        requests = engine_requests(fixture.load_workload(ROOT))
+        config = fixture.engine_config()
+        steps = {}
+        for is_async in (True, False):
+            run_config = dataclasses.replace(config, async_scheduling=is_async)
+            result = run_engine(requests, run_config, BuiltinHost(), check_consistency=True)
+            steps[is_async] = [s.num_scheduled_tokens for s in result.steps]
+        assert steps[True] != steps[False], name

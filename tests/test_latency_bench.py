@@ -20,7 +20,11 @@ def test_captured_shapes_give_the_engine_cost_model_durations(azure_sample):
     limit = 60
     cols = capture_steps(azure_sample, limit=limit)
     requests = engine_requests(load_workload(azure_sample))[:limit]
-    result = run_engine(requests, EngineConfig(clock="cost-model"), BuiltinHost())
+    result = run_engine(
+        requests,
+        EngineConfig(clock="cost-model", enable_prefix_caching=False, async_scheduling=False),
+        BuiltinHost(),
+    )
     steps = [s for s in result.steps if s.num_scheduled_tokens]
     assert len(steps) == len(cols["chunks"]) > 100
     roofline = RooflineModel.from_preset()

@@ -61,11 +61,31 @@ def known_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "bundle"
 
 
+@pytest.fixture(scope="module")
+def known_bundle_sync(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As ``known_bundle``, recorded with synchronous scheduling and no prefix caching (the set-up
+    whose noisy fit docs/latency.md quotes)."""
+    folder = tmp_path_factory.mktemp("known_sync")
+    model = _model_file(folder / "known.json", KNOWN)
+    _record(
+        folder / "bundle",
+        "--latency",
+        f"calibrated:{model}",
+        "--no-async-scheduling",
+        "--no-prefix-caching",
+    )
+    return folder / "bundle"
+
+
 def test_recovers_known_coefficients_exactly_without_noise(
     known_bundle: Path, tmp_path: Path
 ) -> None:
     decisions = open_trace(known_bundle).scan("decisions").collect()
     assert decisions["applied_victim_id"].is_not_null().sum() > 0  # recomputation is covered
+    # Recorded with the defaults (prefix caching and async on): resumes hit the cache, so the
+    # make-up must add each admission's hit to the context read (trace v2 admissions).
+    admissions = open_trace(known_bundle).scan("admissions").collect()
+    assert admissions["cached_tokens"].sum() > 0
     result = CliRunner().invoke(
         cli, ["calibrate", str(known_bundle), "--out", str(tmp_path / "m.json")]
     )
@@ -77,8 +97,9 @@ def test_recovers_known_coefficients_exactly_without_noise(
 
 
 def test_recovers_known_coefficients_from_noisy_durations(
-    known_bundle: Path, tmp_path: Path
+    known_bundle_sync: Path, tmp_path: Path
 ) -> None:
+    known_bundle = known_bundle_sync
     # The same steps with 2 % seeded Gaussian noise on every measured duration.
     noisy = tmp_path / "noisy"
     noisy.mkdir()

@@ -43,6 +43,8 @@ def _one_request(prompt: int = 100, output: int = 3) -> list[EngineRequest]:
 
 
 def _config(**kw: Any) -> EngineConfig:
+    # Hand-worked for synchronous scheduling unless a test says otherwise.
+    kw.setdefault("async_scheduling", False)
     return EngineConfig(
         num_blocks=64, block_size=16, max_num_batched_tokens=64, max_model_len=1000, **kw
     )
@@ -58,6 +60,26 @@ def _run_with(model: Any, requests: list[EngineRequest], config: EngineConfig) -
         return run_engine(requests, config, BuiltinHost())
     finally:
         engine_module.make_clock = original
+
+
+def test_async_steps_count_in_flight_output_as_decode() -> None:
+    # Async: step 3 is scheduled while step 2 (which samples token 1) is in flight, so r0 has
+    # no output yet but one placeholder: still a decode with 100 tokens of context, as vLLM's
+    # is_prefill_chunk says. Step 5 is scheduled while token 3 (the last of max_tokens) is in
+    # flight: r0 is skipped, an empty step (overhead); step 4's output then finishes r0, and
+    # one more empty schedule() reports it (vLLM's finished_req_ids): overhead again.
+    model = RecordingModel()
+    result = _run_with(model, _one_request(), _config(async_scheduling=True))
+    assert model.shapes == [
+        StepShape.of(prefill=[(64, 0)]),
+        StepShape.of(prefill=[(36, 64)]),
+        StepShape.of(decode=[100]),
+        StepShape.of(decode=[101]),
+    ]
+    durations = [s.duration_s for s in result.steps]
+    overhead = result.steps[-1].duration_s
+    assert durations == pytest.approx([0.074, 0.046, 0.02, 0.0201, overhead, overhead])
+    assert overhead < 0.01
 
 
 def test_step_shapes_are_the_hand_worked_chunks_and_decodes() -> None:

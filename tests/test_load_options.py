@@ -75,8 +75,9 @@ def test_with_rate_turns_recorded_into_poisson() -> None:
 def _record(tiny: Path, out: Path, *args: str):
     return CliRunner().invoke(
         cli,
+        # Worked by hand for synchronous scheduling (async reports a finish one step later).
         ["record", "sim", "--workload", str(tiny), "--clock", "steps", "--step-s", "1",
-         "--out", str(out), *args],
+         "--no-async-scheduling", "--out", str(out), *args],
     )  # fmt: skip
 
 
@@ -166,6 +167,7 @@ path = "{tiny}"
 client = {client}
 
 [[engines]]
+async_scheduling = false
 label = "small"
 clock = "steps"
 step_s = 1.0
@@ -215,6 +217,7 @@ rate_scale = [1.0, 2.0]
 path = "{tiny}"
 
 [[engines]]
+async_scheduling = false
 label = "short"
 num_blocks = 3
 max_model_len = 32

@@ -37,7 +37,15 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Seeded priorities make PRIORITY scheduling (and the sglang-default key) non-trivial.
     workload = load_workload(SAMPLE, limit=150, priority_seed=7, rate_scale=4.0)
     # One-token blocks and admission on the prompt alone: decodes keep running out of KV.
-    pressure = {"block_size": 1, "max_model_len": 4400, "full_sequence_must_fit": False}
+    # Designed without prefix caching (which would hit the recomputed prefixes and relieve the
+    # pressure) and with synchronous scheduling: said explicitly since the defaults are vLLM's.
+    pressure = {
+        "block_size": 1,
+        "max_model_len": 4400,
+        "full_sequence_must_fit": False,
+        "enable_prefix_caching": False,
+        "async_scheduling": False,
+    }
     runs = [
         ("fcfs-bidkv", "bidkv", {"scheduling_policy": "fcfs"}),
         ("priority-builtin", "builtin", {"scheduling_policy": "priority"}),

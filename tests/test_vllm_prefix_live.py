@@ -52,6 +52,7 @@ def scenarios(release: str) -> list[Scenario]:
             clock="steps",
             step_s=0.05,
             enable_prefix_caching=True,
+            async_scheduling=False,  # synchronous; tests/test_vllm_async_live.py covers async
         )
         out.append(Scenario(len(out), config, tuple(random_content(seed, 100))))
     return out

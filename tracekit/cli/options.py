@@ -302,6 +302,20 @@ engine_options = _stack(
         help="SGLang mode: chunk size (default: the token budget; 0 = no chunking).",
     ),
     latency_option,
+    # vLLM features (issue 12): unset keeps the mode's default (on in vllm mode, as vLLM runs).
+    click.option(
+        "--prefix-caching/--no-prefix-caching",
+        "enable_prefix_caching",
+        default=None,
+        help="vLLM automatic prefix caching (default on in vllm mode; sglang mode refuses it).",
+    ),
+    click.option(
+        "--async-scheduling/--no-async-scheduling",
+        "async_scheduling",
+        default=None,
+        help="vLLM async scheduling, one step ahead (default on in vllm mode, as on GPUs; "
+        "sglang mode refuses it).",
+    ),
 )
 
 policy_options = _stack(
@@ -344,6 +358,8 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         "radix_cache": options.get("radix_cache"),
         "chunked_prefill_size": options.get("chunked_prefill_size"),
         "latency": options.get("latency"),
+        "enable_prefix_caching": options.get("enable_prefix_caching"),
+        "async_scheduling": options.get("async_scheduling"),
     }
 
 

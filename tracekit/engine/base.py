@@ -39,6 +39,7 @@ class ScheduledStep:
     __slots__ = (
         "cache_hits",
         "cache_recorded",
+        "in_flight_outputs",
         "kv_tokens_read",
         "num_decode_tokens",
         "num_evicted_blocks",
@@ -64,6 +65,10 @@ class ScheduledStep:
         self.cache_hits: dict[str, int] = {}
         self.num_evicted_blocks = 0
         self.cache_recorded = False
+        # Async scheduling: req_id -> output tokens still in flight when the step was scheduled
+        # (vLLM's placeholders), for requests that had any; None under sync scheduling. A step's
+        # make-up (decode or prefill) counts them as output, as vLLM's is_prefill_chunk does.
+        self.in_flight_outputs: dict[str, int] | None = None
 
 
 def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:

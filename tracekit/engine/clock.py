@@ -242,8 +242,10 @@ class StepModelClock(CostModelClock):
     Notes
     -----
     A step's make-up is read after ``schedule()`` advanced ``num_computed_tokens``, with the
-    engine's split (``fake_model.split_tokens``): a request scheduling exactly its one missing
-    token after having produced output is decoding, with ``computed - 1`` tokens of context;
+    engine's split (``fake_model.split_tokens``; under async scheduling the output tokens still
+    in flight, ``ScheduledStep.in_flight_outputs``, count as output): a request scheduling
+    exactly its one missing token after having produced output is decoding, with
+    ``computed - 1`` tokens of context;
     every other one is a prefill chunk of ``n`` tokens after ``computed - n`` cached tokens.
     """
 
@@ -270,10 +272,12 @@ class StepModelClock(CostModelClock):
         chunks: list[tuple[int, int]] = []
         contexts: list[int] = []
         p = tokens = prefix = d = context = kv_read = 0
+        in_flight = out.in_flight_outputs or {}
         for request_id, n in scheduled.items():
             r = states[request_id]
             computed = r.num_computed_tokens
-            output = r.num_output_tokens
+            # Under async scheduling, output still in flight counts (the scheduler's own split).
+            output = r.num_output_tokens + in_flight.get(request_id, 0)
             kv_read += computed
             if n == 1 and output and computed == r.num_prompt_tokens + output:
                 d += 1

@@ -23,7 +23,9 @@ __all__ = [
     "SCHEDULING_POLICIES",
     "VLLM_VERSIONS",
     "EngineConfig",
+    "PRE_FEATURE_SETTINGS",
     "make_engine_config",
+    "recorded_engine_config",
 ]
 
 EngineMode = Literal["vllm", "sglang"]
@@ -86,8 +88,15 @@ class EngineConfig:
     cost_model
         Name of the cost-model preset used by the ``cost-model`` clock.
     enable_prefix_caching
-        vLLM's automatic prefix caching (``CacheConfig.enable_prefix_caching``; ``vllm`` mode
-        only). vLLM turns it on by default; here it stays off until fixtures cover it.
+        vLLM's automatic prefix caching (``CacheConfig.enable_prefix_caching``). Unset (None)
+        means the mode's default: on in ``vllm`` mode, as in vLLM 0.32/0.33; off in ``sglang``
+        mode, which models no prefix cache and refuses an explicit True.
+    async_scheduling
+        vLLM's ``AsyncScheduler`` driven by ``EngineCore.step_with_batch_queue``
+        (``SchedulerConfig.async_scheduling``). Unset (None) means the mode's default: on in
+        ``vllm`` mode, as ``VllmConfig.__post_init__`` turns it on for a GPU deployment; off in
+        ``sglang`` mode, which refuses an explicit True. After construction both fields are
+        always a bool.
     retraction_policy
         SGLang mode only: ``--retraction-policy``, ``"length"`` (SGLang's default) or
         ``"priority"`` (lowest priority retracted first, then the length rule).
@@ -119,7 +128,8 @@ class EngineConfig:
     clock: ClockName = DEFAULT_CLOCK
     step_s: float = 0.02
     cost_model: str = "a6000-llama3-8b"
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool | None = None
+    async_scheduling: bool | None = None
     # --- SGLang mode (tracekit.engine.sglang) ------------------------------------------------
     retraction_policy: RetractionPolicyName = "length"
     radix_cache: bool = False
@@ -144,12 +154,18 @@ class EngineConfig:
             raise ValueError(
                 f"full_sequence_must_fit must be a bool; found {self.full_sequence_must_fit!r}"
             )
-        if not isinstance(self.enable_prefix_caching, bool):
-            raise ValueError(
-                f"enable_prefix_caching must be a bool; found {self.enable_prefix_caching!r}"
-            )
-        if self.enable_prefix_caching and self.mode != "vllm":
-            raise ValueError("enable_prefix_caching is modelled in vllm mode only")
+        for name in _VLLM_FEATURES:
+            value = getattr(self, name)
+            if value is None:
+                # The mode's default: vLLM's (on) in vllm mode; sglang mode models neither.
+                object.__setattr__(self, name, self.mode == "vllm")
+            elif not isinstance(value, bool):
+                raise ValueError(f"{name} must be a bool; found {value!r}")
+            elif value and self.mode != "vllm":
+                raise ValueError(
+                    f"{name} is modelled in vllm mode only; leave it unset or false with "
+                    f"mode={self.mode!r}"
+                )
         if (
             not isinstance(self.watermark, (int, float))
             or isinstance(self.watermark, bool)
@@ -214,10 +230,31 @@ class EngineConfig:
         return int(self.watermark * self.num_blocks)
 
 
-#: Every :class:`EngineConfig` field and its default, for option help and documentation.
+#: The vLLM features whose unset value means "the mode's default" (on in vllm mode).
+_VLLM_FEATURES = ("enable_prefix_caching", "async_scheduling")
+
+#: Every :class:`EngineConfig` field and its default, for option help and documentation (the
+#: vLLM features show their ``vllm``-mode default; they are off in ``sglang`` mode).
 ENGINE_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
-    {f.name: f.default for f in fields(EngineConfig)}
+    {f.name: (True if f.name in _VLLM_FEATURES else f.default) for f in fields(EngineConfig)}
 )
+
+#: What a recorded ``engine_config`` that lacks a vLLM feature was recorded with: both options
+#: postdate the first trace bundles, which were all recorded with prefix caching off and
+#: synchronous scheduling (the defaults of the time).
+PRE_FEATURE_SETTINGS: MappingProxyType[str, bool] = MappingProxyType(
+    {"enable_prefix_caching": False, "async_scheduling": False}
+)
+
+
+def recorded_engine_config(recorded: dict[str, Any]) -> EngineConfig:
+    """The :class:`EngineConfig` a manifest's ``engine_config`` was recorded with.
+
+    A field the record lacks because it predates the field keeps its setting of the time
+    (:data:`PRE_FEATURE_SETTINGS`), never today's default. ``TypeError``/``ValueError`` as
+    :class:`EngineConfig` raises them.
+    """
+    return EngineConfig(**{**PRE_FEATURE_SETTINGS, **recorded})
 
 
 def make_engine_config(**settings: Any) -> EngineConfig:
@@ -244,6 +281,8 @@ def _sglang_checks(config: EngineConfig) -> None:
         raise ValueError("radix_cache is modelled in sglang mode only")
     if config.chunked_prefill_size is not None:
         _integer("chunked_prefill_size", config.chunked_prefill_size, minimum=0)
+
+
 def _check_latency(config: EngineConfig) -> None:
     """Check the ``latency`` spelling cheaply (no model is built, no optional import)."""
     if not isinstance(config.latency, str) or not config.latency.strip():

@@ -7,7 +7,13 @@ to an :class:`EngineObserver` (a trace writer, say) while keeping them for the c
 Examples
 --------
 >>> from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
->>> config = EngineConfig(num_blocks=11, block_size=16, max_model_len=160)
+>>> config = EngineConfig(
+...     num_blocks=11,
+...     block_size=16,
+...     max_model_len=160,
+...     enable_prefix_caching=False,
+...     async_scheduling=False,
+... )
 >>> requests = [EngineRequest("a", 0.0, 40, 3, 3), EngineRequest("b", 0.0, 40, 2, 2)]
 >>> result = run_engine(requests, config, BuiltinHost())
 >>> [(r.request_id, r.num_output_tokens, r.status) for r in result.requests]
@@ -29,7 +35,7 @@ from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
-from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.scheduler import VllmScheduler, make_vllm_scheduler
 from tracekit.engine.sglang import SglangScheduler
 
 __all__ = ["EngineObserver", "EngineResult", "run_engine"]
@@ -39,7 +45,9 @@ class EngineObserver(Protocol):
     """Receives records as the engine produces them, in engine order.
 
     Within a step, ``on_decision`` calls come first (as victims are chosen), then
-    ``on_step``, then ``on_request`` for each request that finished in the step.
+    ``on_step``, then ``on_request`` for each request that finished in the step. Under async
+    scheduling a step's outputs are applied after the next step is scheduled, so the
+    ``on_request`` calls after step k's ``on_step`` are those step k-1's output finished.
     """
 
     def on_step(self, record: StepRecord) -> None:
@@ -150,9 +158,10 @@ def run_engine(
     else:
         victim_host = host if host is not None else BuiltinHost()
         if config.mode == "vllm":
-            if config.enable_prefix_caching:
-                scheduler = VllmPrefixCachingScheduler(config, victim_host, record_decision)
+            if config.enable_prefix_caching or config.async_scheduling:
+                scheduler = make_vllm_scheduler(config, victim_host, record_decision)
             else:
+                # By module attribute: latency/bench.py substitutes a capturing subclass.
                 scheduler = VllmScheduler(config, victim_host, record_decision)
         else:
             scheduler = SglangScheduler(config, victim_host, record_decision)
@@ -178,6 +187,29 @@ def run_engine(
             finished_records.append(record)
         if on_request is not None:
             on_request(record)
+
+    # Async scheduling (vLLM ``EngineCore.step_with_batch_queue`` with a batch queue of 2): the
+    # step scheduled last is in flight while the next one is scheduled, and its output is
+    # applied only after that; ``in_flight`` is that step and ``in_flight_end`` its end time.
+    is_async = config.async_scheduling
+    if is_async and not getattr(scheduler, "async_scheduling", False):
+        # A synchronous scheduler in the asynchronous loop would apply outputs a step late.
+        raise ValueError(
+            "config.async_scheduling is on but the scheduler is synchronous; build it with "
+            "async support (tracekit.engine.scheduler.make_vllm_scheduler) or turn it off"
+        )
+    has_requests = scheduler.has_requests if is_async else scheduler.has_unfinished_requests  # type: ignore[attr-defined]
+    in_flight = None
+    in_flight_end = 0.0
+
+    def report(finished: list[RequestState], end: float) -> None:
+        # ``end``: when the step whose output finished them ended (a closed-loop user's next
+        # request is due from then).
+        for state in finished:
+            feed.finished(end)
+            finish(state)
+        if check_consistency:
+            scheduler.check_consistency()
 
     while True:
         # Client cancels due by this step's start reach the engine first (vLLM's engine core
@@ -205,7 +237,12 @@ def run_engine(
                 finish(state)
             else:
                 scheduler.add_request(state)
-        if not scheduler.has_unfinished_requests():
+        if not has_requests():
+            if in_flight is not None:
+                # Nothing to schedule: block on the step in flight and apply its output.
+                done, in_flight = in_flight, None
+                report(scheduler.update_from_output(done, in_flight_end), in_flight_end)
+                continue
             due = feed.next_due()
             if due is None:
                 if feed.remaining:
@@ -223,7 +260,25 @@ def run_engine(
         num_running = len(scheduler.running)
         num_waiting = len(scheduler.waiting)
         kv_blocks_used = kv_blocks_total - pool.num_free_blocks
-        finished = scheduler.update_from_output(out, end_s)
+        if is_async:
+            if in_flight is None and (scheduled or has_requests()):
+                # The batch queue is not full: launch this step and schedule the next one
+                # before any output comes back.
+                done = None
+            else:
+                # Full (or nothing more to do): block on the oldest step and apply its output.
+                done, done_end = (
+                    (in_flight, in_flight_end) if in_flight is not None else (out, end_s)
+                )
+            if done is out:
+                in_flight = None
+            else:
+                in_flight, in_flight_end = out, end_s
+            finished = scheduler.update_from_output(done, done_end) if done is not None else []
+            finished_end = done_end if done is not None else end_s
+        else:
+            finished = scheduler.update_from_output(out, end_s)
+            finished_end = end_s
         num_steps += 1
         num_preemptions += out.num_preemptions
         if collect or on_step is not None:
@@ -247,11 +302,7 @@ def run_engine(
                 steps.append(record)
             if on_step is not None:
                 on_step(record)
-        for state in finished:
-            feed.finished(end_s)
-            finish(state)
-        if check_consistency:
-            scheduler.check_consistency()
+        report(finished, finished_end)
         clock.advance(duration)
 
     result.num_steps = num_steps

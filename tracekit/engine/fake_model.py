@@ -85,18 +85,25 @@ def mark_arrived(request: RequestState, max_model_len: int) -> None:
 
 
 def split_tokens(
-    num_scheduled_tokens: Mapping[str, int], requests: Mapping[str, ScheduledRequest]
+    num_scheduled_tokens: Mapping[str, int],
+    requests: Mapping[str, ScheduledRequest],
+    in_flight_outputs: Mapping[str, int] | None = None,
 ) -> tuple[int, int, int]:
     """``(prefill tokens, decode tokens, KV tokens read)`` of a step, after it was scheduled.
 
     Reads each scheduled request after ``num_computed_tokens`` advanced; the KV tokens read are
-    its computed tokens then (context plus the scheduled tokens).
+    its computed tokens then (context plus the scheduled tokens). Under async scheduling,
+    ``in_flight_outputs`` gives each request's tokens sampled by steps still in flight before
+    this one (vLLM ``num_output_placeholders`` before the step): they count as output already,
+    so a decode of a token not yet returned is still a decode.
     """
     prefill = decode = kv_read = 0
     for request_id, num_new_tokens in num_scheduled_tokens.items():
         request = requests[request_id]
         computed = request.num_computed_tokens
         output = request.num_output_tokens
+        if in_flight_outputs is not None:
+            output += in_flight_outputs.get(request_id, 0)
         # Prompt plus output, not num_tokens: a property call on every decode of the hot loop.
         if num_new_tokens == 1 and output and computed == request.num_prompt_tokens + output:
             decode += 1

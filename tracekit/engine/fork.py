@@ -313,6 +313,12 @@ class EngineRun:
         self.collect = collect
         self.result = EngineResult(config)
         self.scheduler: EngineScheduler
+        if config.mode == "vllm" and config.async_scheduling:
+            # The asynchronous loop applies a step's outputs one step later (run_engine's
+            # is_async branch); this run repeats only the synchronous loop.
+            raise ValueError(
+                "EngineRun does not model async scheduling yet; use async_scheduling=False"
+            )
         if scheduler_factory is not None:
             self.scheduler = scheduler_factory(config, host, self._on_decision)
         elif config.mode == "vllm":

@@ -3,9 +3,22 @@
 Source of every rule: ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule``,
 ``_preempt_request``, ``_update_after_schedule`` and ``update_from_output``;
 ``vllm/v1/core/kv_cache_manager.py`` ``KVCacheManager.allocate_slots``. ``docs/engine.md`` maps
-each rule to its source. Modelled configuration: one full-attention KV cache group, prefix caching
-off, no speculative decoding, no KV connector, no structured output, synchronous scheduling, and
-fake model outputs (one sampled token per scheduled request whose prefill is complete).
+each rule to its source. Modelled configuration: one full-attention KV cache group, no
+speculative decoding, no KV connector, no structured output, and fake model outputs (one sampled
+token per scheduled request whose prefill is complete).
+
+There is one ``schedule()`` (:meth:`VllmScheduler.schedule`); the variants override narrow hooks,
+as vLLM's ``AsyncScheduler`` overrides narrow hooks of its ``Scheduler``:
+
+- :class:`VllmPrefixCachingScheduler` (``enable_prefix_caching``): where blocks come from and go
+  to (:meth:`~VllmScheduler._take_blocks`, :meth:`~VllmScheduler._after_running_allocation`,
+  :meth:`~VllmScheduler._admit`, the release hooks);
+- :mod:`tracekit.engine.async_scheduler` (``async_scheduling``): what scheduling a step does to
+  a request (:meth:`~VllmScheduler._update_after_schedule`) and how outputs are applied; the
+  running scan reads its output placeholders (:attr:`~VllmScheduler._async_counters`), as vLLM's
+  base ``Scheduler.schedule`` reads ``num_output_placeholders``.
+
+:func:`make_vllm_scheduler` picks the class a configuration needs.
 
 The one departure is deliberate: vLLM picks the victim itself, here the :class:`VictimHost` does
 (docs/engine.md, "Victim hosts"). With :class:`~tracekit.engine.hosts.BuiltinHost` the
@@ -21,11 +34,13 @@ from tracekit.engine.hosts import VictimHost
 from tracekit.engine.prefix_cache import PrefixCachingBlockPool
 from tracekit.engine.request import RequestState, RequestStatus
 
-__all__ = ["VllmPrefixCachingScheduler", "VllmScheduler"]
+__all__ = ["VllmPrefixCachingScheduler", "VllmScheduler", "make_vllm_scheduler"]
 
 
 class VllmScheduler(SchedulerBase):
     """vLLM's v1 ``Scheduler`` over request counts, with the victim chosen by a host.
+
+    Prefix caching off and synchronous scheduling; subclasses change both through hooks.
 
     Parameters
     ----------
@@ -53,6 +68,14 @@ class VllmScheduler(SchedulerBase):
         self._scheduled: dict[str, int] = {}
         self._num_preempted = 0
 
+    def has_requests(self) -> bool:
+        """Whether the engine core steps again (vLLM ``SchedulerInterface.has_requests``).
+
+        Synchronous runs step while a request is unfinished; the asynchronous scheduler also
+        steps once more after a request finished (its id still has to reach the model runner).
+        """
+        return self.has_unfinished_requests()
+
     # ----------------------------------------------------------------------------- schedule
     def schedule(self, step: int, now: float) -> ScheduledStep:
         """Run one scheduling step (vLLM ``Scheduler.schedule``).
@@ -67,6 +90,7 @@ class VllmScheduler(SchedulerBase):
         scheduled = out.num_scheduled_tokens
         self._scheduled = scheduled
         self._num_preempted = 0
+        self._begin_step()
         pool = self.block_pool
         running = self.running
         waiting = self.waiting
@@ -75,6 +99,10 @@ class VllmScheduler(SchedulerBase):
         token_budget = config.max_num_batched_tokens
         # vLLM drops the long-prefill cap when only one request is present (nobody to starve).
         long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
+        # Async scheduling's per-request counters (placeholders first); None when synchronous.
+        # vLLM reads num_output_placeholders in the base scan too (0 without async).
+        async_counters = self._async_counters
+        after_running_allocation = self._after_running_allocation
 
         # First, the RUNNING requests, in queue order.
         req_index = 0
@@ -82,6 +110,18 @@ class VllmScheduler(SchedulerBase):
             request = running[req_index]
             computed = request.num_computed_tokens
             num_new_tokens = request.num_prompt_tokens + request.num_output_tokens - computed
+            if async_counters is not None:
+                placeholders = async_counters[request.request_id][0]
+                if placeholders > 0:
+                    # vLLM: "Avoid scheduling an extra step when we are sure that the previous
+                    # step has reached request.max_tokens."
+                    if (
+                        computed + 2 - placeholders
+                        >= request.num_prompt_tokens + request.max_tokens
+                    ):
+                        req_index += 1
+                        continue
+                    num_new_tokens += placeholders
             if 0 < long_prefill < num_new_tokens:
                 num_new_tokens = long_prefill
             if num_new_tokens > token_budget:
@@ -112,8 +152,13 @@ class VllmScheduler(SchedulerBase):
                         continue
                     break
             elif num_blocks_to_allocate > 0:
-                pool.num_free_blocks -= num_blocks_to_allocate
-                request.num_blocks += num_blocks_to_allocate
+                self._take_blocks(request, num_blocks_to_allocate)
+            # Only when the step fills a block not yet cached (the hook caps at known tokens).
+            if (
+                after_running_allocation is not None
+                and (computed + num_new_tokens) // block_size > request.num_cached_blocks
+            ):
+                after_running_allocation(request, computed + num_new_tokens)
             scheduled[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
@@ -122,33 +167,19 @@ class VllmScheduler(SchedulerBase):
         if not self._num_preempted:
             max_num_seqs = config.max_num_seqs
             watermark_blocks = self._watermark_blocks
-            full_sequence_must_fit = config.full_sequence_must_fit
+            admit = self._admit
             while token_budget > 0 and len(waiting) > 0:
                 if len(running) >= max_num_seqs:
                     break
                 request = waiting.peek_request()
-                # A waiting or preempted request has no computed tokens and holds no blocks;
-                # a preempted one recomputes its prompt and all its output so far.
-                num_tokens = request.num_prompt_tokens + request.num_output_tokens
-                num_new_tokens = num_tokens
-                if 0 < long_prefill < num_new_tokens:
-                    num_new_tokens = long_prefill
-                if num_new_tokens > token_budget:
-                    num_new_tokens = token_budget
                 # The watermark applies to WAITING/PREEMPTED requests once anything is running.
-                watermark = watermark_blocks if running else 0
-                free = pool.num_free_blocks
-                if full_sequence_must_fit and (
-                    -(-min(num_tokens, max_model_len) // block_size) + watermark > free
-                ):
-                    break
-                num_blocks = -(-min(num_new_tokens, max_model_len) // block_size)
-                if num_blocks + watermark > free:
+                num_new_tokens = admit(
+                    request, token_budget, long_prefill, watermark_blocks if running else 0
+                )
+                if num_new_tokens <= 0:
                     break
                 waiting.pop_request()
                 running.append(request)
-                pool.num_free_blocks = free - num_blocks
-                request.num_blocks = num_blocks
                 request.status = RequestStatus.RUNNING
                 if request.first_scheduled_s is None:
                     request.first_scheduled_s = now
@@ -161,14 +192,74 @@ class VllmScheduler(SchedulerBase):
         assert pool.num_free_blocks >= 0, "KV blocks overcommitted"
 
         # _update_after_schedule: computed tokens advance when the step is scheduled.
+        self._update_after_schedule(out)
+        out.num_preemptions = self._num_preempted
+        return out
+
+    # ----------------------------------------------------------------------------- hooks
+    def _begin_step(self) -> None:
+        """Reset per-step state before the scan (hook)."""
+
+    #: req_id -> ``[num_output_placeholders, num_in_flight_tokens, num_stale_output_tokens]``
+    #: under async scheduling (:mod:`tracekit.engine.async_scheduler`); None when synchronous.
+    #: The running scan reads the placeholders: ``num_new_tokens = num_tokens +
+    #: num_output_placeholders - num_computed_tokens``, and it skips a request whose last token
+    #: (``max_tokens``) is already in flight.
+    _async_counters: dict[str, list[int]] | None = None
+
+    def _take_blocks(self, request: RequestState, num: int) -> None:
+        """Give ``request`` ``num`` more blocks; the caller has checked they are free (hook)."""
+        self.block_pool.num_free_blocks -= num
+        request.num_blocks += num
+
+    #: Called as ``(request, computed + new tokens)`` after a running request's allocation
+    #: succeeded (prefix caching keys the blocks the step fills); None: nothing to do.
+    _after_running_allocation = None
+
+    def _admit(
+        self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
+    ) -> int:
+        """Allocate for the head of the waiting queue and return its new tokens (hook).
+
+        Returns 0 when it does not fit (the waiting scan stops), having changed nothing. A
+        waiting or preempted request has no computed tokens and holds no blocks; a preempted
+        one recomputes its prompt and all its output so far.
+        """
+        config = self.config
+        block_size = config.block_size
+        max_model_len = config.max_model_len
+        num_tokens = request.num_prompt_tokens + request.num_output_tokens
+        num_new_tokens = num_tokens
+        if 0 < long_prefill < num_new_tokens:
+            num_new_tokens = long_prefill
+        if num_new_tokens > token_budget:
+            num_new_tokens = token_budget
+        pool = self.block_pool
+        free = pool.num_free_blocks
+        if config.full_sequence_must_fit and (
+            -(-min(num_tokens, max_model_len) // block_size) + watermark > free
+        ):
+            return 0
+        num_blocks = -(-min(num_new_tokens, max_model_len) // block_size)
+        if num_blocks + watermark > free:
+            return 0
+        pool.num_free_blocks = free - num_blocks
+        request.num_blocks = num_blocks
+        return num_new_tokens
+
+    def _update_after_schedule(self, out: ScheduledStep) -> None:
+        """Advance ``num_computed_tokens`` of the scheduled requests; split the step (hook).
+
+        The split into prefill and decode tokens is
+        :func:`~tracekit.engine.fake_model.split_tokens`. vLLM ``Scheduler._update_after_schedule``.
+        """
         requests = self.requests
+        scheduled = out.num_scheduled_tokens
         for request_id, num_new_tokens in scheduled.items():
             requests[request_id].num_computed_tokens += num_new_tokens
         out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
             scheduled, requests
         )
-        out.num_preemptions = self._num_preempted
-        return out
 
     def _allocate_or_preempt(
         self,
@@ -192,8 +283,7 @@ class VllmScheduler(SchedulerBase):
             )
             if need <= pool.num_free_blocks:
                 if need > 0:
-                    pool.num_free_blocks -= need
-                    request.num_blocks += need
+                    self._take_blocks(request, need)
                 return True, req_index, refunded
             victim = self._choose_victim(
                 request.request_id, self._builtin_victim().request_id, step, now
@@ -272,158 +362,68 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         #: req_id -> tokens hit in the prefix cache, for every admission of this step (in order).
         self.step_cache_hits: dict[str, int] = {}
 
-    def schedule(self, step: int, now: float) -> ScheduledStep:
-        """Run one scheduling step (vLLM ``Scheduler.schedule`` with prefix caching on)."""
+    def _begin_step(self) -> None:
+        self.step_cache_hits = {}
+
+    def _take_blocks(self, request: RequestState, num: int) -> None:
+        self.block_pool.get_new_blocks(num, request.kv_blocks)  # type: ignore[attr-defined]
+        request.num_blocks += num
+
+    def _after_running_allocation(self, request: RequestState, num_tokens: int) -> None:  # type: ignore[override]
+        """allocate_slots caches the blocks the step fills (capped at the known tokens)."""
+        known = request.num_prompt_tokens + request.num_output_tokens
+        if num_tokens > known:
+            num_tokens = known
+        if num_tokens // self.config.block_size > request.num_cached_blocks:
+            self.block_pool.cache_full_blocks(request, num_tokens)  # type: ignore[attr-defined]
+
+    def _admit(
+        self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
+    ) -> int:
+        """Admission with a prefix-cache lookup (``get_computed_blocks``, ``allocate_slots``)."""
         config = self.config
-        out = ScheduledStep(step, now)
-        scheduled = out.num_scheduled_tokens
-        self._scheduled = scheduled
-        self._num_preempted = 0
-        hits = self.step_cache_hits = {}
-        pool = self.block_pool
-        running = self.running
-        waiting = self.waiting
         block_size = config.block_size
         max_model_len = config.max_model_len
-        token_budget = config.max_num_batched_tokens
-        long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
-
-        req_index = 0
-        while req_index < len(running) and token_budget > 0:
-            request = running[req_index]
-            computed = request.num_computed_tokens
-            num_tokens = request.num_prompt_tokens + request.num_output_tokens
-            num_new_tokens = num_tokens - computed
-            if 0 < long_prefill < num_new_tokens:
-                num_new_tokens = long_prefill
-            if num_new_tokens > token_budget:
-                num_new_tokens = token_budget
-            cap = max_model_len - computed - 1
-            if num_new_tokens > cap:
-                num_new_tokens = cap
-            if num_new_tokens <= 0:
-                req_index += 1
-                continue
-            num_blocks_to_allocate = -(-(computed + num_new_tokens) // block_size) - (
-                request.num_blocks
-            )
-            if num_blocks_to_allocate > pool.num_free_blocks:
-                allocated, req_index, refund = self._allocate_or_preempt(
-                    request, num_new_tokens, req_index, step, now
-                )
-                token_budget += refund
-                if not allocated:
-                    if self._continue_after_self_preemption:
-                        continue
-                    break
-            elif num_blocks_to_allocate > 0:
-                pool.get_new_blocks(num_blocks_to_allocate, request.kv_blocks)
-                request.num_blocks += num_blocks_to_allocate
-            # allocate_slots caches the blocks the step fills (capped at the known tokens).
-            to_cache = computed + num_new_tokens
-            if to_cache > num_tokens:
-                to_cache = num_tokens
-            if to_cache // block_size > request.num_cached_blocks:
-                pool.cache_full_blocks(request, to_cache)
-            scheduled[request.request_id] = num_new_tokens
-            token_budget -= num_new_tokens
-            req_index += 1
-
-        if not self._num_preempted:
-            max_num_seqs = config.max_num_seqs
-            watermark_blocks = self._watermark_blocks
-            full_sequence_must_fit = config.full_sequence_must_fit
-            while token_budget > 0 and len(waiting) > 0:
-                if len(running) >= max_num_seqs:
-                    break
-                request = waiting.peek_request()
-                num_tokens = request.num_prompt_tokens + request.num_output_tokens
-                # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
-                hit = pool.find_longest_cache_hit(request)
-                num_hit = len(hit)
-                hit_tokens = num_hit * block_size
-                num_new_tokens = num_tokens - hit_tokens
-                if 0 < long_prefill < num_new_tokens:
-                    num_new_tokens = long_prefill
-                if num_new_tokens > token_budget:
-                    num_new_tokens = token_budget
-                watermark = watermark_blocks if running else 0
-                evictable = pool.num_evictable(hit) if hit else 0
-                free = pool.num_free_blocks
-                computed_capped = hit_tokens if hit_tokens < max_model_len else max_model_len
-                if full_sequence_must_fit:
-                    full = -(-min(num_tokens, max_model_len) // block_size) - num_hit
-                    if (full if full > 0 else 0) + evictable + watermark > free:
-                        break
-                need_slot = min(computed_capped + num_new_tokens, max_model_len)
-                new_blocks = -(-need_slot // block_size) - num_hit
-                if new_blocks < 0:
-                    new_blocks = 0
-                if new_blocks + evictable + watermark > free:
-                    break
-                waiting.pop_request()
-                running.append(request)
-                blocks = request.kv_blocks
-                pool.forget_lookup()
-                if hit:
-                    pool.touch(hit)
-                    blocks.extend(hit)
-                request.num_cached_blocks = num_hit
-                if new_blocks:
-                    pool.get_new_blocks(new_blocks, blocks)
-                request.num_blocks = len(blocks)
-                to_cache = computed_capped + num_new_tokens
-                pool.cache_full_blocks(request, to_cache if to_cache < num_tokens else num_tokens)
-                request.num_computed_tokens = hit_tokens
-                request.status = RequestStatus.RUNNING
-                if request.first_scheduled_s is None:
-                    request.first_scheduled_s = now
-                if request.num_cached_tokens < 0:
-                    request.num_cached_tokens = hit_tokens
-                hits[request.request_id] = hit_tokens
-                scheduled[request.request_id] = num_new_tokens
-                token_budget -= num_new_tokens
-
-        assert token_budget >= 0, "token budget overspent"
-        assert len(running) <= config.max_num_seqs, "running queue over max_num_seqs"
-
-        requests = self.requests
-        for request_id, num_new_tokens in scheduled.items():
-            requests[request_id].num_computed_tokens += num_new_tokens
-        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
-            scheduled, requests
-        )
-        out.num_preemptions = self._num_preempted
-        return out
-
-    def _allocate_or_preempt(
-        self,
-        request: RequestState,
-        num_new_tokens: int,
-        req_index: int,
-        step: int,
-        now: float,
-    ) -> tuple[bool, int, int]:
-        """As :meth:`VllmScheduler._allocate_or_preempt`, taking blocks from the cached pool."""
-        pool = self.block_pool
-        block_size = self.config.block_size
-        refunded = 0
-        while True:
-            need = -(-(request.num_computed_tokens + num_new_tokens) // block_size) - (
-                request.num_blocks
-            )
-            if need <= pool.num_free_blocks:
-                if need > 0:
-                    pool.get_new_blocks(need, request.kv_blocks)
-                    request.num_blocks += need
-                return True, req_index, refunded
-            victim = self._choose_victim(
-                request.request_id, self._builtin_victim().request_id, step, now
-            )
-            req_index, refund = self._preempt(victim, req_index)
-            refunded += refund
-            if victim is request:
-                return False, req_index, refunded
+        pool: PrefixCachingBlockPool = self.block_pool  # type: ignore[assignment]
+        num_tokens = request.num_prompt_tokens + request.num_output_tokens
+        # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
+        hit = pool.find_longest_cache_hit(request)
+        num_hit = len(hit)
+        hit_tokens = num_hit * block_size
+        num_new_tokens = num_tokens - hit_tokens
+        if 0 < long_prefill < num_new_tokens:
+            num_new_tokens = long_prefill
+        if num_new_tokens > token_budget:
+            num_new_tokens = token_budget
+        evictable = pool.num_evictable(hit) if hit else 0
+        free = pool.num_free_blocks
+        computed_capped = hit_tokens if hit_tokens < max_model_len else max_model_len
+        if config.full_sequence_must_fit:
+            full = -(-min(num_tokens, max_model_len) // block_size) - num_hit
+            if (full if full > 0 else 0) + evictable + watermark > free:
+                return 0
+        need_slot = min(computed_capped + num_new_tokens, max_model_len)
+        new_blocks = -(-need_slot // block_size) - num_hit
+        if new_blocks < 0:
+            new_blocks = 0
+        if new_blocks + evictable + watermark > free:
+            return 0
+        blocks = request.kv_blocks
+        pool.forget_lookup()
+        if hit:
+            pool.touch(hit)
+            blocks.extend(hit)
+        request.num_cached_blocks = num_hit
+        if new_blocks:
+            pool.get_new_blocks(new_blocks, blocks)
+        request.num_blocks = len(blocks)
+        to_cache = computed_capped + num_new_tokens
+        pool.cache_full_blocks(request, to_cache if to_cache < num_tokens else num_tokens)
+        request.num_computed_tokens = hit_tokens
+        if request.num_cached_tokens < 0:
+            request.num_cached_tokens = hit_tokens
+        self.step_cache_hits[request.request_id] = hit_tokens
+        return num_new_tokens
 
     def _release_victim(self, victim: RequestState) -> None:
         """Free the victim's blocks in reverse order (cached ones stay cached until reused)."""
@@ -455,3 +455,22 @@ class VllmPrefixCachingScheduler(VllmScheduler):
             assert r.num_blocks == 0 and r.num_computed_tokens == 0 and not r.kv_blocks, r
         assert len(self.running) + len(self.waiting) == len(self.requests)
         pool.check([r.kv_blocks for r in self.running])  # type: ignore[misc]
+
+
+def make_vllm_scheduler(
+    config: EngineConfig, host: VictimHost, on_decision: DecisionCallback | None = None
+) -> VllmScheduler:
+    """The embedded vLLM scheduler ``config`` asks for (prefix caching and async on or off)."""
+    if config.async_scheduling:
+        # Imported here: async_scheduler.py builds on the classes of this module.
+        from tracekit.engine.async_scheduler import (
+            AsyncVllmPrefixCachingScheduler,
+            AsyncVllmScheduler,
+        )
+
+        if config.enable_prefix_caching:
+            return AsyncVllmPrefixCachingScheduler(config, host, on_decision)
+        return AsyncVllmScheduler(config, host, on_decision)
+    if config.enable_prefix_caching:
+        return VllmPrefixCachingScheduler(config, host, on_decision)
+    return VllmScheduler(config, host, on_decision)

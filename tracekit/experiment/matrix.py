@@ -127,7 +127,13 @@ class MatrixSpec:
     num_requests: int = 1000
     seed: int = 42
     engine_config: EngineConfig = dataclasses.field(
-        default_factory=lambda: EngineConfig(clock="cost-model", cost_model="a6000-llama3-8b")
+        # The original runner's engine: vLLM with prefix caching off, synchronous scheduling.
+        default_factory=lambda: EngineConfig(
+            clock="cost-model",
+            cost_model="a6000-llama3-8b",
+            enable_prefix_caching=False,
+            async_scheduling=False,
+        )
     )
     settings: HookSettings = dataclasses.field(default_factory=HookSettings)
     slo: SloSpec = dataclasses.field(default_factory=SloSpec)

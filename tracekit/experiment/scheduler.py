@@ -63,6 +63,12 @@ class HookedVllmScheduler(VllmScheduler):
                 "experiment hooks need mode='vllm' and scheduling_policy='fcfs'; found "
                 f"mode={config.mode!r}, scheduling_policy={config.scheduling_policy!r}"
             )
+        if config.enable_prefix_caching or config.async_scheduling:
+            # The original runner's vLLM ran neither; these hooks drive the plain step.
+            raise ValueError(
+                "experiment hooks need enable_prefix_caching=False and async_scheduling=False "
+                "(the original runner's settings)"
+            )
         super().__init__(config, host, on_decision)
         self.hooks = hooks
         self._hook_preemptions = 0

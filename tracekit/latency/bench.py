@@ -36,7 +36,7 @@ COLUMNS = ("chunks", "prefill", "prefix", "decode", "context")
 
 
 def capture_steps(workload: Path, limit: int | None = None) -> dict[str, array]:
-    """Run the engine (FCFS, default configuration) and keep each step's five totals."""
+    """Run the engine (FCFS, prefix caching off, synchronous) and keep each step's five totals."""
     import tracekit.engine.engine as engine_module
     from tracekit.engine import BuiltinHost, EngineConfig, run_engine
     from tracekit.engine.scheduler import VllmScheduler
@@ -77,7 +77,11 @@ def capture_steps(workload: Path, limit: int | None = None) -> dict[str, array]:
     original = engine_module.VllmScheduler
     engine_module.VllmScheduler = CapturingScheduler  # type: ignore[misc]
     try:
-        run_engine(requests, EngineConfig(clock="cost-model"), BuiltinHost(), collect=False)
+        # The plain scheduler (the one substituted above): prefix caching off, synchronous.
+        config = EngineConfig(
+            clock="cost-model", enable_prefix_caching=False, async_scheduling=False
+        )
+        run_engine(requests, config, BuiltinHost(), collect=False)
     finally:
         engine_module.VllmScheduler = original  # type: ignore[misc]
     return cols

@@ -13,8 +13,11 @@ derived from them columnar (Polars, no loop over rows):
   preemption, ``decisions.applied_victim_id`` at an earlier step, throws its KV away and the
   request starts again from zero, as vLLM and SGLang do without prefix caching).
 
-Prefix-cache hits are not in the tables: with prefix caching on, a request's cached prefix is
-missing from its computed tokens, so ``kv_tokens_read`` is under-counted (``docs/latency.md``).
+With prefix caching on, an admission starts from the tokens it hit in the cache: trace v2's
+``admissions`` table gives them (``cached_tokens`` of admission k, the resume after the k-th
+preemption), and they are added to the running sum of that epoch. A bundle without that table
+(v1, or a recorder that cannot see the cache) counts no hits, which under-counts
+``kv_tokens_read`` when the engine had prefix caching on (``docs/latency.md``).
 Steps with no measured duration (null, or not positive) or nothing scheduled are left out.
 """
 
@@ -77,8 +80,25 @@ def step_makeup(dataset: Any) -> Any:
             strategy="backward",
         )
         .with_columns(pl.col("epoch").fill_null(0))
-        .with_columns(
-            pl.col("num_tokens").cum_sum().over("run_id", "request_id", "epoch").alias("computed")
+    )
+    # Each epoch starts from the tokens its admission hit in the prefix cache (trace v2; an
+    # empty scan for a bundle without the table, so no hits).
+    hits = dataset.scan("admissions").select(
+        "run_id",
+        "request_id",
+        pl.col("admission").alias("epoch"),
+        pl.col("cached_tokens").alias("hit"),
+    )
+    # The running sum below needs each request's rows in step order; a join may reorder them.
+    rows = rows.join(hits, on=["run_id", "request_id", "epoch"], how="left").sort(
+        "run_id", "request_id", "step"
+    )
+    rows = (
+        rows.with_columns(
+            (
+                pl.col("num_tokens").cum_sum().over("run_id", "request_id", "epoch")
+                + pl.col("hit").fill_null(0)
+            ).alias("computed")
         )
         .group_by("run_id", "step")
         .agg(

@@ -32,7 +32,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.engine.config import EngineConfig, make_engine_config
+from tracekit.engine.config import EngineConfig, recorded_engine_config
 from tracekit.engine.fork import EngineRun
 from tracekit.engine.hosts import BuiltinHost
 from tracekit.engine.outputs import DecisionRecord
@@ -205,8 +205,9 @@ def _engine_config(manifest_path: Path, config: object) -> EngineConfig:
             "engine configuration (record the run with tracekit record sim or a live recorder)"
         )
     try:
-        return make_engine_config(**config)
-    except TypeError as exc:
+        # Features a manifest predates keep their setting of the time, never today's default.
+        return recorded_engine_config(config)
+    except (TypeError, ValueError) as exc:
         raise TraceSchemaError(
             f"{manifest_path}: field 'engine_config' does not fit this engine ({exc}); "
             "re-record the bundle with this tracekit"

@@ -18,7 +18,7 @@ from typing import Any
 from tracekit.engine.engine import run_engine
 from tracekit.engine.hosts import BuiltinHost
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
-from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.scheduler import make_vllm_scheduler
 from tracekit.vllm.protocol import Scenario, decision_to_wire, request_to_wire, step_to_wire
 
 __all__ = ["StreamMismatch", "driver_streams", "engine_stream", "first_mismatch"]
@@ -42,11 +42,7 @@ def engine_stream(scenario: Scenario) -> list[dict[str, Any]]:
     made: list[Any] = []
 
     def factory(config, host, on_decision):  # type: ignore[no-untyped-def]
-        host = host or BuiltinHost()
-        if config.enable_prefix_caching:
-            made.append(VllmPrefixCachingScheduler(config, host, on_decision))
-        else:
-            made.append(VllmScheduler(config, host, on_decision))
+        made.append(make_vllm_scheduler(config, host or BuiltinHost(), on_decision))
         return made[0]
 
     class _Observer:

@@ -83,6 +83,7 @@ class VllmBackend:
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.request_queue import SchedulingPolicy
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import (
@@ -105,6 +106,7 @@ class VllmBackend:
         self.VllmConfig = VllmConfig
         self.SamplingParams = SamplingParams
         self.Scheduler = Scheduler
+        self.AsyncScheduler = AsyncScheduler
         self.FullAttentionSpec = FullAttentionSpec
         self.KVCacheConfig = KVCacheConfig
         self.KVCacheGroupSpec = KVCacheGroupSpec
@@ -144,7 +146,7 @@ class VllmBackend:
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=max_model_len,
             enable_chunked_prefill=True,
-            async_scheduling=False,
+            async_scheduling=config.async_scheduling,
             policy=config.scheduling_policy,
             watermark=config.watermark,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
@@ -169,23 +171,30 @@ class VllmBackend:
             kv_cache_groups=[self.KVCacheGroupSpec(["layer"], spec)],
         )
         cache_config.num_gpu_blocks = config.num_blocks
+        # The CPU platform forces async scheduling off (CpuPlatform.check_and_update_config); a
+        # GPU deployment keeps it on (VllmConfig.__post_init__), which is what is recorded here.
+        vllm_config.scheduler_config.async_scheduling = config.async_scheduling
         self.block_hasher = None
         if config.enable_prefix_caching:
             # As EngineCore.__init__ does: every Request hashes its full blocks as tokens arrive.
             hash_fn = self.get_hash_fn_by_name(cache_config.prefix_caching_hash_algo)
             self.init_none_hash(hash_fn)
             self.block_hasher = self.get_request_block_hasher(config.block_size, hash_fn)
-        scheduler = self.Scheduler(
+        scheduler_class = self.AsyncScheduler if config.async_scheduling else self.Scheduler
+        scheduler = scheduler_class(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             block_size=config.block_size,
             log_stats=True,
             structured_output_manager=self.StructuredOutputManager(vllm_config),
         )
-        return scheduler, self.describe(vllm_config, kv_cache_config)
+        return scheduler, self.describe(vllm_config, kv_cache_config, scheduler_class)
 
-    def describe(self, vllm_config: Any, kv_cache_config: Any) -> dict[str, Any]:
+    def describe(
+        self, vllm_config: Any, kv_cache_config: Any, scheduler_class: Any = None
+    ) -> dict[str, Any]:
         """The configuration the real scheduler runs with, read back from vLLM's objects."""
+        scheduler_class = scheduler_class or self.Scheduler
         sc = vllm_config.scheduler_config
         cc = vllm_config.cache_config
         scheduler_fields = (
@@ -203,7 +212,7 @@ class VllmBackend:
             "version": self.version,
             "package": self.package,
             "torch": self.torch_version,
-            "scheduler_class": f"{self.Scheduler.__module__}.{self.Scheduler.__qualname__}",
+            "scheduler_class": f"{scheduler_class.__module__}.{scheduler_class.__qualname__}",
             "scheduler_config": {
                 name: _plain(getattr(sc, name, None)) for name in scheduler_fields
             },
@@ -229,6 +238,11 @@ class VllmBackend:
                 name: os.environ.get(name)
                 for name in ("HF_HUB_OFFLINE", "VLLM_TARGET_DEVICE", "VLLM_CACHE_ROOT")
             },
+            "engine_core_step": (
+                "EngineCore.step_with_batch_queue, batch_queue_size 2"
+                if sc.async_scheduling
+                else "EngineCore.step"
+            ),
             "fake_outputs": (
                 "one sampled token per scheduled request whose prefill is complete; the stop "
                 "token at the target output length unless max_tokens or max_model_len ends it"
@@ -394,14 +408,20 @@ class RealScheduler:
         self.waiting = _WaitingCount(self.scheduler)
         self.max_model_len = config.max_model_len
         self.prefix_caching = config.enable_prefix_caching
+        #: The real AsyncScheduler under async (run_engine then drives it one step ahead).
+        self.async_scheduling = config.async_scheduling
         #: req_id -> prefix-cache hit (tokens) of every admission in the last step, in order.
         self.step_cache_hits: dict[str, int] = {}
-        # Seconds spent inside vLLM's schedule() and update_from_output().
+        # Seconds spent inside vLLM's schedule() and update_from_output(): wall time, and this
+        # thread's CPU time (steady on a loaded machine, where wall time waits for a core).
         self.scheduler_s = 0.0
+        self.scheduler_cpu_s = 0.0
         # req_id -> the engine's state and vLLM's Request, for every unfinished request.
         self._states: dict[str, RequestState] = {}
         self._requests: dict[str, Any] = {}
-        self._output: Any = None
+        # step -> vLLM's SchedulerOutput and the ids it samples for (two in flight under async).
+        self._outputs: dict[int, Any] = {}
+        self._sampling: dict[int, set[str]] = {}
 
     @property
     def running(self) -> list[Any]:
@@ -427,19 +447,28 @@ class RealScheduler:
         """Whether vLLM holds an unfinished request."""
         return bool(self.scheduler.has_unfinished_requests())
 
+    def has_requests(self) -> bool:
+        """Unfinished requests, or finished ones not yet reported (vLLM ``has_requests``)."""
+        return bool(self.scheduler.has_requests())
+
     def schedule(self, step: int, now: float) -> ScheduledStep:
         """One ``schedule()`` of vLLM, its decisions stamped with ``step`` and ``now``."""
         hooks = self.hooks
         hooks.begin_step(step, now)
         running_before = {r.request_id for r in self.scheduler.running}
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         output = self.scheduler.schedule()
         self.scheduler_s += time.perf_counter() - started
+        self.scheduler_cpu_s += time.thread_time() - started_cpu
         hooks.end_step()
-        self._output = output
+        self._outputs[step] = output
         out = ScheduledStep(step, now)
         scheduled = out.num_scheduled_tokens = dict(output.num_scheduled_tokens)
         states = self._states
+        # The model runner samples for every scheduled request that is not a partial prefill
+        # (vLLM sets is_prefill_chunk in _update_after_schedule, before any placeholder).
+        vllm_requests = self.scheduler.requests
+        self._sampling[step] = {rid for rid in scheduled if not vllm_requests[rid].is_prefill_chunk}
         for request_id in scheduled:
             state = states[request_id]
             if state.first_scheduled_s is None:
@@ -452,9 +481,18 @@ class RealScheduler:
             for request_id, num in scheduled.items()
             if request_id not in running_before
         }
-        # num_computed_tokens has already advanced (Scheduler._update_after_schedule).
+        # num_computed_tokens has already advanced (Scheduler._update_after_schedule). Under
+        # async, the placeholders before this step count as output (fake_model.split_tokens):
+        # the step added one to each request it samples for.
+        in_flight = None
+        if self.async_scheduling:
+            sampling = self._sampling[step]
+            in_flight = {
+                rid: vllm_requests[rid].num_output_placeholders - (rid in sampling)
+                for rid in scheduled
+            }
         out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
-            scheduled, self._requests
+            scheduled, self._requests, in_flight
         )
         out.num_preemptions = hooks.num_preempted_in_step
         return out
@@ -465,9 +503,13 @@ class RealScheduler:
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
         content_tokens = self.prefix_caching
+        sampling = self._sampling.pop(out.step)
         for request_id in req_ids:
-            vllm_request = requests[request_id]
-            if vllm_request.num_computed_tokens >= vllm_request.num_tokens:
+            vllm_request = requests.get(request_id)
+            if vllm_request is None:
+                # Async: finished while this step was in flight; vLLM skips its output.
+                sampled.append([SAMPLED_TOKEN] if request_id in sampling else [])
+            elif request_id in sampling:
                 produced = vllm_request.num_output_tokens + 1
                 state = states[request_id]
                 stop = (
@@ -485,15 +527,17 @@ class RealScheduler:
             else:
                 sampled.append([])  # a partial (chunked) prefill samples nothing
         model_output = self.backend.model_output(req_ids, sampled)
-        started = time.perf_counter()
-        self.scheduler.update_from_output(self._output, model_output)
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        self.scheduler.update_from_output(self._outputs.pop(out.step), model_output)
         self.scheduler_s += time.perf_counter() - started
-        self._output = None
+        self.scheduler_cpu_s += time.thread_time() - started_cpu
         status_names = self.backend.status_names
         recomputed = self.hooks.recomputed_tokens
         finished: list[RequestState] = []
         for request_id in req_ids:
-            state = states[request_id]
+            state = states.get(request_id)
+            if state is None:
+                continue  # finished by an earlier step's output
             vllm_request = requests[request_id]
             if state.first_token_s is None and vllm_request.num_output_tokens:
                 state.first_token_s = end_s
@@ -613,7 +657,12 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
         "final_state": final_state(host, result.num_steps, result.end_s),
         "vllm_config": real.vllm_config,
         "builtin_rule_mismatches": real.hooks.builtin_rule_mismatches,
-        "timing": {"setup_s": setup[0], "wall_s": wall_s, "scheduler_s": real.scheduler_s},
+        "timing": {
+            "setup_s": setup[0],
+            "wall_s": wall_s,
+            "scheduler_s": real.scheduler_s,
+            "scheduler_cpu_s": real.scheduler_cpu_s,
+        },
     }
 
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracekit.engine.config import PRE_FEATURE_SETTINGS
 from tracekit.engine.fake_model import stop_rule
 from tracekit.errors import TracekitError
 from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
@@ -60,6 +61,8 @@ SCHEDULING_KEYS = (
     "clock",
     "step_s",
     "cost_model",
+    "enable_prefix_caching",
+    "async_scheduling",
 )
 REQUEST_INPUTS = (
     "request_id",
@@ -204,7 +207,9 @@ class _Run:
 
     @property
     def config(self) -> dict[str, Any]:
-        return dict(self.manifest.get("engine_config") or {})
+        recorded = dict(self.manifest.get("engine_config") or {})
+        # A manifest older than a vLLM feature was recorded with it off (PRE_FEATURE_SETTINGS).
+        return {**PRE_FEATURE_SETTINGS, **recorded} if recorded else recorded
 
 
 def _load(path: str | Path) -> _Run:

@@ -50,6 +50,7 @@ from tracekit.strategies import resolve_strategy
 from tracekit.workloads import Workload
 
 __all__ = [
+    "ASYNC_FIXTURES",
     "FIXTURES",
     "PREFIX_CACHING_FIXTURES",
     "FIXTURE_VERSIONS",
@@ -105,6 +106,10 @@ class Fixture:
 _AZURE = Path("traces") / "azure-llm-2023" / "azure_conv_sample.csv"
 _MOONCAKE = Path("traces") / "mooncake-synthetic" / "synthetic_trace.jsonl"
 _STEPS = {"clock": "steps", "step_s": 0.05}
+#: The engine defaults follow vLLM (prefix caching and async scheduling on); every fixture says
+#: which of the two it was recorded with, so a change of default never changes its meaning.
+_SYNC = {"async_scheduling": False}
+_NO_APC = {"enable_prefix_caching": False}
 #: Mooncake rows 3890 to 3929 (timestamps 996.272 s to 1005.711 s), whose prompts share
 #: ``hash_ids`` prefixes with earlier requests of the window under both policies.
 _MOONCAKE_SHARED_WINDOW = (996.272, 1005.711)
@@ -132,6 +137,8 @@ FIXTURES: dict[str, Fixture] = {
                 "max_model_len": 2000,
                 "max_num_batched_tokens": 512,
                 "max_num_seqs": 16,
+                **_NO_APC,
+                **_SYNC,
             },
         ),
         *_pair(
@@ -144,6 +151,8 @@ FIXTURES: dict[str, Fixture] = {
                 "max_num_batched_tokens": 256,
                 "max_num_seqs": 12,
                 "long_prefill_token_threshold": 128,
+                **_NO_APC,
+                **_SYNC,
             },
         ),
         *_pair(
@@ -155,6 +164,8 @@ FIXTURES: dict[str, Fixture] = {
                 "max_model_len": 16384,
                 "max_num_batched_tokens": 2048,
                 "max_num_seqs": 16,
+                **_NO_APC,
+                **_SYNC,
             },
         ),
         # Prefix caching on (vLLM's default): Mooncake hash_ids and a shared-prefix table.
@@ -168,6 +179,7 @@ FIXTURES: dict[str, Fixture] = {
                 "max_num_batched_tokens": 2048,
                 "max_num_seqs": 16,
                 "enable_prefix_caching": True,
+                **_SYNC,
             },
         ),
         *_pair(
@@ -180,6 +192,48 @@ FIXTURES: dict[str, Fixture] = {
                 "max_num_batched_tokens": 512,
                 "max_num_seqs": 12,
                 "enable_prefix_caching": True,
+                **_SYNC,
+            },
+        ),
+        # Async scheduling on (vLLM's default on GPUs), with prefix caching off and on.
+        *_pair(
+            "synthetic-async",
+            SYNTHETIC_CSV,
+            {},
+            {
+                "num_blocks": 64,
+                "max_model_len": 1008,
+                "max_num_batched_tokens": 256,
+                "max_num_seqs": 12,
+                "long_prefill_token_threshold": 128,
+                **_NO_APC,
+                "async_scheduling": True,
+            },
+        ),
+        *_pair(
+            "mooncake-apc-async",
+            _MOONCAKE,
+            {"window": _MOONCAKE_SHARED_WINDOW, "rate_scale": 2.0, "priority_seed": 1},
+            {
+                "num_blocks": 1100,
+                "max_model_len": 16384,
+                "max_num_batched_tokens": 2048,
+                "max_num_seqs": 16,
+                "enable_prefix_caching": True,
+                "async_scheduling": True,
+            },
+        ),
+        *_pair(
+            "shared-prefix-apc-async",
+            SHARED_PREFIX_TABLE,
+            {},
+            {
+                "num_blocks": 200,
+                "max_model_len": 2048,
+                "max_num_batched_tokens": 512,
+                "max_num_seqs": 12,
+                "enable_prefix_caching": True,
+                "async_scheduling": True,
             },
         ),
     ]
@@ -190,10 +244,20 @@ PREFIX_CACHING_FIXTURES: tuple[str, ...] = tuple(
     name for name, f in FIXTURES.items() if f.config.get("enable_prefix_caching")
 )
 
+#: The fixtures recorded with async scheduling on.
+ASYNC_FIXTURES: tuple[str, ...] = tuple(
+    name for name, f in FIXTURES.items() if f.config.get("async_scheduling")
+)
+
 #: The vLLM releases fixtures are recorded for, and which fixtures each has.
 FIXTURE_VERSIONS: dict[str, tuple[str, ...]] = {
     "0.32.0": tuple(FIXTURES),
-    "0.33.0": ("synthetic-fcfs", "synthetic-priority", *PREFIX_CACHING_FIXTURES),
+    "0.33.0": (
+        "synthetic-fcfs",
+        "synthetic-priority",
+        *PREFIX_CACHING_FIXTURES,
+        *(name for name in ASYNC_FIXTURES if name not in PREFIX_CACHING_FIXTURES),
+    ),
 }
 
 
