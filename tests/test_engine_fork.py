@@ -43,6 +43,12 @@ CASES = {
     "vllm-priority": (dict(scheduling_policy="priority"), random_content(5, 40)),
     # SGLang retracts only when decoding outgrows the pool: long outputs, short prompts.
     "sglang": (dict(mode="sglang"), _plain(60, 2, 0.1, (20, 120), (200, 400))),
+    # vLLM's async scheduling: a step in flight while the next is scheduled.
+    "vllm-async": (dict(async_scheduling=True), _plain(40, 1)),
+    "vllm-async-prefix": (
+        dict(async_scheduling=True, enable_prefix_caching=True),
+        random_content(3, 40),
+    ),
     # A backlog longer than max_num_seqs: forks share the untouched tail of the waiting queue.
     "vllm-backlog": (dict(max_num_seqs=4), _plain(60, 4, gap=0.05)),
     "vllm-prefix-backlog": (

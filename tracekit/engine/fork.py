@@ -35,7 +35,8 @@ so a change to one loop that is not made in the other fails there.
 Examples
 --------
 >>> from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest
->>> config = EngineConfig(num_blocks=11, block_size=16, max_model_len=160)
+>>> config = EngineConfig(num_blocks=11, block_size=16, max_model_len=160,
+...                       async_scheduling=False)
 >>> run = EngineRun([EngineRequest("a", 0.0, 40, 3, 3), EngineRequest("b", 0.0, 40, 2, 2)],
 ...                 config, BuiltinHost())
 >>> run.step()
@@ -63,7 +64,11 @@ from tracekit.engine.outputs import DecisionRecord, StepRecord
 from tracekit.engine.prefix_cache import Block, PrefixCachingBlockPool
 from tracekit.engine.queues import FCFSRequestQueue
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
-from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.scheduler import (
+    VllmPrefixCachingScheduler,
+    VllmScheduler,
+    make_vllm_scheduler,
+)
 from tracekit.engine.sglang import SglangScheduler
 
 __all__ = ["EngineRun"]
@@ -313,17 +318,13 @@ class EngineRun:
         self.collect = collect
         self.result = EngineResult(config)
         self.scheduler: EngineScheduler
-        if config.mode == "vllm" and config.async_scheduling:
-            # The asynchronous loop applies a step's outputs one step later (run_engine's
-            # is_async branch); this run repeats only the synchronous loop.
-            raise ValueError(
-                "EngineRun does not model async scheduling yet; use async_scheduling=False"
-            )
         if scheduler_factory is not None:
             self.scheduler = scheduler_factory(config, host, self._on_decision)
         elif config.mode == "vllm":
-            cls = VllmPrefixCachingScheduler if config.enable_prefix_caching else VllmScheduler
-            self.scheduler = cls(config, self.host, self._on_decision)
+            if config.enable_prefix_caching or config.async_scheduling:
+                self.scheduler = make_vllm_scheduler(config, self.host, self._on_decision)
+            else:
+                self.scheduler = VllmScheduler(config, self.host, self._on_decision)
         else:
             self.scheduler = SglangScheduler(config, self.host, self._on_decision)
         if any(r.cancel_after_s is not None for _, r in indexed):
@@ -337,6 +338,12 @@ class EngineRun:
                 f"latency {config.effective_latency!r}"
             )
         self._kv_blocks_total = self.scheduler.block_pool.num_usable_blocks
+        # Async scheduling (run_engine's is_async branch): the step in flight and its end.
+        self._async = bool(config.async_scheduling)
+        if self._async and not getattr(self.scheduler, "async_scheduling", False):
+            raise ValueError("config.async_scheduling is on but the scheduler is synchronous")
+        self._in_flight: Any = None
+        self._in_flight_end = 0.0
         self.done = False
 
     # ----------------------------------------------------------------------------- records
@@ -391,6 +398,12 @@ class EngineRun:
         return waiting.unmade() if isinstance(waiting, _LazyTailQueue) else []
 
     # ----------------------------------------------------------------------------- stepping
+    def _has_requests(self) -> bool:
+        """Whether the scheduler has work (async: also finished requests not yet reported)."""
+        if self._async:
+            return bool(self.scheduler.has_requests())  # type: ignore[attr-defined]
+        return self.scheduler.has_unfinished_requests()
+
     def prepare(self) -> bool:
         """Admit the arrivals visible to the next step (idling until one if nothing is live).
 
@@ -422,8 +435,14 @@ class EngineRun:
                     self._finish(state)
                 else:
                     scheduler.add_request(state)
-            if scheduler.has_unfinished_requests():
+            if self._has_requests():
                 return True
+            if self._in_flight is not None:
+                # Nothing to schedule: block on the step in flight and apply its output.
+                done, self._in_flight = self._in_flight, None
+                for state in scheduler.update_from_output(done, self._in_flight_end):
+                    self._finish(state)
+                continue
             if self._next >= num_arrivals:
                 self.done = True
                 return False
@@ -444,7 +463,23 @@ class EngineRun:
         num_running = len(scheduler.running)
         num_waiting = len(scheduler.waiting)
         kv_blocks_used = self._kv_blocks_total - scheduler.block_pool.num_free_blocks
-        finished = scheduler.update_from_output(out, end_s)
+        if self._async:
+            if self._in_flight is None and (scheduled or self._has_requests()):
+                # The batch queue is not full: launch this step, schedule the next one first.
+                done = None
+            else:
+                done, done_end = (
+                    (self._in_flight, self._in_flight_end)
+                    if self._in_flight is not None
+                    else (out, end_s)
+                )
+            if done is out:
+                self._in_flight = None
+            else:
+                self._in_flight, self._in_flight_end = out, end_s
+            finished = scheduler.update_from_output(done, done_end) if done is not None else []
+        else:
+            finished = scheduler.update_from_output(out, end_s)
         result.num_steps += 1
         result.num_preemptions += out.num_preemptions
         result.num_decisions = scheduler.num_decisions
@@ -492,7 +527,7 @@ class EngineRun:
 
         They are the last arrivals admitted to the queue, never scheduled: a fork can make them
         again from the frozen rows (``RequestState`` then ``add_request`` give the same state).
-        Only for the embedded vLLM schedulers with an FCFS queue, where nothing but
+        Only for the embedded synchronous vLLM schedulers with an FCFS queue, where nothing but
         ``add_request`` appends to the back; the first ``max_num_seqs`` entries always stay.
         Sets ``_tail_start``, the arrival cursor of the first of them. Cached until the run
         moves (forking one snapshot many times scans its queue once).
