@@ -48,7 +48,7 @@ def main() -> None:
 
     workload = load_workload(WORKLOAD, limit=args.requests, rate_scale=5.0)
     # Synchronous scheduling, prefix caching off: the set-up the figures in docs/oracle.md
-    # were measured with (the forkable run does not model async scheduling).
+    # were measured with (the engine's defaults turned both on later).
     config = EngineConfig(
         num_blocks=2300, max_num_seqs=32, enable_prefix_caching=False, async_scheduling=False
     )

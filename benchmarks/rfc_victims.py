@@ -115,7 +115,7 @@ def main() -> None:
                 max_num_batched_tokens=args.max_num_batched_tokens,
                 max_model_len=min(8192, (blocks - 1) * 16),
                 enable_prefix_caching=prefix,
-                # The forkable run (and so the oracle) is synchronous; so were the RFC's runs.
+                # Synchronous scheduling, as in the figures of docs/experiments.md.
                 async_scheduling=False,
             )
             rows = {}

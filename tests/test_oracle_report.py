@@ -33,8 +33,8 @@ def oracle_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = copy_results(
         shared_results(tmp_path_factory), tmp_path_factory.mktemp("oracle") / "results"
     )
-    # The shared folder's runs use async scheduling, which the fork does not model: the oracle
-    # runs on the shipped synchronous vLLM recording instead; the page only reads oracle/.
+    # The oracle runs on the shipped real-vLLM recording (its figures are checked against the
+    # recording in tests/test_oracle.py); the page only reads oracle/.
     fixture = Path(__file__).resolve().parents[1] / "traces/vllm-fixtures/vllm-0.32.0/azure-fcfs"
     run_oracle(
         fixture,
