@@ -35,6 +35,7 @@ COMMANDS = {
     "manifest render": ["manifest", "render", MISSING],
     "experiment traces": ["experiment", "traces", "--pool", MISSING, "--out", "{tmp}/out"],
     "experiment traces verify": ["experiment", "traces", "--mode", "verify", "--out", MISSING],
+    "oracle": ["oracle", MISSING, "--out", "{tmp}/out"],
     "calibrate": ["calibrate", MISSING, "--out", "{tmp}/out"],
 }  # fmt: skip
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
     "query": (["query", "{trace}", "SELECT 1 AS x"], False),
     "experiment traces": (["experiment", "traces", "--num-requests", "2"], True),
     "experiment run": (["experiment", "run", "--runs", "1"], True),
+    "oracle": (["oracle", "{trace}"], True),
     "calibrate": (["calibrate", "{trace}"], False),
 }
 

@@ -16,6 +16,7 @@ from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment
 from tracekit.cli.manifest_cmd import manifest
+from tracekit.cli.oracle_cmd import oracle
 from tracekit.cli.qualify_cmd import qualify, report
 from tracekit.cli.record_cmd import record
 from tracekit.cli.replay_cmd import replay
@@ -46,3 +47,4 @@ for command in (
     experiment, calibrate, capacity, outputs,
 ):  # fmt: skip
     cli.add_command(command)
+cli.add_command(oracle)  # tracekit oracle (docs/oracle.md)

@@ -83,6 +83,11 @@ from tracekit.workloads.load_spec import apply_load
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
 @click.option(
+    "--oracle",
+    is_flag=True,
+    help="Also run the hindsight oracle on repeat 0 (headroom section; docs/oracle.md).",
+)
+@click.option(
     "--jobs",
     type=click.IntRange(min=1),
     default=None,
@@ -119,6 +124,7 @@ def qualify(**options: Any) -> None:
         plan = QualifyPlan(
             workload, config, tuple(strategies), candidate, repeats=options["repeats"],
             repeat_kind=options["repeat_by"], seed=options["seed"], slo=slo, loads=loads,
+            oracle=options["oracle"],
         )  # fmt: skip
         results = run_qualify(
             plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"],

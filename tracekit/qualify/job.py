@@ -36,6 +36,7 @@ from tracekit.conformance import run_conformance
 from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
+from tracekit.oracle.job import run_oracle
 from tracekit.qualify.loads import LoadCell, LoadPlan
 from tracekit.qualify.reporting import write_report
 from tracekit.recording.sim import SimRun, make_run_id
@@ -90,6 +91,10 @@ class QualifyPlan:
         Number of repeats, how they differ, and the base seed.
     slo
         Latency targets of SLO attainment.
+    oracle
+        Also run the hindsight oracle (``tracekit oracle``) on repeat 0's baseline run, into
+        ``oracle/`` (the report's headroom section). Off by default: it costs a rollout per
+        candidate of every decision.
     loads
         The load plan (:func:`tracekit.qualify.loads.plan_loads`): one cell per load level,
         each with its own runs (``runs/<load>/r<k>/<strategy>``) and verdicts. ``None``: one
@@ -104,6 +109,7 @@ class QualifyPlan:
     repeat_kind: RepeatKind = "windows"
     seed: int = 0
     slo: SloTargets = dataclasses.field(default_factory=SloTargets)
+    oracle: bool = False
     loads: LoadPlan | None = None
 
     def __post_init__(self) -> None:
@@ -253,6 +259,11 @@ def run_qualify(
         notify("open-mode replay", 0, 1)
         _open_replay(staging / groups[reference][1], strategies)
         notify("open-mode replay", 1, 1)
+
+        if plan.oracle:
+            notify("oracle", 0, 1)
+            _oracle(staging, staging / groups[reference][1], strategies, jobs)
+            notify("oracle", 1, 1)
 
         notify("report", 0, 1)
         _render(staging)
@@ -434,6 +445,14 @@ def _with_load_columns(
         pl.Series("offered_rps", [load_of(b).rate_rps for b in bundles], dtype=pl.Float64),
         pl.Series("differing_decisions", differing, dtype=pl.Int64),
     )
+
+
+def _oracle(staging: Path, runs: Path, strategies: list[StrategySpec], jobs: int | None) -> None:
+    """The hindsight oracle on the reference cell's first baseline run (qualify --oracle).
+
+    ``runs`` is the reference cell's runs folder (as for the open-mode replay).
+    """
+    run_oracle(runs / "r0" / strategies[0].label, staging / "oracle", strategies, jobs=jobs)
 
 
 # Files that name input bundles by their path while the job runs (in the staging folder).

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tracekit.oracle.job import load_oracle
 from tracekit.qualify import frames
 from tracekit.qualify.diff_frames import diff_classes_frame, diff_timeline_frame, first_difference
 from tracekit.qualify.effectiveness import interval_frame
@@ -24,6 +25,7 @@ from tracekit.qualify.verdicts import (
     qualification_from_results,
 )
 from tracekit.report import REPORT_NAME, ReportInputs
+from tracekit.report.headroom_section import HeadroomInputs
 from tracekit.report.html import page_html, write_files
 from tracekit.report.sections import build_sections
 
@@ -78,12 +80,19 @@ def report_inputs(results: Results, qualification: dict[str, Any]) -> ReportInpu
         diff_classes=diff_classes_frame(diff),
         diff_timeline=diff_timeline_frame(results),
         first_difference=first_difference(diff),
+        headroom=_headroom(results.root),
         # Prefix caching (trace v2): None when no run hit the cache, and the section is left out.
         cache_hits=frames.cache_hit_frame(results, strategies, repeat=0),
         cache_split=frames.cache_split_frame(results, strategies),
         goodput=goodput_frame(results),
         queue_depth=queue_depth_frame(results),
     )
+
+
+def _headroom(root: Path) -> HeadroomInputs | None:
+    """The oracle's outputs of ``qualify --oracle`` (``oracle/``), or None."""
+    loaded = load_oracle(root / "oracle")
+    return None if loaded is None else HeadroomInputs(*loaded)
 
 
 def write_report(results_dir: str | Path, out_html: str | Path | None = None) -> Path:

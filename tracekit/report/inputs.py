@@ -13,6 +13,8 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.report.headroom_section import HeadroomInputs
+
 __all__ = ["ReportInputs"]
 
 
@@ -60,6 +62,8 @@ class ReportInputs:
         Legacy and typed decisions and their differences; ``None`` without the diff.
     first_difference
         The first differing decision and the first divergence; ``None`` without the diff.
+    headroom
+        The hindsight oracle's outputs (``oracle/``); ``None`` when it did not run.
     cache_hits, cache_split
         Prefix caching (trace v2): the hit rate over time of repeat 0
         (``cache_hit_frame``) and the recomputed tokens split into cache hits and truly
@@ -91,6 +95,7 @@ class ReportInputs:
     diff_classes: pl.DataFrame
     diff_timeline: pl.DataFrame | None
     first_difference: dict[str, Any] | None
+    headroom: HeadroomInputs | None = None
     cache_hits: pl.DataFrame | None = None
     cache_split: pl.DataFrame | None = None
     goodput: pl.DataFrame | None = None

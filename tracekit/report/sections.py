@@ -14,6 +14,7 @@ import polars as pl
 
 from tracekit.report import charts
 from tracekit.report.diff_section import diff_section
+from tracekit.report.headroom_section import headroom_section
 from tracekit.report.inputs import ReportInputs
 from tracekit.report.load_section import headline_html, load_section
 from tracekit.report.markup import (
@@ -465,6 +466,8 @@ def build_sections(view: ReportInputs) -> list[Section]:
         _agreement(view, strategies),
         _counters(view, strategies),
         diff_section(view),
+        # The headroom section appears only when the oracle ran (qualify --oracle).
+        *([headroom_section(view.headroom)] if view.headroom is not None else []),
         _runs(view),
     ]
     # Prefix caching (trace v2), right after recomputation, only when a run hit the cache.

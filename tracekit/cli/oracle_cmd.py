@@ -1,0 +1,109 @@
+"""``tracekit oracle``: every victim decision of a trace against the hindsight best."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
+from tracekit.cli.output import emit, output_options
+from tracekit.oracle.job import ORACLE_LABEL, run_oracle
+from tracekit.oracle.rollout import DEFAULT_SETTINGS, OBJECTIVES, OracleSettings
+from tracekit.strategies import parse_policy_config, parse_strategy_list
+
+DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@trace_argument
+@out_option(required=True)
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="recomputed",
+    show_default=True,
+    help="Score of a candidate: recomputed tokens, sum of end-to-end times, or SLO misses.",
+)
+@click.option(
+    "--horizon",
+    type=click.IntRange(min=1),
+    default=DEFAULT_SETTINGS.horizon,
+    show_default=True,
+    help="Most steps a rollout runs (it stops earlier once the requests live at the decision "
+    "have finished under the built-in choice).",
+)
+@click.option(
+    "--strategy",
+    "strategies",
+    default=DEFAULT_STRATEGIES,
+    show_default=True,
+    help="Comma-separated strategies to score (builtin, lcf, mcf, ..., module:Object) or all.",
+)
+@click.option("--policy-config", default=None, metavar="JSON|@FILE")
+@click.option("--seed", type=int, default=0, show_default=True, help="Strategies' seed.")
+@click.option(
+    "--ttft-s", type=float, default=DEFAULT_SETTINGS.ttft_s, show_default=True, help="slo: TTFT."
+)
+@click.option(
+    "--tpot-s", type=float, default=DEFAULT_SETTINGS.tpot_s, show_default=True, help="slo: TPOT."
+)
+@click.option(
+    "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes."
+)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, help="Evaluate the first N decisions."
+)
+@click.option("--no-greedy", is_flag=True, help="Skip the greedy oracle's closed-loop run.")
+@output_options("summary")
+def oracle(**options: Any) -> None:
+    """Score TRACE's victim decisions against the hindsight best (docs/oracle.md)."""
+    with library_errors():
+        settings = OracleSettings(
+            objective=options["objective"],
+            horizon=options["horizon"],
+            ttft_s=options["ttft_s"],
+            tpot_s=options["tpot_s"],
+        )
+        policy_config = parse_policy_config(options["policy_config"])
+        specs = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
+        result = run_oracle(
+            options["trace"], options["out"], specs, settings, jobs=options["jobs"],
+            limit=options["limit"], greedy=not options["no_greedy"],
+        )  # fmt: skip
+    emit(
+        options["as_json"],
+        lambda: {**result.summary, "out": str(result.out)},
+        lambda: render(result.summary, str(result.out)),
+    )
+
+
+def render(summary: dict[str, Any], out: str) -> str:
+    """The summary as text: headroom, each strategy's regret and closed-loop result."""
+    lines = [
+        f"oracle ({summary['settings']['objective']}, horizon "
+        f"{summary['settings']['horizon']} steps): {summary['num_decisions']} decisions, "
+        f"{summary['num_candidates']} candidates",
+    ]
+    if summary["headroom"] is not None:
+        lines.append(
+            f"built-in {summary['builtin_objective']:g}, {ORACLE_LABEL} "
+            f"{summary['oracle_objective']:g}, headroom {summary['headroom']:g}"
+        )
+    closed = {row["strategy"]: row for row in summary["closed"]}
+    lines.append(
+        f"{'strategy':<24}{'total regret':>14}{'best chosen':>13}{'closed loop':>13}{'share':>9}"
+    )
+    for row in summary["strategies"]:
+        c = closed.get(row["strategy"], {})
+        share = c.get("share_of_headroom")
+        lines.append(
+            f"{row['strategy']:<24}{row['total_regret'] or 0:>14g}"
+            f"{100 * (row['best_choice_rate'] or 0):>12.0f}%"
+            f"{c.get('objective', float('nan')):>13g}"
+            f"{'' if share is None else f'{100 * share:.0f}%':>9}"
+        )
+    if ORACLE_LABEL in closed:
+        lines.append(f"{ORACLE_LABEL:<24}{'':>14}{'':>13}{closed[ORACLE_LABEL]['objective']:>13g}")
+    lines.append(f"wrote {out}")
+    return "\n".join(lines)
