@@ -288,43 +288,17 @@ class EngineRun(ForkableRun):
         scheduler = self.scheduler
         clock = self.clock
         feed = self.feed
-        result = self.result
-        max_model_len = self.config.max_model_len
-        has_requests = (
-            scheduler.has_requests  # type: ignore[attr-defined]
-            if self._async
-            else scheduler.has_unfinished_requests
-        )
         while True:
             # Client cancels due by this step's start reach the engine first (vLLM's engine
             # core handles aborts between steps): finished as aborted, KV freed.
-            if feed.deadlines and feed.deadlines[0][0] <= clock.now:
-                cancels = feed.pop_cancels(clock.now)
-                scheduler.finish_requests([s.request_id for s, _ in cancels])  # type: ignore[attr-defined]
-                for state, cancel_s in cancels:
-                    state.finish_s = cancel_s
-                    result.num_aborted += 1
-                    feed.finished(cancel_s)
-                    self._finish(state)
+            deadlines = feed.deadlines
+            if deadlines and deadlines[0][0] <= clock.now:
+                self._cancel()
             # Arrivals visible to this step join the waiting queue, in arrival order.
-            while (due := feed.next_due()) is not None and clock.is_visible(due):
-                state = feed.pop(due)
-                if state.num_prompt_tokens >= max_model_len:
-                    # vLLM refuses such a prompt on input; it never reaches the scheduler.
-                    state.status = RequestStatus.REJECTED
-                    state.finish_s = state.arrival_s
-                    result.num_rejected += 1
-                    result.max_rejected_prompt_tokens = max(
-                        result.max_rejected_prompt_tokens, state.num_prompt_tokens
-                    )
-                    feed.finished(state.arrival_s)
-                    self._finish(state)
-                else:
-                    register = getattr(clock, "register", None)
-                    if register is not None:
-                        register(state)
-                    scheduler.add_request(state)
-            if has_requests():
+            due = feed.next_due()
+            if due is not None and clock.is_visible(due):
+                self._admit(due)
+            if scheduler.has_requests() if self._async else scheduler.has_unfinished_requests():  # type: ignore[attr-defined]
                 return True
             if self._in_flight is not None:
                 # Nothing to schedule: block on the step in flight and apply its output.
@@ -340,6 +314,46 @@ class EngineRun(ForkableRun):
                 return False
             clock.jump_to(due)
 
+    def _cancel(self) -> None:
+        """Apply the client cancels due by now."""
+        feed = self.feed
+        result = self.result
+        cancels = feed.pop_cancels(self.clock.now)
+        self.scheduler.finish_requests([s.request_id for s, _ in cancels])  # type: ignore[attr-defined]
+        for state, cancel_s in cancels:
+            state.finish_s = cancel_s
+            result.num_aborted += 1
+            feed.finished(cancel_s)
+            self._finish(state)
+
+    def _admit(self, due: float) -> None:
+        """Send the arrivals visible now, the first due at ``due``, to the scheduler."""
+        feed = self.feed
+        clock = self.clock
+        scheduler = self.scheduler
+        result = self.result
+        max_model_len = self.config.max_model_len
+        register = getattr(clock, "register", None)
+        while True:
+            state = feed.pop(due)
+            if state.num_prompt_tokens >= max_model_len:
+                # vLLM refuses such a prompt on input; it never reaches the scheduler.
+                state.status = RequestStatus.REJECTED
+                state.finish_s = state.arrival_s
+                result.num_rejected += 1
+                result.max_rejected_prompt_tokens = max(
+                    result.max_rejected_prompt_tokens, state.num_prompt_tokens
+                )
+                feed.finished(state.arrival_s)
+                self._finish(state)
+            else:
+                if register is not None:
+                    register(state)
+                scheduler.add_request(state)
+            due = feed.next_due()
+            if due is None or not clock.is_visible(due):
+                return
+
     def step(self) -> bool:
         """Run one scheduling step; False (and nothing run) when every request has finished."""
         if not self.prepare():
@@ -352,11 +366,14 @@ class EngineRun(ForkableRun):
         scheduled = out.num_scheduled_tokens
         duration = clock.step_duration(out)
         end_s = now + duration
-        # The step record describes the batch as scheduled, before outputs free anything.
-        num_running = len(scheduler.running)
-        num_waiting = len(scheduler.waiting)
-        kv_blocks_total = self._kv_blocks_total
-        kv_blocks_used = kv_blocks_total - scheduler.block_pool.num_free_blocks
+        observer = self.observer
+        collect = self.collect
+        if collect or observer is not None:
+            # The step record describes the batch as scheduled, before outputs free anything.
+            num_running = len(scheduler.running)
+            num_waiting = len(scheduler.waiting)
+            kv_blocks_total = self._kv_blocks_total
+            kv_blocks_used = kv_blocks_total - scheduler.block_pool.num_free_blocks
         if self._async:
             in_flight = self._in_flight
             if in_flight is None and (scheduled or scheduler.has_requests()):  # type: ignore[attr-defined]
@@ -378,10 +395,7 @@ class EngineRun(ForkableRun):
             finished_end = end_s
         result.num_steps += 1
         result.num_preemptions += out.num_preemptions
-        result.num_decisions = scheduler.num_decisions
         result.end_s = end_s
-        observer = self.observer
-        collect = self.collect
         if collect or observer is not None:
             record = StepRecord(
                 out.step,
@@ -403,7 +417,8 @@ class EngineRun(ForkableRun):
                 result.steps.append(record)
             if observer is not None:
                 observer.on_step(record)
-        self._report(finished, finished_end)
+        if finished or self.check_consistency:
+            self._report(finished, finished_end)
         clock.advance(duration)
         return True
 

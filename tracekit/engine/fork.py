@@ -436,7 +436,13 @@ class ForkableRun:
         twin.observer = observer
         twin.collect = self.collect if collect is None else collect
         # Fresh record lists; every run total carries on.
-        twin.result = dataclasses.replace(self.result, steps=[], decisions=[], requests=[])
+        twin.result = dataclasses.replace(
+            self.result,
+            steps=[],
+            decisions=[],
+            requests=[],
+            num_decisions=scheduler.num_decisions,
+        )
         return twin
 
 
