@@ -245,3 +245,39 @@ def test_fork_continues_identically_with_a_client_model(case: str) -> None:
         original = run.run_to_end()
         assert _records(original) == _records(full)
         assert (original.num_aborted, original.client_queue_total_s) == totals[:2]
+
+
+class _LinearModel:
+    """A measured step-time model stand-in: time grows with prefill tokens and decode context."""
+
+    name = "linear"
+
+    def step_time_s(self, shape) -> float:
+        return 0.01 + 0.001 * shape.num_prefill_tokens + 0.0001 * shape.num_decode_context_tokens
+
+
+@pytest.mark.parametrize("case", ["vllm", "vllm-backlog", "vllm-async"])
+def test_fork_continues_identically_with_a_step_time_model(case: str, monkeypatch) -> None:
+    """A measured latency model's clock (it holds the request states) is part of a fork."""
+    import tracekit.engine.engine as engine_module
+    from tracekit.engine.clock import StepModelClock, make_clock
+
+    model = _LinearModel()
+    monkeypatch.setattr(
+        engine_module, "make_clock", lambda cfg, states: make_clock(cfg, states, model=model)
+    )
+    overrides, requests = CASES[case]
+    # (The model replaces the cost model's step times; the steps clock would ignore it.)
+    config = make_engine(41, max_num_batched_tokens=512, clock="cost-model", **overrides)
+    full = run_engine(requests, config, BuiltinHost())
+    assert full.num_decisions > 0
+    for target in (0, full.num_steps // 3, 2 * full.num_steps // 3):
+        run = EngineRun(requests, config, BuiltinHost())
+        assert isinstance(run.clock, StepModelClock)
+        while run.prepare() and run.next_step < target:
+            run.step()
+        finished = {r.request_id for r in run.result.requests}
+        decisions_before = run.num_decisions
+        fork = run.fork().run_to_end()
+        assert _records(fork) == _tail(full, target, decisions_before, finished), target
+        assert _records(run.run_to_end()) == _records(full)
