@@ -4,6 +4,9 @@
 configured clock, and streams one record per step, per victim decision and per finished request
 to an :class:`EngineObserver` (a trace writer, say) while keeping them for the caller.
 
+The step loop is written once, in :class:`EngineRun`, a run advanced a step at a time (and
+forked by :mod:`tracekit.engine.fork`); :func:`run_engine` builds one and runs it to the end.
+
 Examples
 --------
 >>> from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
@@ -153,7 +156,9 @@ def run_engine(
 class EngineRun(ForkableRun):
     """One engine run, advanced a step at a time: the engine's step loop (one copy).
 
-    :func:`run_engine` is ``EngineRun(...).run_to_end()``. Each :meth:`step` handles the client
+    :func:`run_engine` is ``EngineRun(...).run_to_end()``. The run totals of :attr:`result` are
+    current after each step, except ``num_decisions`` (read :attr:`num_decisions`; set in the
+    result by :meth:`run_to_end` and :meth:`fork`). Each :meth:`step` handles the client
     cancels due, admits the arrivals visible to the next step, runs one scheduling step, applies
     its fake outputs and emits the records; :meth:`prepare` does the first part alone, so a
     caller can stop between steps. :meth:`fork` (:mod:`tracekit.engine.fork`) copies the run so
