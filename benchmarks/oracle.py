@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from tracekit.engine import BuiltinHost, EngineConfig
-from tracekit.engine.fork import EngineRun
+from tracekit.engine.engine import EngineRun
 from tracekit.engine.request import engine_requests
 from tracekit.oracle.job import run_oracle
 from tracekit.oracle.rollout import OracleSettings

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from tracekit.engine import EngineConfig
-from tracekit.engine.fork import EngineRun
+from tracekit.engine.engine import EngineRun
 from tracekit.engine.request import engine_requests
 from tracekit.oracle.rollout import OracleSettings, run_greedy_oracle
 from tracekit.strategies import resolve_strategy

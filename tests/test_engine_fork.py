@@ -1,4 +1,4 @@
-"""The forkable engine run (tracekit.engine.fork.EngineRun).
+"""The forkable engine run (tracekit.engine.engine.EngineRun, forked by tracekit.engine.fork).
 
 Two independent facts are checked: ``EngineRun`` stepped to the end gives exactly
 ``run_engine``'s records (the loop it repeats), and a fork taken at any step continues with
@@ -16,7 +16,7 @@ import pytest
 from engine_helpers import make_engine, random_content
 
 from tracekit.engine import BuiltinHost, EngineRequest, run_engine
-from tracekit.engine.fork import EngineRun
+from tracekit.engine.engine import EngineRun
 from tracekit.engine.hosts import VictimChoice
 from tracekit.hosts.preemption_policy import PreemptionContext
 
@@ -199,3 +199,85 @@ def test_fork_copies_a_stateful_policy_host(strategy: str) -> None:
         [dataclasses.astuple(d) for d in original.decisions[decided:]],
         [dataclasses.astuple(r) for r in original.requests[finished:]],
     )
+
+
+def _cancelling(requests: list[EngineRequest]) -> list[EngineRequest]:
+    """Every third request cancelled by its client 3 s after it was sent."""
+    return [
+        dataclasses.replace(r, cancel_after_s=3.0) if i % 3 == 0 else r
+        for i, r in enumerate(requests)
+    ]
+
+
+CLIENT_CASES = {
+    "max-concurrency": (dict(max_concurrency=6), False),
+    "ttft-timeout": (dict(max_concurrency=8, ttft_timeout_s=4.0), False),
+    "closed-loop": (dict(concurrency=5, think_time_s=0.5), False),
+    "recorded-cancels": (dict(), True),
+    "async-cancels": (dict(max_concurrency=6, ttft_timeout_s=4.0), True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLIENT_CASES))
+def test_fork_continues_identically_with_a_client_model(case: str) -> None:
+    """The client feed (send times, concurrency slots, pending cancels) is part of a fork."""
+    from tracekit.workloads.client import ClientModel
+
+    limits, cancels = CLIENT_CASES[case]
+    client = ClientModel(**limits) if limits else None  # (None: recorded cancels still apply)
+    base = _plain(40, 1, gap=0.1)
+    requests = _cancelling(base) if cancels else base
+    overrides = dict(async_scheduling=True) if case.startswith("async") else {}
+    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    full = run_engine(requests, config, BuiltinHost(), client=client)
+    plain = run_engine(base, config, BuiltinHost())
+    assert _records(full) != _records(plain), "the case must use the client model"
+    totals = (full.num_aborted, full.client_queue_total_s, full.client_queue_max_s)
+    for target in (0, full.num_steps // 3, 2 * full.num_steps // 3):
+        run = EngineRun(requests, config, BuiltinHost(), client=client)
+        while run.prepare() and run.next_step < target:
+            run.step()
+        finished = {r.request_id for r in run.result.requests}
+        decisions_before = run.num_decisions
+        fork = run.fork().run_to_end()
+        assert _records(fork) == _tail(full, target, decisions_before, finished), target
+        assert (fork.num_aborted, fork.client_queue_total_s, fork.client_queue_max_s) == totals
+        original = run.run_to_end()
+        assert _records(original) == _records(full)
+        assert (original.num_aborted, original.client_queue_total_s) == totals[:2]
+
+
+class _LinearModel:
+    """A measured step-time model stand-in: time grows with prefill tokens and decode context."""
+
+    name = "linear"
+
+    def step_time_s(self, shape) -> float:
+        return 0.01 + 0.001 * shape.num_prefill_tokens + 0.0001 * shape.num_decode_context_tokens
+
+
+@pytest.mark.parametrize("case", ["vllm", "vllm-backlog", "vllm-async"])
+def test_fork_continues_identically_with_a_step_time_model(case: str, monkeypatch) -> None:
+    """A measured latency model's clock (it holds the request states) is part of a fork."""
+    import tracekit.engine.engine as engine_module
+    from tracekit.engine.clock import StepModelClock, make_clock
+
+    model = _LinearModel()
+    monkeypatch.setattr(
+        engine_module, "make_clock", lambda cfg, states: make_clock(cfg, states, model=model)
+    )
+    overrides, requests = CASES[case]
+    # (The model replaces the cost model's step times; the steps clock would ignore it.)
+    config = make_engine(41, max_num_batched_tokens=512, clock="cost-model", **overrides)
+    full = run_engine(requests, config, BuiltinHost())
+    assert full.num_decisions > 0
+    for target in (0, full.num_steps // 3, 2 * full.num_steps // 3):
+        run = EngineRun(requests, config, BuiltinHost())
+        assert isinstance(run.clock, StepModelClock)
+        while run.prepare() and run.next_step < target:
+            run.step()
+        finished = {r.request_id for r in run.result.requests}
+        decisions_before = run.num_decisions
+        fork = run.fork().run_to_end()
+        assert _records(fork) == _tail(full, target, decisions_before, finished), target
+        assert _records(run.run_to_end()) == _records(full)

@@ -26,7 +26,7 @@ from engine_helpers import make_engine, make_requests
 
 from tracekit.cli import cli
 from tracekit.engine import BuiltinHost, run_engine
-from tracekit.engine.fork import EngineRun
+from tracekit.engine.engine import EngineRun
 from tracekit.oracle import OracleSettings, evaluate_at, run_greedy_oracle, run_objective
 from tracekit.oracle.job import oracle_frames, strategy_picks
 from tracekit.strategies import parse_strategy_list

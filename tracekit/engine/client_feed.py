@@ -24,7 +24,7 @@ import heapq
 from bisect import insort
 from typing import Protocol
 
-from tracekit.engine.request import FINISHED_STATUSES, RequestState
+from tracekit.engine.request import FINISHED_STATUSES, EngineRequest, RequestState
 
 __all__ = ["ArrivalFeed", "ClientLimits"]
 
@@ -60,11 +60,15 @@ _CANCEL = 1
 class ArrivalFeed:
     """Releases requests to the engine under a client model and tracks their cancel times.
 
+    A request's mutable :class:`RequestState` is made only when it is sent (:meth:`pop`): the
+    rows not sent yet stay the frozen requests, which a forked run shares
+    (:mod:`tracekit.engine.fork`).
+
     Parameters
     ----------
-    states
-        The requests: sorted by ``(arrival_s, index)`` in open loop; in a closed loop they are
-        sent in input order and their ``arrival_s`` is ignored.
+    rows
+        The requests as ``(input index, request)``, sorted by ``(arrival_s, index)``; in a
+        closed loop they are sent in input order and their ``arrival_s`` is ignored.
     client
         The client model; ``None`` is the open loop with no cap and no timeout.
     """
@@ -74,16 +78,20 @@ class ArrivalFeed:
         "_freed",
         "_next",
         "_slots",
-        "_states",
         "_think",
         "_timeout",
         "deadlines",
+        "may_abort",
+        "rows",
     )
 
-    def __init__(self, states: list[RequestState], client: ClientLimits | None) -> None:
+    def __init__(
+        self, rows: tuple[tuple[int, EngineRequest], ...], client: ClientLimits | None
+    ) -> None:
         closed = client is not None and client.concurrency is not None
         self._closed = closed
-        self._states = sorted(states, key=lambda s: s.index) if closed else states
+        # Never changed after this (a fork shares it); ``_next`` is the cursor of the next send.
+        self.rows = tuple(sorted(rows, key=lambda row: row[0])) if closed else rows
         self._next = 0
         self._slots = None if client is None else (client.concurrency or client.max_concurrency)
         self._think = 0.0 if client is None else float(client.think_time_s)
@@ -92,24 +100,33 @@ class ArrivalFeed:
         self._freed: list[float] = []
         # (cancel time, order pushed, kind, request): read by the engine loop before each step.
         self.deadlines: list[tuple[float, int, int, RequestState]] = []
+        # Whether any request can be cancelled (a timeout or a recorded cancel).
+        self.may_abort = self._timeout is not None or any(
+            r.cancel_after_s is not None for _, r in self.rows
+        )
 
     @property
-    def may_abort(self) -> bool:
-        """Whether any request can be cancelled (a timeout or a recorded cancel)."""
-        return self._timeout is not None or any(s.cancel_after_s is not None for s in self._states)
+    def is_open(self) -> bool:
+        """Open loop, no cap, no cancels: each request is sent at its ``arrival_s``."""
+        return not self._closed and self._slots is None and not self.may_abort
+
+    @property
+    def num_sent(self) -> int:
+        """Requests sent so far (the cursor into :attr:`rows`)."""
+        return self._next
 
     @property
     def remaining(self) -> int:
         """Requests not sent yet."""
-        return len(self._states) - self._next
+        return len(self.rows) - self._next
 
     def next_due(self) -> float | None:
         """When the next request is sent, or ``None`` (all sent, or waiting for a finish)."""
         k = self._next
-        states = self._states
-        if k >= len(states):
+        rows = self.rows
+        if k >= len(rows):
             return None
-        due = 0.0 if self._closed else states[k].client_arrival_s
+        due = 0.0 if self._closed else float(rows[k][1].arrival_s)
         slots = self._slots
         if slots is None or k < slots:
             return due
@@ -120,8 +137,9 @@ class ArrivalFeed:
         return max(due, freed[j] + self._think)
 
     def pop(self, sent_s: float) -> RequestState:
-        """Send the next request at ``sent_s`` (the value :meth:`next_due` gave)."""
-        state = self._states[self._next]
+        """Make and send the next request at ``sent_s`` (the value :meth:`next_due` gave)."""
+        index, request = self.rows[self._next]
+        state = RequestState(request, index)
         self._next += 1
         if self._closed:
             state.client_arrival_s = sent_s

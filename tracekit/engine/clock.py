@@ -262,6 +262,10 @@ class StepModelClock(CostModelClock):
         # A model of the step's totals alone is called without building a shape (hot loop).
         self._totals = getattr(model, "step_time_totals_s", None)
 
+    def register(self, state: RequestState) -> None:
+        """Add a request that reached the engine (the run makes its state on arrival)."""
+        self._states[state.request_id] = state
+
     def step_duration(self, out: ScheduledStep) -> float:
         """The model's time of the step ``out``; the overhead when nothing is scheduled."""
         scheduled = out.num_scheduled_tokens

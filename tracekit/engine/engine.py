@@ -4,6 +4,9 @@
 configured clock, and streams one record per step, per victim decision and per finished request
 to an :class:`EngineObserver` (a trace writer, say) while keeping them for the caller.
 
+The step loop is written once, in :class:`EngineRun`, a run advanced a step at a time (and
+forked by :mod:`tracekit.engine.fork`); :func:`run_engine` builds one and runs it to the end.
+
 Examples
 --------
 >>> from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
@@ -26,11 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from tracekit.engine.client_feed import ArrivalFeed, ClientLimits
 from tracekit.engine.clock import make_clock
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.fork import ForkableRun
 from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
@@ -38,7 +42,7 @@ from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
 from tracekit.engine.scheduler import VllmScheduler, make_vllm_scheduler
 from tracekit.engine.sglang import SglangScheduler
 
-__all__ = ["EngineObserver", "EngineResult", "run_engine"]
+__all__ = ["EngineObserver", "EngineResult", "EngineRun", "run_engine"]
 
 
 class EngineObserver(Protocol):
@@ -136,94 +140,206 @@ def run_engine(
     ValueError
         On duplicate request ids.
     """
-    result = EngineResult(config)
-    states = [RequestState(request, index) for index, request in enumerate(requests)]
-    if len({s.request_id for s in states}) != len(states):
-        raise ValueError("request ids must be unique")
-    states.sort(key=lambda s: (s.arrival_s, s.index))
+    run = EngineRun(
+        requests,
+        config,
+        host,
+        observer,
+        collect=collect,
+        check_consistency=check_consistency,
+        scheduler_factory=scheduler_factory,
+        client=client,
+    )
+    return run.run_to_end()
 
-    on_step = observer.on_step if observer is not None else None
-    on_request = observer.on_request if observer is not None else None
-    decisions = result.decisions
 
-    def record_decision(record: DecisionRecord) -> None:
-        if collect:
-            decisions.append(record)
-        if observer is not None:
-            observer.on_decision(record)
+class EngineRun(ForkableRun):
+    """One engine run, advanced a step at a time: the engine's step loop (one copy).
 
-    scheduler: EngineScheduler
-    if scheduler_factory is not None:
-        scheduler = scheduler_factory(config, host, record_decision)
-    else:
-        victim_host = host if host is not None else BuiltinHost()
-        if config.mode == "vllm":
+    :func:`run_engine` is ``EngineRun(...).run_to_end()``. The run totals of :attr:`result` are
+    current after each step, except ``num_decisions`` (read :attr:`num_decisions`; set in the
+    result by :meth:`run_to_end` and :meth:`fork`). Each :meth:`step` handles the client
+    cancels due, admits the arrivals visible to the next step, runs one scheduling step, applies
+    its fake outputs and emits the records; :meth:`prepare` does the first part alone, so a
+    caller can stop between steps. :meth:`fork` (:mod:`tracekit.engine.fork`) copies the run so
+    it can continue from here with another host (the hindsight oracle, :mod:`tracekit.oracle`).
+
+    Parameters are those of :func:`run_engine`; ``host`` defaults to ``None``.
+
+    Raises
+    ------
+    ValueError
+        On duplicate request ids, client cancels with a scheduler without ``finish_requests``,
+        or async scheduling configured with a synchronous scheduler.
+    """
+
+    def __init__(
+        self,
+        requests: Iterable[EngineRequest],
+        config: EngineConfig,
+        host: VictimHost | None = None,
+        observer: EngineObserver | None = None,
+        *,
+        collect: bool = True,
+        check_consistency: bool = False,
+        scheduler_factory: SchedulerFactory | None = None,
+        client: ClientLimits | None = None,
+    ) -> None:
+        rows = list(enumerate(requests))
+        if len({r.request_id for _, r in rows}) != len(rows):
+            raise ValueError("request ids must be unique")
+        rows.sort(key=lambda row: (float(row[1].arrival_s), row[0]))
+        self.config = config
+        self.host: VictimHost = host if host is not None else BuiltinHost()
+        self.observer = observer
+        self.collect = collect
+        self.check_consistency = check_consistency
+        self.result = EngineResult(config)
+        self.scheduler: EngineScheduler
+        if scheduler_factory is not None:
+            self.scheduler = scheduler_factory(config, host, self._on_decision)
+        elif config.mode == "vllm":
             if config.enable_prefix_caching or config.async_scheduling:
-                scheduler = make_vllm_scheduler(config, victim_host, record_decision)
+                self.scheduler = make_vllm_scheduler(config, self.host, self._on_decision)
             else:
                 # By module attribute: latency/bench.py substitutes a capturing subclass.
-                scheduler = VllmScheduler(config, victim_host, record_decision)
+                self.scheduler = VllmScheduler(config, self.host, self._on_decision)
         else:
-            scheduler = SglangScheduler(config, victim_host, record_decision)
-    clock = make_clock(config, states)
-    pool = scheduler.block_pool
-    kv_blocks_total = pool.num_usable_blocks
-    max_model_len = config.max_model_len
-    steps = result.steps
-    finished_records = result.requests
-    feed = ArrivalFeed(states, client)
-    if feed.may_abort and not hasattr(scheduler, "finish_requests"):
-        raise ValueError("client cancels need a scheduler with finish_requests (vLLM's abort)")
-    num_steps = num_preemptions = 0
-    end_s = 0.0
+            self.scheduler = SglangScheduler(config, self.host, self._on_decision)
+        # A measured step-time model's clock learns each request's state as it arrives.
+        self.clock = make_clock(config, ())
+        # The requests not sent yet stay frozen rows (shared by forks) until they arrive.
+        self.feed = ArrivalFeed(tuple(rows), client)
+        if self.feed.may_abort and not hasattr(self.scheduler, "finish_requests"):
+            raise ValueError("client cancels need a scheduler with finish_requests (vLLM's abort)")
+        self._kv_blocks_total = self.scheduler.block_pool.num_usable_blocks
+        # Async scheduling (vLLM ``EngineCore.step_with_batch_queue`` with a batch queue of 2):
+        # the step scheduled last is in flight while the next one is scheduled, and its output
+        # is applied only after that; ``_in_flight`` is that step, ``_in_flight_end`` its end.
+        self._async = bool(config.async_scheduling)
+        if self._async and not getattr(self.scheduler, "async_scheduling", False):
+            # A synchronous scheduler in the asynchronous loop would apply outputs a step late.
+            raise ValueError(
+                "config.async_scheduling is on but the scheduler is synchronous; build it with "
+                "async support (tracekit.engine.scheduler.make_vllm_scheduler) or turn it off"
+            )
+        self._in_flight: Any = None
+        self._in_flight_end = 0.0
+        self.done = False
 
-    def finish(state: RequestState) -> None:
+    # ----------------------------------------------------------------------------- records
+    def _on_decision(self, record: DecisionRecord) -> None:
+        if self.collect:
+            self.result.decisions.append(record)
+        if self.observer is not None:
+            self.observer.on_decision(record)
+
+    def _report(self, finished: list[RequestState], end: float) -> None:
+        """Records for requests that finished in a step ending at ``end``.
+
+        ``end``: when the step whose output finished them ended (a closed-loop user's next
+        request is due from then).
+        """
+        feed = self.feed
+        for state in finished:
+            feed.finished(end)
+            self._finish(state)
+        if self.check_consistency:
+            self.scheduler.check_consistency()
+
+    def _finish(self, state: RequestState) -> None:
         record = _request_record(state)
         wait = record.client_queue_s
+        result = self.result
         if wait > 0:
             result.client_queue_total_s += wait
             result.client_queue_max_s = max(result.client_queue_max_s, wait)
-        if collect:
-            finished_records.append(record)
-        if on_request is not None:
-            on_request(record)
+        if self.collect:
+            result.requests.append(record)
+        if self.observer is not None:
+            self.observer.on_request(record)
 
-    # Async scheduling (vLLM ``EngineCore.step_with_batch_queue`` with a batch queue of 2): the
-    # step scheduled last is in flight while the next one is scheduled, and its output is
-    # applied only after that; ``in_flight`` is that step and ``in_flight_end`` its end time.
-    is_async = config.async_scheduling
-    if is_async and not getattr(scheduler, "async_scheduling", False):
-        # A synchronous scheduler in the asynchronous loop would apply outputs a step late.
-        raise ValueError(
-            "config.async_scheduling is on but the scheduler is synchronous; build it with "
-            "async support (tracekit.engine.scheduler.make_vllm_scheduler) or turn it off"
-        )
-    has_requests = scheduler.has_requests if is_async else scheduler.has_unfinished_requests  # type: ignore[attr-defined]
-    in_flight = None
-    in_flight_end = 0.0
+    # ----------------------------------------------------------------------------- state
+    @property
+    def now(self) -> float:
+        """Engine time at the start of the next step."""
+        return self.clock.now
 
-    def report(finished: list[RequestState], end: float) -> None:
-        # ``end``: when the step whose output finished them ended (a closed-loop user's next
-        # request is due from then).
-        for state in finished:
-            feed.finished(end)
-            finish(state)
-        if check_consistency:
-            scheduler.check_consistency()
+    @property
+    def next_step(self) -> int:
+        """Index of the next step (the clock's step counter)."""
+        return self.clock.step
 
-    while True:
-        # Client cancels due by this step's start reach the engine first (vLLM's engine core
-        # handles aborts between steps): finished as aborted, KV freed.
-        if feed.deadlines and feed.deadlines[0][0] <= clock.now:
-            cancels = feed.pop_cancels(clock.now)
-            scheduler.finish_requests([s.request_id for s, _ in cancels])  # type: ignore[attr-defined]
-            for state, cancel_s in cancels:
-                state.finish_s = cancel_s
-                result.num_aborted += 1
-                feed.finished(cancel_s)
-                finish(state)
-        # Arrivals visible to this step join the waiting queue, in arrival order.
-        while (due := feed.next_due()) is not None and clock.is_visible(due):
+    @property
+    def num_decisions(self) -> int:
+        """Victim decisions made so far."""
+        return self.scheduler.num_decisions
+
+    @property
+    def num_pending(self) -> int:
+        """Requests of the workload that have not arrived yet."""
+        return self.feed.remaining
+
+    # ----------------------------------------------------------------------------- stepping
+    def prepare(self) -> bool:
+        """Apply the cancels due and admit the arrivals visible to the next step.
+
+        Idles (jumps the clock) until an arrival when nothing is live. Idempotent, and the
+        first thing :meth:`step` does: call it to read :attr:`next_step` of the step about to
+        run (a steps clock may jump over idle steps). False when every request has finished.
+        """
+        if self.done:
+            return False
+        scheduler = self.scheduler
+        clock = self.clock
+        feed = self.feed
+        while True:
+            # Client cancels due by this step's start reach the engine first (vLLM's engine
+            # core handles aborts between steps): finished as aborted, KV freed.
+            deadlines = feed.deadlines
+            if deadlines and deadlines[0][0] <= clock.now:
+                self._cancel()
+            # Arrivals visible to this step join the waiting queue, in arrival order.
+            due = feed.next_due()
+            if due is not None and clock.is_visible(due):
+                self._admit(due)
+            if scheduler.has_requests() if self._async else scheduler.has_unfinished_requests():  # type: ignore[attr-defined]
+                return True
+            if self._in_flight is not None:
+                # Nothing to schedule: block on the step in flight and apply its output.
+                done, self._in_flight = self._in_flight, None
+                end = self._in_flight_end
+                self._report(scheduler.update_from_output(done, end), end)
+                continue
+            due = feed.next_due()
+            if due is None:
+                if feed.remaining:
+                    raise RuntimeError("client feed stalled with requests left and none running")
+                self.done = True
+                return False
+            clock.jump_to(due)
+
+    def _cancel(self) -> None:
+        """Apply the client cancels due by now."""
+        feed = self.feed
+        result = self.result
+        cancels = feed.pop_cancels(self.clock.now)
+        self.scheduler.finish_requests([s.request_id for s, _ in cancels])  # type: ignore[attr-defined]
+        for state, cancel_s in cancels:
+            state.finish_s = cancel_s
+            result.num_aborted += 1
+            feed.finished(cancel_s)
+            self._finish(state)
+
+    def _admit(self, due: float) -> None:
+        """Send the arrivals visible now, the first due at ``due``, to the scheduler."""
+        feed = self.feed
+        clock = self.clock
+        scheduler = self.scheduler
+        result = self.result
+        max_model_len = self.config.max_model_len
+        register = getattr(clock, "register", None)
+        while True:
             state = feed.pop(due)
             if state.num_prompt_tokens >= max_model_len:
                 # vLLM refuses such a prompt on input; it never reaches the scheduler.
@@ -234,54 +350,58 @@ def run_engine(
                     result.max_rejected_prompt_tokens, state.num_prompt_tokens
                 )
                 feed.finished(state.arrival_s)
-                finish(state)
+                self._finish(state)
             else:
+                if register is not None:
+                    register(state)
                 scheduler.add_request(state)
-        if not has_requests():
-            if in_flight is not None:
-                # Nothing to schedule: block on the step in flight and apply its output.
-                done, in_flight = in_flight, None
-                report(scheduler.update_from_output(done, in_flight_end), in_flight_end)
-                continue
             due = feed.next_due()
-            if due is None:
-                if feed.remaining:
-                    raise RuntimeError("client feed stalled with requests left and none running")
-                break
-            clock.jump_to(due)
-            continue
+            if due is None or not clock.is_visible(due):
+                return
 
+    def step(self) -> bool:
+        """Run one scheduling step; False (and nothing run) when every request has finished."""
+        if not self.prepare():
+            return False
+        scheduler = self.scheduler
+        clock = self.clock
+        result = self.result
         now = clock.now
         out = scheduler.schedule(clock.step, now)
         scheduled = out.num_scheduled_tokens
         duration = clock.step_duration(out)
         end_s = now + duration
-        # The step record describes the batch as scheduled, before outputs free anything.
-        num_running = len(scheduler.running)
-        num_waiting = len(scheduler.waiting)
-        kv_blocks_used = kv_blocks_total - pool.num_free_blocks
-        if is_async:
-            if in_flight is None and (scheduled or has_requests()):
+        observer = self.observer
+        collect = self.collect
+        if collect or observer is not None:
+            # The step record describes the batch as scheduled, before outputs free anything.
+            num_running = len(scheduler.running)
+            num_waiting = len(scheduler.waiting)
+            kv_blocks_total = self._kv_blocks_total
+            kv_blocks_used = kv_blocks_total - scheduler.block_pool.num_free_blocks
+        if self._async:
+            in_flight = self._in_flight
+            if in_flight is None and (scheduled or scheduler.has_requests()):  # type: ignore[attr-defined]
                 # The batch queue is not full: launch this step and schedule the next one
                 # before any output comes back.
-                done = None
+                self._in_flight, self._in_flight_end = out, end_s
+                finished = []
+                finished_end = end_s
             else:
                 # Full (or nothing more to do): block on the oldest step and apply its output.
-                done, done_end = (
-                    (in_flight, in_flight_end) if in_flight is not None else (out, end_s)
-                )
-            if done is out:
-                in_flight = None
-            else:
-                in_flight, in_flight_end = out, end_s
-            finished = scheduler.update_from_output(done, done_end) if done is not None else []
-            finished_end = done_end if done is not None else end_s
+                if in_flight is not None:
+                    done, finished_end = in_flight, self._in_flight_end
+                    self._in_flight, self._in_flight_end = out, end_s
+                else:
+                    done, finished_end = out, end_s
+                finished = scheduler.update_from_output(done, finished_end)
         else:
             finished = scheduler.update_from_output(out, end_s)
             finished_end = end_s
-        num_steps += 1
-        num_preemptions += out.num_preemptions
-        if collect or on_step is not None:
+        result.num_steps += 1
+        result.num_preemptions += out.num_preemptions
+        result.end_s = end_s
+        if collect or observer is not None:
             record = StepRecord(
                 out.step,
                 now,
@@ -299,17 +419,26 @@ def run_engine(
                 out.num_evicted_blocks,
             )
             if collect:
-                steps.append(record)
-            if on_step is not None:
-                on_step(record)
-        report(finished, finished_end)
+                result.steps.append(record)
+            if observer is not None:
+                observer.on_step(record)
+        if finished or self.check_consistency:
+            self._report(finished, finished_end)
         clock.advance(duration)
+        return True
 
-    result.num_steps = num_steps
-    result.num_decisions = scheduler.num_decisions
-    result.num_preemptions = num_preemptions
-    result.end_s = end_s
-    return result
+    def run_to_end(self, max_steps: int | None = None) -> EngineResult:
+        """Step until every request has finished (or ``max_steps`` more steps); the result."""
+        step = self.step
+        if max_steps is None:
+            while step():
+                pass
+        else:
+            for _ in range(max_steps):
+                if not step():
+                    break
+        self.result.num_decisions = self.scheduler.num_decisions
+        return self.result
 
 
 def _request_record(state: RequestState) -> RequestRecord:

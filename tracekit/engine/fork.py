@@ -1,40 +1,39 @@
-"""A steppable engine run that can be forked: snapshot the state, continue from the snapshot.
+"""Forking an engine run: snapshot the state, continue from the snapshot.
 
-:class:`EngineRun` is :func:`~tracekit.engine.engine.run_engine`'s loop cut into steps: each
-:meth:`EngineRun.step` admits the arrivals visible to the next step, runs one scheduling step,
-applies its fake outputs and emits the same records, in the same order, as ``run_engine``.
-:meth:`EngineRun.fork` returns an independent copy that continues exactly as the original would
+:class:`~tracekit.engine.engine.EngineRun` is the engine's step loop as a steppable object
+(``run_engine`` runs one to the end); this module is its :class:`ForkableRun` base, the copying.
+:meth:`ForkableRun.fork` returns an independent copy that continues exactly as the original would
 (given the same host), or differently when given another host: the hindsight oracle
 (:mod:`tracekit.oracle`) forks the run at each victim decision and tries every candidate.
 
 What a fork copies and what it shares (copy-on-write by construction):
 
 - **Shared, never copied:** the configuration (frozen), the workload's requests that have not
-  arrived (frozen :class:`~tracekit.engine.request.EngineRequest` rows in one tuple; a run makes
-  their mutable :class:`~tracekit.engine.request.RequestState` only when they arrive, so the
-  arrivals a fork has not reached cost nothing to copy).
+  arrived (frozen :class:`~tracekit.engine.request.EngineRequest` rows in one tuple, the client
+  feed's; a run makes their mutable :class:`~tracekit.engine.request.RequestState` only when
+  they arrive, so the arrivals a fork has not reached cost nothing to copy).
 - **Replaced:** the victim host (the caller passes the fork's host; without one, the run's host
   is deep-copied, so a stateful policy continues from its state) and the observer (a fork has
   none unless given one).
 - **Fresh:** the record lists (a fork collects only what it produces itself); run totals
-  (steps, decisions, preemptions) carry on.
-- **Deep-copied:** everything else the scheduler and clock hold (queues, request states, block
-  pool, prefix cache), with :func:`copy.deepcopy`. Deep copy is deliberate: it stays correct as
+  (steps, decisions, preemptions, rejections, aborts, client queue time) carry on.
+- **Deep-copied:** everything else the scheduler, the clock and the client feed hold (queues,
+  request states, block pool, prefix cache, the feed's cursor, finish times and pending
+  cancels), with :func:`copy.deepcopy`. Deep copy is deliberate: it stays correct as
   fields are added to the scheduler or the request state, where a hand-written snapshot would
   silently miss them. ``tests/test_engine_fork.py`` checks that a fork continues identically.
 - **Copy-on-write where it pays** (the generic copy stays the fallback): request states are
   copied slot by slot with immutable values shared (:func:`_copy_slots`); a prefix-caching
   pool's blocks are made directly (:func:`_premake_cache_blocks`); and the untouched back of a
   long FCFS waiting queue (arrivals never scheduled) stays shared rows in the fork, made into
-  states only when the queue's head reaches them (:class:`_LazyTailQueue`).
-
-Overlap with ``engine.py``: :meth:`EngineRun.step` repeats the body of ``run_engine``'s step
-loop. ``tests/test_engine_fork.py`` runs both on the same workloads and requires equal records,
-so a change to one loop that is not made in the other fails there.
+  states only when the queue's head reaches them (:class:`_LazyTailQueue`; open loop only: a
+  client model's send times and cancels, or a measured latency model's clock, hold the states,
+  so the whole queue is copied then).
 
 Examples
 --------
 >>> from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest
+>>> from tracekit.engine.engine import EngineRun
 >>> config = EngineConfig(num_blocks=11, block_size=16, max_model_len=160,
 ...                       async_scheduling=False)
 >>> run = EngineRun([EngineRequest("a", 0.0, 40, 3, 3), EngineRequest("b", 0.0, 40, 2, 2)],
@@ -49,29 +48,26 @@ True
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tracekit.engine.clock import CostModelClock, StepsClock, make_clock
+from tracekit.engine.client_feed import ArrivalFeed
 from tracekit.engine.config import EngineConfig
-from tracekit.engine.engine import EngineObserver, EngineResult, _request_record
 from tracekit.engine.fake_model import mark_arrived
-from tracekit.engine.hosts import BuiltinHost, VictimHost
-from tracekit.engine.interface import EngineScheduler, SchedulerFactory
-from tracekit.engine.outputs import DecisionRecord, StepRecord
+from tracekit.engine.hosts import VictimHost
+from tracekit.engine.interface import EngineScheduler
 from tracekit.engine.prefix_cache import Block, PrefixCachingBlockPool
 from tracekit.engine.queues import FCFSRequestQueue
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
-from tracekit.engine.scheduler import (
-    VllmPrefixCachingScheduler,
-    VllmScheduler,
-    make_vllm_scheduler,
-)
-from tracekit.engine.sglang import SglangScheduler
+from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
 
-__all__ = ["EngineRun"]
+if TYPE_CHECKING:
+    from typing import Self
+
+__all__ = ["ForkableRun"]
 
 # Values a copy can share: immutable and holding nothing mutable.
 _ATOMIC = frozenset({int, float, str, bool, type(None), bytes})
@@ -267,119 +263,27 @@ class _LazyTailQueue(FCFSRequestQueue):
         return [*self._queue, *self._after]
 
 
-class EngineRun:
-    """One engine run, advanced a step at a time, that can be forked.
+class ForkableRun:
+    """What makes an engine run forkable: :meth:`fork` and the views the oracle reads.
 
-    Parameters
-    ----------
-    requests
-        The workload; arrival order is by ``arrival_s``, then input order.
-    config
-        Engine configuration.
-    host
-        Chooses preemption victims; ``None`` for the scheduler's own rule.
-    observer
-        Receives every record as it is produced (as in ``run_engine``).
-    collect
-        Keep the records (:attr:`result`).
-    scheduler_factory
-        As in ``run_engine``; None: the embedded scheduler of ``config.mode``.
-
-    Raises
-    ------
-    ValueError
-        On duplicate request ids.
+    The base of :class:`~tracekit.engine.engine.EngineRun`, which owns the step loop and the
+    attributes read here (``config``, ``scheduler``, ``clock``, ``feed``, ``host``,
+    ``observer``, ``collect``, ``result``).
     """
 
-    def __init__(
-        self,
-        requests: Iterable[EngineRequest],
-        config: EngineConfig,
-        host: VictimHost | None = None,
-        observer: EngineObserver | None = None,
-        *,
-        collect: bool = True,
-        scheduler_factory: SchedulerFactory | None = None,
-    ) -> None:
-        indexed = list(enumerate(requests))
-        if len({r.request_id for _, r in indexed}) != len(indexed):
-            raise ValueError("request ids must be unique")
-        indexed.sort(key=lambda pair: (float(pair[1].arrival_s), pair[0]))
-        # Shared by every fork (frozen rows); ``_next`` is this run's cursor into it.
-        self._arrivals: tuple[tuple[int, EngineRequest], ...] = tuple(indexed)
-        self._next = 0
-        # The shared queue tail (see _unstarted_tail_length) and the state it was found in.
-        self._tail_start = 0
-        self._tail_length = 0
-        self._tail_key: tuple[Any, ...] | None = None
-        self.config = config
-        self.host: VictimHost = host if host is not None else BuiltinHost()
-        self.observer = observer
-        self.collect = collect
-        self.result = EngineResult(config)
-        self.scheduler: EngineScheduler
-        if scheduler_factory is not None:
-            self.scheduler = scheduler_factory(config, host, self._on_decision)
-        elif config.mode == "vllm":
-            if config.enable_prefix_caching or config.async_scheduling:
-                self.scheduler = make_vllm_scheduler(config, self.host, self._on_decision)
-            else:
-                self.scheduler = VllmScheduler(config, self.host, self._on_decision)
-        else:
-            self.scheduler = SglangScheduler(config, self.host, self._on_decision)
-        if any(r.cancel_after_s is not None for _, r in indexed):
-            raise ValueError("EngineRun does not model client cancels (cancel_after_s) yet")
-        self.clock = make_clock(config)
-        if not isinstance(self.clock, StepsClock | CostModelClock):
-            # A measured step-time model's clock reads every request's state by id up front,
-            # which the lazily made states of a run (and its forks) do not offer.
-            raise ValueError(
-                f"EngineRun supports the steps clock and the roofline cost model, not "
-                f"latency {config.effective_latency!r}"
-            )
-        self._kv_blocks_total = self.scheduler.block_pool.num_usable_blocks
-        # Async scheduling (run_engine's is_async branch): the step in flight and its end.
-        self._async = bool(config.async_scheduling)
-        if self._async and not getattr(self.scheduler, "async_scheduling", False):
-            raise ValueError("config.async_scheduling is on but the scheduler is synchronous")
-        self._in_flight: Any = None
-        self._in_flight_end = 0.0
-        self.done = False
-
-    # ----------------------------------------------------------------------------- records
-    def _on_decision(self, record: DecisionRecord) -> None:
-        if self.collect:
-            self.result.decisions.append(record)
-        if self.observer is not None:
-            self.observer.on_decision(record)
-
-    def _finish(self, state: RequestState) -> None:
-        record = _request_record(state)
-        if self.collect:
-            self.result.requests.append(record)
-        if self.observer is not None:
-            self.observer.on_request(record)
-
-    # ----------------------------------------------------------------------------- state
-    @property
-    def now(self) -> float:
-        """Engine time at the start of the next step."""
-        return self.clock.now
-
-    @property
-    def next_step(self) -> int:
-        """Index of the next step (the clock's step counter)."""
-        return self.clock.step
-
-    @property
-    def num_decisions(self) -> int:
-        """Victim decisions made so far."""
-        return self.scheduler.num_decisions
-
-    @property
-    def num_pending(self) -> int:
-        """Requests of the workload that have not arrived yet."""
-        return len(self._arrivals) - self._next
+    # Set by EngineRun.__init__ (declared for the type checker).
+    config: EngineConfig
+    scheduler: EngineScheduler
+    clock: Any
+    feed: ArrivalFeed
+    host: VictimHost
+    observer: Any
+    collect: bool
+    result: Any
+    # The shared queue tail (see _unstarted_tail_length) and the state it was found in.
+    _tail_start = 0
+    _tail_length = 0
+    _tail_key: tuple[Any, ...] | None = None
 
     def live_requests(self) -> list[RequestState]:
         """The request states running or waiting now, running queue first.
@@ -397,131 +301,6 @@ class EngineRun:
         waiting = self.scheduler.waiting
         return waiting.unmade() if isinstance(waiting, _LazyTailQueue) else []
 
-    # ----------------------------------------------------------------------------- stepping
-    def _has_requests(self) -> bool:
-        """Whether the scheduler has work (async: also finished requests not yet reported)."""
-        if self._async:
-            return bool(self.scheduler.has_requests())  # type: ignore[attr-defined]
-        return self.scheduler.has_unfinished_requests()
-
-    def prepare(self) -> bool:
-        """Admit the arrivals visible to the next step (idling until one if nothing is live).
-
-        Idempotent, and the first thing :meth:`step` does: call it to read :attr:`next_step`
-        of the step about to run (a steps clock may jump over idle steps). False when every
-        request has finished.
-        """
-        if self.done:
-            return False
-        scheduler = self.scheduler
-        clock = self.clock
-        arrivals = self._arrivals
-        num_arrivals = len(arrivals)
-        max_model_len = self.config.max_model_len
-        while True:
-            # Arrivals visible to this step join the waiting queue, in arrival order.
-            while self._next < num_arrivals and clock.is_visible(arrivals[self._next][1].arrival_s):
-                index, request = arrivals[self._next]
-                self._next += 1
-                state = RequestState(request, index)
-                if state.num_prompt_tokens >= max_model_len:
-                    # vLLM refuses such a prompt on input; it never reaches the scheduler.
-                    state.status = RequestStatus.REJECTED
-                    state.finish_s = state.arrival_s
-                    self.result.num_rejected += 1
-                    self.result.max_rejected_prompt_tokens = max(
-                        self.result.max_rejected_prompt_tokens, state.num_prompt_tokens
-                    )
-                    self._finish(state)
-                else:
-                    scheduler.add_request(state)
-            if self._has_requests():
-                return True
-            if self._in_flight is not None:
-                # Nothing to schedule: block on the step in flight and apply its output.
-                done, self._in_flight = self._in_flight, None
-                for state in scheduler.update_from_output(done, self._in_flight_end):
-                    self._finish(state)
-                continue
-            if self._next >= num_arrivals:
-                self.done = True
-                return False
-            clock.jump_to(arrivals[self._next][1].arrival_s)
-
-    def step(self) -> bool:
-        """Run one scheduling step; False (and nothing run) when every request has finished."""
-        if not self.prepare():
-            return False
-        scheduler = self.scheduler
-        clock = self.clock
-        result = self.result
-        now = clock.now
-        out = scheduler.schedule(clock.step, now)
-        scheduled = out.num_scheduled_tokens
-        duration = clock.step_duration(out)
-        end_s = now + duration
-        num_running = len(scheduler.running)
-        num_waiting = len(scheduler.waiting)
-        kv_blocks_used = self._kv_blocks_total - scheduler.block_pool.num_free_blocks
-        if self._async:
-            if self._in_flight is None and (scheduled or self._has_requests()):
-                # The batch queue is not full: launch this step, schedule the next one first.
-                done = None
-            else:
-                done, done_end = (
-                    (self._in_flight, self._in_flight_end)
-                    if self._in_flight is not None
-                    else (out, end_s)
-                )
-            if done is out:
-                self._in_flight = None
-            else:
-                self._in_flight, self._in_flight_end = out, end_s
-            finished = scheduler.update_from_output(done, done_end) if done is not None else []
-        else:
-            finished = scheduler.update_from_output(out, end_s)
-        result.num_steps += 1
-        result.num_preemptions += out.num_preemptions
-        result.num_decisions = scheduler.num_decisions
-        result.end_s = end_s
-        observer = self.observer
-        if self.collect or observer is not None:
-            record = StepRecord(
-                out.step,
-                now,
-                duration,
-                num_running,
-                num_waiting,
-                kv_blocks_used,
-                self._kv_blocks_total,
-                out.num_prefill_tokens,
-                out.num_decode_tokens,
-                out.num_preemptions,
-                scheduled,
-                # Prefix-cache figures of the step (empty / 0 with caching off).
-                out.cache_hits,
-                out.num_evicted_blocks,
-            )
-            if self.collect:
-                result.steps.append(record)
-            if observer is not None:
-                observer.on_step(record)
-        for state in finished:
-            self._finish(state)
-        clock.advance(duration)
-        return True
-
-    def run_to_end(self, max_steps: int | None = None) -> EngineResult:
-        """Step until every request has finished (or ``max_steps`` more steps); the result."""
-        if max_steps is None:
-            while self.step():
-                pass
-        else:
-            for _ in range(max_steps):
-                if not self.step():
-                    break
-        return self.result
-
     def _unstarted_tail_length(self) -> int:
         """How many untouched arrivals sit at the back of an FCFS waiting queue.
 
@@ -535,18 +314,24 @@ class EngineRun:
         scheduler = self.scheduler
         if type(scheduler) not in (VllmScheduler, VllmPrefixCachingScheduler):
             return 0
+        feed = self.feed
+        if not feed.is_open or hasattr(self.clock, "register"):
+            # A client model sends requests later than their rows say (and may cancel them),
+            # and a measured step-time model's clock holds every state: a state made again
+            # from its row would differ, so the whole queue is copied.
+            return 0
         waiting = scheduler.waiting
         if type(waiting) is not FCFSRequestQueue:
             return 0
         queue = waiting._queue
-        key = (self.clock.step, self.clock.now, self._next, len(queue), scheduler.num_decisions)
+        key = (self.clock.step, self.clock.now, feed.num_sent, len(queue), scheduler.num_decisions)
         if self._tail_key == key:
             return self._tail_length
         limit = len(queue) - self.config.max_num_seqs
         requests = scheduler.requests
         max_model_len = self.config.max_model_len
-        arrivals = self._arrivals
-        position = self._next
+        arrivals = feed.rows
+        position = feed.num_sent
         length = 0
         for state, request_id in zip(reversed(queue), reversed(requests), strict=False):
             if length >= limit:
@@ -579,8 +364,8 @@ class EngineRun:
         host: VictimHost | None = None,
         *,
         collect: bool | None = None,
-        observer: EngineObserver | None = None,
-    ) -> EngineRun:
+        observer: Any = None,
+    ) -> Self:
         """An independent copy of this run that continues from its current state.
 
         Parameters
@@ -600,9 +385,10 @@ class EngineRun:
         """
         new_host = copy.deepcopy(self.host) if host is None else host
         # Objects the copy shares or replaces instead of copying (see the module docstring).
+        feed = self.feed
         memo: dict[int, Any] = {
             id(self.config): self.config,
-            id(self._arrivals): self._arrivals,
+            id(feed.rows): feed.rows,
             id(self.host): new_host,
         }
         if self.observer is not None:
@@ -633,9 +419,9 @@ class EngineRun:
                 )
                 memo[id(waiting)] = _LazyTailQueue(
                     head,
-                    self._arrivals,
+                    feed.rows,
                     self._tail_start,
-                    self._next,
+                    feed.num_sent,
                     shared,
                     new_states,
                     self.config.max_model_len,
@@ -643,17 +429,28 @@ class EngineRun:
                 memo[id(states)] = new_states
         twin.scheduler = copy.deepcopy(scheduler, memo)
         twin.clock = copy.deepcopy(self.clock, memo)
+        # The client feed: its rows shared, its cursor, finish times and cancels copied (the
+        # cancels name the copied request states through the memo).
+        twin.feed = _copy_slots(feed, memo)
         twin.host = new_host
         twin.observer = observer
         twin.collect = self.collect if collect is None else collect
-        old = self.result
-        twin.result = EngineResult(
-            self.config,
-            num_steps=old.num_steps,
-            num_decisions=old.num_decisions,
-            num_preemptions=old.num_preemptions,
-            end_s=old.end_s,
-            num_rejected=old.num_rejected,
-            max_rejected_prompt_tokens=old.max_rejected_prompt_tokens,
+        # Fresh record lists; every run total carries on.
+        twin.result = dataclasses.replace(
+            self.result,
+            steps=[],
+            decisions=[],
+            requests=[],
+            num_decisions=scheduler.num_decisions,
         )
         return twin
+
+
+def __getattr__(name: str) -> Any:
+    # ``from tracekit.engine.fork import EngineRun``: the run lives in engine.py, which imports
+    # this module (so it cannot be imported here at the top).
+    if name == "EngineRun":
+        from tracekit.engine.engine import EngineRun
+
+        return EngineRun
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.engine.config import EngineConfig, recorded_engine_config
-from tracekit.engine.fork import EngineRun
+from tracekit.engine.engine import EngineRun
 from tracekit.engine.hosts import BuiltinHost
 from tracekit.engine.outputs import DecisionRecord
 from tracekit.engine.request import EngineRequest, engine_requests

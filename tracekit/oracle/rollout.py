@@ -1,7 +1,7 @@
 """Hindsight rollouts: try every candidate of a victim decision on a fork of the engine.
 
 A decision is evaluated from a fork taken at the start of the step that makes it
-(:class:`~tracekit.engine.fork.EngineRun` ``prepare()`` then ``fork()``). The fork's host is a
+(:class:`~tracekit.engine.engine.EngineRun` ``prepare()`` then ``fork()``). The fork's host is a
 :class:`ScriptedHost`: it repeats the victims already chosen earlier in that step, applies the
 candidate under test, and then applies the built-in rule for every later decision (the
 "recorded rule"). The fork runs for a **window** and is scored by an objective.
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.engine import EngineRun
 from tracekit.engine.fake_model import stop_rule
-from tracekit.engine.fork import EngineRun
 from tracekit.engine.hosts import VictimChoice
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
