@@ -212,6 +212,8 @@ def test_the_default_pool_is_found_outside_the_checkout(
     from tracekit.cli import cli
 
     checkout = Path(__file__).resolve().parents[1]
+    # The manifest's frozen_at is the wall clock; pinned, so two runs a second apart agree.
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     args = ["experiment", "traces", "--num-requests", "20", "--rates", "2.0", "--out"]
     outs = {}
     for name, cwd in (("away", tmp_path), ("checkout", checkout)):
