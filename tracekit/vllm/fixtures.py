@@ -9,7 +9,7 @@ same. Remake them (after a deliberate change) with::
 
     python -m tracekit.vllm.fixtures [--out traces/vllm-fixtures] [--vllm-venv DIR]
 
-The three workloads:
+The workloads (the prefix-caching and async variants are defined below):
 
 ``azure``
     The first 50 requests of the shipped Azure conversation sample at three times their rate,
