@@ -1,7 +1,7 @@
 """Live: with prefix caching on, the embedded engine matches the real scheduler message for message.
 
 Steps, scheduled-token maps, decisions, request outcomes and the per-step prefix-cache hits
-(``cache`` messages, not in the trace schema yet) of the prefix-caching fixtures and of a random
+(the driver's ``cache`` messages) of the prefix-caching fixtures and of a random
 content workload, under FCFS and PRIORITY, for every installed vLLM (``$BIDKV_VLLM_VENV`` and
 ``$BIDKV_VLLM_VENV_EXTRA``, as ``tests/test_vllm_live.py``).
 """

@@ -136,15 +136,18 @@ _step_values = attrgetter(*_STEP_ATTRIBUTES.values())
 _new_row = tuple.__new__
 
 
-def step_row(run_id: str, record: StepRecord, *, cache: bool = False) -> StepRow:
+def step_row(
+    run_id: str, record: StepRecord, *, cache: bool = False, evictions: bool = True
+) -> StepRow:
     """The ``steps`` row of one engine step.
 
     ``cache``: the record's prefix-cache fields are known (the embedded engine fills them, 0
-    with caching off); otherwise those columns are null.
+    with caching off); otherwise those columns are null. ``evictions`` false: the hits are
+    known but not the cached blocks evicted (the real-vLLM recorder), whose column is null.
     """
     if cache:
         hits = record.cache_hits
-        tail = (sum(hits.values()) if hits else 0, record.num_evicted_blocks)
+        tail = (sum(hits.values()) if hits else 0, record.num_evicted_blocks if evictions else None)
     else:
         tail = (None, None)
     return _new_row(StepRow, (run_id, *_step_values(record), *tail))

@@ -137,11 +137,14 @@ class TraceObserver:
         progress: Progress | None = None,
         record_cache: bool = False,
         record_admissions: bool = False,
+        record_evictions: bool = True,
     ) -> None:
         self.writer = writer
         # Whether step records carry the prefix-cache figures (the embedded engine: 0 with
         # caching off); otherwise the trace's cache columns of steps and requests stay null.
         self.record_cache = record_cache
+        # Whether they carry the cached blocks evicted too (not the real-vLLM recorder's).
+        self.record_evictions = record_evictions
         # req_id -> hit tokens at its first schedule / summed over its resumes, until it ends.
         self._first_hits: dict[str, int] = {}
         self._resume_hits: dict[str, int] = {}
@@ -209,7 +212,9 @@ class TraceObserver:
 
     def on_step(self, record: StepRecord) -> None:
         """Write the step (and, if asked, its per-request scheduled tokens)."""
-        self._append_step(step_row(self.run_id, record, cache=self.record_cache))
+        self._append_step(
+            step_row(self.run_id, record, cache=self.record_cache, evictions=self.record_evictions)
+        )
         if record.cache_hits:
             first, resume, admitted = self._first_hits, self._resume_hits, self._admitted
             append = self._append_admission

@@ -1,7 +1,7 @@
 """Prefix-cache hits, step by step, of the real scheduler and of the embedded engine.
 
-The trace schema has no column for cache hits yet, so ``tracekit fidelity`` cannot compare them
-from bundles. This compares the two schedulers' whole message streams in memory instead: the
+``tracekit fidelity`` compares the hits recorded in bundles (trace v2: ``record vllm`` writes the
+driver's hits). This compares the two schedulers' whole message streams in memory, no bundle: the
 driver's (``tracekit.vllm.driver``: ``step``, ``decision``, ``request`` and, with prefix caching
 on, ``cache`` messages, ``{"step", "hits": {req_id: tokens}}`` for every step that admitted a
 request) against the same messages built from the embedded engine run on the same scenario.

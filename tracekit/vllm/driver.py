@@ -563,8 +563,8 @@ class _Emitter:
     """Streams the engine's records as protocol messages.
 
     With prefix caching on, every step whose admissions hit the cache is followed by a
-    ``cache`` message, ``{"kind": "cache", "run", "step", "hits": {req_id: tokens}}`` (the trace
-    schema has no column for it yet; the recorder ignores it, tests read it).
+    ``cache`` message, ``{"kind": "cache", "run", "step", "hits": {req_id: tokens}}``: the
+    recorder writes it as the step's, its requests' and the admissions' cache hits (trace v2).
     """
 
     def __init__(self, run: int, emit: Emit) -> None:

@@ -5,8 +5,13 @@ sim`` and one by ``tracekit record vllm`` (any two bundles of one run work: a fi
 re-recording, say), and walks them step by step. For each step, in this order, it compares the
 step's victim decisions (requester, victim, built-in victim, outcome, KV usage and the full
 candidate list), the per-request scheduled tokens (ids, order and counts, from the optional
-``scheduled`` table), then the step row (index, time, duration, running and waiting counts, KV
-blocks, prefill and decode tokens, preemptions); after the last step, every request's outcome.
+``scheduled`` table), the prefix-cache hit of each admission (request, admission number and
+cached tokens, from the optional ``admissions`` table), then the step row (index, time, duration,
+running and waiting counts, KV blocks, prefill and decode tokens, preemptions, and the step's
+``cache_hit_tokens``); after the last step, every request's outcome (with its
+``num_cached_tokens`` and ``resume_cached_tokens``). The cache hits are compared where both
+bundles recorded them (trace v2: ``record sim``, and ``record vllm`` since it reads the driver's
+hits); a bundle without them (older recordings) skips that comparison, with a note.
 
 The first difference is reported with both engines' state side by side: the running queue (in
 order, with computed and output tokens and KV blocks), the waiting set and the KV blocks used at
@@ -81,6 +86,8 @@ REQUEST_OUTCOMES = (
     "first_token_s",
     "finish_s",
 )
+#: The per-request prefix-cache outcomes (trace v2), compared where both bundles have them.
+REQUEST_CACHE_OUTCOMES = ("num_cached_tokens", "resume_cached_tokens")
 STEP_FIELDS = (
     "step",
     "time_s",
@@ -123,13 +130,15 @@ class EngineState:
     scheduled: list[tuple[str, int]] | None = None
     decisions: list[dict[str, Any]] = field(default_factory=list)
     step_row: dict[str, Any] | None = None
+    # (request_id, admission, cached tokens) of the step's admissions, if recorded.
+    admissions: list[tuple[str, int, int]] | None = None
 
 
 @dataclass
 class Mismatch:
     """The first difference between the two bundles."""
 
-    # decision | scheduled | step | length | request
+    # decision | scheduled | cache | step | length | request
     kind: str
     step: int | None
     what: str
@@ -200,6 +209,13 @@ class _Run:
     decisions: dict[int, list[dict[str, Any]]]
     scheduled: dict[int, list[tuple[str, int]]] | None
     requests: dict[str, dict[str, Any]]
+    # step -> (request_id, admission, cached tokens) in recorded order, if the table exists.
+    admissions: dict[int, list[tuple[str, int, int]]] | None = None
+
+    @property
+    def has_step_hits(self) -> bool:
+        """Whether the steps carry their prefix-cache hits (null: not recorded)."""
+        return bool(self.steps) and all(r.get("cache_hit_tokens") is not None for r in self.steps)
 
     @property
     def engine(self) -> str:
@@ -249,7 +265,15 @@ def _load(path: str | Path) -> _Run:
         row["request_id"]: row
         for row in dataset.scan("requests").drop("run_id").collect().to_dicts()
     }
-    return _Run(bundle.path, bundle.manifest, steps, decisions, scheduled, requests)
+    admissions = None
+    if bundle.has_table("admissions"):
+        admissions = defaultdict(list)
+        frame = dataset.scan("admissions").collect()
+        for step, request_id, admission, tokens in frame.select(
+            "step", "request_id", "admission", "cached_tokens"
+        ).iter_rows():
+            admissions[step].append((request_id, admission, tokens))
+    return _Run(bundle.path, bundle.manifest, steps, decisions, scheduled, requests, admissions)
 
 
 def _check_inputs(a: _Run, b: _Run, notes: list[str]) -> None:
@@ -289,6 +313,22 @@ def _check_inputs(a: _Run, b: _Run, notes: list[str]) -> None:
             "per-step scheduled tokens not compared: a bundle lacks the scheduled table "
             "(record with --record-scheduled)"
         )
+    if config_a.get("enable_prefix_caching"):
+        if not (a.has_step_hits and b.has_step_hits):
+            notes.append(
+                "prefix-cache hits not compared: a bundle did not record them (a real-vLLM "
+                "recording made before record vllm wrote the cache columns); re-record it"
+            )
+        elif a.admissions is None or b.admissions is None:
+            notes.append(
+                "per-admission cache hits not compared: a bundle lacks the admissions table"
+            )
+
+
+def _cache_checks(a: _Run, b: _Run) -> tuple[bool, bool]:
+    """Whether to compare the steps' and requests' cache hits, and the admissions table."""
+    hits = a.has_step_hits and b.has_step_hits
+    return hits, hits and a.admissions is not None and b.admissions is not None
 
 
 # --------------------------------------------------------------------------------- comparing
@@ -325,6 +365,11 @@ def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport | Sgla
     _check_inputs(a, b, notes)
     report = FidelityReport(str(a.path), str(b.path), a.engine, b.engine, {}, None, notes)
     compared = {"steps": 0, "decisions": 0, "scheduled_rows": 0, "requests": 0}
+    hits, admissions = _cache_checks(a, b)
+    if hits:
+        compared["cache_hit_steps"] = 0
+    if admissions:
+        compared["admissions"] = 0
     report.compared = compared
     for index in range(max(len(a.steps), len(b.steps))):
         row_a = a.steps[index] if index < len(a.steps) else None
@@ -356,7 +401,7 @@ def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport | Sgla
                 row_b["step"],
             )
             return report
-        found = _compare_step(a, b, step, row_a, row_b, compared)
+        found = _compare_step(a, b, step, row_a, row_b, compared, hits, admissions)
         if found is not None:
             report.mismatch = found
             return report
@@ -373,6 +418,17 @@ def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport | Sgla
                     {k: rb[k] for k in REQUEST_OUTCOMES},
                 )
                 return report
+        if hits:
+            for key in REQUEST_CACHE_OUTCOMES:
+                if ra[key] != rb[key]:
+                    report.mismatch = Mismatch(
+                        "cache",
+                        None,
+                        f"request {request_id}: {key} {ra[key]!r} vs {rb[key]!r}",
+                        {k: ra[k] for k in REQUEST_CACHE_OUTCOMES},
+                        {k: rb[k] for k in REQUEST_CACHE_OUTCOMES},
+                    )
+                    return report
         compared["requests"] += 1
     return report
 
@@ -384,6 +440,8 @@ def _compare_step(
     row_a: dict[str, Any],
     row_b: dict[str, Any],
     compared: dict[str, int],
+    hits: bool = False,
+    admissions: bool = False,
 ) -> Mismatch | None:
     decisions_a, decisions_b = a.decisions.get(step, []), b.decisions.get(step, [])
     for position in range(max(len(decisions_a), len(decisions_b))):
@@ -419,6 +477,12 @@ def _compare_step(
                 a, b, "scheduled", step, _describe_scheduled(sched_a, sched_b), sched_a, sched_b
             )
         compared["scheduled_rows"] += len(sched_a)
+    if admissions:
+        assert a.admissions is not None and b.admissions is not None
+        adm_a, adm_b = a.admissions.get(step, []), b.admissions.get(step, [])
+        if adm_a != adm_b:
+            return _mismatch(a, b, "cache", step, _describe_admissions(adm_a, adm_b), adm_a, adm_b)
+        compared["admissions"] += len(adm_a)
     for key in STEP_FIELDS:
         if not _same(row_a[key], row_b[key]):
             return _mismatch(
@@ -430,7 +494,32 @@ def _compare_step(
                 row_a[key],
                 row_b[key],
             )
+    if hits:
+        if row_a["cache_hit_tokens"] != row_b["cache_hit_tokens"]:
+            return _mismatch(
+                a,
+                b,
+                "cache",
+                step,
+                f"steps.cache_hit_tokens {row_a['cache_hit_tokens']!r} vs "
+                f"{row_b['cache_hit_tokens']!r}",
+                row_a["cache_hit_tokens"],
+                row_b["cache_hit_tokens"],
+            )
+        compared["cache_hit_steps"] += 1
     return None
+
+
+def _describe_admissions(a: list[tuple[str, int, int]], b: list[tuple[str, int, int]]) -> str:
+    keys_a, keys_b = [(r, n) for r, n, _ in a], [(r, n) for r, n, _ in b]
+    if keys_a != keys_b:
+        return f"admitted requests differ: {keys_a[:6]} vs {keys_b[:6]}"
+    hits = [
+        f"{r} admission {n}: {x} vs {y} cached tokens"
+        for (r, n, x), (_, _, y) in zip(a, b, strict=True)
+        if x != y
+    ]
+    return f"prefix-cache hits differ ({', '.join(hits[:4])})"
 
 
 def _describe_scheduled(a: list[tuple[str, int]], b: list[tuple[str, int]]) -> str:
@@ -473,6 +562,8 @@ def _state_at(run: _Run, step: int, label: str) -> EngineState:
     row = next((r for r in run.steps if r["step"] == step), None)
     state.step_row = row
     state.decisions = run.decisions.get(step, [])
+    if run.admissions is not None:
+        state.admissions = run.admissions.get(step, [])
     state.kv_blocks_total = int(config.get("num_blocks", 1)) - 1
     if row is not None:
         state.time_s = row["time_s"]
@@ -562,6 +653,8 @@ def _render_mismatch(m: Mismatch, label_a: str, label_b: str, width: int) -> lis
         rows.append(("running, waiting", "needs the scheduled table", "needs the scheduled table"))
     rows.append(("-- the step", "", ""))
     rows.append(("scheduled tokens", _scheduled(sa.scheduled), _scheduled(sb.scheduled)))
+    if sa.admissions is not None or sb.admissions is not None:
+        rows.append(("admissions (cached)", _admitted(sa.admissions), _admitted(sb.admissions)))
     for index in range(max(len(sa.decisions), len(sb.decisions))):
         da = sa.decisions[index] if index < len(sa.decisions) else None
         db = sb.decisions[index] if index < len(sb.decisions) else None
@@ -586,6 +679,12 @@ def _scheduled(scheduled: list[tuple[str, int]] | None) -> str:
     return " ".join(f"{r}:{n}" for r, n in scheduled) or "-"
 
 
+def _admitted(admissions: list[tuple[str, int, int]] | None) -> str:
+    if admissions is None:
+        return "(not recorded)"
+    return " ".join(f"{r}#{n}:{t}" for r, n, t in admissions) or "-"
+
+
 def _decision(d: dict[str, Any] | None) -> str:
     if d is None:
         return "-"
@@ -608,7 +707,8 @@ def _step_row(row: dict[str, Any] | None) -> str:
     return (
         f"running {row['num_running']} waiting {row['num_waiting']} KV {row['kv_blocks_used']}/"
         f"{row['kv_blocks_total']} prefill {row['scheduled_prefill_tokens']} decode "
-        f"{row['scheduled_decode_tokens']} preempted {row['num_preemptions']}"
+        f"{row['scheduled_decode_tokens']} preempted {row['num_preemptions']} cache hits "
+        f"{row.get('cache_hit_tokens')}"
     )
 
 

@@ -9,7 +9,7 @@ same. Remake them (after a deliberate change) with::
 
     python -m tracekit.vllm.fixtures [--out traces/vllm-fixtures] [--vllm-venv DIR]
 
-The three workloads:
+The workloads (the prefix-caching and async variants are defined below):
 
 ``azure``
     The first 50 requests of the shipped Azure conversation sample at three times their rate,
@@ -27,6 +27,12 @@ The three workloads:
     The first 40 requests of the Mooncake semi-synthetic trace at four times their rate, on
     1,100 blocks with ``max_model_len`` 16,384: prompts of up to 16 k tokens prefill over several
     2,048-token steps, longer ones are rejected.
+``sessions``
+    The 32 turns of ``examples/workloads/conversations-synthetic.csv`` (a multi-turn session log:
+    turn k's prompt is the conversation so far, :mod:`tracekit.workloads.sessions`) at ten times
+    their rate, with prefix caching on, on 170 blocks (just over the longest turn's 2,221
+    prompt tokens) with a 512-token budget: later turns hit their conversation's cached blocks,
+    turns preempt each other, and the victims re-hit what was not evicted in between.
 
 Each is recorded under FCFS and under PRIORITY (priorities 0..2 from ``priority_seed=1``; the
 synthetic workload carries its own 0..3), on the steps clock (50 ms steps).
@@ -113,6 +119,18 @@ _NO_APC = {"enable_prefix_caching": False}
 #: Mooncake rows 3890 to 3929 (timestamps 996.272 s to 1005.711 s), whose prompts share
 #: ``hash_ids`` prefixes with earlier requests of the window under both policies.
 _MOONCAKE_SHARED_WINDOW = (996.272, 1005.711)
+_SESSIONS = Path("examples") / "workloads" / "conversations-synthetic.csv"
+#: The multi-turn session slice: all 32 turns at ten times their rate, priorities 0..2.
+_SESSIONS_OPTIONS: dict[str, Any] = {"rate_scale": 10.0, "priority_seed": 1}
+#: 170 blocks of 16 tokens: just over the longest turn (2,221 prompt tokens), so turns preempt
+#: each other while later turns hit their conversation's cached prompt blocks.
+_SESSIONS_CONFIG: dict[str, Any] = {
+    "num_blocks": 170,
+    "max_model_len": 2560,
+    "max_num_batched_tokens": 512,
+    "max_num_seqs": 12,
+    "enable_prefix_caching": True,
+}
 
 
 def _pair(
@@ -235,6 +253,15 @@ FIXTURES: dict[str, Fixture] = {
                 "enable_prefix_caching": True,
                 "async_scheduling": True,
             },
+        ),
+        # A multi-turn session workload (turn k's prompt is the conversation so far), synchronous
+        # and async, prefix caching on.
+        *_pair("sessions-apc", _SESSIONS, _SESSIONS_OPTIONS, {**_SESSIONS_CONFIG, **_SYNC}),
+        *_pair(
+            "sessions-apc-async",
+            _SESSIONS,
+            _SESSIONS_OPTIONS,
+            {**_SESSIONS_CONFIG, "async_scheduling": True},
         ),
     ]
 }

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tracekit.engine.config import VLLM_VERSIONS
+from tracekit.engine.outputs import StepRecord
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError, TracekitError
 from tracekit.recording.driver_process import engine_python, run_driver_process
@@ -315,7 +316,14 @@ def _record_one(
     tables = ["requests", "decisions", "candidates", "steps"]
     if record_scheduled:
         tables.append("scheduled")
+    # Each admission's prefix-cache hit, from the driver's ``cache`` messages (prefix caching on;
+    # off, every hit is 0 and there is no admissions table, as with record sim).
+    admissions = bool(run.engine_config.enable_prefix_caching)
+    if admissions:
+        tables.append("admissions")
     with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
+        # The driver reports the hits, not the cached blocks evicted: that column stays null
+        # (as do the candidates' block counts and the decisions' freed blocks and tokens).
         observer = TraceObserver(
             writer,
             run_id,
@@ -324,6 +332,9 @@ def _record_one(
             record_scheduled=record_scheduled,
             total_requests=len(scenario.requests),
             progress=progress,
+            record_cache=True,
+            record_admissions=admissions,
+            record_evictions=False,
         )
         with open(writer.folder / POLICY_LOG, "w", encoding="utf-8") as log:
             end = _consume(scenario.index, messages, observer, log)
@@ -349,12 +360,23 @@ def _record_one(
 def _consume(
     index: int, messages: Iterator[dict[str, Any]], observer: TraceObserver, log: IO[str]
 ) -> dict[str, Any]:
+    # A step is written once the next message is read: the driver follows a step whose
+    # admissions looked the prefix cache up with a ``cache`` message of that step's hits.
+    pending: StepRecord | None = None
     for message in messages:
         kind = message.get("kind")
         if message.get("run") != index:
             raise VllmDriverError(f"the vLLM driver answered out of order: {message}")
+        if kind == "cache":
+            if pending is None or pending.step != message["step"]:
+                raise VllmDriverError(f"the vLLM driver sent cache hits of no step: {message}")
+            pending.cache_hits = {rid: int(n) for rid, n in message["hits"].items()}
+            continue
+        if pending is not None:
+            observer.on_step(pending)
+            pending = None
         if kind == "step":
-            observer.on_step(step_from_wire(message["r"]))
+            pending = step_from_wire(message["r"])
         elif kind == "decision":
             observer.on_decision(decision_from_wire(message["r"]))
         elif kind == "request":
