@@ -294,3 +294,15 @@ def test_missing_files_and_columns_raise(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="missing column\\(s\\) e2e_p95_s, calls"):
         compute_qualification(root)
     assert "e2e_p95_s" in CELL_COLUMNS
+
+
+def test_per_run_evidence_names_the_load_cell_under_a_load_plan() -> None:
+    from tracekit.qualify.verdicts import _per_repeat
+
+    frame = pl.DataFrame(
+        {"load": ["rate-1x", "rate-0.6x", "rate-1x"], "repeat": [0, 0, 1], "selections": [4, 0, 7]}
+    )
+    assert _per_repeat(frame, "selections") == "rate-0.6x r0: 0, rate-1x r0: 4, rate-1x r1: 7"
+    # One cell (or no load column): the repeat alone, as before.
+    single = frame.filter(pl.col("load") == "rate-1x")
+    assert _per_repeat(single, "selections") == "r0: 4, r1: 7"

@@ -101,7 +101,13 @@ def _configured(results: Results) -> dict[str, Any]:
 
 
 def _per_repeat(frame: pl.DataFrame, column: str) -> str:
-    return ", ".join(f"r{r}: {v}" for r, v in zip(frame["repeat"], frame[column], strict=True))
+    """``r0: v, r1: v, ...``; under a load plan each run is named by its cell too."""
+    if "load" in frame.columns and frame["load"].n_unique() > 1:
+        frame = frame.sort("load", "repeat")
+        names = [f"{load} r{r}" for load, r in zip(frame["load"], frame["repeat"], strict=True)]
+    else:
+        names = [f"r{r}" for r in frame["repeat"]]
+    return ", ".join(f"{n}: {v}" for n, v in zip(names, frame[column], strict=True))
 
 
 def lifecycle_labels(results: Results) -> dict[str, dict[str, Any]]:
