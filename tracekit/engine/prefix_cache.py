@@ -157,17 +157,18 @@ class PrefixCachingBlockPool:
         max_blocks = (request.num_prompt_tokens + request.num_output_tokens - 1) // self.block_size
         if max_blocks <= 0 or not self._cached:
             return []
-        keys = self.block_keys(request, max_blocks)
         if request is self._memo_request and max_blocks == self._memo_max:
             hit = self._memo_hit
             start = self._memo_dirty
             if start is None:
                 return hit
+            keys = self.block_keys(request, max_blocks)
             pos = self._memo_pos
             for block in hit[start:]:
                 del pos[block]
             hit = hit[:start]
         else:
+            keys = self.block_keys(request, max_blocks)
             hit = []
             pos = {}
             start = 0
@@ -215,6 +216,12 @@ class PrefixCachingBlockPool:
             raise RuntimeError(f"allocating {num} blocks with only {self.num_free_blocks} free")
         self.num_free_blocks -= num
         unhashed = self._free_unhashed
+        if num == 1 and unhashed:
+            # The running scan's usual case: one block, from the unhashed head of the queue.
+            block = unhashed.pop()
+            block.ref_cnt = 1
+            into.append(block)
+            return
         take = min(num, len(unhashed))
         for _ in range(take):
             block = unhashed.pop()
