@@ -365,6 +365,14 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         self.block_pool = PrefixCachingBlockPool(config.num_blocks, config.block_size)
         #: req_id -> tokens hit in the prefix cache, for every admission of this step (in order).
         self.step_cache_hits: dict[str, int] = {}
+        # The waiting head's last failed admission (it is tried every step until it fits):
+        # (hit list, request, its tokens, token budget, long-prefill cap, pool ref_epoch) and
+        # the blocks each check needed before the watermark. Valid while the pool returns the
+        # very same hit list (its remembered lookup is clean: same blocks) and no reference
+        # count moved (the evictable count is the same); the checks are then redone against
+        # the free blocks of now.
+        self._failed_key: tuple[object, ...] | None = None
+        self._failed_need = (0, 0)
 
     def _begin_step(self) -> None:
         # A fresh dict only when the last step admitted anything: an empty one was never handed
@@ -395,6 +403,20 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         num_tokens = request.num_prompt_tokens + request.num_output_tokens
         # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
         hit = pool.find_longest_cache_hit(request)
+        failed = self._failed_key
+        if (
+            failed is not None
+            and failed[0] is hit
+            and failed[1] is request
+            and failed[2] == num_tokens
+            and failed[3] == token_budget
+            and failed[4] == long_prefill
+            and failed[5] == pool.ref_epoch
+        ):
+            need_full, need = self._failed_need
+            free = pool.num_free_blocks
+            if need_full + watermark > free or need + watermark > free:
+                return 0
         num_hit = len(hit)
         hit_tokens = num_hit * block_size
         num_new_tokens = num_tokens - hit_tokens
@@ -405,16 +427,21 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         evictable = pool.num_evictable(hit) if hit else 0
         free = pool.num_free_blocks
         computed_capped = hit_tokens if hit_tokens < max_model_len else max_model_len
+        need_full = 0
         if config.full_sequence_must_fit:
             full = -(-min(num_tokens, max_model_len) // block_size) - num_hit
-            if (full if full > 0 else 0) + evictable + watermark > free:
-                return 0
+            need_full = (full if full > 0 else 0) + evictable
         need_slot = min(computed_capped + num_new_tokens, max_model_len)
         new_blocks = -(-need_slot // block_size) - num_hit
         if new_blocks < 0:
             new_blocks = 0
-        if new_blocks + evictable + watermark > free:
+        need = new_blocks + evictable
+        if need_full + watermark > free or need + watermark > free:
+            epoch = pool.ref_epoch
+            self._failed_key = (hit, request, num_tokens, token_budget, long_prefill, epoch)
+            self._failed_need = (need_full, need)
             return 0
+        self._failed_key = None
         blocks = request.kv_blocks
         pool.forget_lookup()
         if hit:
