@@ -80,6 +80,9 @@ class PrefixCachingBlockPool:
         self._content_keys: dict[tuple[object, tuple[tuple[int, int, int], ...]], int] = {}
         #: Cached blocks evicted (reused) so far.
         self.num_evicted = 0
+        #: Bumped whenever blocks' reference counts drop or a hit is touched (``free_blocks``,
+        #: ``touch``): a remembered count of evictable hit blocks is stale once it moves.
+        self.ref_epoch = 0
         # The last lookup (the head of the waiting queue is looked up every step until it fits):
         # its request, block cap, hit, each hit block's position, the first key it missed, and
         # the position to walk again from (``_memo_dirty``; None when clean). Evicting a hit
@@ -157,17 +160,18 @@ class PrefixCachingBlockPool:
         max_blocks = (request.num_prompt_tokens + request.num_output_tokens - 1) // self.block_size
         if max_blocks <= 0 or not self._cached:
             return []
-        keys = self.block_keys(request, max_blocks)
         if request is self._memo_request and max_blocks == self._memo_max:
             hit = self._memo_hit
             start = self._memo_dirty
             if start is None:
                 return hit
+            keys = self.block_keys(request, max_blocks)
             pos = self._memo_pos
             for block in hit[start:]:
                 del pos[block]
             hit = hit[:start]
         else:
+            keys = self.block_keys(request, max_blocks)
             hit = []
             pos = {}
             start = 0
@@ -199,6 +203,7 @@ class PrefixCachingBlockPool:
     # ----------------------------------------------------------------------------- allocation
     def touch(self, blocks: list[Block]) -> None:
         """Take a hit's blocks out of the free queue if free, and reference them."""
+        self.ref_epoch += 1
         free_hashed = self._free_hashed
         for block in blocks:
             if block.ref_cnt == 0:
@@ -215,6 +220,12 @@ class PrefixCachingBlockPool:
             raise RuntimeError(f"allocating {num} blocks with only {self.num_free_blocks} free")
         self.num_free_blocks -= num
         unhashed = self._free_unhashed
+        if num == 1 and unhashed:
+            # The running scan's usual case: one block, from the unhashed head of the queue.
+            block = unhashed.pop()
+            block.ref_cnt = 1
+            into.append(block)
+            return
         take = min(num, len(unhashed))
         for _ in range(take):
             block = unhashed.pop()
@@ -276,6 +287,7 @@ class PrefixCachingBlockPool:
         A block whose count drops to 0 goes to the head of the free queue without a key, or to
         its tail (in the reversed order: the request's last block is evicted first) with one.
         """
+        self.ref_epoch += 1
         free_hashed = self._free_hashed
         unhashed = self._free_unhashed
         freed = 0

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
-from tracekit.engine.fake_model import split_tokens
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.prefix_cache import PrefixCachingBlockPool
 from tracekit.engine.request import RequestState, RequestStatus
@@ -108,17 +107,16 @@ class VllmScheduler(SchedulerBase):
         req_index = 0
         while req_index < len(running) and token_budget > 0:
             request = running[req_index]
+            request_id = request.request_id
             computed = request.num_computed_tokens
-            num_new_tokens = request.num_prompt_tokens + request.num_output_tokens - computed
+            num_prompt_tokens = request.num_prompt_tokens
+            num_new_tokens = num_prompt_tokens + request.num_output_tokens - computed
             if async_counters is not None:
-                placeholders = async_counters[request.request_id][0]
+                placeholders = async_counters[request_id][0]
                 if placeholders > 0:
                     # vLLM: "Avoid scheduling an extra step when we are sure that the previous
                     # step has reached request.max_tokens."
-                    if (
-                        computed + 2 - placeholders
-                        >= request.num_prompt_tokens + request.max_tokens
-                    ):
+                    if computed + 2 - placeholders >= num_prompt_tokens + request.max_tokens:
                         req_index += 1
                         continue
                     num_new_tokens += placeholders
@@ -137,9 +135,8 @@ class VllmScheduler(SchedulerBase):
 
             # allocate_slots: blocks for computed + new tokens beyond those already held. A
             # running request never has the watermark applied (its status is RUNNING).
-            num_blocks_to_allocate = -(-(computed + num_new_tokens) // block_size) - (
-                request.num_blocks
-            )
+            end = computed + num_new_tokens
+            num_blocks_to_allocate = -(-end // block_size) - request.num_blocks
             if num_blocks_to_allocate > pool.num_free_blocks:
                 allocated, req_index, refund = self._allocate_or_preempt(
                     request, num_new_tokens, req_index, step, now
@@ -156,10 +153,10 @@ class VllmScheduler(SchedulerBase):
             # Only when the step fills a block not yet cached (the hook caps at known tokens).
             if (
                 after_running_allocation is not None
-                and (computed + num_new_tokens) // block_size > request.num_cached_blocks
+                and end // block_size > request.num_cached_blocks
             ):
-                after_running_allocation(request, computed + num_new_tokens)
-            scheduled[request.request_id] = num_new_tokens
+                after_running_allocation(request, end)
+            scheduled[request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
 
@@ -254,12 +251,19 @@ class VllmScheduler(SchedulerBase):
         :func:`~tracekit.engine.fake_model.split_tokens`. vLLM ``Scheduler._update_after_schedule``.
         """
         requests = self.requests
-        scheduled = out.num_scheduled_tokens
-        for request_id, num_new_tokens in scheduled.items():
-            requests[request_id].num_computed_tokens += num_new_tokens
-        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = split_tokens(
-            scheduled, requests
-        )
+        # split_tokens inlined into the same loop (it reads each request after the advance).
+        prefill = decode = kv_read = 0
+        for request_id, num_new_tokens in out.num_scheduled_tokens.items():
+            request = requests[request_id]
+            computed = request.num_computed_tokens + num_new_tokens
+            request.num_computed_tokens = computed
+            output = request.num_output_tokens
+            if num_new_tokens == 1 and output and computed == request.num_prompt_tokens + output:
+                decode += 1
+            else:
+                prefill += num_new_tokens
+            kv_read += computed
+        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = prefill, decode, kv_read
 
     def _allocate_or_preempt(
         self,
@@ -361,9 +365,20 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         self.block_pool = PrefixCachingBlockPool(config.num_blocks, config.block_size)
         #: req_id -> tokens hit in the prefix cache, for every admission of this step (in order).
         self.step_cache_hits: dict[str, int] = {}
+        # The waiting head's last failed admission (it is tried every step until it fits):
+        # (hit list, request, its tokens, token budget, long-prefill cap, pool ref_epoch) and
+        # the blocks each check needed before the watermark. Valid while the pool returns the
+        # very same hit list (its remembered lookup is clean: same blocks) and no reference
+        # count moved (the evictable count is the same); the checks are then redone against
+        # the free blocks of now.
+        self._failed_key: tuple[object, ...] | None = None
+        self._failed_need = (0, 0)
 
     def _begin_step(self) -> None:
-        self.step_cache_hits = {}
+        # A fresh dict only when the last step admitted anything: an empty one was never handed
+        # out (record_cache_figures keeps only a non-empty map), so it can be reused.
+        if self.step_cache_hits:
+            self.step_cache_hits = {}
 
     def _take_blocks(self, request: RequestState, num: int) -> None:
         self.block_pool.get_new_blocks(num, request.kv_blocks)  # type: ignore[attr-defined]
@@ -388,6 +403,20 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         num_tokens = request.num_prompt_tokens + request.num_output_tokens
         # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
         hit = pool.find_longest_cache_hit(request)
+        failed = self._failed_key
+        if (
+            failed is not None
+            and failed[0] is hit
+            and failed[1] is request
+            and failed[2] == num_tokens
+            and failed[3] == token_budget
+            and failed[4] == long_prefill
+            and failed[5] == pool.ref_epoch
+        ):
+            need_full, need = self._failed_need
+            free = pool.num_free_blocks
+            if need_full + watermark > free or need + watermark > free:
+                return 0
         num_hit = len(hit)
         hit_tokens = num_hit * block_size
         num_new_tokens = num_tokens - hit_tokens
@@ -398,16 +427,21 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         evictable = pool.num_evictable(hit) if hit else 0
         free = pool.num_free_blocks
         computed_capped = hit_tokens if hit_tokens < max_model_len else max_model_len
+        need_full = 0
         if config.full_sequence_must_fit:
             full = -(-min(num_tokens, max_model_len) // block_size) - num_hit
-            if (full if full > 0 else 0) + evictable + watermark > free:
-                return 0
+            need_full = (full if full > 0 else 0) + evictable
         need_slot = min(computed_capped + num_new_tokens, max_model_len)
         new_blocks = -(-need_slot // block_size) - num_hit
         if new_blocks < 0:
             new_blocks = 0
-        if new_blocks + evictable + watermark > free:
+        need = new_blocks + evictable
+        if need_full + watermark > free or need + watermark > free:
+            epoch = pool.ref_epoch
+            self._failed_key = (hit, request, num_tokens, token_budget, long_prefill, epoch)
+            self._failed_need = (need_full, need)
             return 0
+        self._failed_key = None
         blocks = request.kv_blocks
         pool.forget_lookup()
         if hit:
