@@ -269,30 +269,72 @@ def record_vllm(
             )
         )
     messages = run_driver(scenarios, venv=venv)
+    return record_each(
+        messages,
+        runs,
+        "the vLLM driver",
+        lambda run, index, hello: _record_one(
+            run,
+            Path(outs[index]),
+            scenarios[index],
+            hello,
+            messages,
+            run_id=None if run_ids is None else run_ids[index],
+            record_scheduled=record_scheduled,
+            progress=progress,
+            overwrite=overwrite,
+        ),
+    )
+
+
+def record_each(
+    messages: Iterator[dict[str, Any]],
+    runs: Sequence[SimRun],
+    driver: str,
+    record_one: Callable[[SimRun, int, dict[str, Any]], Path],
+) -> list[Path]:
+    """Read a vLLM driver's ``hello``, then record each of ``runs`` from its messages.
+
+    ``record_one(run, index, hello)`` writes run ``index``'s bundle (``run`` carries the
+    recorded vLLM's release, :func:`_vllm_engine_config`). The driver is then let finish, so
+    that its exit status is checked, and is always closed. ``driver`` names it in errors.
+    """
     try:
         hello = next(messages)
         if hello.get("kind") != "hello":
-            raise VllmDriverError(f"the vLLM driver did not start: {hello}")
-        bundles = []
-        for index, run in enumerate(runs):
-            bundles.append(
-                _record_one(
-                    _vllm_engine_config(run, hello["vllm_version"]),
-                    Path(outs[index]),
-                    scenarios[index],
-                    hello,
-                    messages,
-                    run_id=None if run_ids is None else run_ids[index],
-                    record_scheduled=record_scheduled,
-                    progress=progress,
-                    overwrite=overwrite,
-                )
-            )
+            raise VllmDriverError(f"{driver} did not start: {hello}")
+        bundles = [
+            record_one(_vllm_engine_config(run, hello["vllm_version"]), index, hello)
+            for index, run in enumerate(runs)
+        ]
         for _ in messages:  # let the driver finish and report its exit status
             pass
     finally:
         messages.close()
     return bundles
+
+
+def finish_vllm_manifest(
+    manifest: dict[str, Any], end: dict[str, Any], hello: dict[str, Any], how: dict[str, Any]
+) -> None:
+    """The manifest fields a vLLM recording knows at its ``end`` message.
+
+    ``final_state``, and ``vllm``: the configuration vLLM ran with, the driver's Python, and
+    ``how`` (the ``recorder`` or ``live`` section) followed by the import and run times; a note
+    when victims differ from the documented rule.
+    """
+    manifest["final_state"] = end["final_state"]
+    section, info = next(iter(how.items()))
+    manifest["vllm"] = {
+        **end["vllm_config"],
+        "python": hello.get("python"),
+        section: {**info, "import_s": hello.get("import_s"), **end.get("timing", {})},
+    }
+    if end.get("builtin_rule_mismatches"):
+        manifest["notes"] = (
+            f"{end['builtin_rule_mismatches']} victims differ from the documented FCFS/"
+            "PRIORITY rule; builtin_victim_id records vLLM's actual victim"
+        )
 
 
 def _record_one(
@@ -338,22 +380,12 @@ def _record_one(
         )
         with open(writer.folder / POLICY_LOG, "w", encoding="utf-8") as log:
             end = _consume(scenario.index, messages, observer, log)
-        writer.manifest["final_state"] = end["final_state"]
-        writer.manifest["vllm"] = {
-            **end["vllm_config"],
-            "python": hello.get("python"),
-            "recorder": {
-                "driver": "tracekit.vllm.driver",
-                "shim": scenario.shim,
-                "import_s": hello.get("import_s"),
-                **end.get("timing", {}),
-            },
-        }
-        if end.get("builtin_rule_mismatches"):
-            writer.manifest["notes"] = (
-                f"{end['builtin_rule_mismatches']} victims differ from the documented FCFS/"
-                "PRIORITY rule; builtin_victim_id records vLLM's actual victim"
-            )
+        finish_vllm_manifest(
+            writer.manifest,
+            end,
+            hello,
+            {"recorder": {"driver": "tracekit.vllm.driver", "shim": scenario.shim}},
+        )
     return out
 
 

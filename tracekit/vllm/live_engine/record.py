@@ -44,7 +44,12 @@ from tracekit.vllm.protocol import (
     scenario_lines,
     step_from_wire,
 )
-from tracekit.vllm.record import VllmDriverError, _vllm_engine_config, find_vllm_python
+from tracekit.vllm.record import (
+    VllmDriverError,
+    find_vllm_python,
+    finish_vllm_manifest,
+    record_each,
+)
 
 __all__ = ["OUTPUTS_FILE", "OUTPUTS_SCHEMA", "STEP_SHAPES_FILE", "record_vllm_live"]
 
@@ -196,30 +201,22 @@ def record_vllm_live(
         env=_live_env(python),
         error=VllmDriverError,
     )
-    try:
-        hello = next(messages)
-        if hello.get("kind") != "hello":
-            raise VllmDriverError(f"the live vLLM driver did not start: {hello}")
-        bundles = []
-        for index, run in enumerate(runs):
-            bundles.append(
-                _record_one(
-                    _vllm_engine_config(run, hello["vllm_version"]),
-                    Path(outs[index]),
-                    scenarios[index],
-                    hello,
-                    messages,
-                    run_id=None if run_ids is None else run_ids[index],
-                    all_at_once=all_at_once,
-                    progress=progress,
-                    overwrite=overwrite,
-                )
-            )
-        for _ in messages:  # let the driver finish and report its exit status
-            pass
-    finally:
-        messages.close()
-    return bundles
+    return record_each(
+        messages,
+        runs,
+        "the live vLLM driver",
+        lambda run, index, hello: _record_one(
+            run,
+            Path(outs[index]),
+            scenarios[index],
+            hello,
+            messages,
+            run_id=None if run_ids is None else run_ids[index],
+            all_at_once=all_at_once,
+            progress=progress,
+            overwrite=overwrite,
+        ),
+    )
 
 
 def _record_one(
@@ -259,25 +256,14 @@ def _record_one(
             end = _consume(scenario.index, messages, observer, log, outputs, shapes)
         _write_outputs(writer.folder / OUTPUTS_FILE, run_id, outputs)
         _write_shapes(writer.folder / STEP_SHAPES_FILE, run_id, shapes)
-        writer.manifest["final_state"] = end["final_state"]
-        writer.manifest["vllm"] = {
-            **end["vllm_config"],
-            "python": hello.get("python"),
-            "live": {
-                "driver": "tracekit.vllm.live_engine.driver",
-                "shim": scenario.shim,
-                "arrivals": "all at once" if all_at_once else "wall clock",
-                "outputs": OUTPUTS_FILE,
-                "step_shapes": STEP_SHAPES_FILE,
-                "import_s": hello.get("import_s"),
-                **end.get("timing", {}),
-            },
+        live = {
+            "driver": "tracekit.vllm.live_engine.driver",
+            "shim": scenario.shim,
+            "arrivals": "all at once" if all_at_once else "wall clock",
+            "outputs": OUTPUTS_FILE,
+            "step_shapes": STEP_SHAPES_FILE,
         }
-        if end.get("builtin_rule_mismatches"):
-            writer.manifest["notes"] = (
-                f"{end['builtin_rule_mismatches']} victims differ from the documented FCFS/"
-                "PRIORITY rule; builtin_victim_id records vLLM's actual victim"
-            )
+        finish_vllm_manifest(writer.manifest, end, hello, {"live": live})
     return out
 
 
