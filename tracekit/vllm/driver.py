@@ -686,26 +686,53 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     cache_root = os.environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
     model_dir = Path(args.model_dir or Path(cache_root) / "bidkv-tiny-llama")
+    return serve_scenarios(
+        args.scenarios,
+        lambda: _scheduler_backend(model_dir),
+        lambda backend, scenario, emit: run_scenario(backend, scenario, emit),
+    )
+
+
+def _scheduler_backend(model_dir: Path) -> tuple[VllmBackend, dict[str, Any]]:
+    backend = VllmBackend(model_dir)
+    versions = {
+        "vllm_version": backend.version,
+        "vllm_package": backend.package,
+        "torch_version": backend.torch_version,
+    }
+    return backend, versions
+
+
+def serve_scenarios(
+    scenarios: str | None,
+    open_backend: Callable[[], tuple[Any, dict[str, Any]]],
+    run_one: Callable[[Any, Scenario, Callable[[dict[str, Any]], None]], dict[str, Any]],
+) -> int:
+    """The driver side of the protocol, for the scheduler driver and the live-engine driver.
+
+    Messages go to the real standard output (everything else printed goes to stderr):
+    ``hello`` (``open_backend()``'s versions and its import time), then for each scenario line
+    of ``scenarios`` (a file, or stdin) the records ``run_one(backend, scenario, emit)`` emits
+    and the ``end`` message it returns, or an ``error`` message with the traceback.
+    """
     channel = _protocol_channel()
 
     def emit(message: dict[str, Any]) -> None:
         channel.write(json.dumps(message, separators=(",", ":"), default=str) + "\n")
 
     started = time.perf_counter()
-    backend = VllmBackend(model_dir)
+    backend, versions = open_backend()
     emit(
         {
             "kind": "hello",
             "protocol": PROTOCOL_VERSION,
-            "vllm_version": backend.version,
-            "vllm_package": backend.package,
-            "torch_version": backend.torch_version,
+            **versions,
             "python": sys.version.split()[0],
             "import_s": time.perf_counter() - started,
         }
     )
     channel.flush()
-    source = open(args.scenarios, encoding="utf-8") if args.scenarios else sys.stdin  # noqa: SIM115
+    source = open(scenarios, encoding="utf-8") if scenarios else sys.stdin  # noqa: SIM115
     with source:
         for line in source:
             if not line.strip():
@@ -714,8 +741,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 message = json.loads(line)
                 run = int(message.get("run", -1))
-                scenario = Scenario.from_wire(message)
-                emit(run_scenario(backend, scenario, emit))
+                emit(run_one(backend, Scenario.from_wire(message), emit))
             except Exception as exc:
                 emit(
                     {

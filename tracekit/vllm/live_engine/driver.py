@@ -24,11 +24,9 @@ Standard library, vLLM, and the project's standard-library parts only.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,10 +39,9 @@ from tracekit.engine.request import EngineRequest, RequestStatus
 from tracekit.recording.state import final_state
 from tracekit.recording.tiny_model import LIVE_FIRST_TOKEN, LIVE_MODEL_CONFIG, write_live_model
 from tracekit.strategies import StrategySpec
-from tracekit.vllm.driver import _protocol_channel, capture_policy_log
+from tracekit.vllm.driver import capture_policy_log, serve_scenarios
 from tracekit.vllm.hooks import SchedulerHooks
 from tracekit.vllm.protocol import (
-    PROTOCOL_VERSION,
     Scenario,
     decision_to_wire,
     request_to_wire,
@@ -493,51 +490,18 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
     cache_root = os.environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
     model_parent = Path(args.model_parent or cache_root)
-    channel = _protocol_channel()
 
-    def emit(message: dict[str, Any]) -> None:
-        channel.write(json.dumps(message, separators=(",", ":"), default=str) + "\n")
+    def open_backend() -> tuple[LiveBackend, dict[str, Any]]:
+        backend = LiveBackend(model_parent)
+        return backend, {"vllm_version": backend.version, "torch_version": backend.torch_version}
 
-    started = time.perf_counter()
-    backend = LiveBackend(model_parent)
-    emit(
-        {
-            "kind": "hello",
-            "protocol": PROTOCOL_VERSION,
-            "vllm_version": backend.version,
-            "torch_version": backend.torch_version,
-            "python": sys.version.split()[0],
-            "import_s": time.perf_counter() - started,
-        }
+    return serve_scenarios(
+        args.scenarios,
+        open_backend,
+        lambda backend, scenario, emit: run_live_scenario(
+            backend, scenario, emit, seed=args.seed, all_at_once=args.all_at_once
+        ),
     )
-    channel.flush()
-    source = open(args.scenarios, encoding="utf-8") if args.scenarios else sys.stdin  # noqa: SIM115
-    with source:
-        for line in source:
-            if not line.strip():
-                continue
-            run = -1
-            try:
-                message = json.loads(line)
-                run = int(message.get("run", -1))
-                scenario = Scenario.from_wire(message)
-                emit(
-                    run_live_scenario(
-                        backend, scenario, emit, seed=args.seed, all_at_once=args.all_at_once
-                    )
-                )
-            except Exception as exc:
-                emit(
-                    {
-                        "kind": "error",
-                        "run": run,
-                        "message": f"{type(exc).__name__}: {exc}",
-                        "traceback": traceback.format_exc(),
-                    }
-                )
-            channel.flush()
-    channel.close()
-    return 0
 
 
 if __name__ == "__main__":
