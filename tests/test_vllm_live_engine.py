@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from vllm_helpers import no_vllm
 
 from tracekit.cli import cli
 from tracekit.engine.config import make_engine_config
@@ -260,9 +261,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Live:
     try:
         find_vllm_python(venv)
     except VllmUnavailableError as exc:
-        if os.environ.get("BIDKV_REQUIRE_VLLM") == "1":
-            pytest.fail(f"BIDKV_REQUIRE_VLLM=1 but {exc}")
-        pytest.skip(f"no vLLM environment: {exc}")
+        no_vllm(exc)
     tmp = tmp_path_factory.mktemp("live")
     workload = write_workload(tmp / "w.csv", WORKLOAD_ROWS)
     staggered = write_workload(tmp / "staggered.csv", staggered_rows(0.4))
