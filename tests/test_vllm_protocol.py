@@ -135,9 +135,16 @@ RUNNING, PREEMPTED = "running", "preempted"
 
 
 class FakeManager:
-    def __init__(self, free: int) -> None:
+    """vLLM's KVCacheManager as far as the hooks read it: allocation, usage, each request's
+    blocks (``coordinator.single_type_managers[0].req_to_blocks``) with their reference count."""
+
+    def __init__(self, free: int, running: list) -> None:
         self.free = free
         self.usage = 0.5
+        req_to_blocks = {r.request_id: r.blocks for r in running}
+        self.coordinator = SimpleNamespace(
+            single_type_managers=(SimpleNamespace(req_to_blocks=req_to_blocks),)
+        )
 
     def allocate_slots(self, request, num_new_tokens, num_lookahead_tokens=0):
         if num_new_tokens > self.free:
@@ -156,7 +163,8 @@ class FakeScheduler:
     def __init__(self, policy: Policy, running: list, free: int, *, ignore_policy=False) -> None:
         self.policy = policy
         self.running = running
-        self.kv_cache_manager = FakeManager(free)
+        self.kv_cache_manager = FakeManager(free, running)
+        self.cache_config = SimpleNamespace(block_size=16)
         self.preempted: list[str] = []
         self.ignore_policy = ignore_policy
 
@@ -180,8 +188,14 @@ class FakeScheduler:
                 return False
 
 
-def fake_request(name: str, priority: int = 0, arrival: float = 0.0, held: int = 2):
+def fake_request(
+    name: str, priority: int = 0, arrival: float = 0.0, held: int = 2, shared: int = 0
+):
+    """A running request holding ``held`` blocks, the first ``shared`` of them at reference
+    count 2 (a prefix another request holds too)."""
+    blocks = [SimpleNamespace(ref_cnt=2 if i < shared else 1) for i in range(held)]
     return SimpleNamespace(
+        blocks=blocks,
         request_id=name,
         priority=priority,
         arrival_time=arrival,
@@ -219,7 +233,9 @@ def hooked(scheduler, host=None, policy="fcfs"):
 
 
 def test_observation_records_vllms_own_victims_with_the_requester() -> None:
-    running = [fake_request(n) for n in "ABCD"]
+    # D holds 2 blocks, 1 of them shared; C holds 4 of its own.
+    running = [fake_request(n) for n in "AB"]
+    running += [fake_request("C", held=4), fake_request("D", held=2, shared=1)]
     scheduler = FakeScheduler(Policy.FCFS, running, free=0)
     hooks, decisions = hooked(scheduler)
     hooks.begin_step(7, 0.35)
@@ -235,6 +251,11 @@ def test_observation_records_vllms_own_victims_with_the_requester() -> None:
     assert decisions[0].candidates[0] == PreemptionCandidate("A", 0, 0.0, 10, 1, 11, 0, 5)
     assert {d.outcome for d in decisions} == {"builtin"}
     assert hooks.recomputed_tokens == {"D": 11, "C": 11}
+    # (held, only it holds) per candidate; preempting D frees its 1 unshared block (16 tokens).
+    assert decisions[0].candidate_blocks == ((2, 2), (2, 2), (4, 4), (2, 1))
+    assert (decisions[0].freed_blocks, decisions[0].freed_tokens) == (1, 16)
+    assert decisions[1].candidate_blocks == ((2, 2), (2, 2), (4, 4))
+    assert (decisions[1].freed_blocks, decisions[1].freed_tokens) == (4, 64)
 
 
 def test_the_shim_applies_the_hosts_victim_through_the_by_index_path() -> None:

@@ -3,9 +3,11 @@
 ``tracekit fidelity`` compares the hits recorded in bundles (trace v2: ``record vllm`` writes the
 driver's hits). This compares the two schedulers' whole message streams in memory, no bundle: the
 driver's (``tracekit.vllm.driver``: ``step``, ``decision``, ``request`` and, with prefix caching
-on, ``cache`` messages, ``{"step", "hits": {req_id: tokens}}`` for every step that admitted a
-request) against the same messages built from the embedded engine run on the same scenario.
-Equal streams mean equal steps, scheduled-token maps, decisions, request outcomes and cache hits.
+on, ``cache`` messages, ``{"step", "hits": {req_id: tokens}, "evicted": blocks}`` for every step
+that admitted a request or evicted a cached block) against the same messages built from the
+embedded engine run on the same scenario. Equal streams mean equal steps, scheduled-token maps,
+decisions (with each candidate's blocks and the blocks freed), request outcomes, cache hits and
+evictions.
 """
 
 from __future__ import annotations
@@ -48,9 +50,17 @@ def engine_stream(scenario: Scenario) -> list[dict[str, Any]]:
     class _Observer:
         def on_step(self, record: StepRecord) -> None:
             messages.append({"kind": "step", "r": step_to_wire(record)})
-            hits = getattr(made[0], "step_cache_hits", None)
-            if hits:
-                messages.append({"kind": "cache", "step": record.step, "hits": dict(hits)})
+            if scenario.config.enable_prefix_caching and (
+                record.cache_hits or record.num_evicted_blocks
+            ):
+                messages.append(
+                    {
+                        "kind": "cache",
+                        "step": record.step,
+                        "hits": dict(record.cache_hits),
+                        "evicted": record.num_evicted_blocks,
+                    }
+                )
 
         def on_decision(self, record: DecisionRecord) -> None:
             messages.append({"kind": "decision", "r": decision_to_wire(record)})

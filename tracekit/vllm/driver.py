@@ -412,6 +412,19 @@ class RealScheduler:
         self.async_scheduling = config.async_scheduling
         #: req_id -> prefix-cache hit (tokens) of every admission in the last step, in order.
         self.step_cache_hits: dict[str, int] = {}
+        #: Cached blocks the last step's allocations evicted (reused and their hash dropped).
+        self.step_evicted_blocks = 0
+        self._num_evicted = 0
+        pool = self.scheduler.kv_cache_manager.block_pool
+        evict = pool._maybe_evict_cached_block
+
+        def count_evictions(block: Any) -> bool:
+            # get_new_blocks calls this for each block it takes; True when it dropped a hash.
+            evicted = evict(block)
+            self._num_evicted += evicted
+            return evicted  # type: ignore[no-any-return]
+
+        pool._maybe_evict_cached_block = count_evictions
         # Seconds spent inside vLLM's schedule() and update_from_output(): wall time, and this
         # thread's CPU time (steady on a loaded machine, where wall time waits for a core).
         self.scheduler_s = 0.0
@@ -456,6 +469,7 @@ class RealScheduler:
         hooks = self.hooks
         hooks.begin_step(step, now)
         running_before = {r.request_id for r in self.scheduler.running}
+        evicted_before = self._num_evicted
         started, started_cpu = time.perf_counter(), time.thread_time()
         output = self.scheduler.schedule()
         self.scheduler_s += time.perf_counter() - started
@@ -463,6 +477,8 @@ class RealScheduler:
         hooks.end_step()
         self._outputs[step] = output
         out = ScheduledStep(step, now)
+        # Blocks are allocated only inside schedule(), so its evictions are the step's.
+        self.step_evicted_blocks = out.num_evicted_blocks = self._num_evicted - evicted_before
         scheduled = out.num_scheduled_tokens = dict(output.num_scheduled_tokens)
         states = self._states
         # The model runner samples for every scheduled request that is not a partial prefill
@@ -476,7 +492,7 @@ class RealScheduler:
         # num_computed_tokens has already advanced (Scheduler._update_after_schedule), so an
         # admitted request's computed tokens before the step are its prefix-cache hit.
         requests = self._requests
-        self.step_cache_hits = {
+        self.step_cache_hits = out.cache_hits = {
             request_id: requests[request_id].num_computed_tokens - num
             for request_id, num in scheduled.items()
             if request_id not in running_before
@@ -562,9 +578,11 @@ class RealScheduler:
 class _Emitter:
     """Streams the engine's records as protocol messages.
 
-    With prefix caching on, every step whose admissions hit the cache is followed by a
-    ``cache`` message, ``{"kind": "cache", "run", "step", "hits": {req_id: tokens}}``: the
-    recorder writes it as the step's, its requests' and the admissions' cache hits (trace v2).
+    With prefix caching on, every step whose admissions hit the cache, or whose allocations
+    evicted cached blocks, is followed by a ``cache`` message, ``{"kind": "cache", "run",
+    "step", "hits": {req_id: tokens}, "evicted": blocks}``: the recorder writes it as the
+    step's, its requests' and the admissions' cache hits and the step's evicted blocks
+    (trace v2).
     """
 
     def __init__(self, run: int, emit: Emit) -> None:
@@ -575,13 +593,16 @@ class _Emitter:
     def on_step(self, record: StepRecord) -> None:
         self.emit({"kind": "step", "run": self.run, "r": step_to_wire(record)})
         scheduler = self.scheduler
-        if scheduler is not None and scheduler.prefix_caching and scheduler.step_cache_hits:
+        if scheduler is None or not scheduler.prefix_caching:
+            return
+        if record.cache_hits or record.num_evicted_blocks:
             self.emit(
                 {
                     "kind": "cache",
                     "run": self.run,
                     "step": record.step,
-                    "hits": scheduler.step_cache_hits,
+                    "hits": record.cache_hits,
+                    "evicted": record.num_evicted_blocks,
                 }
             )
 

@@ -11,7 +11,9 @@ running and waiting counts, KV blocks, prefill and decode tokens, preemptions, a
 ``cache_hit_tokens``); after the last step, every request's outcome (with its
 ``num_cached_tokens`` and ``resume_cached_tokens``). The cache hits are compared where both
 bundles recorded them (trace v2: ``record sim``, and ``record vllm`` since it reads the driver's
-hits); a bundle without them (older recordings) skips that comparison, with a note.
+hits); a bundle without them (older recordings) skips that comparison, with a note. So are,
+where both bundles recorded them, each candidate's blocks held and blocks only it holds, the
+blocks and tokens each preemption freed, and each step's cached blocks evicted.
 
 The first difference is reported with both engines' state side by side: the running queue (in
 order, with computed and output tokens and KV blocks), the waiting set and the KV blocks used at
@@ -109,6 +111,11 @@ DECISION_FIELDS = (
     "time_s",
     "scheduling_policy",
 )
+
+# What preempting each candidate frees, and what the preemption freed: compared where both
+# bundles recorded them (record sim always; record vllm since it reads the real block pool).
+BLOCK_FIELDS = ("num_blocks_held", "num_blocks_exclusive")
+FREED_FIELDS = ("freed_blocks", "freed_tokens")
 
 
 class FidelityInputError(TracekitError):
@@ -244,14 +251,20 @@ def _load(path: str | Path) -> _Run:
         dataset.scan("candidates")
         .sort("seq", "position")
         .collect()
-        .select("seq", *CANDIDATE_FIELDS)
+        .select("seq", *CANDIDATE_FIELDS, *BLOCK_FIELDS)
     )
     by_seq: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    blocks_by_seq: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    num_fields = len(CANDIDATE_FIELDS) + 1
     for row in candidates.iter_rows():
-        by_seq[row[0]].append(row[1:])
+        by_seq[row[0]].append(row[1:num_fields])
+        blocks_by_seq[row[0]].append(row[num_fields:])
     decisions: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in decisions_frame.select("seq", "step", *DECISION_FIELDS).to_dicts():
+    for row in decisions_frame.select("seq", "step", *DECISION_FIELDS, *FREED_FIELDS).to_dicts():
         row["candidates"] = by_seq.get(row["seq"], [])
+        blocks = blocks_by_seq.get(row["seq"], [])
+        # Null block counts (a recording made before they were written) are not compared.
+        row["candidate_blocks"] = None if any(None in b for b in blocks) else blocks
         decisions[row["step"]].append(row)
     scheduled = None
     if bundle.has_table("scheduled"):
@@ -469,6 +482,18 @@ def _compare_step(
                     da[key],
                     db[key],
                 )
+        for key in (*FREED_FIELDS, "candidate_blocks"):
+            if da[key] is not None and db[key] is not None and not _same(da[key], db[key]):
+                return _mismatch(
+                    a,
+                    b,
+                    "decision",
+                    step,
+                    f"decision {position + 1} of the step (seq {da['seq']} / {db['seq']}): "
+                    f"{key} differs",
+                    da[key],
+                    db[key],
+                )
         compared["decisions"] += 1
     if a.scheduled is not None and b.scheduled is not None:
         sched_a, sched_b = a.scheduled.get(step, []), b.scheduled.get(step, [])
@@ -507,6 +532,17 @@ def _compare_step(
                 row_b["cache_hit_tokens"],
             )
         compared["cache_hit_steps"] += 1
+        evicted_a, evicted_b = row_a["cached_blocks_evicted"], row_b["cached_blocks_evicted"]
+        if evicted_a is not None and evicted_b is not None and evicted_a != evicted_b:
+            return _mismatch(
+                a,
+                b,
+                "cache",
+                step,
+                f"steps.cached_blocks_evicted {evicted_a!r} vs {evicted_b!r}",
+                evicted_a,
+                evicted_b,
+            )
     return None
 
 

@@ -54,6 +54,8 @@ class _Pending(NamedTuple):
     usage: float
     builtin_id: str
     choice: VictimChoice | None
+    # Per candidate: (KV blocks held, blocks only it holds), as the embedded engine records.
+    blocks: tuple[tuple[int, int], ...]
 
 
 class _PolicySwitch:
@@ -135,6 +137,9 @@ class SchedulerHooks:
         self._pending: _Pending | None = None
         self._running_status = running_status
         manager = scheduler.kv_cache_manager
+        # The full-attention group's request -> blocks map (one KV cache group on this model).
+        self._req_to_blocks = manager.coordinator.single_type_managers[0].req_to_blocks
+        self._block_size = int(scheduler.cache_config.block_size)
         self._allocate_slots = manager.allocate_slots
         self._preempt_request = scheduler._preempt_request
         manager.allocate_slots = self._on_allocate_slots
@@ -202,6 +207,10 @@ class SchedulerHooks:
             if builtin_id != pending.builtin_id:
                 self.builtin_rule_mismatches += 1
             choice = VictimChoice(builtin_id, "builtin")
+        position = next(
+            i for i, c in enumerate(pending.candidates) if c.request_id == request.request_id
+        )
+        freed = pending.blocks[position][1]
         record = DecisionRecord(
             seq=self.num_decisions,
             step=self.step,
@@ -215,6 +224,9 @@ class SchedulerHooks:
             victim_id=choice.victim_id,
             decision_reason=choice.decision_reason,
             counters=choice.counters,
+            candidate_blocks=pending.blocks,
+            freed_blocks=freed,
+            freed_tokens=freed * self._block_size,
         )
         self.num_decisions += 1
         self.num_preempted_in_step += 1
@@ -243,13 +255,20 @@ class SchedulerHooks:
             for r in running
         )
         usage = float(self.scheduler.kv_cache_manager.usage)
+        # Only blocks at reference count 1 go back to the free queue when their holder is
+        # preempted (BlockPool.free_blocks); shared prefix blocks stay held by the others.
+        req_to_blocks = self._req_to_blocks
+        blocks = tuple(
+            (len(held), sum(1 for b in held if b.ref_cnt == 1))
+            for held in (req_to_blocks.get(r.request_id, ()) for r in running)
+        )
         # vLLM's rule as documented (docs/engine.md): PRIORITY max, FCFS the tail.
         if self.scheduling_policy == "priority":
             builtin = max(running, key=lambda r: (r.priority, r.arrival_time))
         else:
             builtin = running[-1]
         if self.host is None:
-            return _Pending(requester, candidates, usage, builtin.request_id, None)
+            return _Pending(requester, candidates, usage, builtin.request_id, None, blocks)
         context = PreemptionContext(
             candidates,
             self.scheduling_policy,  # type: ignore[arg-type]
@@ -266,7 +285,7 @@ class SchedulerHooks:
         self.forced_victim = victim
         self._forced_priority = victim.priority
         victim.priority = math.inf
-        return _Pending(requester, candidates, usage, builtin.request_id, choice)
+        return _Pending(requester, candidates, usage, builtin.request_id, choice, blocks)
 
     def _release(self) -> None:
         victim = self.forced_victim

@@ -169,7 +169,11 @@ def _raw_from_wire(wire: Sequence[Any]) -> object:
 
 
 def decision_to_wire(record: DecisionRecord) -> list[Any]:
-    """A decision as a JSON list (candidates as lists in ``PreemptionCandidate`` order)."""
+    """A decision as a JSON list (candidates as lists in ``PreemptionCandidate`` order).
+
+    It ends with the candidates' ``(blocks held, blocks only it holds)``, and the blocks and
+    tokens the preemption freed (``DecisionRecord``).
+    """
     return [
         record.seq,
         record.step,
@@ -183,6 +187,9 @@ def decision_to_wire(record: DecisionRecord) -> list[Any]:
         record.victim_id,
         record.decision_reason,
         record.counters,
+        [list(b) for b in record.candidate_blocks],
+        record.freed_blocks,
+        record.freed_tokens,
     ]
 
 
@@ -201,6 +208,9 @@ def decision_from_wire(wire: Sequence[Any]) -> DecisionRecord:
         victim,
         reason,
         counters,
+        blocks,
+        freed_blocks,
+        freed_tokens,
     ) = wire
     return DecisionRecord(
         seq=seq,
@@ -215,6 +225,9 @@ def decision_from_wire(wire: Sequence[Any]) -> DecisionRecord:
         victim_id=victim,
         decision_reason=reason,
         counters=counters,
+        candidate_blocks=tuple((int(held), int(own)) for held, own in blocks),
+        freed_blocks=freed_blocks,
+        freed_tokens=freed_tokens,
     )
 
 

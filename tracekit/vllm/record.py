@@ -364,8 +364,6 @@ def _record_one(
     if admissions:
         tables.append("admissions")
     with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
-        # The driver reports the hits, not the cached blocks evicted: that column stays null
-        # (as do the candidates' block counts and the decisions' freed blocks and tokens).
         observer = TraceObserver(
             writer,
             run_id,
@@ -376,7 +374,6 @@ def _record_one(
             progress=progress,
             record_cache=True,
             record_admissions=admissions,
-            record_evictions=False,
         )
         with open(writer.folder / POLICY_LOG, "w", encoding="utf-8") as log:
             end = _consume(scenario.index, messages, observer, log)
@@ -403,6 +400,7 @@ def _consume(
             if pending is None or pending.step != message["step"]:
                 raise VllmDriverError(f"the vLLM driver sent cache hits of no step: {message}")
             pending.cache_hits = {rid: int(n) for rid, n in message["hits"].items()}
+            pending.num_evicted_blocks = int(message.get("evicted", 0))
             continue
         if pending is not None:
             observer.on_step(pending)
