@@ -111,3 +111,62 @@ def test_a_bundle_without_hits_skips_them_with_a_note(sim: Path, tmp_path: Path)
     assert report.matched
     assert "cache_hit_steps" not in report.compared
     assert any("prefix-cache hits not compared" in note for note in report.notes)
+
+
+def test_a_changed_eviction_count_is_caught(sim: Path, tmp_path: Path) -> None:
+    steps = pl.read_parquet(FIXTURE / "steps.parquet")
+    # The real recorder counted evictions at vLLM's BlockPool (no null), and some steps evict.
+    assert steps["cached_blocks_evicted"].null_count() == 0
+    step = steps.filter(pl.col("cached_blocks_evicted") > 0)["step"][0]
+    vllm = tampered(
+        tmp_path,
+        "steps",
+        lambda f: f.with_columns(
+            pl.when(pl.col("step") == step)
+            .then(pl.col("cached_blocks_evicted") + 1)
+            .otherwise(pl.col("cached_blocks_evicted"))
+            .alias("cached_blocks_evicted")
+        ),
+    )
+    report = compare_fidelity(sim, vllm)
+    assert report.mismatch is not None
+    assert (report.mismatch.kind, report.mismatch.step) == ("cache", step)
+    assert "cached_blocks_evicted" in report.mismatch.what
+
+
+def test_changed_freed_blocks_and_candidate_blocks_are_caught(
+    sim: Path, tmp_path: Path
+) -> None:
+    decisions = pl.read_parquet(FIXTURE / "decisions.parquet").sort("seq")
+    assert decisions.height > 0 and decisions["freed_blocks"].null_count() == 0
+    # Shared prefix blocks: some candidate frees fewer blocks than it holds.
+    candidates = pl.read_parquet(FIXTURE / "candidates.parquet")
+    assert (candidates["num_blocks_exclusive"] < candidates["num_blocks_held"]).any()
+    seq, step = decisions.row(0, named=True)["seq"], decisions.row(0, named=True)["step"]
+    vllm = tampered(
+        tmp_path,
+        "decisions",
+        lambda f: f.with_columns(
+            pl.when(pl.col("seq") == seq)
+            .then(pl.col("freed_blocks") + 1)
+            .otherwise(pl.col("freed_blocks"))
+            .alias("freed_blocks")
+        ),
+    )
+    report = compare_fidelity(sim, vllm)
+    assert report.mismatch is not None and report.mismatch.step == step
+    assert "freed_blocks differs" in report.mismatch.what
+    shutil.rmtree(vllm)
+    vllm = tampered(
+        tmp_path,
+        "candidates",
+        lambda f: f.with_columns(
+            pl.when((pl.col("seq") == seq) & (pl.col("position") == 0))
+            .then(pl.col("num_blocks_exclusive") - 1)
+            .otherwise(pl.col("num_blocks_exclusive"))
+            .alias("num_blocks_exclusive")
+        ),
+    )
+    report = compare_fidelity(sim, vllm)
+    assert report.mismatch is not None and report.mismatch.step == step
+    assert "candidate_blocks differs" in report.mismatch.what
