@@ -171,6 +171,9 @@ class RadixTree:
         self.root.lock = 1
         self.evictable = 0
         self.protected = 0
+        # The current leaves (root excluded), kept as the tree changes so that an eviction does
+        # not walk the whole tree to find them. A dict: insertion-ordered, hence deterministic.
+        self.leaves: dict[_Node, None] = {}
 
     def _tick(self) -> int:
         self.clock += 1
@@ -233,6 +236,8 @@ class RadixTree:
         if matched < n:
             new = _Node(key[matched:n], node, self._tick())
             node.children[key[matched]] = new
+            self.leaves.pop(node, None)  # (a split's upper node is never a leaf)
+            self.leaves[new] = None
             self.evictable += n - matched
             return matched, new
         return matched, node
@@ -259,7 +264,9 @@ class RadixTree:
         """Free at least ``num_tokens`` (or all that can be): LRU unlocked leaves first."""
         if num_tokens <= 0:
             return 0
-        heap = [(n.access, n.created, n) for n in self._leaves() if n.lock == 0]
+        # The keys are unique (creation times are), so the heap's order does not depend on the
+        # order of the leaves.
+        heap = [(n.access, n.created, n) for n in self.leaves if n.lock == 0]
         heapq.heapify(heap)
         freed = 0
         while freed < num_tokens and heap:
@@ -267,22 +274,14 @@ class RadixTree:
             parent = node.parent
             assert parent is not None
             del parent.children[node.key[0]]
+            del self.leaves[node]
             freed += len(node.key)
             self.evictable -= len(node.key)
-            if parent is not self.root and not parent.children and parent.lock == 0:
-                heapq.heappush(heap, (parent.access, parent.created, parent))
+            if parent is not self.root and not parent.children:
+                self.leaves[parent] = None
+                if parent.lock == 0:
+                    heapq.heappush(heap, (parent.access, parent.created, parent))
         return freed
-
-    def _leaves(self) -> list[_Node]:
-        out = []
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            if node.children:
-                stack.extend(node.children.values())
-            elif node is not self.root:
-                out.append(node)
-        return out
 
 
 def _common(a: tuple[int, ...], key: tuple[int, ...], start: int, end: int) -> int:
@@ -798,6 +797,14 @@ class SglangScheduler(SchedulerBase):
         held = sum(r.num_blocks for r in holders)
         tree = 0 if self.radix is None else self.radix.evictable + self.radix.protected
         assert held + tree == self.block_pool.num_used_blocks, "block accounting drifted"
+        if self.radix is not None:
+            leaves, stack = set(), [self.radix.root]
+            while stack:
+                node = stack.pop()
+                stack.extend(node.children.values())
+                if not node.children and node is not self.radix.root:
+                    leaves.add(node)
+            assert leaves == set(self.radix.leaves), "radix leaf index drifted"
         for r in self.waiting:
             assert r.num_blocks == 0 and r.num_computed_tokens == 0, r
         assert len(holders) + len(self.waiting) == len(self.requests)
