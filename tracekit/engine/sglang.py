@@ -171,21 +171,27 @@ class RadixTree:
         self.root.lock = 1
         self.evictable = 0
         self.protected = 0
+        # The current leaves (root excluded), kept as the tree changes so that an eviction does
+        # not walk the whole tree to find them. A dict: insertion-ordered, hence deterministic.
+        self.leaves: dict[_Node, None] = {}
 
     def _tick(self) -> int:
         self.clock += 1
         return self.clock
 
-    def match(self, key: list[int]) -> tuple[int, _Node]:
-        """Length of the longest cached prefix of ``key`` and its last node (touches the path)."""
+    def match(self, key: tuple[int, ...], n: int) -> tuple[int, _Node]:
+        """Length of the longest cached prefix of ``key[:n]`` and its last node (touches the path).
+
+        The length ``n`` is given apart so that callers pass a request's whole cached key
+        without slicing it.
+        """
         node = self.root
         matched = 0
-        n = len(key)
         while matched < n:
             child = node.children.get(key[matched])
             if child is None:
                 break
-            length = _common(child.key, key, matched)
+            length = _common(child.key, key, matched, n)
             matched += length
             if length < len(child.key):
                 node = self._split(child, length)
@@ -212,25 +218,26 @@ class RadixTree:
         child.access = self._tick()
         return upper
 
-    def insert(self, key: list[int]) -> tuple[int, _Node]:
-        """Publish ``key``: how many leading tokens were already cached, and its last node."""
+    def insert(self, key: tuple[int, ...], n: int) -> tuple[int, _Node]:
+        """Publish ``key[:n]``: how many leading tokens were already cached, and its last node."""
         node = self.root
         matched = 0
-        n = len(key)
         while matched < n:
             child = node.children.get(key[matched])
             if child is None:
                 break
             child.access = self._tick()
-            length = _common(child.key, key, matched)
+            length = _common(child.key, key, matched, n)
             matched += length
             if length < len(child.key):
                 node = self._split(child, length)
                 break
             node = child
         if matched < n:
-            new = _Node(tuple(key[matched:]), node, self._tick())
+            new = _Node(key[matched:n], node, self._tick())
             node.children[key[matched]] = new
+            self.leaves.pop(node, None)  # (a split's upper node is never a leaf)
+            self.leaves[new] = None
             self.evictable += n - matched
             return matched, new
         return matched, node
@@ -257,7 +264,9 @@ class RadixTree:
         """Free at least ``num_tokens`` (or all that can be): LRU unlocked leaves first."""
         if num_tokens <= 0:
             return 0
-        heap = [(n.access, n.created, n) for n in self._leaves() if n.lock == 0]
+        # The keys are unique (creation times are), so the heap's order does not depend on the
+        # order of the leaves.
+        heap = [(n.access, n.created, n) for n in self.leaves if n.lock == 0]
         heapq.heapify(heap)
         freed = 0
         while freed < num_tokens and heap:
@@ -265,28 +274,21 @@ class RadixTree:
             parent = node.parent
             assert parent is not None
             del parent.children[node.key[0]]
+            del self.leaves[node]
             freed += len(node.key)
             self.evictable -= len(node.key)
-            if parent is not self.root and not parent.children and parent.lock == 0:
-                heapq.heappush(heap, (parent.access, parent.created, parent))
+            if parent is not self.root and not parent.children:
+                self.leaves[parent] = None
+                if parent.lock == 0:
+                    heapq.heappush(heap, (parent.access, parent.created, parent))
         return freed
 
-    def _leaves(self) -> list[_Node]:
-        out = []
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            if node.children:
-                stack.extend(node.children.values())
-            elif node is not self.root:
-                out.append(node)
-        return out
 
-
-def _common(a: tuple[int, ...], key: list[int], start: int) -> int:
-    """Length of the common prefix of ``a`` and ``key[start:]``."""
-    n = min(len(a), len(key) - start)
-    if tuple(key[start : start + n]) == a[:n]:
+def _common(a: tuple[int, ...], key: tuple[int, ...], start: int, end: int) -> int:
+    """Length of the common prefix of ``a`` and ``key[start:end]``."""
+    n = min(len(a), end - start)
+    # Usually the whole node matches: one comparison in C.
+    if key[start : start + n] == (a if n == len(a) else a[:n]):
         return n
     i = 0
     while i < n and a[i] == key[start + i]:
@@ -337,8 +339,10 @@ class SglangScheduler(SchedulerBase):
         # SGLang's clipped max_new_tokens per request (init_req_max_new_tokens).
         self.max_new: dict[str, int] = {}
         self.radix: RadixTree | None = RadixTree() if config.radix_cache else None
-        # Radix bookkeeping per request: token ids, the locked node, tokens owned by the tree.
-        self._tokens: dict[str, list[int]] = {}
+        # Radix bookkeeping per request: token ids (prompt, then one SAMPLED_TOKEN per output
+        # so far; built once, lengthened as outputs grow), the locked node, tokens owned by the
+        # tree.
+        self._tokens: dict[str, tuple[int, ...]] = {}
         self._node: dict[str, object] = {}
         self._shared: dict[str, int] = {}
         # Retraction events of the last schedule() (for comparisons): (victims, kept order).
@@ -433,7 +437,7 @@ class SglangScheduler(SchedulerBase):
             # the first 128 waiting requests' cached paths, head last (touch_waiting_prefix).
             if self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
                 for request in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-                    radix.match(self._token_ids(request))
+                    radix.match(self._token_ids(request), request.num_tokens)
             self._refresh_calls += 1
         ratio = self.new_token_ratio
         max_new = self.max_new
@@ -496,7 +500,7 @@ class SglangScheduler(SchedulerBase):
             if radix is not None:
                 # Req.init_next_round_input: at most input - 1 tokens match
                 # (_compute_max_prefix_len), so at least one is computed.
-                prefix, node = radix.match(self._token_ids(request)[: request.num_tokens - 1])
+                prefix, node = radix.match(self._token_ids(request), request.num_tokens - 1)
                 # The adder pins the match while it checks (PrefillAdder._lock_node).
                 radix.lock(node)
             remaining = min(max(max_new[rid] - request.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS)
@@ -540,8 +544,9 @@ class SglangScheduler(SchedulerBase):
         self.last_admission_stop = stop
         if not batch:
             return False
-        admitted = {id(r) for r, _ in batch}
-        waiting[:] = [r for r in waiting if id(r) not in admitted]
+        # The loop admits from the head of the queue and stops at the first refusal: the
+        # admitted waiting requests are its first len(batch) (less the continuing chunk).
+        del waiting[: len(batch) - (chunked is not None)]
         # A chunk continues: the batch shrinks when merged; an empty running batch is replaced.
         self._reset_full = not running or continues or new_chunked is not None
         self.chunked = chunked if continues else new_chunked
@@ -666,22 +671,28 @@ class SglangScheduler(SchedulerBase):
         self.last_retractions.append((victims, [r.request_id for r in order]))
 
     # ----------------------------------------------------------------------------- radix
-    def _token_ids(self, request: RequestState) -> list[int]:
-        """The request's prompt and output tokens as the recorder's driver builds them."""
+    def _token_ids(self, request: RequestState) -> tuple[int, ...]:
+        """At least the request's prompt and output tokens, as the recorder's driver builds them.
+
+        Cached per request and lengthened only when outputs grew, so that the tree is handed
+        the same tuple with a length instead of a fresh slice at every match and checkpoint.
+        """
         rid = request.request_id
         ids = self._tokens.get(rid)
         if ids is None:
-            ids = _prompt_token_ids(
-                request.index,
-                request.num_prompt_tokens,
-                request.content_ids,
-                request.content_block_tokens,
+            ids = tuple(
+                _prompt_token_ids(
+                    request.index,
+                    request.num_prompt_tokens,
+                    request.content_ids,
+                    request.content_block_tokens,
+                )
             )
-            self._tokens[rid] = ids
         want = request.num_prompt_tokens + request.num_output_tokens
         if len(ids) < want:
-            ids.extend([SAMPLED_TOKEN] * (want - len(ids)))
-        return ids[:want]
+            ids += (SAMPLED_TOKEN,) * (want - len(ids))
+        self._tokens[rid] = ids
+        return ids
 
     def _checkpoint(self, request: RequestState) -> None:
         """``UnifiedRadixCache.checkpoint_into_tree``: publish the computed tokens, move the lock.
@@ -693,23 +704,25 @@ class SglangScheduler(SchedulerBase):
         radix = self.radix
         assert radix is not None
         rid = request.request_id
-        key = self._token_ids(request)[: request.num_computed_tokens]
-        if not key:
+        # (The computed tokens never run past the known ones; min() keeps that explicit.)
+        length = min(request.num_computed_tokens, request.num_tokens)
+        if not length:
             return
-        already, node = radix.insert(key)
+        key = self._token_ids(request)
+        already, node = radix.insert(key, length)
         duplicate = max(already - self._shared.get(rid, 0), 0)
         if duplicate:
             self.block_pool.free(duplicate)
         request.num_blocks = 0  # what is left of its own tokens now belongs to the tree
         prompt = request.num_prompt_tokens
-        if 0 < prompt < len(key):
-            radix.insert(key[:prompt])
+        if 0 < prompt < length:
+            radix.insert(key, prompt)
         old = self._node.get(rid)
         radix.lock(node)
         if old is not None:
             radix.unlock(old)  # type: ignore[arg-type]
         self._node[rid] = node
-        self._shared[rid] = len(key)
+        self._shared[rid] = length
 
     def _release_finished(self, request: RequestState) -> None:
         """Return a finished request's KV (radix cache: later, in batch order, to the tree)."""
@@ -784,6 +797,14 @@ class SglangScheduler(SchedulerBase):
         held = sum(r.num_blocks for r in holders)
         tree = 0 if self.radix is None else self.radix.evictable + self.radix.protected
         assert held + tree == self.block_pool.num_used_blocks, "block accounting drifted"
+        if self.radix is not None:
+            leaves, stack = set(), [self.radix.root]
+            while stack:
+                node = stack.pop()
+                stack.extend(node.children.values())
+                if not node.children and node is not self.radix.root:
+                    leaves.add(node)
+            assert leaves == set(self.radix.leaves), "radix leaf index drifted"
         for r in self.waiting:
             assert r.num_blocks == 0 and r.num_computed_tokens == 0, r
         assert len(holders) + len(self.waiting) == len(self.requests)

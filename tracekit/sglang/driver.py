@@ -590,6 +590,8 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
     step = 0
     num_steps = 0
     loop_s = 0.0
+    # CPU time of this thread over the same spans: what a loaded machine leaves comparable.
+    loop_cpu_s = 0.0
     total = len(rows)
     done = 0
     carried: list[str] = []  # arrivals not yet reported with a step
@@ -646,7 +648,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         run.aborted = []
         free_before = run.allocator.available_size()
         evictable_before = _evictable(run)
-        t = time.perf_counter()
+        t, t_cpu = time.perf_counter(), time.thread_time()
         batch = run.get_next_batch_to_run()
         if batch is None:
             # Scheduler.event_loop_normal: no batch -> on_idle; last_batch = None. Such an
@@ -655,6 +657,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
             run.on_idle()
             run.last_batch = None
             loop_s += time.perf_counter() - t
+            loop_cpu_s += time.thread_time() - t_cpu
             if stalled_at == step:
                 if upcoming is None:
                     raise RuntimeError(
@@ -685,6 +688,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
                 info[req.rid]["first_token_step"] = step
         run.last_batch = batch
         loop_s += time.perf_counter() - t
+        loop_cpu_s += time.thread_time() - t_cpu
         record["retractions"] = run.retractions
         record["admission"] = run.admission
         record["new_token_ratio"] = run.ratio.current
@@ -726,6 +730,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         "timing": {
             "setup_s": setup_s,
             "loop_s": loop_s,
+            "loop_cpu_s": loop_cpu_s,
             "wall_s": time.perf_counter() - t0,
         },
     }
