@@ -20,6 +20,8 @@ import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +39,7 @@ from bidkv.baselines.base import CompressionAction
 from bidkv.baselines.base import RequestState as LegacyRequest
 from bidkv.baselines.registry import create_default_registry as legacy_strategy_registry
 from bidkv.baselines.static_random import StaticRandomStrategy
+from bidkv.manifests import manifest_names
 from tracekit.engine.hosts import BuiltinHost, LegacyHost, TypedHost, VictimHost
 from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import resolve_qualname
@@ -44,6 +47,7 @@ from tracekit.hosts.preemption_policy import resolve_qualname
 __all__ = [
     "ALL_STRATEGIES",
     "KNOWN_STRATEGY_NAMES",
+    "POLICY_CLASS",
     # The original experiments' legacy select_victims strategies (tracekit.experiment.hooks).
     "CompressionAction",
     "LegacyRequest",
@@ -63,11 +67,22 @@ __all__ = [
     "did_you_mean",
     "parse_policy_config",
     "parse_strategy_list",
+    "policy_manifests",
     "resolve_strategy",
     "utility",
 ]
 
 HostPath = Literal["typed", "legacy", "builtin"]
+
+#: The production policy's class path, as a typed host's ``--preemption-policy`` names it.
+POLICY_CLASS = f"{BidkvPreemptionPolicy.__module__}.{BidkvPreemptionPolicy.__qualname__}"
+
+
+def policy_manifests() -> list[tuple[str, Traversable]]:
+    """The policy's bundled extension manifests, ``(file name, file)``, sorted by name."""
+    folder = resources.files("bidkv.manifests")
+    return [(name, folder / name) for name in manifest_names()]
+
 
 # Settings the strategy name itself decides; reports leave them out of "what was changed".
 NAMED_SETTINGS = ("enable_utility_victim_selection", "utility_strategy")
