@@ -299,7 +299,7 @@ def _expects_table(bundle: Bundle, name: str) -> bool:
     spec = trace_schema(bundle.schema_version).table(name)
     declared_missing = bundle.manifest.get("missing_tables") or ()
     return (
-        bundle.manifest.get("complete") is True
+        bundle.complete
         and not spec.optional
         and (name not in declared_missing)
     )
@@ -891,7 +891,7 @@ def _row_count(files: list[Path]) -> int:
 
 def _check_bundle(bundle: Bundle) -> BundleReport:
     schema = trace_schema(bundle.schema_version)
-    complete = bundle.manifest.get("complete") is True
+    complete = bundle.complete
     report = BundleReport(bundle.path, bundle.run_id, complete)
     format_problems = _manifest_problems(bundle)
     structure, usable = _structure_problems(bundle)
