@@ -408,26 +408,32 @@ def _record_one(
     return out
 
 
-def _consume(
-    index: int, messages: Iterator[dict[str, Any]], observer: TraceObserver, log: IO[str]
+#: Handles a driver message a recorder reads itself: ``(kind, message)`` -> whether it did.
+MessageHandler = Callable[[str, dict[str, Any]], bool]
+
+
+def consume_run(
+    index: int,
+    messages: Iterator[dict[str, Any]],
+    observer: TraceObserver,
+    log: IO[str],
+    driver: str,
+    handle: MessageHandler | None = None,
 ) -> dict[str, Any]:
-    # A step is written once the next message is read: the driver follows a step whose
-    # admissions looked the prefix cache up with a ``cache`` message of that step's hits.
-    pending: StepRecord | None = None
+    """Feed run ``index``'s messages to ``observer`` and ``log`` until its ``end``; return that.
+
+    Steps, decisions and requests go to the observer, policy log lines to ``log``; ``handle``
+    sees every message first and takes those it returns True for. A message of another run, an
+    ``error`` or the driver stopping first is a :class:`VllmDriverError` naming ``driver``.
+    """
     for message in messages:
         kind = message.get("kind")
         if message.get("run") != index:
-            raise VllmDriverError(f"the vLLM driver answered out of order: {message}")
-        if kind == "cache":
-            if pending is None or pending.step != message["step"]:
-                raise VllmDriverError(f"the vLLM driver sent cache hits of no step: {message}")
-            pending.cache_hits = {rid: int(n) for rid, n in message["hits"].items()}
+            raise VllmDriverError(f"{driver} answered out of order: {message}")
+        if handle is not None and handle(kind, message):
             continue
-        if pending is not None:
-            observer.on_step(pending)
-            pending = None
         if kind == "step":
-            pending = step_from_wire(message["r"])
+            observer.on_step(step_from_wire(message["r"]))
         elif kind == "decision":
             observer.on_decision(decision_from_wire(message["r"]))
         elif kind == "request":
@@ -438,7 +444,32 @@ def _consume(
             return message
         elif kind == "error":
             raise VllmDriverError(
-                f"run {index} failed in the vLLM driver: {message['message']}\n"
+                f"run {index} failed in {driver}: {message['message']}\n"
                 f"{message.get('traceback', '')[-3000:]}"
             )
-    raise VllmDriverError(f"the vLLM driver stopped before finishing run {index}")
+    raise VllmDriverError(f"{driver} stopped before finishing run {index}")
+
+
+def _consume(
+    index: int, messages: Iterator[dict[str, Any]], observer: TraceObserver, log: IO[str]
+) -> dict[str, Any]:
+    # A step is written once the next message is read: the driver follows a step whose
+    # admissions looked the prefix cache up with a ``cache`` message of that step's hits.
+    pending: StepRecord | None = None
+
+    def handle(kind: str, message: dict[str, Any]) -> bool:
+        nonlocal pending
+        if kind == "cache":
+            if pending is None or pending.step != message["step"]:
+                raise VllmDriverError(f"the vLLM driver sent cache hits of no step: {message}")
+            pending.cache_hits = {rid: int(n) for rid, n in message["hits"].items()}
+            return True
+        if pending is not None:
+            observer.on_step(pending)
+            pending = None
+        if kind == "step":
+            pending = step_from_wire(message["r"])
+            return True
+        return False
+
+    return consume_run(index, messages, observer, log, "the vLLM driver", handle)

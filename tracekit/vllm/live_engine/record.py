@@ -38,14 +38,13 @@ from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_i
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
     Scenario,
-    decision_from_wire,
-    request_from_wire,
     scenario_lines,
     step_from_wire,
 )
 from tracekit.vllm.record import (
     VllmDriverError,
     check_run_lists,
+    consume_run,
     driver_env,
     find_vllm_python,
     finish_vllm_manifest,
@@ -266,10 +265,11 @@ def _consume(
     shapes: list[tuple[int, int, int, int, int, float]],
 ) -> dict[str, Any]:
     last: Any = None
-    for message in messages:
-        kind = message.get("kind")
-        if message.get("run") != index:
-            raise VllmDriverError(f"the live vLLM driver answered out of order: {message}")
+
+    # Besides the scheduler driver's messages: each step's shape (its KV tokens read) right
+    # after the step, and each request's output token ids.
+    def handle(kind: str, message: dict[str, Any]) -> bool:
+        nonlocal last
         if kind == "step":
             last = step_from_wire(message["r"])
             observer.on_step(last)
@@ -285,19 +285,10 @@ def _consume(
                     last.duration_s,
                 )
             )
-        elif kind == "decision":
-            observer.on_decision(decision_from_wire(message["r"]))
-        elif kind == "request":
-            observer.on_request(request_from_wire(message["r"]))
         elif kind == "output":
             outputs[message["request_id"]] = list(message["token_ids"])
-        elif kind == "log":
-            log.write(message["line"] + "\n")
-        elif kind == "end":
-            return message
-        elif kind == "error":
-            raise VllmDriverError(
-                f"run {index} failed in the live vLLM driver: {message['message']}\n"
-                f"{message.get('traceback', '')[-3000:]}"
-            )
-    raise VllmDriverError(f"the live vLLM driver stopped before finishing run {index}")
+        else:
+            return False
+        return True
+
+    return consume_run(index, messages, observer, log, "the live vLLM driver", handle)
