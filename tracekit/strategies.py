@@ -180,7 +180,10 @@ class StrategySpec:
             return BuiltinHost()
         if self.kind == "user":
             return self._make_user_host(host_path)
-        policy = self.make_policy(host_path)
+        return self._host_around(self.make_policy(host_path), host_path)
+
+    def _host_around(self, policy: Any, host_path: HostPath) -> VictimHost:
+        """The typed or legacy host around ``policy`` (legacy needs ``pick_victim``)."""
         if host_path == "legacy":
             if not callable(getattr(policy, "pick_victim", None)):
                 raise ConfigError(
@@ -193,15 +196,7 @@ class StrategySpec:
     def _make_user_host(self, host_path: HostPath) -> VictimHost:
         # A user policy's constructor or factory may raise anything: one line, naming it.
         try:
-            policy = self.make_policy(host_path)
-            if host_path == "legacy":
-                if not callable(getattr(policy, "pick_victim", None)):
-                    raise ConfigError(
-                        f"--strategy {self.name}: the legacy host needs a pick_victim method; "
-                        "use --host typed"
-                    )
-                return LegacyHost(policy)
-            return TypedHost(policy)
+            return self._host_around(self.make_policy(host_path), host_path)
         except ConfigError:
             raise
         except Exception as exc:
