@@ -298,11 +298,7 @@ def _expects_table(bundle: Bundle, name: str) -> bool:
         return True
     spec = trace_schema(bundle.schema_version).table(name)
     declared_missing = bundle.manifest.get("missing_tables") or ()
-    return (
-        bundle.complete
-        and not spec.optional
-        and (name not in declared_missing)
-    )
+    return bundle.complete and not spec.optional and (name not in declared_missing)
 
 
 def _missing_table_problem(bundle: Bundle, name: str) -> str:
