@@ -609,8 +609,9 @@ class TestAdapterBase:
             _Incomplete(BidKVConfig(), PositionalScoring())  # type: ignore[abstract]
 
     def test_the_contract_is_the_three_reference_methods(self) -> None:
-        # Reference §I: FrameworkAdapter(config, scoring) ABC with install(), get_kv_stats()
-        # and on_request_complete(request_id); a subclass missing any one cannot be built.
+        # docs/bidkv-core.md, "Modules": FrameworkAdapter(config, scoring) ABC with install(),
+        # get_kv_stats() and on_request_complete(request_id); a subclass missing one cannot be
+        # built.
         assert FrameworkAdapter.__abstractmethods__ == {
             "install",
             "get_kv_stats",
@@ -676,7 +677,7 @@ class _Oldest(BaselineStrategy):
 
 class TestUserStrategyInTheRegistry:
     def test_registered_user_strategy_survives_the_defaults_and_is_used(self) -> None:
-        # Reference §A: create_default_registry() skips names already registered.
+        # docs/bidkv-core.md, "Modules": create_default_registry() skips names already registered.
         registry = BaselineRegistry()
         registry.register(_Oldest())
         registry.create_default_registry()

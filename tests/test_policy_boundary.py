@@ -20,12 +20,20 @@ ALLOWED = {
 
 
 def imported_modules(path: Path) -> set[str]:
+    """Modules ``path`` imports: import statements, and ``import_module``/``__import__`` calls
+    with a literal name (a dynamic import is still an import)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text("utf-8"))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            if called in ("import_module", "__import__") and isinstance(first, ast.Constant):
+                names.add(str(first.value))
     return names
 
 
@@ -47,6 +55,12 @@ def test_only_tracekit_strategies_imports_the_policy() -> None:
 def test_bidkv_never_imports_tracekit() -> None:
     for path in sorted((ROOT / "bidkv").rglob("*.py")):
         assert not {m for m in imported_modules(path) if m.split(".")[0] == "tracekit"}, path
+
+
+def test_a_dynamic_import_counts(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text('import importlib\nimportlib.import_module("bidkv.manifests")\n')
+    assert "bidkv.manifests" in imported_modules(source)
 
 
 def test_strategies_hands_out_the_policy_rule_by_public_names() -> None:

@@ -43,9 +43,10 @@ def test_resimulating_the_recorded_strategy_reproduces_the_run(
     assert result.summary["throughput_rps_change_pct"].to_list() == [0.0, 0.0]
     again = tmp_path / "out" / "bundles" / rows["run_id"][0] / "builtin"
     for table in ("decisions", "candidates", "requests", "steps"):
-        assert pl.read_parquet(recorded / f"{table}.parquet").equals(
-            pl.read_parquet(again / f"{table}.parquet")
-        ), table
+        assert_frame_equal(
+            pl.read_parquet(recorded / f"{table}.parquet"),
+            pl.read_parquet(again / f"{table}.parquet"),
+        )
 
 
 def test_counterfactual_strategies_are_full_bundles_with_metrics(
@@ -184,6 +185,7 @@ def test_a_shared_prefix_run_with_prefix_caching_is_reproduced(tmp_path: Path) -
     rows = result.summary.sort("strategy", descending=True)
     again = tmp_path / "out" / "bundles" / rows["run_id"][0] / "builtin"
     for table in ("decisions", "candidates", "requests", "steps"):
-        assert pl.read_parquet(recorded / f"{table}.parquet").equals(
-            pl.read_parquet(again / f"{table}.parquet")
-        ), table
+        assert_frame_equal(
+            pl.read_parquet(recorded / f"{table}.parquet"),
+            pl.read_parquet(again / f"{table}.parquet"),
+        )

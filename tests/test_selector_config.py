@@ -67,10 +67,16 @@ def test_env_var_names() -> None:
             assert var == "BIDKV_" + name.upper()
 
 
-def test_config_is_frozen() -> None:
-    cfg = BidkvSelectorConfig()
-    with pytest.raises(AttributeError):
-        cfg.utility_seed = 3  # type: ignore[misc]
+def test_the_same_settings_from_either_source_are_one_key() -> None:
+    # A config is normalised at construction, so the strings of additional_config and the typed
+    # values of direct construction give equal, equally hashed configs (runs and caches key on it).
+    parsed = BidkvSelectorConfig.from_additional_config(
+        {"enable_utility_victim_selection": "true", "utility_kv_gate": "0.5"}
+    )
+    typed = BidkvSelectorConfig(enable_utility_victim_selection=True, utility_kv_gate=0.5)
+    cache = {parsed: "run"}
+    assert cache[typed] == "run"
+    assert BidkvSelectorConfig(enable_utility_victim_selection=True) not in cache
 
 
 # -- environment --------------------------------------------------------------------------

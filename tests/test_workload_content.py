@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from polars.testing import assert_series_equal, assert_series_not_equal
 from trace_helpers import engine_config, record_engine_bundle
 
 from tracekit.cli import cli
@@ -138,8 +139,8 @@ def test_prefix_groups_are_seeded_and_recorded() -> None:
         SAMPLE, limit=60, shared_prefix_tokens=256, prefix_groups=4, prefix_seed=1
     )
     groups = one.frame.get_column("prefix_hash_ids").list.first()
-    assert groups.equals(two.frame.get_column("prefix_hash_ids").list.first())
-    assert not groups.equals(other.frame.get_column("prefix_hash_ids").list.first())
+    assert_series_equal(groups, two.frame.get_column("prefix_hash_ids").list.first())
+    assert_series_not_equal(groups, other.frame.get_column("prefix_hash_ids").list.first())
     assert set(groups.to_list()) == {0, 1, 2, 3}
     assert {
         k: one.options[k] for k in ("shared_prefix_tokens", "prefix_groups", "prefix_seed")
@@ -150,7 +151,7 @@ def test_prefix_groups_are_seeded_and_recorded() -> None:
     }
     # The first 10 draws only depend on (seed, position): a shorter limit keeps them.
     short = load_run_workload(SAMPLE, limit=10, shared_prefix_tokens=256, prefix_groups=4)
-    assert short.frame.get_column("prefix_hash_ids").list.first().equals(groups.head(10))
+    assert_series_equal(short.frame.get_column("prefix_hash_ids").list.first(), groups.head(10))
 
 
 def test_shared_prefix_bad_input() -> None:
@@ -204,8 +205,8 @@ def test_a_sweep_matrix_workload_takes_a_shared_prefix(tmp_path: Path) -> None:
     plan = plan_sweep(load_matrix(matrix))
     workload = plan.runs[0].run.workload
     direct = load_run_workload(SAMPLE, limit=30, shared_prefix_tokens=128, prefix_groups=2)
-    assert workload.frame.get_column("prefix_hash_ids").equals(
-        direct.frame.get_column("prefix_hash_ids")
+    assert_series_equal(
+        workload.frame.get_column("prefix_hash_ids"), direct.frame.get_column("prefix_hash_ids")
     )
     assert workload.options["content_block_tokens"] == 128
     bad = tmp_path / "bad.toml"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
+from polars.testing import assert_frame_equal, assert_series_equal
 
 from tracekit.errors import ConfigError
 from tracekit.workloads import Workload, workload_schema
@@ -88,8 +88,10 @@ def test_shuffled_is_a_seeded_permutation_on_the_same_times() -> None:
     assert one.frame["prompt_tokens"].to_list() != prompts
     assert one.frame["prompt_tokens"].to_list() != other.frame["prompt_tokens"].to_list()
     # prefix hashes travel with their request
-    assert one.frame.select(pl.col("prefix_hash_ids").list.first() + 1)["prefix_hash_ids"].equals(
-        one.frame["prompt_tokens"].alias("prefix_hash_ids")
+    assert_series_equal(
+        one.frame.select(pl.col("prefix_hash_ids").list.first() + 1)["prefix_hash_ids"],
+        one.frame["prompt_tokens"].alias("prefix_hash_ids"),
+        check_dtypes=False,
     )
     assert one.options["order"] == {"kind": "shuffled", "seed": 3}
 

@@ -20,6 +20,8 @@ import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +39,7 @@ from bidkv.baselines.base import CompressionAction
 from bidkv.baselines.base import RequestState as LegacyRequest
 from bidkv.baselines.registry import create_default_registry as legacy_strategy_registry
 from bidkv.baselines.static_random import StaticRandomStrategy
+from bidkv.manifests import manifest_names
 from tracekit.engine.hosts import BuiltinHost, LegacyHost, TypedHost, VictimHost
 from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import resolve_qualname
@@ -44,6 +47,7 @@ from tracekit.hosts.preemption_policy import resolve_qualname
 __all__ = [
     "ALL_STRATEGIES",
     "KNOWN_STRATEGY_NAMES",
+    "POLICY_CLASS",
     # The original experiments' legacy select_victims strategies (tracekit.experiment.hooks).
     "CompressionAction",
     "LegacyRequest",
@@ -63,11 +67,22 @@ __all__ = [
     "did_you_mean",
     "parse_policy_config",
     "parse_strategy_list",
+    "policy_manifests",
     "resolve_strategy",
     "utility",
 ]
 
 HostPath = Literal["typed", "legacy", "builtin"]
+
+#: The production policy's class path, as a typed host's ``--preemption-policy`` names it.
+POLICY_CLASS = f"{BidkvPreemptionPolicy.__module__}.{BidkvPreemptionPolicy.__qualname__}"
+
+
+def policy_manifests() -> list[tuple[str, Traversable]]:
+    """The policy's bundled extension manifests, ``(file name, file)``, sorted by name."""
+    folder = resources.files("bidkv.manifests")
+    return [(name, folder / name) for name in manifest_names()]
+
 
 # Settings the strategy name itself decides; reports leave them out of "what was changed".
 NAMED_SETTINGS = ("enable_utility_victim_selection", "utility_strategy")
@@ -165,7 +180,10 @@ class StrategySpec:
             return BuiltinHost()
         if self.kind == "user":
             return self._make_user_host(host_path)
-        policy = self.make_policy(host_path)
+        return self._host_around(self.make_policy(host_path), host_path)
+
+    def _host_around(self, policy: Any, host_path: HostPath) -> VictimHost:
+        """The typed or legacy host around ``policy`` (legacy needs ``pick_victim``)."""
         if host_path == "legacy":
             if not callable(getattr(policy, "pick_victim", None)):
                 raise ConfigError(
@@ -178,15 +196,7 @@ class StrategySpec:
     def _make_user_host(self, host_path: HostPath) -> VictimHost:
         # A user policy's constructor or factory may raise anything: one line, naming it.
         try:
-            policy = self.make_policy(host_path)
-            if host_path == "legacy":
-                if not callable(getattr(policy, "pick_victim", None)):
-                    raise ConfigError(
-                        f"--strategy {self.name}: the legacy host needs a pick_victim method; "
-                        "use --host typed"
-                    )
-                return LegacyHost(policy)
-            return TypedHost(policy)
+            return self._host_around(self.make_policy(host_path), host_path)
         except ConfigError:
             raise
         except Exception as exc:

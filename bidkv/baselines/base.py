@@ -10,9 +10,9 @@ same candidate list, which keeps comparisons between strategies fair.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "ACTION_TYPES",
@@ -20,8 +20,11 @@ __all__ = [
     "BaselineStrategy",
     "CompressionAction",
     "RequestState",
+    "act_until_freed",
     "latest_per_request",
 ]
+
+_Item = TypeVar("_Item")
 
 ActionType = Literal["evict", "compress"]
 ACTION_TYPES: tuple[ActionType, ...] = ("evict", "compress")
@@ -198,3 +201,24 @@ def latest_per_request(candidates: Sequence[RequestState]) -> list[RequestState]
     for request in candidates:
         by_id[request.request_id] = request
     return list(by_id.values())
+
+
+def act_until_freed(
+    ordered: Iterable[_Item],
+    needed_tokens: int,
+    action: Callable[[_Item, int], CompressionAction],
+) -> list[CompressionAction]:
+    """One action per item, in order, until the actions' ``target_tokens`` reach ``needed_tokens``.
+
+    The stopping rule every shipped strategy shares. ``action(item, still_needed)`` makes an
+    item's action (``still_needed`` lets a strategy trim its last action).
+    """
+    actions: list[CompressionAction] = []
+    freed = 0
+    for item in ordered:
+        if freed >= needed_tokens:
+            break
+        act = action(item, needed_tokens - freed)
+        actions.append(act)
+        freed += act.target_tokens
+    return actions

@@ -14,6 +14,7 @@ from bidkv.baselines.base import (
     BaselineStrategy,
     CompressionAction,
     RequestState,
+    act_until_freed,
     latest_per_request,
 )
 from bidkv.scoring.base import ScoringStrategy
@@ -75,21 +76,9 @@ class LargestFirstStrategy(BaselineStrategy):
         candidate order. The last action is trimmed so the total never exceeds
         ``needed_tokens``.
 
-        Parameters
-        ----------
-        candidates : sequence of RequestState
-            Running requests.
-        needed_tokens : int
-            Tokens to free.
-        **kwargs
-            ``scoring_states`` (mapping of request id to scorer) gives some requests their own
-            scorer, e.g. one fed with attention.
-
-        Returns
-        -------
-        list of CompressionAction
-            ``compress`` actions with metadata ``{strategy, estimated_quality_delta,
-            compressible_tokens}``.
+        ``kwargs``: ``scoring_states`` (mapping of request id to scorer) gives some requests
+        their own scorer, e.g. one fed with attention. Returns ``compress`` actions with metadata
+        ``{strategy, estimated_quality_delta, compressible_tokens}``.
         """
         if needed_tokens <= 0 or not candidates:
             return []
@@ -109,26 +98,20 @@ class LargestFirstStrategy(BaselineStrategy):
                 ranked.append((request, compressible, self._estimate_delta(scores, compressible)))
         ranked.sort(key=lambda item: -item[1])
 
-        actions: list[CompressionAction] = []
-        freed = 0
-        for request, compressible, delta in ranked:
-            if freed >= needed_tokens:
-                break
-            target = min(compressible, needed_tokens - freed)
-            actions.append(
-                CompressionAction(
-                    request_id=request.request_id,
-                    action_type="compress",
-                    target_tokens=target,
-                    metadata={
-                        "strategy": self.name,
-                        "estimated_quality_delta": delta,
-                        "compressible_tokens": compressible,
-                    },
-                )
-            )
-            freed += target
-        return actions
+        return act_until_freed(
+            ranked,
+            needed_tokens,
+            lambda item, still_needed: CompressionAction(
+                request_id=item[0].request_id,
+                action_type="compress",
+                target_tokens=min(item[1], still_needed),
+                metadata={
+                    "strategy": self.name,
+                    "estimated_quality_delta": item[2],
+                    "compressible_tokens": item[1],
+                },
+            ),
+        )
 
     def _estimate_delta(self, scores: Sequence[float], num_compressed: int) -> float:
         # Mean score of the tokens that would go; without scores, half the ratio (0.3 at 0.6).

@@ -13,6 +13,7 @@ from bidkv.baselines.base import (
     BaselineStrategy,
     CompressionAction,
     RequestState,
+    act_until_freed,
     latest_per_request,
 )
 
@@ -39,38 +40,20 @@ class PreemptEvictStrategy(BaselineStrategy):
     ) -> list[CompressionAction]:
         """Evict lowest priority first until ``needed_tokens`` are freed.
 
-        Parameters
-        ----------
-        candidates : sequence of RequestState
-            Running requests.
-        needed_tokens : int
-            Tokens to free.
-        **kwargs
-            Ignored.
-
-        Returns
-        -------
-        list of CompressionAction
-            ``evict`` actions with ``target_tokens = current_tokens`` and metadata
-            ``{strategy, priority}``.
+        Returns ``evict`` actions with ``target_tokens = current_tokens`` and metadata
+        ``{strategy, priority}``; ``kwargs`` are ignored.
         """
         if needed_tokens <= 0 or not candidates:
             return []
         evictable = [r for r in latest_per_request(candidates) if r.current_tokens > 0]
         evictable.sort(key=lambda request: request.priority)
-
-        actions: list[CompressionAction] = []
-        freed = 0
-        for request in evictable:
-            if freed >= needed_tokens:
-                break
-            actions.append(
-                CompressionAction(
-                    request_id=request.request_id,
-                    action_type="evict",
-                    target_tokens=request.current_tokens,
-                    metadata={"strategy": self.name, "priority": request.priority},
-                )
-            )
-            freed += request.current_tokens
-        return actions
+        return act_until_freed(
+            evictable,
+            needed_tokens,
+            lambda request, _: CompressionAction(
+                request_id=request.request_id,
+                action_type="evict",
+                target_tokens=request.current_tokens,
+                metadata={"strategy": self.name, "priority": request.priority},
+            ),
+        )

@@ -16,6 +16,7 @@ from bidkv.baselines.base import (
     BaselineStrategy,
     CompressionAction,
     RequestState,
+    act_until_freed,
     latest_per_request,
 )
 
@@ -77,51 +78,25 @@ class StaticRandomStrategy(BaselineStrategy):
     ) -> list[CompressionAction]:
         """Compress randomly ordered candidates until ``needed_tokens`` are freed.
 
-        Parameters
-        ----------
-        candidates : sequence of RequestState
-            Running requests.
-        needed_tokens : int
-            Tokens to free.
-        **kwargs
-            ``seed`` (int) overrides :attr:`seed` for this call, e.g. an event index to draw a
-            different order per event while staying reproducible.
-
-        Returns
-        -------
-        list of CompressionAction
-            ``compress`` actions with ``target_tokens = max(1, int(current_tokens · ratio))``
-            and metadata ``{strategy, compression_ratio, seed}``. The same seed and candidates
-            always give the same result.
-
-        Raises
-        ------
-        ValueError
-            If the ``seed`` keyword is not an int.
+        ``kwargs``: ``seed`` (int) overrides :attr:`seed` for this call, e.g. an event index to
+        draw a different order per event while staying reproducible; a ``seed`` that is not an
+        int is a ``ValueError``. Returns ``compress`` actions with ``target_tokens =
+        max(1, int(current_tokens · ratio))`` and metadata ``{strategy, compression_ratio,
+        seed}``; the same seed and candidates always give the same result.
         """
         seed = _check_seed(kwargs.get("seed", self._seed))
         if needed_tokens <= 0 or not candidates:
             return []
         order = latest_per_request(candidates)
         random.Random(seed).shuffle(order)
-
-        actions: list[CompressionAction] = []
-        freed = 0
-        for request in order:
-            if freed >= needed_tokens:
-                break
-            target = max(1, int(request.current_tokens * self._compression_ratio))
-            actions.append(
-                CompressionAction(
-                    request_id=request.request_id,
-                    action_type="compress",
-                    target_tokens=target,
-                    metadata={
-                        "strategy": self.name,
-                        "compression_ratio": self._compression_ratio,
-                        "seed": seed,
-                    },
-                )
-            )
-            freed += target
-        return actions
+        ratio = self._compression_ratio
+        return act_until_freed(
+            order,
+            needed_tokens,
+            lambda request, _: CompressionAction(
+                request_id=request.request_id,
+                action_type="compress",
+                target_tokens=max(1, int(request.current_tokens * ratio)),
+                metadata={"strategy": self.name, "compression_ratio": ratio, "seed": seed},
+            ),
+        )

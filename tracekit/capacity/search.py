@@ -37,6 +37,7 @@ from tracekit.analysis.serving import SloTargets
 from tracekit.engine import BuiltinHost, EngineConfig, RequestRecord, run_engine
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
+from tracekit.trace.text import text_table
 from tracekit.workloads.arrivals import ArrivalKind, parse_arrivals
 from tracekit.workloads.load_spec import LoadSpec, apply_load, client_model
 from tracekit.workloads.model import Workload
@@ -148,13 +149,19 @@ class CapacityResult:
         else:
             lines.append("no probed rate missed the target (the search stopped growing)")
         lines.append("")
-        lines.append(f"{'rate_rps':>10}  {'slo':>6}  {'achieved':>9}  {'ttft_p50':>9}  aborted")
+        rows = [["rate_rps", "slo", "achieved", "ttft_p50", "aborted"]]
         for p in sorted(self.probes, key=lambda p: p.rate):
             ttft = "-" if p.ttft_p50_s is None else f"{p.ttft_p50_s:.3g}"
-            lines.append(
-                f"{p.rate:>10.4g}  {p.slo_attainment:>6.1%}  {p.achieved_rps:>9.4g}  "
-                f"{ttft:>9}  {p.num_aborted}"
+            rows.append(
+                [
+                    f"{p.rate:.4g}",
+                    f"{p.slo_attainment:.1%}",
+                    f"{p.achieved_rps:.4g}",
+                    ttft,
+                    str(p.num_aborted),
+                ]
             )
+        lines += [line.rstrip() for line in text_table(rows, align="right")]
         return "\n".join(lines)
 
 

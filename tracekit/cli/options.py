@@ -24,6 +24,7 @@ from tracekit.engine.config import (
     CLOCKS,
     ENGINE_DEFAULTS,
     ENGINE_MODES,
+    RETRACTION_POLICIES,
     SCHEDULING_POLICIES,
     VLLM_VERSIONS,
     EngineConfig,
@@ -286,7 +287,7 @@ engine_options = _stack(
     # --- SGLang mode (see the SGLang mode section of docs/engine.md) ---
     click.option(
         "--retraction-policy",
-        type=click.Choice(["length", "priority"]),
+        type=click.Choice(RETRACTION_POLICIES),
         default=None,
         help=f"SGLang mode: retraction policy ({_default('retraction_policy')}).",
     ),

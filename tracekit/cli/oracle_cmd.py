@@ -11,6 +11,7 @@ from tracekit.cli.output import emit, output_options
 from tracekit.oracle.job import ORACLE_LABEL, run_oracle
 from tracekit.oracle.rollout import DEFAULT_SETTINGS, OBJECTIVES, OracleSettings
 from tracekit.strategies import parse_policy_config, parse_strategy_list
+from tracekit.trace.text import Align, text_table
 
 DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
 
@@ -91,19 +92,22 @@ def render(summary: dict[str, Any], out: str) -> str:
             f"{summary['oracle_objective']:g}, headroom {summary['headroom']:g}"
         )
     closed = {row["strategy"]: row for row in summary["closed"]}
-    lines.append(
-        f"{'strategy':<24}{'total regret':>14}{'best chosen':>13}{'closed loop':>13}{'share':>9}"
-    )
+    rows = [["strategy", "total regret", "best chosen", "closed loop", "share"]]
     for row in summary["strategies"]:
         c = closed.get(row["strategy"], {})
         share = c.get("share_of_headroom")
-        lines.append(
-            f"{row['strategy']:<24}{row['total_regret'] or 0:>14g}"
-            f"{100 * (row['best_choice_rate'] or 0):>12.0f}%"
-            f"{c.get('objective', float('nan')):>13g}"
-            f"{'' if share is None else f'{100 * share:.0f}%':>9}"
+        rows.append(
+            [
+                row["strategy"],
+                f"{row['total_regret'] or 0:g}",
+                f"{100 * (row['best_choice_rate'] or 0):.0f}%",
+                f"{c.get('objective', float('nan')):g}",
+                "" if share is None else f"{100 * share:.0f}%",
+            ]
         )
     if ORACLE_LABEL in closed:
-        lines.append(f"{ORACLE_LABEL:<24}{'':>14}{'':>13}{closed[ORACLE_LABEL]['objective']:>13g}")
+        rows.append([ORACLE_LABEL, "", "", f"{closed[ORACLE_LABEL]['objective']:g}", ""])
+    align: list[Align] = ["left", "right", "right", "right", "right"]
+    lines += [line.rstrip() for line in text_table(rows, align=align)]
     lines.append(f"wrote {out}")
     return "\n".join(lines)

@@ -53,7 +53,7 @@ from tracekit.errors import ConfigError
 from tracekit.hosts import preemption_policy as typed_host
 from tracekit.hosts import victim_selector as legacy_host
 from tracekit.hosts.preemption_policy import PreemptionContext
-from tracekit.strategies import PRODUCTION_STRATEGIES, resolve_strategy
+from tracekit.strategies import POLICY_CLASS, PRODUCTION_STRATEGIES, resolve_strategy
 
 __all__ = [
     "INVALID_CONFIGS",
@@ -87,7 +87,7 @@ class ConformanceTargets:
         extension-bundle groups); None means the installed ones.
     """
 
-    typed_policy: str = "bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy"
+    typed_policy: str = POLICY_CLASS
     legacy_plugin: str = "bidkv"
     component: str = "org.vllm-hust.bidkv/victim-selector"
     entry_points: tuple[EntryPoint, ...] | None = None

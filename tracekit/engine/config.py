@@ -11,15 +11,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from tracekit.errors import ConfigError
+from tracekit.hosts.preemption_policy import SchedulingPolicyName
 
 __all__ = [
     "CLOCKS",
     "DEFAULT_CLOCK",
     "ENGINE_DEFAULTS",
     "ENGINE_MODES",
+    "RETRACTION_POLICIES",
     "SCHEDULING_POLICIES",
     "VLLM_VERSIONS",
     "EngineConfig",
@@ -29,19 +31,21 @@ __all__ = [
 ]
 
 EngineMode = Literal["vllm", "sglang"]
-SchedulingPolicyName = Literal["fcfs", "priority"]
 ClockName = Literal["steps", "cost-model"]
 VllmVersion = Literal["0.32", "0.33"]
 RetractionPolicyName = Literal["length", "priority"]
 
+# The tuples are the Literal types' values, so a new value is added in one place.
 #: Accepted values of :attr:`EngineConfig.mode`.
-ENGINE_MODES: tuple[str, ...] = ("vllm", "sglang")
-#: Accepted values of :attr:`EngineConfig.scheduling_policy`.
-SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
+ENGINE_MODES: tuple[str, ...] = get_args(EngineMode)
+#: Accepted values of :attr:`EngineConfig.scheduling_policy` (the contract's own type).
+SCHEDULING_POLICIES: tuple[str, ...] = get_args(SchedulingPolicyName)
 #: Accepted values of :attr:`EngineConfig.clock`.
-CLOCKS: tuple[str, ...] = ("steps", "cost-model")
+CLOCKS: tuple[str, ...] = get_args(ClockName)
 #: vLLM releases whose scheduling rules the ``vllm`` mode reproduces.
-VLLM_VERSIONS: tuple[str, ...] = ("0.32", "0.33")
+VLLM_VERSIONS: tuple[str, ...] = get_args(VllmVersion)
+#: Accepted values of :attr:`EngineConfig.retraction_policy` (SGLang mode).
+RETRACTION_POLICIES: tuple[str, ...] = get_args(RetractionPolicyName)
 #: The clock every run uses unless told otherwise (the engine, the CLI and the sweep alike).
 DEFAULT_CLOCK: ClockName = "cost-model"
 

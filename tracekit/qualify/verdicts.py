@@ -20,7 +20,6 @@ the same results folder gives the same dictionary.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from pathlib import Path
@@ -57,7 +56,6 @@ QUALIFICATION_FORMAT = "tracekit.qualification"
 # The verdicts' file name, beside report.html.
 QUALIFICATION_NAME = "qualification.json"
 EQUIVALENT_VERDICTS = ("equivalent", "equivalent-modulo-contract")
-_POLICY_CLASS = "bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy"
 
 
 def _label(reached: bool, evidence: str) -> dict[str, Any]:
@@ -66,25 +64,23 @@ def _label(reached: bool, evidence: str) -> dict[str, Any]:
 
 def _installed(candidate: str) -> dict[str, Any]:
     # Checked in the environment that computes the verdicts, the one that ran the qualification.
+    from tracekit import __version__
     from tracekit.hosts.preemption_policy import resolve_qualname
     from tracekit.manifests import validate_manifest
 
     try:
-        bidkv = importlib.import_module("bidkv")
-        manifests = importlib.import_module("bidkv.manifests")
-        names = manifests.manifest_names()
-        from importlib import resources
+        from tracekit.strategies import POLICY_CLASS, policy_manifests
 
-        for name in names:
-            validate_manifest(str(resources.files("bidkv.manifests") / name), resolve=True)
-        qualname = candidate if ":" in candidate else _POLICY_CLASS
+        manifests = policy_manifests()
+        for _, path in manifests:
+            validate_manifest(str(path), resolve=True)
+        qualname = candidate if ":" in candidate else POLICY_CLASS
         resolve_qualname(qualname)
     except (ImportError, AttributeError, ValueError, ManifestError) as exc:
         return _label(False, f"{type(exc).__name__}: {exc}")
-    version = getattr(bidkv, "__version__", "unknown")
+    names = ", ".join(name for name, _ in manifests)
     return _label(
-        True,
-        f"bidkv {version} imports; manifests {', '.join(names)} validate; {qualname} resolves",
+        True, f"bidkv {__version__} imports; manifests {names} validate; {qualname} resolves"
     )
 
 

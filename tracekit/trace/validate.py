@@ -298,11 +298,7 @@ def _expects_table(bundle: Bundle, name: str) -> bool:
         return True
     spec = trace_schema(bundle.schema_version).table(name)
     declared_missing = bundle.manifest.get("missing_tables") or ()
-    return (
-        bundle.manifest.get("complete") is True
-        and not spec.optional
-        and (name not in declared_missing)
-    )
+    return bundle.complete and not spec.optional and (name not in declared_missing)
 
 
 def _missing_table_problem(bundle: Bundle, name: str) -> str:
@@ -891,7 +887,7 @@ def _row_count(files: list[Path]) -> int:
 
 def _check_bundle(bundle: Bundle) -> BundleReport:
     schema = trace_schema(bundle.schema_version)
-    complete = bundle.manifest.get("complete") is True
+    complete = bundle.complete
     report = BundleReport(bundle.path, bundle.run_id, complete)
     format_problems = _manifest_problems(bundle)
     structure, usable = _structure_problems(bundle)

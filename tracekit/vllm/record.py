@@ -125,22 +125,63 @@ def installed_vllm_version(venv: str | os.PathLike[str] | None = None) -> str:
     return result.stdout.strip()
 
 
-def _driver_env(python: Path) -> dict[str, str]:
+def driver_env(python: Path, **extra: str) -> dict[str, str]:
+    """The environment of a driver process in the vLLM environment at ``python``.
+
+    Offline, CPU, vLLM's caches kept with the environment (its model inspection takes about
+    12 s otherwise), unbuffered; ``extra`` adds defaults (each one, like these, yields to a
+    variable already set).
+    """
     defaults = {
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_TARGET_DEVICE": "cpu",
-        # Kept with the environment: vLLM caches its model inspection there (about 12 s otherwise).
         "VLLM_CACHE_ROOT": str(python.parent.parent / "vllm-cache"),
         "PYTHONUNBUFFERED": "1",
+        **extra,
     }
     env = {key: os.environ.get(key, value) for key, value in defaults.items()}
     # Only the project's two packages and any folders the user adds for their own policies:
     # never this environment's site-packages.
-    extra = os.environ.get("BIDKV_VLLM_PYTHONPATH")
-    if extra:
-        env["PYTHONPATH"] = extra
+    extra_path = os.environ.get("BIDKV_VLLM_PYTHONPATH")
+    if extra_path:
+        env["PYTHONPATH"] = extra_path
     return env
+
+
+def check_run_lists(
+    caller: str,
+    runs: Sequence[SimRun],
+    outs: Sequence[object],
+    run_ids: Sequence[str] | None,
+) -> None:
+    """One output folder (and run id, if given) per run, or a one-line ``ConfigError``."""
+    if len(runs) != len(outs):
+        raise ConfigError(f"{caller}: {len(runs)} runs but {len(outs)} output folders")
+    if run_ids is not None and len(run_ids) != len(runs):
+        raise ConfigError(f"{caller}: {len(runs)} runs but {len(run_ids)} run ids")
+
+
+def vllm_scenario(index: int, run: SimRun, shim: bool | None, unmodified: str) -> Scenario:
+    """The driver's scenario of ``run``.
+
+    ``shim`` puts the strategy in the loop through the typed-host shim; ``None``: for every
+    strategy but ``builtin``. A policy without the shim is a ``ConfigError`` (it replaces vLLM's
+    victim; only builtin records the unmodified ``unmodified``, "scheduler" or "engine").
+    """
+    use_shim = run.strategy.kind != "builtin" if shim is None else shim
+    if not use_shim and run.strategy.kind != "builtin":
+        raise ConfigError(
+            f"--strategy {run.strategy.name}: a policy needs the shim (it replaces vLLM's "
+            f"victim); only builtin records the unmodified {unmodified}"
+        )
+    strategy = {
+        "name": run.strategy.name,
+        "kind": run.strategy.kind,
+        "settings": dict(run.strategy.settings),
+    }
+    requests = tuple(engine_requests(run.workload))
+    return Scenario(index, run.engine_config, requests, strategy, run.host_path, use_shim)
 
 
 def run_driver(
@@ -167,7 +208,7 @@ def run_driver(
         ["-m", "tracekit.vllm.driver"],
         list(scenario_lines(scenarios)),
         engine="vLLM",
-        env=_driver_env(python),
+        env=driver_env(python),
         error=VllmDriverError,
     )
 
@@ -234,10 +275,7 @@ def record_vllm(
         vLLM failed to start or a run failed inside the driver (no bundle is written for it;
         earlier runs' bundles are kept).
     """
-    if len(runs) != len(outs):
-        raise ConfigError(f"record_vllm: {len(runs)} runs but {len(outs)} output folders")
-    if run_ids is not None and len(run_ids) != len(runs):
-        raise ConfigError(f"record_vllm: {len(runs)} runs but {len(run_ids)} run ids")
+    check_run_lists("record_vllm", runs, outs, run_ids)
     shims = list(shim) if isinstance(shim, Sequence) else [shim] * len(runs)
     if len(shims) != len(runs):
         raise ConfigError(f"record_vllm: {len(runs)} runs but {len(shims)} shim choices")
@@ -248,26 +286,7 @@ def record_vllm(
                 f"--engine-mode {run.engine_config.mode}: the real scheduler is vLLM's; "
                 "record SGLang mode with record sim"
             )
-        use_shim = run.strategy.kind != "builtin" if shims[index] is None else shims[index]
-        if not use_shim and run.strategy.kind != "builtin":
-            raise ConfigError(
-                f"--strategy {run.strategy.name}: a policy needs the shim (it replaces vLLM's "
-                "victim); only builtin records the unmodified scheduler"
-            )
-        scenarios.append(
-            Scenario(
-                index,
-                run.engine_config,
-                tuple(engine_requests(run.workload)),
-                {
-                    "name": run.strategy.name,
-                    "kind": run.strategy.kind,
-                    "settings": dict(run.strategy.settings),
-                },
-                run.host_path,
-                use_shim,
-            )
-        )
+        scenarios.append(vllm_scenario(index, run, shims[index], "scheduler"))
     messages = run_driver(scenarios, venv=venv)
     return record_each(
         messages,
@@ -386,27 +405,32 @@ def _record_one(
     return out
 
 
-def _consume(
-    index: int, messages: Iterator[dict[str, Any]], observer: TraceObserver, log: IO[str]
+#: Handles a driver message a recorder reads itself: ``(kind, message)`` -> whether it did.
+MessageHandler = Callable[[str, dict[str, Any]], bool]
+
+
+def consume_run(
+    index: int,
+    messages: Iterator[dict[str, Any]],
+    observer: TraceObserver,
+    log: IO[str],
+    driver: str,
+    handle: MessageHandler | None = None,
 ) -> dict[str, Any]:
-    # A step is written once the next message is read: the driver follows a step whose
-    # admissions looked the prefix cache up with a ``cache`` message of that step's hits.
-    pending: StepRecord | None = None
+    """Feed run ``index``'s messages to ``observer`` and ``log`` until its ``end``; return that.
+
+    Steps, decisions and requests go to the observer, policy log lines to ``log``; ``handle``
+    sees every message first and takes those it returns True for. A message of another run, an
+    ``error`` or the driver stopping first is a :class:`VllmDriverError` naming ``driver``.
+    """
     for message in messages:
         kind = message.get("kind")
         if message.get("run") != index:
-            raise VllmDriverError(f"the vLLM driver answered out of order: {message}")
-        if kind == "cache":
-            if pending is None or pending.step != message["step"]:
-                raise VllmDriverError(f"the vLLM driver sent cache hits of no step: {message}")
-            pending.cache_hits = {rid: int(n) for rid, n in message["hits"].items()}
-            pending.num_evicted_blocks = int(message.get("evicted", 0))
+            raise VllmDriverError(f"{driver} answered out of order: {message}")
+        if handle is not None and handle(kind, message):
             continue
-        if pending is not None:
-            observer.on_step(pending)
-            pending = None
         if kind == "step":
-            pending = step_from_wire(message["r"])
+            observer.on_step(step_from_wire(message["r"]))
         elif kind == "decision":
             observer.on_decision(decision_from_wire(message["r"]))
         elif kind == "request":
@@ -417,7 +441,33 @@ def _consume(
             return message
         elif kind == "error":
             raise VllmDriverError(
-                f"run {index} failed in the vLLM driver: {message['message']}\n"
+                f"run {index} failed in {driver}: {message['message']}\n"
                 f"{message.get('traceback', '')[-3000:]}"
             )
-    raise VllmDriverError(f"the vLLM driver stopped before finishing run {index}")
+    raise VllmDriverError(f"{driver} stopped before finishing run {index}")
+
+
+def _consume(
+    index: int, messages: Iterator[dict[str, Any]], observer: TraceObserver, log: IO[str]
+) -> dict[str, Any]:
+    # A step is written once the next message is read: the driver follows a step whose
+    # admissions looked the prefix cache up with a ``cache`` message of that step's hits.
+    pending: StepRecord | None = None
+
+    def handle(kind: str, message: dict[str, Any]) -> bool:
+        nonlocal pending
+        if kind == "cache":
+            if pending is None or pending.step != message["step"]:
+                raise VllmDriverError(f"the vLLM driver sent cache hits of no step: {message}")
+            pending.cache_hits = {rid: int(n) for rid, n in message["hits"].items()}
+            pending.num_evicted_blocks = int(message.get("evicted", 0))
+            return True
+        if pending is not None:
+            observer.on_step(pending)
+            pending = None
+        if kind == "step":
+            pending = step_from_wire(message["r"])
+            return True
+        return False
+
+    return consume_run(index, messages, observer, log, "the vLLM driver", handle)

@@ -32,23 +32,24 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
 from tracekit.recording.driver_process import run_driver_process
 from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
     Scenario,
-    decision_from_wire,
-    request_from_wire,
     scenario_lines,
     step_from_wire,
 )
 from tracekit.vllm.record import (
     VllmDriverError,
+    check_run_lists,
+    consume_run,
+    driver_env,
     find_vllm_python,
     finish_vllm_manifest,
     record_each,
+    vllm_scenario,
 )
 
 __all__ = ["OUTPUTS_FILE", "OUTPUTS_SCHEMA", "STEP_SHAPES_FILE", "record_vllm_live"]
@@ -74,26 +75,6 @@ _SHAPE_COLUMNS = (
 )
 
 Progress = Callable[[int, int], None]
-
-
-def _live_env(python: Path) -> dict[str, str]:
-    defaults = {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_TARGET_DEVICE": "cpu",
-        # Kept with the environment: the live model and vLLM's own caches live there.
-        "VLLM_CACHE_ROOT": str(python.parent.parent / "vllm-cache"),
-        "PYTHONUNBUFFERED": "1",
-        # One compute thread, unbound: on a machine shared with other processes a second OpenMP
-        # thread spends its time spinning at barriers for a core, and step times swing by 10x.
-        "OMP_NUM_THREADS": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    }
-    env = {key: os.environ.get(key, value) for key, value in defaults.items()}
-    extra = os.environ.get("BIDKV_VLLM_PYTHONPATH")
-    if extra:
-        env["PYTHONPATH"] = extra
-    return env
 
 
 def record_vllm_live(
@@ -139,10 +120,7 @@ def record_vllm_live(
     VllmDriverError
         The engine failed to start or a run failed (no bundle is written for it).
     """
-    if len(runs) != len(outs):
-        raise ConfigError(f"record_vllm_live: {len(runs)} runs but {len(outs)} output folders")
-    if run_ids is not None and len(run_ids) != len(runs):
-        raise ConfigError(f"record_vllm_live: {len(runs)} runs but {len(run_ids)} run ids")
+    check_run_lists("record_vllm_live", runs, outs, run_ids)
     # The live engine steps synchronously (each timed step() is one schedule and one forward;
     # vLLM's CPU platform turns async scheduling off anyway), so its bundles say so.
     runs = [
@@ -169,26 +147,7 @@ def record_vllm_live(
                 f"--block-size {config.block_size}: vLLM's CPU attention backend needs a "
                 "multiple of 32; pass --block-size 32"
             )
-        use_shim = run.strategy.kind != "builtin" if shim is None else shim
-        if not use_shim and run.strategy.kind != "builtin":
-            raise ConfigError(
-                f"--strategy {run.strategy.name}: a policy needs the shim (it replaces vLLM's "
-                "victim); only builtin records the unmodified engine"
-            )
-        scenarios.append(
-            Scenario(
-                index,
-                config,
-                tuple(engine_requests(run.workload)),
-                {
-                    "name": run.strategy.name,
-                    "kind": run.strategy.kind,
-                    "settings": dict(run.strategy.settings),
-                },
-                run.host_path,
-                use_shim,
-            )
-        )
+        scenarios.append(vllm_scenario(index, run, shim, "engine"))
     python = find_vllm_python(venv)
     argv = ["-m", "tracekit.vllm.live_engine.driver", "--seed", str(runs[0].seed if runs else 0)]
     if all_at_once:
@@ -198,7 +157,9 @@ def record_vllm_live(
         argv,
         list(scenario_lines(scenarios)),
         engine="vLLM",
-        env=_live_env(python),
+        # One compute thread, unbound: on a machine shared with other processes a second OpenMP
+        # thread spends its time spinning at barriers for a core, and step times swing by 10x.
+        env=driver_env(python, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind"),
         error=VllmDriverError,
     )
     return record_each(
@@ -304,10 +265,11 @@ def _consume(
     shapes: list[tuple[int, int, int, int, int, float]],
 ) -> dict[str, Any]:
     last: Any = None
-    for message in messages:
-        kind = message.get("kind")
-        if message.get("run") != index:
-            raise VllmDriverError(f"the live vLLM driver answered out of order: {message}")
+
+    # Besides the scheduler driver's messages: each step's shape (its KV tokens read) right
+    # after the step, and each request's output token ids.
+    def handle(kind: str, message: dict[str, Any]) -> bool:
+        nonlocal last
         if kind == "step":
             last = step_from_wire(message["r"])
             observer.on_step(last)
@@ -323,19 +285,10 @@ def _consume(
                     last.duration_s,
                 )
             )
-        elif kind == "decision":
-            observer.on_decision(decision_from_wire(message["r"]))
-        elif kind == "request":
-            observer.on_request(request_from_wire(message["r"]))
         elif kind == "output":
             outputs[message["request_id"]] = list(message["token_ids"])
-        elif kind == "log":
-            log.write(message["line"] + "\n")
-        elif kind == "end":
-            return message
-        elif kind == "error":
-            raise VllmDriverError(
-                f"run {index} failed in the live vLLM driver: {message['message']}\n"
-                f"{message.get('traceback', '')[-3000:]}"
-            )
-    raise VllmDriverError(f"the live vLLM driver stopped before finishing run {index}")
+        else:
+            return False
+        return True
+
+    return consume_run(index, messages, observer, log, "the live vLLM driver", handle)
