@@ -8,6 +8,10 @@ derived from them columnar (Polars, no loop over rows):
 - ``num_prefill_tokens`` = ``steps.scheduled_prefill_tokens``;
 - ``num_decode_seqs`` = ``steps.scheduled_decode_tokens`` (one token per decoding sequence);
 - ``num_sequences`` = the step's rows in ``scheduled``;
+- ``prefill_attention_pairs`` = over the step's prefill chunks (a scheduled row that is not one
+  token of a request past its prompt), ``n * (computed - n) + n * (n + 1) / 2`` for a chunk of
+  ``n`` tokens with ``computed`` tokens computed after it (the calibrated model's quadratic
+  term; a one-token recomputation chunk past the prompt counts as a decode here);
 - ``kv_tokens_read`` = the sum over the step's scheduled requests of the tokens each has computed
   after the step: the running sum of its ``num_tokens`` since it was last preempted (a
   preemption, ``decisions.applied_victim_id`` at an earlier step, throws its KV away and the
@@ -41,7 +45,7 @@ def step_makeup(dataset: Any) -> Any:
     -------
     polars.DataFrame
         ``run_id``, ``step``, ``num_prefill_tokens``, ``num_decode_seqs``, ``kv_tokens_read``,
-        ``num_sequences``, ``duration_s``, sorted by run and step.
+        ``num_sequences``, ``prefill_attention_pairs``, ``duration_s``, sorted by run and step.
 
     Raises
     ------
@@ -93,6 +97,8 @@ def step_makeup(dataset: Any) -> Any:
     rows = rows.join(hits, on=["run_id", "request_id", "epoch"], how="left").sort(
         "run_id", "request_id", "step"
     )
+    prompts = dataset.scan("requests").select("run_id", "request_id", "prompt_tokens")
+    n = pl.col("num_tokens")
     rows = (
         rows.with_columns(
             (
@@ -100,10 +106,18 @@ def step_makeup(dataset: Any) -> Any:
                 + pl.col("hit").fill_null(0)
             ).alias("computed")
         )
+        .join(prompts, on=["run_id", "request_id"], how="left")
+        .with_columns(
+            pl.when((n == 1) & (pl.col("computed") > pl.col("prompt_tokens")))
+            .then(0)
+            .otherwise(n * (pl.col("computed") - n) + n * (n + 1) // 2)
+            .alias("pairs")
+        )
         .group_by("run_id", "step")
         .agg(
             pl.len().alias("num_sequences"),
             pl.col("computed").sum().alias("kv_tokens_read"),
+            pl.col("pairs").sum().alias("prefill_attention_pairs"),
         )
     )
     frame = (
@@ -123,6 +137,7 @@ def step_makeup(dataset: Any) -> Any:
             "num_decode_seqs",
             pl.col("kv_tokens_read").cast(pl.Int64),
             pl.col("num_sequences").cast(pl.Int64),
+            pl.col("prefill_attention_pairs").cast(pl.Int64),
             "duration_s",
         )
         .sort("run_id", "step")
