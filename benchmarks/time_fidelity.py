@@ -324,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     header = f"{'metric':16} {'live':>9}" + "".join(f" {n:>17} {'error':>7}" for n in columns)
     print(header)
+    # The check compares the model at the live test run's measured load when the model was
+    # fitted on CPU time (a loaded CI machine slows the live run by a factor of 1.2 to 2 that
+    # no model of the engine sees), else the model itself.
+    checked = "calibrated x load" if "calibrated x load" in columns else "calibrated"
     failed = []
     for row in rows:
         line = f"{row['metric']:16} {row['live']:9.4g}"
@@ -331,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             e = row[f"{name} error"]
             line += f" {row[name]:17.4g} {'-' if e is None else f'{e:+.0%}':>7}"
         print(line)
-        ratio = None if row["live"] == 0 else row["calibrated"] / row["live"]
+        ratio = None if row["live"] == 0 else row[checked] / row["live"]
         if (
             args.check is not None
             and row["column"] in CHECKED
@@ -347,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"within {args.target:.0%} ({name}): {', '.join(within) or 'none'}")
     if failed:
         print(
-            f"check failed: {', '.join(failed)} not within a factor {args.check:g} of the live run",
+            f"check failed ({checked}): {', '.join(failed)} not within a factor {args.check:g} "
+            "of the live run",
             file=sys.stderr,
         )
         return 1
