@@ -108,7 +108,7 @@ def _step_error(
     step_model: CalibratedModel, shapes: pl.DataFrame, target: str = "duration_s"
 ) -> dict[str, float]:
     """MAPE and P50/P95 of the model's relative step-time error on measured steps."""
-    predicted = _prediction(step_model)
+    predicted = _prediction(step_model, shapes.columns)
     rel = ((predicted - pl.col(target)).abs() / pl.col(target)).alias("rel")
     row = shapes.select(
         (rel.mean() * 100).alias("mape"),
