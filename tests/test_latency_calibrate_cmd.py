@@ -247,3 +247,31 @@ def test_refuses_a_missing_trace_and_a_bad_holdout(tmp_path: Path) -> None:
         cli, ["calibrate", str(tmp_path), "--holdout", "1.5", "--out", str(tmp_path / "m.json")]
     )
     assert result.exit_code == 2 and "--holdout" in result.output
+
+
+def test_a_live_bundle_is_fitted_on_its_step_shapes_cpu_time(
+    known_bundle_sync: Path, tmp_path: Path
+) -> None:
+    # A bundle with a live recorder's step_shapes.parquet: its make-up, the KNOWN model's time
+    # as each step's CPU time, and a wall clock that a loaded machine inflated (every fifth
+    # step descheduled for 30 ms). The fit must use the CPU time, exactly.
+    live = tmp_path / "live"
+    live.mkdir()
+    for item in known_bundle_sync.iterdir():
+        (live / item.name).write_bytes(item.read_bytes())
+    shapes = step_makeup(open_trace(live)).with_columns(cpu_s=pl.col("duration_s"))
+    shapes = shapes.with_columns(
+        duration_s=pl.col("cpu_s") + pl.when(pl.col("step") % 5 == 0).then(0.03).otherwise(0.0)
+    )
+    shapes.write_parquet(live / "step_shapes.parquet")
+    result = calibrate_trace(live, tmp_path / "m.json")
+    assert result.model.fit["target"] == "cpu_s"
+    assert result.model.fit["weighting"] == "absolute"
+    got = dict(zip(TERMS, result.model.coefficients, strict=True))
+    for term in TERMS:
+        assert got[term] == pytest.approx(KNOWN[term], rel=1e-6, abs=1e-12), term
+    # Without the CPU time the same bundle is fitted from its tables, on the wall clock.
+    shapes.drop("cpu_s").write_parquet(live / "step_shapes.parquet")
+    wall = calibrate_trace(live, tmp_path / "w.json")
+    assert wall.model.fit["target"] == "duration_s"
+    assert wall.model.fit["weighting"] == "relative"

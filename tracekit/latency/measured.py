@@ -170,10 +170,24 @@ class CalibrationResult:
     num_steps: int
 
 
+#: The live recorder's side table of each step's make-up and measured times
+#: (``tracekit.vllm.live_engine.record.STEP_SHAPES_FILE``).
+LIVE_STEP_SHAPES = "step_shapes.parquet"
+
+
 def calibrate_trace(
     trace: str | Path, out: str | Path, *, holdout_fraction: float = 0.2, seed: int = 0
 ) -> CalibrationResult:
     """Fit a step-time model to a recording's measured steps and write it to ``out``.
+
+    A live bundle (``tracekit record vllm --live``) carries ``step_shapes.parquet``: the make-up
+    read inside vLLM (its context counts prefix-cache hits, which the bundle's tables do not
+    give) and each step's CPU time. The fit then uses that table, on the CPU time with absolute
+    weighting: the CPU time is the step's length without the time other processes held the
+    cores, and absolute weighting makes the model's total equal the measured total, which is
+    what latencies add up (``docs/engine.md``, Time fidelity). Any other bundle is fitted from
+    its tables, on ``duration_s`` with relative weighting (robust to the descheduled tail of a
+    loaded machine's wall clock).
 
     Parameters
     ----------
@@ -191,12 +205,22 @@ def calibrate_trace(
         The trace cannot be read, lacks the make-up, or its steps are too few or too uniform to
         fit (:class:`~tracekit.latency.calibrated.FitError`); nothing is written.
     """
+    import polars as pl
+
     from tracekit.trace import open_trace
 
     trace, out = Path(trace), Path(out)
-    frame = step_makeup(open_trace(trace))
+    dataset = open_trace(trace)
+    shapes_path = Path(dataset.root) / LIVE_STEP_SHAPES
+    shapes = pl.read_parquet(shapes_path) if shapes_path.is_file() else None
+    if shapes is not None and "cpu_s" in shapes.columns and shapes["cpu_s"].min() > 0:
+        frame = shapes
+        options = {"weighting": "absolute", "target": "cpu_s"}
+    else:
+        frame = step_makeup(dataset)
+        options = {"weighting": "relative", "target": "duration_s"}
     model = fit_step_time_model(
-        frame, seed=seed, holdout_fraction=holdout_fraction, source=str(trace)
+        frame, seed=seed, holdout_fraction=holdout_fraction, source=str(trace), **options
     )
     model = CalibratedModel(model.coefficients, model.fit, model.errors, str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
