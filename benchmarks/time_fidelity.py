@@ -3,35 +3,35 @@
 1. Records two slices of one workload on the live vLLM engine (``tracekit record vllm --live``:
    the tiny random-weight Llama on this machine's CPU, built-in victims, one driver process):
    the *calibration* slice and a different *test* slice.
-2. Fits the linear step-time model of :mod:`tracekit.latency.calibrated` to the calibration
-   slice's measured steps (its ``step_shapes.parquet``: each step's make-up and measured
-   duration) and reports its held-out error, and its error on every step of the test slice.
-3. Simulates the test slice on the embedded engine three times, with the same engine
-   configuration: with the calibrated model as the clock; with that model scaled by one scalar so
-   that its total over the calibration slice's steps equals the measured total ("mean-corrected":
-   the relative-error fit lands near the typical step, while latencies and throughput add up
-   step totals, which descheduled steps on a shared machine inflate); and with the default
-   roofline cost model (``a6000-llama3-8b``: what a user gets without calibration).
-   ``--repeat-live`` also runs the test slice live a second time: how far two live runs of the
-   same slice are apart is the floor no model can beat on this machine.
+2. Fits the step-time model of :mod:`tracekit.latency.calibrated` to the calibration slice's
+   measured steps (its ``step_shapes.parquet``: each step's make-up, wall-clock duration and
+   CPU time) on their **CPU time** with **absolute** weighting (the model's total equals the
+   measured total) and reports its held-out error, and its error on every step of the test
+   slice. The CPU time is the step's length without the time other processes held the two
+   cores; a bundle recorded before it existed is fitted on the wall clock.
+3. Simulates the test slice on the embedded engine (``--latency calibrated:FILE``), with the
+   same engine configuration: with the calibrated model ("calibrated": the engine on an idle
+   machine); with the model times the live test run's **load factor**, the wall-clock over CPU
+   time of its steps ("calibrated x load": a diagnostic that separates the model's error from
+   the machine's load, using that one figure of the test run); with the model fitted as before
+   this script fitted on CPU time ("previous": relative error, wall clock, no attention pairs);
+   and with the default roofline cost model (``a6000-llama3-8b``: what a user gets without
+   calibration). ``--repeat-live`` also runs the test slice live a second time: how far two
+   live runs of the same slice are apart is the floor no model can beat on this machine.
 4. Compares each simulation's serving metrics with the live test run's (``tracekit.analysis.
    serving``): TTFT, TPOT and end-to-end P50 and P95, output throughput, and preemptions; prints
    the relative error of each (simulated / live - 1) and whether it is within ``--target``.
 
-The calibrated clock: when the engine has ``EngineConfig.latency`` (``--latency calibrated:FILE``)
-it is used; otherwise this script times each embedded step with the model itself (the same
-make-up: prefill tokens, decoding sequences, context tokens read, scheduled sequences, read
-after ``schedule()`` exactly as the engine's ``kv_tokens_read``).
-
 Wall-clock measurements on a shared machine are noisy: the live runs' step times move with the
-load of other processes, which no model sees. The script prints the machine's load average
-before and after so that a reader can judge.
+load of other processes. The script prints the machine's load average before and after and
+each live run's load factor so that a reader can judge.
 
 Exit status: 0; 1 with ``--check R`` when the calibrated model's TPOT P50, end-to-end P50 or
-output throughput is not within a factor ``R`` of the live run's (CI uses 3: the check is that
-the pipeline works end to end and the calibrated model stays in range, not the 10 % target,
-which the load of a shared machine makes unreachable; see docs/engine.md). Writes everything
-(bundles, models, ``time_fidelity.json``) under ``--out``.
+output throughput is not within a factor ``R`` of the live run's; the model at the test run's
+load factor is checked when it was fitted on CPU time (CI uses 3: the check is that the
+pipeline works end to end and the model stays in range, not the 10 % target, which the load
+of a shared machine makes unmeasurable; see docs/engine.md). Writes everything (bundles,
+models, ``time_fidelity.json``) under ``--out``.
 
 Usage: ``python benchmarks/time_fidelity.py [--workload PATH] [--calibrate-window 0:30]
 [--test-window 30:60] [--num-blocks 256] [--max-model-len 6144] [--out DIR] [--vllm-venv DIR]
