@@ -169,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         metavar="R",
-        help="exit 1 unless the calibrated model's TPOT P50, E2E P50 and output throughput are "
-        "within a factor R of the live run's (a smoke check, e.g. 3)",
+        help="exit 1 unless the calibrated model's TPOT P50, E2E P50 and output throughput (at "
+        "the live test run's load factor when fitted on CPU time) are within a factor R of the "
+        "live run's (a smoke check, e.g. 3)",
     )
     parser.add_argument(
         "--repeat-live",

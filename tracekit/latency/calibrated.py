@@ -28,8 +28,8 @@ model. Data with too few steps, durations of tiny spread, or a make-up that cann
 terms (a term that never varies, or terms that move together) is refused with a
 :class:`~tracekit.errors.ConfigError`.
 
-The least squares is done on the 5 x 5 normal equations (sums computed by Polars expressions,
-the small solve in pure Python), so no numpy is needed.
+The least squares is done on the 6 x 6 normal equations (5 x 5 without the pairs term; sums
+computed by Polars expressions, the small solve in pure Python), so no numpy is needed.
 """
 
 from __future__ import annotations
