@@ -15,8 +15,9 @@ The model is linear in the step's make-up, with non-negative coefficients::
   after ``c`` cached ones has ``n * c + n * (n + 1) / 2``). A prefill's attention is quadratic in
   the chunk, which no linear total captures; on the live engine's tiny model (4 layers, hidden
   256) attention outweighs the matmuls beyond about a thousand tokens of context, and without
-  this term the fit under-estimated the calibration slice's prefill steps by 22 % of their CPU
-  time (``docs/engine.md``, Time fidelity). Models of version 1 have no such term (``c5 = 0``).
+  this term a relative fit under-estimated the calibration slice's prefill steps by 16 and 22 % of
+  their CPU time in two runs (``docs/engine.md``, Time fidelity). Models of version 1 have no
+  such term (``c5 = 0``).
 
 It is fitted by non-negative least squares on the **relative** error (each step weighted by one
 over its measured duration, the default: short decode steps count as much as long prefill
