@@ -3,35 +3,35 @@
 1. Records two slices of one workload on the live vLLM engine (``tracekit record vllm --live``:
    the tiny random-weight Llama on this machine's CPU, built-in victims, one driver process):
    the *calibration* slice and a different *test* slice.
-2. Fits the linear step-time model of :mod:`tracekit.latency.calibrated` to the calibration
-   slice's measured steps (its ``step_shapes.parquet``: each step's make-up and measured
-   duration) and reports its held-out error, and its error on every step of the test slice.
-3. Simulates the test slice on the embedded engine three times, with the same engine
-   configuration: with the calibrated model as the clock; with that model scaled by one scalar so
-   that its total over the calibration slice's steps equals the measured total ("mean-corrected":
-   the relative-error fit lands near the typical step, while latencies and throughput add up
-   step totals, which descheduled steps on a shared machine inflate); and with the default
-   roofline cost model (``a6000-llama3-8b``: what a user gets without calibration).
-   ``--repeat-live`` also runs the test slice live a second time: how far two live runs of the
-   same slice are apart is the floor no model can beat on this machine.
+2. Fits the step-time model of :mod:`tracekit.latency.calibrated` to the calibration slice's
+   measured steps (its ``step_shapes.parquet``: each step's make-up, wall-clock duration and
+   CPU time) on their **CPU time** with **absolute** weighting (the model's total equals the
+   measured total) and reports its held-out error, and its error on every step of the test
+   slice. The CPU time is the step's length without the time other processes held the two
+   cores; a bundle recorded before it existed is fitted on the wall clock.
+3. Simulates the test slice on the embedded engine (``--latency calibrated:FILE``), with the
+   same engine configuration: with the calibrated model ("calibrated": the engine on an idle
+   machine); with the model times the live test run's **load factor**, the wall-clock over CPU
+   time of its steps ("calibrated x load": a diagnostic that separates the model's error from
+   the machine's load, using that one figure of the test run); with the model fitted as before
+   this script fitted on CPU time ("previous": relative error, wall clock, no attention pairs);
+   and with the default roofline cost model (``a6000-llama3-8b``: what a user gets without
+   calibration). ``--repeat-live`` also runs the test slice live a second time: how far two
+   live runs of the same slice are apart is the floor no model can beat on this machine.
 4. Compares each simulation's serving metrics with the live test run's (``tracekit.analysis.
    serving``): TTFT, TPOT and end-to-end P50 and P95, output throughput, and preemptions; prints
    the relative error of each (simulated / live - 1) and whether it is within ``--target``.
 
-The calibrated clock: when the engine has ``EngineConfig.latency`` (``--latency calibrated:FILE``)
-it is used; otherwise this script times each embedded step with the model itself (the same
-make-up: prefill tokens, decoding sequences, context tokens read, scheduled sequences, read
-after ``schedule()`` exactly as the engine's ``kv_tokens_read``).
-
 Wall-clock measurements on a shared machine are noisy: the live runs' step times move with the
-load of other processes, which no model sees. The script prints the machine's load average
-before and after so that a reader can judge.
+load of other processes. The script prints the machine's load average before and after and
+each live run's load factor so that a reader can judge.
 
 Exit status: 0; 1 with ``--check R`` when the calibrated model's TPOT P50, end-to-end P50 or
-output throughput is not within a factor ``R`` of the live run's (CI uses 3: the check is that
-the pipeline works end to end and the calibrated model stays in range, not the 10 % target,
-which the load of a shared machine makes unreachable; see docs/engine.md). Writes everything
-(bundles, models, ``time_fidelity.json``) under ``--out``.
+output throughput is not within a factor ``R`` of the live run's; the model at the test run's
+load factor is checked when it was fitted on CPU time (CI uses 3: the check is that the
+pipeline works end to end and the model stays in range, not the 10 % target, which the load
+of a shared machine makes unmeasurable; see docs/engine.md). Writes everything (bundles,
+models, ``time_fidelity.json``) under ``--out``.
 
 Usage: ``python benchmarks/time_fidelity.py [--workload PATH] [--calibrate-window 0:30]
 [--test-window 30:60] [--num-blocks 256] [--max-model-len 6144] [--out DIR] [--vllm-venv DIR]
@@ -41,29 +41,23 @@ Usage: ``python benchmarks/time_fidelity.py [--workload PATH] [--calibrate-windo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-import tracekit.engine.engine as engine_module
 from tracekit.analysis.serving import serving_metrics
-from tracekit.engine.clock import COST_MODEL_PRESETS, CostModelClock
 from tracekit.engine.config import EngineConfig, make_engine_config
 from tracekit.engine.engine import run_engine
 from tracekit.engine.hosts import BuiltinHost
 from tracekit.engine.request import engine_requests
-from tracekit.engine.scheduler import VllmScheduler
-from tracekit.latency.calibrated import CalibratedModel, fit_step_time_model
-from tracekit.latency.interface import StepShape
+from tracekit.latency.calibrated import PAIRS, CalibratedModel, fit_step_time_model
 from tracekit.recording.rows import request_row
 from tracekit.recording.sim import SimRun, load_run_workload
 from tracekit.strategies import resolve_strategy
@@ -95,87 +89,12 @@ def _window(text: str) -> tuple[float, float]:
     return float(start), float(end)
 
 
-class _ModelClock(CostModelClock):
-    """A cost-model clock whose step times come from a calibrated model of the step's make-up.
-
-    Used only when the engine has no ``EngineConfig.latency``; :class:`_ShapeProbe` hands it
-    the make-up of the step being timed.
-    """
-
-    __slots__ = ("probe", "step_model")
-
-    def __init__(self, step_model: CalibratedModel, probe: _ShapeProbe) -> None:
-        super().__init__(COST_MODEL_PRESETS["a6000-llama3-8b"])
-        self.step_model = step_model
-        self.probe = probe
-
-    def duration(self, num_scheduled_tokens: int, num_sequences: int, kv_tokens_read: int) -> float:
-        """The model's time of the step the probe saw last."""
-        if num_sequences == 0:
-            return self.model.overhead_s
-        return self.step_model.step_time_s(self.probe.shape)
-
-
-class _ShapeProbe:
-    """Wraps the embedded scheduler's ``schedule()`` to read each step's make-up."""
-
-    def __init__(self) -> None:
-        self.shape = StepShape()
-        self.scheduler: Any = None
-
-    def factory(self, config: EngineConfig, host: Any, on_decision: Any) -> Any:
-        scheduler = VllmScheduler(config, host, on_decision)
-        schedule = scheduler.schedule
-        requests = scheduler.requests  # request_id -> the engine's state, while unfinished
-
-        def probed(step: int, now: float) -> Any:
-            out = schedule(step, now)
-            self.shape = _shape_of(out, requests)
-            return out
-
-        scheduler.schedule = probed  # type: ignore[method-assign]
-        return scheduler
-
-
-def _shape_of(out: Any, states: dict[str, Any]) -> StepShape:
-    """The make-up of a scheduled step, as the engine counts it (``fake_model.split_tokens``)."""
-    prefill = []
-    decode = []
-    for request_id, n in out.num_scheduled_tokens.items():
-        r = states[request_id]
-        computed = r.num_computed_tokens
-        output = r.num_output_tokens
-        if n == 1 and output and computed == r.num_prompt_tokens + output:
-            decode.append(computed - 1)
-        else:
-            prefill.append((n, computed - n))
-    return StepShape.of(prefill, decode)
-
-
-@contextlib.contextmanager
-def _model_clock(step_model: CalibratedModel, probe: _ShapeProbe) -> Iterator[None]:
-    saved = engine_module.make_clock
-    engine_module.make_clock = lambda *args, **kwargs: _ModelClock(step_model, probe)  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        engine_module.make_clock = saved
-
-
-def simulate(
-    requests: list[Any], config: EngineConfig, step_model: CalibratedModel | None, model_path: Path
-) -> pl.DataFrame:
-    """The embedded engine's ``requests`` rows for the run (calibrated clock, or roofline)."""
-    run_id = "calibrated" if step_model is not None else "roofline"
-    if step_model is None:
-        result = run_engine(requests, config, BuiltinHost())
-    elif "latency" in {f.name for f in dataclasses.fields(EngineConfig)}:
-        latency_config = dataclasses.replace(config, latency=f"calibrated:{model_path}")  # type: ignore[call-arg]
-        result = run_engine(requests, latency_config, BuiltinHost())
-    else:
-        probe = _ShapeProbe()
-        with _model_clock(step_model, probe):
-            result = run_engine(requests, config, BuiltinHost(), scheduler_factory=probe.factory)
+def simulate(requests: list[Any], config: EngineConfig, model_path: Path | None) -> pl.DataFrame:
+    """The embedded engine's ``requests`` rows for the run (a calibrated model, or roofline)."""
+    run_id = "roofline" if model_path is None else "calibrated"
+    if model_path is not None:
+        config = dataclasses.replace(config, latency=f"calibrated:{model_path}")
+    result = run_engine(requests, config, BuiltinHost())
     rows = [request_row(run_id, r)._asdict() for r in result.requests]
     return pl.DataFrame(rows, infer_schema_length=None)
 
@@ -185,10 +104,12 @@ def _metrics(requests: pl.DataFrame | pl.LazyFrame) -> dict[str, float]:
     return {column: float(frame[column]) for _, column in METRICS}
 
 
-def _step_error(step_model: CalibratedModel, shapes: pl.DataFrame) -> dict[str, float]:
+def _step_error(
+    step_model: CalibratedModel, shapes: pl.DataFrame, target: str = "duration_s"
+) -> dict[str, float]:
     """MAPE and P50/P95 of the model's relative step-time error on measured steps."""
-    predicted = _prediction(step_model)
-    rel = ((predicted - pl.col("duration_s")).abs() / pl.col("duration_s")).alias("rel")
+    predicted = _prediction(step_model, shapes.columns)
+    rel = ((predicted - pl.col(target)).abs() / pl.col(target)).alias("rel")
     row = shapes.select(
         (rel.mean() * 100).alias("mape"),
         rel.quantile(0.5, "linear").alias("p50"),
@@ -197,25 +118,29 @@ def _step_error(step_model: CalibratedModel, shapes: pl.DataFrame) -> dict[str, 
     return {"steps": shapes.height, "mape_pct": row[0], "p50": row[1], "p95": row[2]}
 
 
-def _mean_corrected(step_model: CalibratedModel, shapes: pl.DataFrame) -> CalibratedModel:
-    """``step_model`` scaled so that its total over ``shapes`` equals the measured total.
-
-    The fit minimises the *relative* error of each step, which on a shared machine lands near
-    the typical (median) step; but queueing and throughput add up step *totals*, which the
-    heavy tail of descheduled steps inflates. One scalar, fitted on the calibration slice only,
-    puts the mean back.
-    """
-    predicted = shapes.select(_prediction(step_model).sum()).item()
-    scale = float(shapes["duration_s"].sum()) / predicted
+def _scaled(step_model: CalibratedModel, scale: float, why: str) -> CalibratedModel:
+    """``step_model`` with every coefficient times ``scale`` (``why`` goes into its record)."""
     return dataclasses.replace(
         step_model,
         coefficients=tuple(c * scale for c in step_model.coefficients),
-        fit={**step_model.fit, "mean_correction": scale},
-        source=f"{step_model.source} (mean-corrected x{scale:.3f})",
+        fit={**step_model.fit, "scale": scale, "scale_reason": why},
+        source=f"{step_model.source} (x{scale:.3f}, {why})",
     )
 
 
-def _prediction(step_model: CalibratedModel) -> pl.Expr:
+def _load_factor(shapes: pl.DataFrame) -> float | None:
+    """Wall-clock over CPU time of a live run's steps: how much other processes slowed it.
+
+    With one compute thread a step's CPU time is its length on an idle machine, so the ratio is
+    1 on a quiet machine (measured: the median step's ratio is 1.000) and grows with the time
+    the run waited for a core. None for a bundle recorded before ``cpu_s`` existed.
+    """
+    if "cpu_s" not in shapes.columns or not shapes["cpu_s"].sum() > 0:
+        return None
+    return float(shapes["duration_s"].sum() / shapes["cpu_s"].sum())
+
+
+def _prediction(step_model: CalibratedModel, columns: Any = (PAIRS,)) -> pl.Expr:
     c = step_model.coefficients
     return (
         c[0]
@@ -223,6 +148,7 @@ def _prediction(step_model: CalibratedModel) -> pl.Expr:
         + c[2] * pl.col("num_decode_seqs")
         + c[3] * pl.col("kv_tokens_read")
         + c[4] * pl.col("num_sequences")
+        + c[5] * (pl.col(PAIRS) if PAIRS in columns else pl.lit(0))
     )
 
 
@@ -243,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         metavar="R",
-        help="exit 1 unless the calibrated model's TPOT P50, E2E P50 and output throughput are "
-        "within a factor R of the live run's (a smoke check, e.g. 3)",
+        help="exit 1 unless the calibrated model's TPOT P50, E2E P50 and output throughput (at "
+        "the live test run's load factor when fitted on CPU time) are within a factor R of the "
+        "live run's (a smoke check, e.g. 3)",
     )
     parser.add_argument(
         "--repeat-live",
@@ -285,20 +212,45 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
 
     calibration = pl.read_parquet(bundles[0] / STEP_SHAPES_FILE)
-    fitted = fit_step_time_model(calibration, seed=args.seed, source=str(bundles[0]))
-    corrected = _mean_corrected(fitted, calibration)
-    fitted_path = fitted.save(args.out / "model.json")
-    corrected_path = corrected.save(args.out / "model-mean-corrected.json")
     test_shapes = pl.read_parquet(bundles[1] / STEP_SHAPES_FILE)
+    # The step time to fit: CPU time when the bundle has it (the step's length without the
+    # time other processes held the cores; on a quiet machine it equals the wall clock), else
+    # the wall clock. Absolute weighting: latencies and throughput add up step totals.
+    target = "cpu_s" if _load_factor(calibration) is not None else "duration_s"
+    fitted = fit_step_time_model(
+        calibration, seed=args.seed, source=str(bundles[0]), weighting="absolute", target=target
+    )
+    # The model before this fit's changes: relative error, wall clock, no attention pairs.
+    previous = fit_step_time_model(
+        calibration.drop(PAIRS, strict=False), seed=args.seed, source=str(bundles[0])
+    )
+    fitted_path = fitted.save(args.out / "model.json")
+    previous_path = previous.save(args.out / "model-previous.json")
+    load = {
+        "calibrate": _load_factor(calibration),
+        "test": _load_factor(test_shapes),
+        "test again": (
+            _load_factor(pl.read_parquet(bundles[2] / STEP_SHAPES_FILE))
+            if args.repeat_live
+            else None
+        ),
+    }
 
     requests = list(engine_requests(runs[1].workload))
     live = _metrics(open_trace(bundles[1]).scan("requests"))
     columns: dict[str, dict[str, float]] = {}
     if args.repeat_live:
         columns["live again"] = _metrics(open_trace(bundles[2]).scan("requests"))
-    columns["calibrated"] = _metrics(simulate(requests, config, fitted, fitted_path))
-    columns["calibrated, mean"] = _metrics(simulate(requests, config, corrected, corrected_path))
-    columns["roofline"] = _metrics(simulate(requests, config, None, fitted_path))
+    columns["calibrated"] = _metrics(simulate(requests, config, fitted_path))
+    if target == "cpu_s" and load["test"] is not None:
+        # Diagnostic, not a prediction: the model slowed by the load the live test run itself
+        # measured (its wall over CPU time), which separates the model's error from the load's.
+        loaded = _scaled(fitted, load["test"], "the live test run's wall / CPU time")
+        columns["calibrated x load"] = _metrics(
+            simulate(requests, config, loaded.save(args.out / "model-test-load.json"))
+        )
+    columns["previous"] = _metrics(simulate(requests, config, previous_path))
+    columns["roofline"] = _metrics(simulate(requests, config, None))
 
     def error(sim: dict[str, float], column: str) -> float | None:
         base = live[column]
@@ -320,14 +272,23 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": load_before,
         "load_average_after": load_after,
         "model": fitted.to_json(),
-        "mean_correction": corrected.fit["mean_correction"],
+        "previous_model": previous.to_json(),
+        "fit_target": target,
+        "load_factor": load,
         "step_error_holdout": fitted.errors.get("holdout"),
-        "step_error_test_slice": _step_error(fitted, test_shapes),
-        "step_error_test_slice_mean_corrected": _step_error(corrected, test_shapes),
+        "step_error_test_slice": _step_error(fitted, test_shapes, target),
+        "step_error_test_slice_previous": _step_error(previous, test_shapes),
         "step_time_totals_test_slice": {
-            "measured_s": float(test_shapes["duration_s"].sum()),
-            "calibrated_s": test_shapes.select(_prediction(fitted).sum()).item(),
-            "mean_corrected_s": test_shapes.select(_prediction(corrected).sum()).item(),
+            "measured_wall_s": float(test_shapes["duration_s"].sum()),
+            "measured_cpu_s": (
+                float(test_shapes["cpu_s"].sum()) if "cpu_s" in test_shapes.columns else None
+            ),
+            "calibrated_s": test_shapes.select(
+                _prediction(fitted, test_shapes.columns).sum()
+            ).item(),
+            "previous_s": test_shapes.select(
+                _prediction(previous, test_shapes.columns).sum()
+            ).item(),
         },
         "requests": {"calibrate": runs[0].workload.num_requests, "test": len(requests)},
         "metrics": rows,
@@ -339,26 +300,35 @@ def main(argv: list[str] | None = None) -> int:
         f"{calibration.height} calibration steps; the live runs took {live_s:.0f} s "
         f"(load average {load_before[0]:.1f} before, {load_after[0]:.1f} after)"
     )
-    for name, key in (
-        ("calibrated", "step_error_test_slice"),
-        ("mean-corrected", "step_error_test_slice_mean_corrected"),
+    print(
+        "load factor (wall / CPU time of the steps): "
+        + ", ".join(f"{k} {'-' if v is None else f'{v:.2f}'}" for k, v in load.items())
+    )
+    for name, key, measured in (
+        ("calibrated", "step_error_test_slice", target),
+        ("previous", "step_error_test_slice_previous", "duration_s"),
     ):
         e = report[key]
         print(
-            f"{name} step time on every test-slice step: MAPE {e['mape_pct']:.1f} %, "
+            f"{name} step time on every test-slice step ({measured}): MAPE {e['mape_pct']:.1f} %, "
             f"P50 {e['p50']:.3f}, P95 {e['p95']:.3f}"
         )
     held = fitted.errors.get("holdout") or {}
     totals = report["step_time_totals_test_slice"]
+    cpu_total = totals["measured_cpu_s"]
     print(
-        f"fit held-out: MAPE {held.get('mape_pct', math.nan):.1f} %, "
+        f"fit ({target}, absolute) held-out: MAPE {held.get('mape_pct', math.nan):.1f} %, "
         f"P50 {held.get('p50_rel', math.nan):.3f}, P95 {held.get('p95_rel', math.nan):.3f}; "
-        f"mean correction x{corrected.fit['mean_correction']:.3f}; test-slice step totals: "
-        f"measured {totals['measured_s']:.1f} s, calibrated {totals['calibrated_s']:.1f} s, "
-        f"mean-corrected {totals['mean_corrected_s']:.1f} s"
+        f"test-slice step totals: measured {totals['measured_wall_s']:.1f} s wall"
+        + ("" if cpu_total is None else f", {cpu_total:.1f} s CPU")
+        + f"; calibrated {totals['calibrated_s']:.1f} s, previous {totals['previous_s']:.1f} s"
     )
     header = f"{'metric':16} {'live':>9}" + "".join(f" {n:>17} {'error':>7}" for n in columns)
     print(header)
+    # The check compares the model at the live test run's measured load when the model was
+    # fitted on CPU time (a loaded CI machine slows the live run by a factor of 1.2 to 2 that
+    # no model of the engine sees), else the model itself.
+    checked = "calibrated x load" if "calibrated x load" in columns else "calibrated"
     failed = []
     for row in rows:
         line = f"{row['metric']:16} {row['live']:9.4g}"
@@ -366,14 +336,14 @@ def main(argv: list[str] | None = None) -> int:
             e = row[f"{name} error"]
             line += f" {row[name]:17.4g} {'-' if e is None else f'{e:+.0%}':>7}"
         print(line)
-        ratio = None if row["live"] == 0 else row["calibrated"] / row["live"]
+        ratio = None if row["live"] == 0 else row[checked] / row["live"]
         if (
             args.check is not None
             and row["column"] in CHECKED
             and (ratio is None or not 1 / args.check <= ratio <= args.check)
         ):
             failed.append(row["metric"])
-    for name in ("calibrated", "calibrated, mean"):
+    for name in [n for n in ("calibrated", "calibrated x load") if n in columns]:
         within = [
             r["metric"]
             for r in rows
@@ -382,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"within {args.target:.0%} ({name}): {', '.join(within) or 'none'}")
     if failed:
         print(
-            f"check failed: {', '.join(failed)} not within a factor {args.check:g} of the live run",
+            f"check failed ({checked}): {', '.join(failed)} not within a factor {args.check:g} "
+            "of the live run",
             file=sys.stderr,
         )
         return 1

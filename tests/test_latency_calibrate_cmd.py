@@ -35,13 +35,17 @@ KNOWN = {
     "num_decode_seqs": 0.0004,
     "kv_tokens_read": 3e-7,
     "num_sequences": 0.0002,
+    # Per query-key pair of prefill attention: the make-up derives the pairs from the scheduled
+    # rows (through preemptions and prefix-cache hits), and the engine's clock times each step
+    # from its chunks (no totals shortcut with this term).
+    "prefill_attention_pairs": 2e-9,
 }
 
 
 def _model_file(path: Path, coefficients: dict[str, float]) -> Path:
     path.write_text(
         json.dumps(
-            {"format": "tracekit-step-time-model", "version": 1, "coefficients": coefficients}
+            {"format": "tracekit-step-time-model", "version": 2, "coefficients": coefficients}
         )
     )
     return path
@@ -113,8 +117,12 @@ def test_recovers_known_coefficients_from_noisy_durations(
     result = calibrate_trace(noisy, tmp_path / "m.json", seed=3)
     got = dict(zip(TERMS, result.model.coefficients, strict=True))
     # The terms that carry most of the time come back within a few percent.
-    for term in ("intercept", "num_prefill_tokens", "num_decode_seqs"):
+    for term in ("intercept", "num_prefill_tokens"):
         assert got[term] == pytest.approx(KNOWN[term], rel=0.05), term
+    # A decoding sequence is also a sequence: their sum per decoding sequence is what the
+    # decode-heavy steps pin down (each alone moved 5 % once the pairs term joined the fit).
+    per_decode = got["num_decode_seqs"] + got["num_sequences"]
+    assert per_decode == pytest.approx(KNOWN["num_decode_seqs"] + KNOWN["num_sequences"], rel=0.05)
     held = result.model.errors["holdout"]
     # 2 % Gaussian noise: mean |e| = 0.02 * sqrt(2 / pi) = 1.6 %; P95 of |e| = 0.02 * 1.96.
     assert held["mape_pct"] == pytest.approx(1.6, abs=0.3)
@@ -239,3 +247,31 @@ def test_refuses_a_missing_trace_and_a_bad_holdout(tmp_path: Path) -> None:
         cli, ["calibrate", str(tmp_path), "--holdout", "1.5", "--out", str(tmp_path / "m.json")]
     )
     assert result.exit_code == 2 and "--holdout" in result.output
+
+
+def test_a_live_bundle_is_fitted_on_its_step_shapes_cpu_time(
+    known_bundle_sync: Path, tmp_path: Path
+) -> None:
+    # A bundle with a live recorder's step_shapes.parquet: its make-up, the KNOWN model's time
+    # as each step's CPU time, and a wall clock that a loaded machine inflated (every fifth
+    # step descheduled for 30 ms). The fit must use the CPU time, exactly.
+    live = tmp_path / "live"
+    live.mkdir()
+    for item in known_bundle_sync.iterdir():
+        (live / item.name).write_bytes(item.read_bytes())
+    shapes = step_makeup(open_trace(live)).with_columns(cpu_s=pl.col("duration_s"))
+    shapes = shapes.with_columns(
+        duration_s=pl.col("cpu_s") + pl.when(pl.col("step") % 5 == 0).then(0.03).otherwise(0.0)
+    )
+    shapes.write_parquet(live / "step_shapes.parquet")
+    result = calibrate_trace(live, tmp_path / "m.json")
+    assert result.model.fit["target"] == "cpu_s"
+    assert result.model.fit["weighting"] == "absolute"
+    got = dict(zip(TERMS, result.model.coefficients, strict=True))
+    for term in TERMS:
+        assert got[term] == pytest.approx(KNOWN[term], rel=1e-6, abs=1e-12), term
+    # Without the CPU time the same bundle is fitted from its tables, on the wall clock.
+    shapes.drop("cpu_s").write_parquet(live / "step_shapes.parquet")
+    wall = calibrate_trace(live, tmp_path / "w.json")
+    assert wall.model.fit["target"] == "duration_s"
+    assert wall.model.fit["weighting"] == "relative"

@@ -18,20 +18,26 @@ from tracekit.latency.calibrated import (
     fit_step_time_model,
     load_calibrated_model,
     nnls,
+    prefill_attention_pairs,
 )
 from tracekit.latency.interface import StepShape
 
-TRUE = (0.004, 8e-5, 3e-4, 2e-7, 1e-4)
+TRUE = (0.004, 8e-5, 3e-4, 2e-7, 1e-4, 3e-8)
 
 
 def true_time(s: StepShape) -> float:
-    c0, c1, c2, c3, c4 = TRUE
+    c0, c1, c2, c3, c4, c5 = TRUE
+    # The attention pairs by hand, not by the function under test.
+    pairs = sum(c.num_tokens * c.num_computed_tokens for c in s.prefill_chunks) + sum(
+        c.num_tokens * (c.num_tokens + 1) / 2 for c in s.prefill_chunks
+    )
     return (
         c0
         + c1 * s.num_prefill_tokens
         + c2 * s.num_decode_seqs
         + c3 * s.kv_tokens_read
         + c4 * s.num_sequences
+        + c5 * pairs
     )
 
 
@@ -71,7 +77,7 @@ def test_fit_hand_worked_exact_line():
         )
         rows.append((shape, t))
     model = fit_step_time_model(rows)
-    assert model.coefficients == pytest.approx((0.001, 1e-5, 1e-4, 1e-6, 0.0), abs=1e-9)
+    assert model.coefficients == pytest.approx((0.001, 1e-5, 1e-4, 1e-6, 0.0, 0.0), abs=1e-9)
     assert model.errors["holdout"]["mape_pct"] == pytest.approx(0.0, abs=1e-6)
 
 
@@ -81,6 +87,7 @@ def test_fit_recovers_known_coefficients_under_noise():
     assert c["intercept"] == pytest.approx(TRUE[0], rel=0.05)
     assert c["num_prefill_tokens"] == pytest.approx(TRUE[1], rel=0.02)
     assert c["kv_tokens_read"] == pytest.approx(TRUE[3], rel=0.05)
+    assert c["prefill_attention_pairs"] == pytest.approx(TRUE[5], rel=0.05)
     # Decode sequences and sequences overlap (sequences = chunks + decode sequences): their sum
     # per decoding sequence is what the data pins down.
     assert c["num_decode_seqs"] + c["num_sequences"] == pytest.approx(TRUE[2] + TRUE[4], rel=0.05)
@@ -100,6 +107,7 @@ def test_fit_is_deterministic_for_a_seed_and_accepts_a_frame():
             "num_decode_seqs": [s.num_decode_seqs for s, _ in rows],
             "kv_tokens_read": [s.kv_tokens_read for s, _ in rows],
             "num_sequences": [s.num_sequences for s, _ in rows],
+            "prefill_attention_pairs": [prefill_attention_pairs(s) for s, _ in rows],
             "duration_s": [d for _, d in rows],
         }
     )
@@ -158,7 +166,8 @@ def test_save_load_round_trip(tmp_path):
     path = model.save(tmp_path / "model.json")
     doc = json.loads(path.read_text())
     assert doc["format"] == FORMAT
-    assert doc["version"] == 1
+    assert doc["version"] == 2
+    assert doc["coefficients"]["prefill_attention_pairs"] > 0
     assert set(doc["fit"]["inputs"]) == {*TERMS[1:], "duration_s"}
     assert set(doc["errors"]) == {"train", "holdout"}
     loaded = load_calibrated_model(path)
@@ -185,8 +194,99 @@ def test_load_refuses_bad_files(tmp_path):
     with pytest.raises(ConfigError, match="version 9"):
         load_calibrated_model(bad)
     coeffs = dict.fromkeys(TERMS, 0.0) | {"kv_tokens_read": -1.0}
-    bad.write_text(json.dumps({"format": FORMAT, "version": 1, "coefficients": coeffs}))
+    bad.write_text(json.dumps({"format": FORMAT, "version": 2, "coefficients": coeffs}))
     with pytest.raises(ConfigError, match="kv_tokens_read must be finite and >= 0"):
         load_calibrated_model(bad)
-    with pytest.raises(ConfigError, match="expected 5 coefficients"):
+    # Version 1 had five terms: its files still load; a sixth term there is refused.
+    bad.write_text(json.dumps({"format": FORMAT, "version": 1, "coefficients": coeffs}))
+    with pytest.raises(ConfigError, match=r"exactly intercept, .*num_sequences$"):
+        load_calibrated_model(bad)
+    with pytest.raises(ConfigError, match="expected 6 coefficients"):
         CalibratedModel((1.0,))
+
+
+def test_prefill_attention_pairs_hand_worked():
+    # Chunk (3 after 0): tokens attend to 1, 2, 3 keys = 6. Chunk (2 after 10): 11 + 12 = 23.
+    # Decodes read their context but are not prefill: 0.
+    assert prefill_attention_pairs(StepShape.of([(3, 0)], [50])) == 6
+    assert prefill_attention_pairs(StepShape.of([(3, 0), (2, 10)], [50, 7])) == 6 + 23
+    assert prefill_attention_pairs(StepShape.of([], [50])) == 0
+
+
+def test_version_1_files_load_with_no_pairs_term_and_time_by_totals(tmp_path):
+    coeffs = dict(zip(TERMS[:5], (0.002, 1e-5, 1e-4, 1e-7, 5e-5), strict=True))
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps({"format": FORMAT, "version": 1, "coefficients": coeffs}))
+    model = load_calibrated_model(path)
+    assert model.coefficients[5] == 0.0
+    shape = StepShape.of([(100, 50)], [10, 20])
+    # 0.002 + 100e-5 + 2e-4 + (150 + 11 + 21) * 1e-7 + 3 * 5e-5
+    assert model.step_time_s(shape) == pytest.approx(0.002 + 1e-3 + 2e-4 + 182e-7 + 1.5e-4)
+    assert model.step_time_totals_s(1, 100, 50, 2, 30) == pytest.approx(model.step_time_s(shape))
+    # With a pairs term the time needs each chunk: the engine clock must build the shape.
+    with_pairs = CalibratedModel((*model.coefficients[:5], 1e-9))
+    assert with_pairs.step_time_totals_s is None
+    pairs = 100 * 50 + 100 * 101 // 2
+    assert with_pairs.step_time_s(shape) == pytest.approx(model.step_time_s(shape) + 1e-9 * pairs)
+
+
+def test_a_frame_without_the_pairs_column_fits_five_terms():
+    rows = synthetic_steps(300, noise=0.0)
+    frame = pl.DataFrame(
+        {
+            "num_prefill_tokens": [s.num_prefill_tokens for s, _ in rows],
+            "num_decode_seqs": [s.num_decode_seqs for s, _ in rows],
+            "kv_tokens_read": [s.kv_tokens_read for s, _ in rows],
+            "num_sequences": [s.num_sequences for s, _ in rows],
+            "duration_s": [d - TRUE[5] * prefill_attention_pairs(s) for s, d in rows],
+        }
+    )
+    model = fit_step_time_model(frame)
+    assert model.fit["terms"] == list(TERMS[:5])
+    assert model.coefficients[5] == 0.0
+    assert model.coefficients[0] == pytest.approx(TRUE[0], rel=1e-6)
+    assert model.coefficients[1] == pytest.approx(TRUE[1], rel=1e-6)
+
+
+def test_absolute_weighting_recovers_coefficients_and_matches_the_total():
+    # Exact data: both weightings recover the known coefficients.
+    exact = synthetic_steps(300, noise=0.0)
+    for weighting in ("relative", "absolute"):
+        model = fit_step_time_model(exact, weighting=weighting)
+        assert model.coefficients == pytest.approx(TRUE, rel=1e-6), weighting
+        assert model.fit["weighting"] == weighting
+    # A load-like tail: 10 % of the steps take 3 times as long (descheduled). The absolute fit,
+    # whose residuals sum to zero with a free intercept, puts the training total back (up to
+    # the non-negativity bounds: the intercept's stays slack, so its gradient, the residuals'
+    # sum, is zero); the relative fit lands near the typical step and falls short of the total
+    # by most of the tail's extra time.
+    rng = random.Random(5)
+    tail = [(s, d * (3.0 if rng.random() < 0.1 else 1.0)) for s, d in exact]
+    frame = pl.DataFrame(
+        {
+            "num_prefill_tokens": [s.num_prefill_tokens for s, _ in tail],
+            "num_decode_seqs": [s.num_decode_seqs for s, _ in tail],
+            "kv_tokens_read": [s.kv_tokens_read for s, _ in tail],
+            "num_sequences": [s.num_sequences for s, _ in tail],
+            "prefill_attention_pairs": [prefill_attention_pairs(s) for s, _ in tail],
+            "wall": [d for _, d in tail],
+        }
+    )
+    absolute = fit_step_time_model(
+        frame, weighting="absolute", target="wall", holdout_fraction=0.01
+    )
+    relative = fit_step_time_model(
+        frame, weighting="relative", target="wall", holdout_fraction=0.01
+    )
+    assert absolute.coefficients[0] > 0
+    held = set(random.Random(0).sample(range(300), 3))
+    train = [(s, d) for i, (s, d) in enumerate(tail) if i not in held]
+    measured = sum(d for _, d in train)
+    assert sum(absolute.step_time_s(s) for s, _ in train) == pytest.approx(measured, rel=1e-9)
+    assert sum(relative.step_time_s(s) for s, _ in train) < 0.9 * measured
+    assert absolute.fit["target"] == "wall"
+
+
+def test_refuses_an_unknown_weighting():
+    with pytest.raises(ConfigError, match="weighting must be one of relative, absolute"):
+        fit_step_time_model(synthetic_steps(100, noise=0.01), weighting="squared")

@@ -87,7 +87,10 @@ latency = "calibrated:{known}"
     }
     assert by_config["config=roofline"]["latency"]["spec"] == "roofline:a6000-llama3-8b"
     assert by_config["config=calibrated"]["latency"]["spec"] == f"calibrated:{known}"
-    assert by_config["config=calibrated"]["latency"]["coefficients"] == KNOWN
+    # A version-1 file: the pairs term it predates is 0.
+    assert by_config["config=calibrated"]["latency"]["coefficients"] == KNOWN | {
+        "prefill_attention_pairs": 0.0
+    }
     report = write_report(tmp_path / "out").read_text("utf-8")
     assert "<dt>step times</dt><dd>roofline: roofline:a6000-llama3-8b" in report
     assert f"calibrated: calibrated:{known} (fitted" in report

@@ -293,6 +293,15 @@ def test_live_bundles_validate_and_time_every_step(live: Live) -> None:
         shapes = pl.read_parquet(bundle / STEP_SHAPES_FILE).sort("step")
         assert shapes["duration_s"].to_list() == steps["duration_s"].to_list()
         assert (shapes["num_decode_seqs"] == steps["scheduled_decode_tokens"]).all()
+        # Prefill attention pairs: none without prefill; a chunk of n tokens has at least
+        # n (n + 1) / 2 >= n. CPU time: positive, and one compute thread cannot use more of it
+        # than the wall clock gave the run (10 % for the process's other threads).
+        no_prefill = shapes["num_prefill_tokens"] == 0
+        assert (shapes.filter(no_prefill)["prefill_attention_pairs"] == 0).all()
+        prefill = shapes.filter(~no_prefill)
+        assert (prefill["prefill_attention_pairs"] >= prefill["num_prefill_tokens"]).all()
+        assert (shapes["cpu_s"] > 0).all()
+        assert shapes["cpu_s"].sum() <= 1.1 * shapes["duration_s"].sum()
         requests = pl.read_parquet(bundle / "requests.parquet")
         assert (requests["status"] == "finished").all()
         assert (requests["output_tokens"] == requests["target_output_tokens"]).all()

@@ -3,24 +3,34 @@
 The model is linear in the step's make-up, with non-negative coefficients::
 
     t = c0 + c1 * prefill_tokens + c2 * decode_seqs + c3 * kv_tokens_read + c4 * num_sequences
+          + c5 * prefill_attention_pairs
 
 - ``c0``: fixed cost of a step (launches, scheduling, sampling set-up, the weights' read when it
   does not depend on the batch);
 - ``c1``: per prefill token (dense matmuls over the chunk);
 - ``c2``: per decoding sequence (its one token through the matmuls);
 - ``c3``: per context token read by attention (KV bandwidth);
-- ``c4``: per scheduled request (input preparation, sampling).
+- ``c4``: per scheduled request (input preparation, sampling);
+- ``c5``: per query-key pair of the prefill chunks' causal attention (a chunk of ``n`` tokens
+  after ``c`` cached ones has ``n * c + n * (n + 1) / 2``). A prefill's attention is quadratic in
+  the chunk, which no linear total captures; on the live engine's tiny model (4 layers, hidden
+  256) attention outweighs the matmuls beyond about a thousand tokens of context, and without
+  this term a relative fit under-estimated the calibration slice's prefill steps by 16 and 22 % of
+  their CPU time in two runs (``docs/engine.md``, Time fidelity). Models of version 1 have no
+  such term (``c5 = 0``).
 
 It is fitted by non-negative least squares on the **relative** error (each step weighted by one
-over its measured duration), so short decode steps count as much as long prefill steps, which
-is what the reported MAPE measures. A seeded random fraction of the steps is held out and the
+over its measured duration, the default: short decode steps count as much as long prefill
+steps, which is what the reported MAPE measures) or on the **absolute** error (seconds: the
+model's total over the training steps equals the measured total, which is what latencies and
+throughput add up). A seeded random fraction of the steps is held out and the
 error on it (MAPE, P50 and P95 of the absolute relative error) is reported and saved with the
 model. Data with too few steps, durations of tiny spread, or a make-up that cannot separate the
 terms (a term that never varies, or terms that move together) is refused with a
 :class:`~tracekit.errors.ConfigError`.
 
-The least squares is done on the 5 x 5 normal equations (sums computed by Polars expressions,
-the small solve in pure Python), so no numpy is needed.
+The least squares is done on the 6 x 6 normal equations (5 x 5 without the pairs term; sums
+computed by Polars expressions, the small solve in pure Python), so no numpy is needed.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MIN_STEPS",
     "TERMS",
+    "WEIGHTINGS",
     "CalibratedModel",
     "FitError",
     "fit_step_time_model",
@@ -49,15 +60,28 @@ __all__ = [
 ]
 
 FORMAT = "tracekit-step-time-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions :func:`load_calibrated_model` reads (version 1: no ``prefill_attention_pairs``).
+READABLE_VERSIONS = (1, 2)
 #: Feature columns of the design, in coefficient order (``intercept`` is the constant 1).
-TERMS = ("intercept", "num_prefill_tokens", "num_decode_seqs", "kv_tokens_read", "num_sequences")
+TERMS = (
+    "intercept",
+    "num_prefill_tokens",
+    "num_decode_seqs",
+    "kv_tokens_read",
+    "num_sequences",
+    "prefill_attention_pairs",
+)
+#: The term fitted only when the steps have it (a live bundle's ``step_shapes.parquet`` does).
+PAIRS = "prefill_attention_pairs"
 #: Fewest steps a fit accepts (before the hold-out split).
 MIN_STEPS = 50
 #: Smallest coefficient of variation of the durations a fit accepts.
 MIN_DURATION_CV = 0.01
 #: Smallest relative pivot of the scaled normal equations: below it the design is rank-deficient.
 _PIVOT_TOL = 1e-9
+#: How the least squares weighs each step (see :func:`fit_step_time_model`).
+WEIGHTINGS = ("relative", "absolute")
 
 
 class FitError(ConfigError):
@@ -125,18 +149,29 @@ class CalibratedModel:
 
     def step_time_s(self, shape: StepShape) -> float:
         """The fitted time of the step; linear, so it extrapolates beyond the fitted range."""
-        c0, c1, c2, c3, c4 = self.coefficients
-        return (
+        c0, c1, c2, c3, c4, c5 = self.coefficients
+        t = (
             c0
             + c1 * shape.num_prefill_tokens
             + c2 * shape.num_decode_seqs
             + c3 * shape.kv_tokens_read
             + c4 * shape.num_sequences
         )
+        if c5:
+            t += c5 * prefill_attention_pairs(shape)
+        return t
 
-    def step_time_totals_s(self, p: int, tokens: int, prefix: int, d: int, context: int) -> float:
-        """:meth:`step_time_s` of any step with these totals (its terms are totals)."""
-        c0, c1, c2, c3, c4 = self.coefficients
+    @property
+    def step_time_totals_s(self) -> Any:
+        """:meth:`step_time_s` from a step's five totals, or None when the model needs its chunks.
+
+        The attention-pairs term depends on each chunk, not on the totals; the engine's clock
+        then builds each step's shape (``tracekit.engine.clock.StepModelClock``).
+        """
+        return None if self.coefficients[5] else self._totals
+
+    def _totals(self, p: int, tokens: int, prefix: int, d: int, context: int) -> float:
+        c0, c1, c2, c3, c4, _ = self.coefficients
         return c0 + c1 * tokens + c2 * d + c3 * (prefix + tokens + context + d) + c4 * (p + d)
 
     def describe(self) -> dict[str, Any]:
@@ -189,14 +224,17 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
         raise ConfigError(f"{path}: cannot read a calibrated model as JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f"{path}: not a step-time model (expected format {FORMAT!r})")
-    if doc.get("version") != FORMAT_VERSION:
+    version = doc.get("version")
+    if version not in READABLE_VERSIONS:
         raise ConfigError(
-            f"{path}: step-time model version {doc.get('version')!r} is not supported "
-            f"(expected {FORMAT_VERSION})"
+            f"{path}: step-time model version {version!r} is not supported "
+            f"(expected one of {', '.join(map(str, READABLE_VERSIONS))})"
         )
+    terms = TERMS if version == 2 else TERMS[:5]
     coeffs = doc.get("coefficients")
-    if not isinstance(coeffs, dict) or set(coeffs) != set(TERMS):
-        raise ConfigError(f"{path}: field coefficients must have exactly {', '.join(TERMS)}")
+    if not isinstance(coeffs, dict) or set(coeffs) != set(terms):
+        raise ConfigError(f"{path}: field coefficients must have exactly {', '.join(terms)}")
+    coeffs = {PAIRS: 0.0} | coeffs
     try:
         values = tuple(float(coeffs[t]) for t in TERMS)
     except (TypeError, ValueError):
@@ -211,6 +249,21 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
 
 # ---------------------------------------------------------------------------------------------
 # Fitting
+
+
+def prefill_attention_pairs(shape: StepShape) -> int:
+    """Query-key pairs of the causal attention of ``shape``'s prefill chunks.
+
+    A chunk of ``n`` tokens after ``c`` cached ones: each of its tokens attends to the ``c``
+    cached tokens and to itself and the chunk's tokens before it, ``n * c + n * (n + 1) / 2``.
+
+    >>> prefill_attention_pairs(StepShape.of(prefill=[(3, 0), (2, 10)], decode=[50]))
+    29
+    """
+    return sum(
+        ch.num_tokens * ch.num_computed_tokens + ch.num_tokens * (ch.num_tokens + 1) // 2
+        for ch in shape.prefill_chunks
+    )
 
 
 def nnls(gram: Sequence[Sequence[float]], rhs: Sequence[float]) -> list[float]:
@@ -308,22 +361,30 @@ def _min_pivot(a: list[list[float]]) -> tuple[float, int]:
     return worst, worst_col
 
 
-def _frame(steps: Any) -> Any:
+def _frame(steps: Any, target: str = "duration_s") -> Any:
     """The steps as a Polars frame with :data:`TERMS` (intercept excluded) and ``duration_s``.
 
-    Accepts a Polars DataFrame with those columns or a sequence of ``(StepShape, duration_s)``.
+    Accepts a Polars DataFrame with those columns (the duration read from column ``target``;
+    without a ``prefill_attention_pairs`` column that term is 0 and not fitted) or a sequence of
+    ``(StepShape, duration_s)``.
     """
     import polars as pl
 
     columns = [*TERMS[1:], "duration_s"]
     if isinstance(steps, pl.DataFrame):
-        missing = [c for c in columns if c not in steps.columns]
+        if PAIRS not in steps.columns:
+            steps = steps.with_columns(pl.lit(0).alias(PAIRS))
+        needed = [*TERMS[1:], target]
+        missing = [c for c in needed if c not in steps.columns]
         if missing:
             raise ConfigError(
                 f"calibrate: the steps lack column(s) {', '.join(missing)}; "
-                f"expected {', '.join(columns)}"
+                f"expected {', '.join(needed)}"
             )
-        frame = steps.select(pl.col(c).cast(pl.Float64) for c in columns)
+        frame = steps.select(
+            *(pl.col(c).cast(pl.Float64) for c in TERMS[1:]),
+            pl.col(target).cast(pl.Float64).alias("duration_s"),
+        )
     else:
         rows = list(steps)
         frame = pl.DataFrame(
@@ -332,6 +393,7 @@ def _frame(steps: Any) -> Any:
                 "num_decode_seqs": [s.num_decode_seqs for s, _ in rows],
                 "kv_tokens_read": [s.kv_tokens_read for s, _ in rows],
                 "num_sequences": [s.num_sequences for s, _ in rows],
+                PAIRS: [prefill_attention_pairs(s) for s, _ in rows],
                 "duration_s": [d for _, d in rows],
             },
             schema={c: pl.Float64 for c in columns},
@@ -367,6 +429,8 @@ def fit_step_time_model(
     seed: int = 0,
     holdout_fraction: float = 0.2,
     source: str = "",
+    weighting: str = "relative",
+    target: str = "duration_s",
 ) -> CalibratedModel:
     """Fit the linear step-time model to measured steps and measure it on held-out steps.
 
@@ -382,6 +446,16 @@ def fit_step_time_model(
         Fraction of the steps held out for the error report (at least one step is held out).
     source
         What the steps came from (a recording's path), recorded in the model.
+    weighting
+        ``"relative"`` (default): least squares on each step's relative error, so short decode
+        steps count as much as long prefill steps (what MAPE measures). ``"absolute"``: least
+        squares on the error in seconds; with a free intercept its residuals sum to zero over
+        the training steps, so the model's **total** over them equals the measured total,
+        which is what queueing delays and throughput add up (``docs/engine.md``, Time
+        fidelity).
+    target
+        The column of a DataFrame ``steps`` holding the measured time (``duration_s``; a live
+        bundle's ``step_shapes.parquet`` also has ``cpu_s``).
 
     Returns
     -------
@@ -399,7 +473,11 @@ def fit_step_time_model(
 
     if not 0 < holdout_fraction < 1:
         raise ConfigError(f"calibrate: holdout_fraction must be in (0, 1), got {holdout_fraction}")
-    frame = _frame(steps)
+    if weighting not in WEIGHTINGS:
+        raise ConfigError(
+            f"calibrate: weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}"
+        )
+    frame = _frame(steps, target)
     n = frame.height
     if n < MIN_STEPS:
         raise FitError(
@@ -415,31 +493,39 @@ def fit_step_time_model(
             f"{std_d / mean_d:.4f} < {MIN_DURATION_CV}); record a workload that mixes prefill "
             "and decode steps of different sizes"
         )
+    # The pairs term is fitted when the steps have it (a prefill somewhere); otherwise it is 0.
+    has_pairs = frame.select(pl.col(PAIRS).max()).item() > 0
+    terms = TERMS if has_pairs else TERMS[:5]
     num_holdout = max(1, round(n * holdout_fraction))
     held = set(random.Random(seed).sample(range(n), num_holdout))
     frame = frame.with_columns(pl.Series("holdout", [i in held for i in range(n)]))
     train = frame.filter(~pl.col("holdout"))
     test = frame.filter(pl.col("holdout"))
 
-    # Relative least squares: each row of the design and target is divided by its duration.
-    w = 1.0 / pl.col("duration_s")
-    design = [w, *(pl.col(t) * w for t in TERMS[1:])]
-    k = len(TERMS)
+    # Weighted least squares: each row of the design and of the target is multiplied by its
+    # weight, one over its duration (relative error) or one (seconds). The intercept column is
+    # the weight itself: a broadcast literal would be summed once, not once per row.
+    one = pl.col("duration_s") * 0.0 + 1.0
+    w = 1.0 / pl.col("duration_s") if weighting == "relative" else one
+    design = [w, *(pl.col(t) * w for t in terms[1:])]
+    y = pl.col("duration_s") * w
+    k = len(terms)
     sums = train.select(
         *((design[i] * design[j]).sum().alias(f"g{i}_{j}") for i in range(k) for j in range(i, k)),
-        *((design[i]).sum().alias(f"r{i}") for i in range(k)),  # X'y with y = duration / duration
+        *((design[i] * y).sum().alias(f"r{i}") for i in range(k)),
     ).row(0, named=True)
     gram = [[0.0] * k for _ in range(k)]
     for i in range(k):
         for j in range(i, k):
             gram[i][j] = gram[j][i] = float(sums[f"g{i}_{j}"])
     rhs = [float(sums[f"r{i}"]) for i in range(k)]
-    _check_design(gram, frame, train.height)
+    _check_design(gram, frame, train.height, terms)
 
     scale = [math.sqrt(gram[i][i]) for i in range(k)]
     scaled = [[gram[i][j] / (scale[i] * scale[j]) for j in range(k)] for i in range(k)]
     beta = nnls(scaled, [rhs[i] / scale[i] for i in range(k)])
-    coefficients = tuple(b / s for b, s in zip(beta, scale, strict=True))
+    fitted = [b / s for b, s in zip(beta, scale, strict=True)]
+    coefficients = tuple(fitted + [0.0] * (len(TERMS) - k))
 
     summary = frame.select(
         *(
@@ -457,7 +543,10 @@ def fit_step_time_model(
         for c in [*TERMS[1:], "duration_s"]
     }
     fit = {
-        "method": "non-negative least squares on the relative error",
+        "method": f"non-negative least squares on the {weighting} error",
+        "weighting": weighting,
+        "target": target,
+        "terms": list(terms),
         "num_steps": n,
         "num_train": train.height,
         "num_holdout": test.height,
@@ -483,11 +572,19 @@ def _as_dict(e: FitErrors) -> dict[str, Any]:
     }
 
 
-def _check_design(gram: list[list[float]], frame: Any, num_train: int) -> None:
-    """Refuse a design whose terms cannot be told apart, naming the culprit."""
+def _check_design(
+    gram: list[list[float]], frame: Any, num_train: int, terms: Sequence[str]
+) -> None:
+    """Refuse a design whose terms cannot be told apart, naming the culprit.
+
+    The check is on the normal equations scaled to a unit diagonal (``g_ij / sqrt(g_ii g_jj)``,
+    the cosines between the weighted columns), so it does not depend on the terms' units or on
+    the weighting's scale: relative (durations of milliseconds, weights of hundreds) and
+    absolute weighting (weights 1) are judged alike.
+    """
     import polars as pl
 
-    for term in TERMS[1:]:
+    for term in terms[1:]:
         lo, hi = frame.select(pl.col(term).min().alias("lo"), pl.col(term).max().alias("hi")).row(0)
         if lo == hi:
             raise FitError(
@@ -501,7 +598,7 @@ def _check_design(gram: list[list[float]], frame: Any, num_train: int) -> None:
     pivot, col = _min_pivot(unit)
     if pivot <= _PIVOT_TOL:
         raise FitError(
-            f"calibrate: the {num_train} training steps cannot separate {TERMS[col]} from the "
+            f"calibrate: the {num_train} training steps cannot separate {terms[col]} from the "
             "other terms (they move together: rank-deficient design); record a workload that "
             "mixes prefill chunks, decode batches and context lengths"
         )

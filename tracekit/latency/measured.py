@@ -8,6 +8,10 @@ derived from them columnar (Polars, no loop over rows):
 - ``num_prefill_tokens`` = ``steps.scheduled_prefill_tokens``;
 - ``num_decode_seqs`` = ``steps.scheduled_decode_tokens`` (one token per decoding sequence);
 - ``num_sequences`` = the step's rows in ``scheduled``;
+- ``prefill_attention_pairs`` = over the step's prefill chunks (a scheduled row that is not one
+  token of a request past its prompt), ``n * (computed - n) + n * (n + 1) / 2`` for a chunk of
+  ``n`` tokens with ``computed`` tokens computed after it (the calibrated model's quadratic
+  term; a one-token recomputation chunk past the prompt counts as a decode here);
 - ``kv_tokens_read`` = the sum over the step's scheduled requests of the tokens each has computed
   after the step: the running sum of its ``num_tokens`` since it was last preempted (a
   preemption, ``decisions.applied_victim_id`` at an earlier step, throws its KV away and the
@@ -41,7 +45,7 @@ def step_makeup(dataset: Any) -> Any:
     -------
     polars.DataFrame
         ``run_id``, ``step``, ``num_prefill_tokens``, ``num_decode_seqs``, ``kv_tokens_read``,
-        ``num_sequences``, ``duration_s``, sorted by run and step.
+        ``num_sequences``, ``prefill_attention_pairs``, ``duration_s``, sorted by run and step.
 
     Raises
     ------
@@ -93,6 +97,8 @@ def step_makeup(dataset: Any) -> Any:
     rows = rows.join(hits, on=["run_id", "request_id", "epoch"], how="left").sort(
         "run_id", "request_id", "step"
     )
+    prompts = dataset.scan("requests").select("run_id", "request_id", "prompt_tokens")
+    n = pl.col("num_tokens")
     rows = (
         rows.with_columns(
             (
@@ -100,10 +106,18 @@ def step_makeup(dataset: Any) -> Any:
                 + pl.col("hit").fill_null(0)
             ).alias("computed")
         )
+        .join(prompts, on=["run_id", "request_id"], how="left")
+        .with_columns(
+            pl.when((n == 1) & (pl.col("computed") > pl.col("prompt_tokens")))
+            .then(0)
+            .otherwise(n * (pl.col("computed") - n) + n * (n + 1) // 2)
+            .alias("pairs")
+        )
         .group_by("run_id", "step")
         .agg(
             pl.len().alias("num_sequences"),
             pl.col("computed").sum().alias("kv_tokens_read"),
+            pl.col("pairs").sum().alias("prefill_attention_pairs"),
         )
     )
     frame = (
@@ -123,6 +137,7 @@ def step_makeup(dataset: Any) -> Any:
             "num_decode_seqs",
             pl.col("kv_tokens_read").cast(pl.Int64),
             pl.col("num_sequences").cast(pl.Int64),
+            pl.col("prefill_attention_pairs").cast(pl.Int64),
             "duration_s",
         )
         .sort("run_id", "step")
@@ -155,10 +170,24 @@ class CalibrationResult:
     num_steps: int
 
 
+#: The live recorder's side table of each step's make-up and measured times
+#: (``tracekit.vllm.live_engine.record.STEP_SHAPES_FILE``).
+LIVE_STEP_SHAPES = "step_shapes.parquet"
+
+
 def calibrate_trace(
     trace: str | Path, out: str | Path, *, holdout_fraction: float = 0.2, seed: int = 0
 ) -> CalibrationResult:
     """Fit a step-time model to a recording's measured steps and write it to ``out``.
+
+    A live bundle (``tracekit record vllm --live``) carries ``step_shapes.parquet``: the make-up
+    read inside vLLM (its context counts prefix-cache hits, which the bundle's tables do not
+    give) and each step's CPU time. The fit then uses that table, on the CPU time with absolute
+    weighting: the CPU time is the step's length without the time other processes held the
+    cores, and absolute weighting makes the model's total equal the measured total, which is
+    what latencies add up (``docs/engine.md``, Time fidelity). Any other bundle is fitted from
+    its tables, on ``duration_s`` with relative weighting (robust to the descheduled tail of a
+    loaded machine's wall clock).
 
     Parameters
     ----------
@@ -176,12 +205,22 @@ def calibrate_trace(
         The trace cannot be read, lacks the make-up, or its steps are too few or too uniform to
         fit (:class:`~tracekit.latency.calibrated.FitError`); nothing is written.
     """
+    import polars as pl
+
     from tracekit.trace import open_trace
 
     trace, out = Path(trace), Path(out)
-    frame = step_makeup(open_trace(trace))
+    dataset = open_trace(trace)
+    shapes_path = Path(dataset.root) / LIVE_STEP_SHAPES
+    shapes = pl.read_parquet(shapes_path) if shapes_path.is_file() else None
+    if shapes is not None and "cpu_s" in shapes.columns and shapes["cpu_s"].min() > 0:
+        frame = shapes
+        options = {"weighting": "absolute", "target": "cpu_s"}
+    else:
+        frame = step_makeup(dataset)
+        options = {"weighting": "relative", "target": "duration_s"}
     model = fit_step_time_model(
-        frame, seed=seed, holdout_fraction=holdout_fraction, source=str(trace)
+        frame, seed=seed, holdout_fraction=holdout_fraction, source=str(trace), **options
     )
     model = CalibratedModel(model.coefficients, model.fit, model.errors, str(out))
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,11 @@ Runs inside the vLLM environment as ``python -m tracekit.vllm.live_engine.driver
 protocol of :mod:`tracekit.vllm.protocol` (scenarios in, ``hello`` / records / ``end`` out), plus
 one ``output`` message per finished request, ``{"kind": "output", "run", "request_id",
 "token_ids"}``, and one ``shape`` message after each step, ``{"kind": "shape", "run", "step",
-"kv"}`` (the context tokens its attention read, which the steps table has no column for).
+"kv", "pairs", "cpu_s"}``: the context tokens its attention read, the query-key pairs of its
+prefill chunks' attention (a chunk of ``n`` tokens after ``c`` cached ones attends to
+``n * c + n * (n + 1) / 2`` pairs: quadratic in the chunk, which no total captures) and the
+process CPU time of the step (``time.process_time``; with one compute thread it is the step's
+length without the time other processes took the cores), none of which the steps table has.
 
 Per scenario it builds an ``LLMEngine`` (V1, CPU platform, engine core in this process so the
 scheduler is reachable) on the tiny Llama of :func:`write_live_model`, warms it up, puts the
@@ -203,6 +207,8 @@ class _StepProbe:
         self.record: StepRecord | None = None
         #: Context tokens the step's attention reads (the calibrated model's ``kv_tokens_read``).
         self.kv_tokens_read = 0
+        #: Query-key pairs of the step's prefill chunks' causal attention.
+        self.prefill_attention_pairs = 0
         #: request_id -> whether its first scheduling has been seen.
         self.first_scheduled: dict[str, float] = {}
 
@@ -216,7 +222,16 @@ class _StepProbe:
         for request_id in scheduled:
             self.first_scheduled.setdefault(request_id, self.now)
         # num_computed_tokens has already advanced (Scheduler._update_after_schedule).
-        prefill, decode, self.kv_tokens_read = split_tokens(scheduled, scheduler.requests)
+        requests = scheduler.requests
+        prefill, decode, self.kv_tokens_read = split_tokens(scheduled, requests)
+        pairs = 0
+        for request_id, n in scheduled.items():
+            r = requests[request_id]
+            computed = r.num_computed_tokens
+            produced = r.num_output_tokens
+            if not (n == 1 and produced and computed == r.num_prompt_tokens + produced):
+                pairs += n * (computed - n) + n * (n + 1) // 2
+        self.prefill_attention_pairs = pairs
         num_running, num_waiting = scheduler.get_request_counts()
         free = int(scheduler.kv_cache_manager.block_pool.get_num_free_blocks())
         self.record = StepRecord(
@@ -398,8 +413,10 @@ def _step_loop(
         step_start = time.perf_counter()
         probe.now = step_start - start
         probe.record = None
+        cpu_start = time.process_time()
         outputs = engine.step()
         step_end = time.perf_counter()
+        cpu_s = time.process_time() - cpu_start
         end_s = step_end - start
         record = probe.record
         if record is not None:
@@ -407,7 +424,16 @@ def _step_loop(
             step_s += record.duration_s
             num_steps += 1
             emit({"kind": "step", "run": run, "r": step_to_wire(record)})
-            emit({"kind": "shape", "run": run, "step": record.step, "kv": probe.kv_tokens_read})
+            emit(
+                {
+                    "kind": "shape",
+                    "run": run,
+                    "step": record.step,
+                    "kv": probe.kv_tokens_read,
+                    "pairs": probe.prefill_attention_pairs,
+                    "cpu_s": cpu_s,
+                }
+            )
         for output in outputs:
             item = live.get(output.request_id)
             if item is None:
@@ -488,6 +514,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     # Request ids as the workload gives them (vLLM appends random characters otherwise).
     os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
+    # An explicit KV-cache budget (GiB; the cache itself is num_gpu_blocks_override blocks):
+    # without it vLLM's CPU worker asks for gpu_memory_utilization of the memory node minus its
+    # own resident size, which is negative on a node of 8.7 GiB, and refuses to start.
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     cache_root = os.environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
     model_parent = Path(args.model_parent or cache_root)
 

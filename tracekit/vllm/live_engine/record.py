@@ -18,7 +18,11 @@ bundle differs in three ways:
 - a second side table ``step_shapes.parquet`` (``vllm.live.step_shapes``): one row per step,
   ``run_id``, ``step``, ``num_prefill_tokens``, ``num_decode_seqs``, ``kv_tokens_read``,
   ``num_sequences``, ``duration_s``: the measured make-up and time of each step, in the columns
-  :func:`tracekit.latency.calibrated.fit_step_time_model` reads.
+  :func:`tracekit.latency.calibrated.fit_step_time_model` reads; then
+  ``prefill_attention_pairs`` (the query-key pairs of the step's prefill chunks' causal
+  attention, ``n * c + n * (n + 1) / 2`` for a chunk of ``n`` tokens after ``c`` cached) and
+  ``cpu_s`` (the driver process's CPU time in the step: its length without the time other
+  processes held the cores).
 """
 
 from __future__ import annotations
@@ -202,7 +206,7 @@ def _record_one(
         manifest["host_path"] = "builtin"
     tables = ["requests", "decisions", "candidates", "steps", "scheduled"]
     outputs: dict[str, list[int]] = {}
-    shapes: list[tuple[int, int, int, int, int, float]] = []
+    shapes: list[tuple[int, int, int, int, int, float, int, float]] = []
     with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
         observer = TraceObserver(
             writer,
@@ -242,15 +246,17 @@ def _write_outputs(path: Path, run_id: str, outputs: dict[str, list[int]]) -> No
 
 
 def _write_shapes(
-    path: Path, run_id: str, shapes: list[tuple[int, int, int, int, int, float]]
+    path: Path, run_id: str, shapes: list[tuple[int, int, int, int, int, float, int, float]]
 ) -> None:
-    columns = list(zip(*shapes, strict=True)) if shapes else [[]] * 6
+    columns = list(zip(*shapes, strict=True)) if shapes else [[]] * 8
     table = pa.table(
         {
             "run_id": pa.array([run_id] * len(shapes), pa.string()),
             "step": pa.array(columns[0], pa.int64()),
             **{name: pa.array(columns[i + 1], pa.int64()) for i, name in enumerate(_SHAPE_COLUMNS)},
             "duration_s": pa.array(columns[5], pa.float64()),
+            "prefill_attention_pairs": pa.array(columns[6], pa.int64()),
+            "cpu_s": pa.array(columns[7], pa.float64()),
         }
     )
     pq.write_table(table, path)
@@ -262,7 +268,7 @@ def _consume(
     observer: TraceObserver,
     log: IO[str],
     outputs: dict[str, list[int]],
-    shapes: list[tuple[int, int, int, int, int, float]],
+    shapes: list[tuple[int, int, int, int, int, float, int, float]],
 ) -> dict[str, Any]:
     last: Any = None
 
@@ -283,6 +289,8 @@ def _consume(
                     int(message["kv"]),
                     len(last.num_scheduled_tokens),
                     last.duration_s,
+                    int(message.get("pairs", 0)),
+                    float(message.get("cpu_s", 0.0)),
                 )
             )
         elif kind == "output":
