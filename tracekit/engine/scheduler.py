@@ -15,8 +15,8 @@ as vLLM's ``AsyncScheduler`` overrides narrow hooks of its ``Scheduler``:
   :meth:`~VllmScheduler._admit`, the release hooks);
 - :mod:`tracekit.engine.async_scheduler` (``async_scheduling``): what scheduling a step does to
   a request (:meth:`~VllmScheduler._update_after_schedule`) and how outputs are applied; the
-  running scan reads its output placeholders (:attr:`~VllmScheduler._async_counters`), as vLLM's
-  base ``Scheduler.schedule`` reads ``num_output_placeholders``.
+  running scan reads each request's ``num_output_placeholders`` (0 when synchronous), as vLLM's
+  base ``Scheduler.schedule`` does.
 
 :func:`make_vllm_scheduler` picks the class a configuration needs.
 
@@ -98,9 +98,6 @@ class VllmScheduler(SchedulerBase):
         token_budget = config.max_num_batched_tokens
         # vLLM drops the long-prefill cap when only one request is present (nobody to starve).
         long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
-        # Async scheduling's per-request counters (placeholders first); None when synchronous.
-        # vLLM reads num_output_placeholders in the base scan too (0 without async).
-        async_counters = self._async_counters
         after_running_allocation = self._after_running_allocation
 
         # First, the RUNNING requests, in queue order.
@@ -111,15 +108,16 @@ class VllmScheduler(SchedulerBase):
             computed = request.num_computed_tokens
             num_prompt_tokens = request.num_prompt_tokens
             num_new_tokens = num_prompt_tokens + request.num_output_tokens - computed
-            if async_counters is not None:
-                placeholders = async_counters[request_id][0]
-                if placeholders > 0:
-                    # vLLM: "Avoid scheduling an extra step when we are sure that the previous
-                    # step has reached request.max_tokens."
-                    if computed + 2 - placeholders >= num_prompt_tokens + request.max_tokens:
-                        req_index += 1
-                        continue
-                    num_new_tokens += placeholders
+            # Async scheduling's output placeholders (always 0 when synchronous); vLLM reads
+            # num_output_placeholders in the base scan too.
+            placeholders = request.num_output_placeholders
+            if placeholders:
+                # vLLM: "Avoid scheduling an extra step when we are sure that the previous
+                # step has reached request.max_tokens."
+                if computed + 2 - placeholders >= num_prompt_tokens + request.max_tokens:
+                    req_index += 1
+                    continue
+                num_new_tokens += placeholders
             if 0 < long_prefill < num_new_tokens:
                 num_new_tokens = long_prefill
             if num_new_tokens > token_budget:
@@ -196,13 +194,6 @@ class VllmScheduler(SchedulerBase):
     # ----------------------------------------------------------------------------- hooks
     def _begin_step(self) -> None:
         """Reset per-step state before the scan (hook)."""
-
-    #: req_id -> ``[num_output_placeholders, num_in_flight_tokens, num_stale_output_tokens]``
-    #: under async scheduling (:mod:`tracekit.engine.async_scheduler`); None when synchronous.
-    #: The running scan reads the placeholders: ``num_new_tokens = num_tokens +
-    #: num_output_placeholders - num_computed_tokens``, and it skips a request whose last token
-    #: (``max_tokens``) is already in flight.
-    _async_counters: dict[str, list[int]] | None = None
 
     def _take_blocks(self, request: RequestState, num: int) -> None:
         """Give ``request`` ``num`` more blocks; the caller has checked they are free (hook)."""
