@@ -150,7 +150,9 @@ def _premake_cache_blocks(pool: Any, held: list[Any], memo: dict[int, Any]) -> N
     free_unhashed = getattr(pool, "_free_unhashed", ())
     free_hashed = getattr(pool, "_free_hashed", {})
     cached = getattr(pool, "_cached", {})
-    groups = [free_unhashed, free_hashed, *cached.values(), *held]
+    lone = [entry for entry in cached.values() if type(entry) is Block]
+    shared = [entry for entry in cached.values() if type(entry) is not Block]
+    groups = [free_unhashed, free_hashed, lone, *shared, *held]
     for group in groups:
         for block in group:
             if id(block) not in memo:
