@@ -33,6 +33,9 @@ class _AsyncMixin:
 
     #: run_engine drives this scheduler as ``step_with_batch_queue`` does.
     async_scheduling = True
+    #: Fill ``ScheduledStep.in_flight_outputs`` (read by a clock that times a step by its
+    #: requests' make-up); the engine turns it off for a clock that reads only the totals.
+    keep_in_flight_outputs = True
 
     # Set by __init__ of the concrete classes (declared for type checkers).
     requests: dict[str, RequestState]
@@ -76,7 +79,7 @@ class _AsyncMixin:
         requests = self.requests
         scheduled = out.num_scheduled_tokens
         sampled: list[RequestState] = []
-        in_flight: dict[str, int] = {}
+        in_flight: dict[str, int] | None = {} if self.keep_in_flight_outputs else None
         prefill = decode = kv_read = 0
         for request_id, num_new_tokens in scheduled.items():
             request = requests[request_id]
@@ -84,7 +87,7 @@ class _AsyncMixin:
             request.num_computed_tokens = computed
             # Output so far, the tokens still in flight counted (placeholders before the step).
             placeholders = request.num_output_placeholders
-            if placeholders:
+            if placeholders and in_flight is not None:
                 in_flight[request_id] = placeholders
             output = request.num_output_tokens + placeholders
             known = request.num_prompt_tokens + output

@@ -223,6 +223,12 @@ class EngineRun(ForkableRun):
                 "config.async_scheduling is on but the scheduler is synchronous; build it with "
                 "async support (tracekit.engine.scheduler.make_vllm_scheduler) or turn it off"
             )
+        if hasattr(self.scheduler, "keep_in_flight_outputs") and not hasattr(
+            self.clock, "register"
+        ):
+            # Only a clock that reads the requests' make-up (it registers their states) reads
+            # which outputs were in flight when a step was scheduled.
+            self.scheduler.keep_in_flight_outputs = False  # type: ignore[attr-defined]
         self._in_flight: Any = None
         self._in_flight_end = 0.0
         self.done = False

@@ -132,30 +132,32 @@ class PrefixCachingBlockPool:
         content_ids = request.content_ids
         chunk = request.content_block_tokens
         limit = content_length(request.num_prompt_tokens, content_ids, chunk)
-        interned = self._content_keys
-        parent = keys[-1] if keys else None
-        index = request.index
-        # A block never straddles two content ids when they are whole blocks (Mooncake: 512).
-        aligned = chunk % block_size == 0
-        for j in range(done, num_blocks):
-            end = (j + 1) * block_size
-            if end <= limit:
-                start = end - block_size
+        # Blocks wholly inside the content region come first (block j ends at (j+1)*block_size).
+        num_content = min(num_blocks, limit // block_size)
+        if done < num_content:
+            interned = self._content_keys
+            parent = keys[-1] if keys else None
+            # A block never straddles two content ids when they are whole blocks (Mooncake: 512).
+            aligned = chunk % block_size == 0
+            for j in range(done, num_content):
+                start = j * block_size
                 if aligned:
                     segments: tuple[tuple[int, int, int], ...] = (
                         (content_ids[start // chunk], start % chunk, block_size),
                     )
                 else:
-                    segments = block_segments(content_ids, chunk, start, end)
+                    segments = block_segments(content_ids, chunk, start, start + block_size)
                 entry = (parent, segments)
                 key = interned.get(entry)
                 if key is None:
                     key = interned[entry] = len(interned)
-            else:
-                # A block holding a token unique to the request equals only itself.
-                key = (index, j)
-            keys.append(key)
-            parent = key
+                keys.append(key)
+                parent = key
+            done = num_content
+        if done < num_blocks:
+            # A block holding a token unique to the request equals only itself.
+            index = request.index
+            keys.extend([(index, j) for j in range(done, num_blocks)])
         return keys
 
     # ----------------------------------------------------------------------------- lookups

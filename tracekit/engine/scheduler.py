@@ -27,6 +27,8 @@ victims are exactly vLLM's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
@@ -102,12 +104,13 @@ class VllmScheduler(SchedulerBase):
 
         # First, the RUNNING requests, in queue order.
         req_index = 0
-        while req_index < len(running) and token_budget > 0:
+        num_running = len(running)  # (re-read after a preemption, which shortens it)
+        while req_index < num_running and token_budget > 0:
             request = running[req_index]
-            request_id = request.request_id
             computed = request.num_computed_tokens
             num_prompt_tokens = request.num_prompt_tokens
-            num_new_tokens = num_prompt_tokens + request.num_output_tokens - computed
+            known = num_prompt_tokens + request.num_output_tokens
+            num_new_tokens = known - computed
             # Async scheduling's output placeholders (always 0 when synchronous); vLLM reads
             # num_output_placeholders in the base scan too.
             placeholders = request.num_output_placeholders
@@ -139,6 +142,7 @@ class VllmScheduler(SchedulerBase):
                 allocated, req_index, refund = self._allocate_or_preempt(
                     request, num_new_tokens, req_index, step, now
                 )
+                num_running = len(running)
                 token_budget += refund
                 if not allocated:
                     if self._continue_after_self_preemption:
@@ -148,13 +152,15 @@ class VllmScheduler(SchedulerBase):
                     break
             elif num_blocks_to_allocate > 0:
                 self._take_blocks(request, num_blocks_to_allocate)
-            # Only when the step fills a block not yet cached (the hook caps at known tokens).
-            if (
-                after_running_allocation is not None
-                and end // block_size > request.num_cached_blocks
-            ):
-                after_running_allocation(request, end)
-            scheduled[request_id] = num_new_tokens
+            # allocate_slots caches the blocks the step fills, up to the known tokens (vLLM
+            # ``num_tokens_to_cache = min(computed + new, request.num_tokens)``), when it fills
+            # one not cached yet.
+            if after_running_allocation is not None:
+                if end > known:
+                    end = known
+                if end // block_size > request.num_cached_blocks:
+                    after_running_allocation(request, end)
+            scheduled[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
 
@@ -200,9 +206,10 @@ class VllmScheduler(SchedulerBase):
         self.block_pool.num_free_blocks -= num
         request.num_blocks += num
 
-    #: Called as ``(request, computed + new tokens)`` after a running request's allocation
-    #: succeeded (prefix caching keys the blocks the step fills); None: nothing to do.
-    _after_running_allocation = None
+    #: Called as ``(request, min(computed + new tokens, known tokens))`` after a running
+    #: request's allocation succeeded and the step fills a block beyond its cached ones (prefix
+    #: caching keys them: ``cache_full_blocks``); None: nothing to do.
+    _after_running_allocation: Callable[[RequestState, int], None] | None = None
 
     def _admit(
         self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
@@ -354,6 +361,8 @@ class VllmPrefixCachingScheduler(VllmScheduler):
     ) -> None:
         super().__init__(config, host, on_decision)
         self.block_pool = PrefixCachingBlockPool(config.num_blocks, config.block_size)
+        # allocate_slots keys the blocks a running request's step fills.
+        self._after_running_allocation = self.block_pool.cache_full_blocks
         #: req_id -> tokens hit in the prefix cache, for every admission of this step (in order).
         self.step_cache_hits: dict[str, int] = {}
         # The waiting head's last failed admission (it is tried every step until it fits):
@@ -371,17 +380,19 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         if self.step_cache_hits:
             self.step_cache_hits = {}
 
+    def record_cache_figures(self, out: ScheduledStep) -> None:
+        """:meth:`SchedulerBase.record_cache_figures`, reading this scheduler's own fields."""
+        hits = self.step_cache_hits
+        if hits:
+            out.cache_hits = hits
+        evicted = self.block_pool.num_evicted  # type: ignore[attr-defined]
+        out.num_evicted_blocks = evicted - self._evicted_seen
+        self._evicted_seen = evicted
+        out.cache_recorded = True
+
     def _take_blocks(self, request: RequestState, num: int) -> None:
         self.block_pool.get_new_blocks(num, request.kv_blocks)  # type: ignore[attr-defined]
         request.num_blocks += num
-
-    def _after_running_allocation(self, request: RequestState, num_tokens: int) -> None:  # type: ignore[override]
-        """allocate_slots caches the blocks the step fills (capped at the known tokens)."""
-        known = request.num_prompt_tokens + request.num_output_tokens
-        if num_tokens > known:
-            num_tokens = known
-        if num_tokens // self.config.block_size > request.num_cached_blocks:
-            self.block_pool.cache_full_blocks(request, num_tokens)  # type: ignore[attr-defined]
 
     def _admit(
         self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
