@@ -37,6 +37,9 @@ __all__ = ["Block", "PrefixCachingBlockPool"]
 
 _REF_CNT = attrgetter("ref_cnt")
 
+#: Blocks per request in a unique key's packing (more than any max_model_len needs).
+_UNIQUE_STRIDE = 1 << 40
+
 #: A key no block has (the remembered lookup missed nothing: it hit every block it could).
 _NO_KEY = object()
 
@@ -155,9 +158,11 @@ class PrefixCachingBlockPool:
                 parent = key
             done = num_content
         if done < num_blocks:
-            # A block holding a token unique to the request equals only itself.
-            index = request.index
-            keys.extend([(index, j) for j in range(done, num_blocks)])
+            # A block holding a token unique to the request equals only itself: its key is the
+            # pair (request index, block index), packed into a negative int (content keys are
+            # >= 0), which hashes and compares faster than a tuple.
+            base = -1 - request.index * _UNIQUE_STRIDE
+            keys.extend(range(base - done, base - num_blocks, -1))
         return keys
 
     # ----------------------------------------------------------------------------- lookups
