@@ -23,7 +23,7 @@ from tracekit.engine.base import DecisionCallback, ScheduledStep
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.request import FINISHED_STATUSES, RequestState, RequestStatus
-from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.scheduler import EAGER_UPDATES, VllmPrefixCachingScheduler, VllmScheduler
 
 __all__ = ["AsyncVllmPrefixCachingScheduler", "AsyncVllmScheduler"]
 
@@ -33,6 +33,8 @@ class _AsyncMixin:
 
     #: run_engine drives this scheduler as ``step_with_batch_queue`` does.
     async_scheduling = True
+    #: The running scan adds output placeholders when it advances requests inline.
+    _is_async = True
     #: Fill ``ScheduledStep.in_flight_outputs`` (read by a clock that times a step by its
     #: requests' make-up); the engine turns it off for a clock that reads only the totals.
     keep_in_flight_outputs = True
@@ -100,11 +102,20 @@ class _AsyncMixin:
             else:
                 prefill += num_new_tokens
             kv_read += computed
+        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = prefill, decode, kv_read
+        self._after_update(out, sampled, in_flight)
+
+    def _eager_in_flight(self) -> dict[str, int] | None:
+        return {} if self.keep_in_flight_outputs else None
+
+    def _after_update(
+        self, out: ScheduledStep, sampled: list[RequestState], in_flight: dict[str, int] | None
+    ) -> None:
+        """Put the step in flight (with the requests it samples) once its requests advanced."""
         # (The num_in_flight_tokens of every scheduled request grow by its tokens here.)
-        self._in_flight_steps[out.step] = (scheduled, sampled)
+        self._in_flight_steps[out.step] = (out.num_scheduled_tokens, sampled)
         out.in_flight_outputs = in_flight
         self._finished_since_schedule = False
-        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = prefill, decode, kv_read
         # This step's output is applied a step late, after the next schedule() has reset the
         # hit map: record its prefix-cache figures now (trace v2).
         self.record_cache_figures(out)  # type: ignore[attr-defined]
@@ -204,6 +215,9 @@ class _AsyncMixin:
             assert (stale > 0) == (request in self._stale), request
             if request.status != RequestStatus.RUNNING:
                 assert held == 0, request
+
+
+EAGER_UPDATES.add(_AsyncMixin._update_after_schedule)
 
 
 class AsyncVllmScheduler(_AsyncMixin, VllmScheduler):

@@ -65,6 +65,7 @@ class VllmScheduler(SchedulerBase):
         self._continue_after_self_preemption = (
             config.vllm_version != "0.32" and config.scheduling_policy == "priority"
         )
+        self._eager = type(self)._update_after_schedule in EAGER_UPDATES
         # Step-local state shared with _preempt (set by schedule()).
         self._scheduled: dict[str, int] = {}
         self._num_preempted = 0
@@ -101,6 +102,15 @@ class VllmScheduler(SchedulerBase):
         # vLLM drops the long-prefill cap when only one request is present (nobody to starve).
         long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
         after_running_allocation = self._after_running_allocation
+        # _update_after_schedule done as each request is scheduled (the same arithmetic, one
+        # loop less), until the step needs a victim: the host must see vLLM's state, where
+        # nothing has advanced yet, so the advances so far are undone and the step finishes
+        # with the separate pass (see _undo_eager).
+        eager = self._eager
+        is_async = self._is_async
+        in_flight = self._eager_in_flight()
+        sampled: list[RequestState] = []
+        prefill = decode = kv_read = 0
 
         # First, the RUNNING requests, in queue order.
         req_index = 0
@@ -139,6 +149,9 @@ class VllmScheduler(SchedulerBase):
             end = computed + num_new_tokens
             num_blocks_to_allocate = -(-end // block_size) - request.num_blocks
             if num_blocks_to_allocate > pool.num_free_blocks:
+                if eager:
+                    self._undo_eager(scheduled, sampled)
+                    eager = False
                 allocated, req_index, refund = self._allocate_or_preempt(
                     request, num_new_tokens, req_index, step, now
                 )
@@ -163,6 +176,23 @@ class VllmScheduler(SchedulerBase):
             scheduled[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
+            if eager:
+                # (as _update_after_schedule; `known` counts no placeholder, `output` does)
+                after = computed + num_new_tokens
+                request.num_computed_tokens = after
+                output = known - num_prompt_tokens + placeholders
+                known += placeholders
+                if is_async:
+                    if placeholders and in_flight is not None:
+                        in_flight[request.request_id] = placeholders
+                    if after >= known:
+                        request.num_output_placeholders = placeholders + 1
+                        sampled.append(request)
+                if num_new_tokens == 1 and output and after == known:
+                    decode += 1
+                else:
+                    prefill += num_new_tokens
+                kv_read += after
 
         # Next, the WAITING requests, but never in a step that preempted.
         if not self._num_preempted:
@@ -186,6 +216,20 @@ class VllmScheduler(SchedulerBase):
                     request.first_scheduled_s = now
                 scheduled[request.request_id] = num_new_tokens
                 token_budget -= num_new_tokens
+                if eager:
+                    # (a waiting request has no placeholders)
+                    after = request.num_computed_tokens + num_new_tokens
+                    request.num_computed_tokens = after
+                    output = request.num_output_tokens
+                    known = request.num_prompt_tokens + output
+                    if is_async and after >= known:
+                        request.num_output_placeholders = 1
+                        sampled.append(request)
+                    if num_new_tokens == 1 and output and after == known:
+                        decode += 1
+                    else:
+                        prefill += num_new_tokens
+                    kv_read += after
 
         # Invariants of every step (vLLM asserts the first two after its loops).
         assert token_budget >= 0, "token budget overspent"
@@ -193,13 +237,47 @@ class VllmScheduler(SchedulerBase):
         assert pool.num_free_blocks >= 0, "KV blocks overcommitted"
 
         # _update_after_schedule: computed tokens advance when the step is scheduled.
-        self._update_after_schedule(out)
+        if eager:
+            out.num_prefill_tokens, out.num_decode_tokens = prefill, decode
+            out.kv_tokens_read = kv_read
+            self._after_update(out, sampled, in_flight)
+        else:
+            self._update_after_schedule(out)
         out.num_preemptions = self._num_preempted
         return out
 
     # ----------------------------------------------------------------------------- hooks
     def _begin_step(self) -> None:
         """Reset per-step state before the scan (hook)."""
+
+    #: Whether the scan advances each request as it schedules it (``_update_after_schedule``'s
+    #: arithmetic inline). Set per instance: off for a subclass with an ``_update_after_schedule``
+    #: not in :data:`EAGER_UPDATES`.
+    _eager = True
+    #: Async scheduling's output placeholders are added as a step samples (the async mixin).
+    _is_async = False
+
+    def _eager_in_flight(self) -> dict[str, int] | None:
+        """The ``in_flight_outputs`` map the eager advance fills (async only; hook)."""
+        return None
+
+    def _after_update(
+        self, out: ScheduledStep, sampled: list[RequestState], in_flight: dict[str, int] | None
+    ) -> None:
+        """What ``_update_after_schedule`` does after advancing the requests (hook)."""
+
+    def _undo_eager(self, scheduled: dict[str, int], sampled: list[RequestState]) -> None:
+        """Take back the eager advances of the step so far (before the first victim decision).
+
+        Each scheduled request's ``num_computed_tokens`` goes back by its tokens, and each
+        placeholder the step added is removed; the step then ends with
+        :meth:`_update_after_schedule`, as vLLM's does.
+        """
+        requests = self.requests
+        for request_id, num_new_tokens in scheduled.items():
+            requests[request_id].num_computed_tokens -= num_new_tokens
+        for request in sampled:
+            request.num_output_placeholders -= 1
 
     def _take_blocks(self, request: RequestState, num: int) -> None:
         """Give ``request`` ``num`` more blocks; the caller has checked they are free (hook)."""
@@ -491,6 +569,10 @@ class VllmPrefixCachingScheduler(VllmScheduler):
             assert r.num_blocks == 0 and r.num_computed_tokens == 0 and not r.kv_blocks, r
         assert len(self.running) + len(self.waiting) == len(self.requests)
         pool.check([r.kv_blocks for r in self.running])  # type: ignore[misc]
+
+
+#: The ``_update_after_schedule`` methods whose arithmetic the running scan can do inline.
+EAGER_UPDATES: set[Callable[..., None]] = {VllmScheduler._update_after_schedule}
 
 
 def make_vllm_scheduler(
