@@ -157,19 +157,20 @@ class _AsyncMixin:
         finished: list[RequestState] = []
         from_waiting = False
         for request in sampled:
-            if request.status in finished_statuses:
-                continue  # finished while this step was in flight
             was_running = request.status == running_status
+            if not was_running and request.status in finished_statuses:
+                continue  # finished while this step was in flight
             output = request.num_output_tokens + 1
             request.num_output_tokens = output
             if output == 1:
                 request.first_token_s = end_s
-            is_stale = stale and request in stale
-            if not is_stale:
-                request.num_output_placeholders -= 1
+            placeholders = request.num_output_placeholders
+            if not (stale and request in stale):
+                placeholders -= 1
+                request.num_output_placeholders = placeholders
             # A stale output belongs to a request preempted since, so it is never RUNNING here.
             if caching and was_running:
-                confirmed = request.num_computed_tokens - request.num_output_placeholders
+                confirmed = request.num_computed_tokens - placeholders
                 if confirmed // block_size > request.num_cached_blocks:
                     self.block_pool.cache_full_blocks(request, confirmed)  # type: ignore[attr-defined]
             if output < request.stop_output_tokens:

@@ -284,15 +284,14 @@ class PrefixCachingBlockPool:
         if start >= num_full:
             return
         keys = self.block_keys(request, num_full)
-        blocks = request.kv_blocks
         cached = self._cached
-        for j in range(start, num_full):
-            block = blocks[j]
-            key = keys[j]
+        memo_next = self._memo_next
+        blocks = request.kv_blocks[start:num_full]
+        for block, key in zip(blocks, keys[start:num_full], strict=True):
             if block.key == key:  # type: ignore[attr-defined]
                 continue
             block.key = key  # type: ignore[attr-defined]
-            if key == self._memo_next:
+            if key == memo_next:
                 end = len(self._memo_hit)
                 if self._memo_dirty is None or end < self._memo_dirty:
                     self._memo_dirty = end
