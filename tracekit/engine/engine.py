@@ -206,6 +206,10 @@ class EngineRun(ForkableRun):
                 self.scheduler = VllmScheduler(config, self.host, self._on_decision)
         else:
             self.scheduler = SglangScheduler(config, self.host, self._on_decision)
+        # The embedded scheduler builds decision records only when someone takes them.
+        self._wired = scheduler_factory is None
+        if self._wired:
+            self._wire_decisions()
         # A measured step-time model's clock learns each request's state as it arrives.
         self.clock = make_clock(config, ())
         # The requests not sent yet stay frozen rows (shared by forks) until they arrive.
@@ -234,6 +238,15 @@ class EngineRun(ForkableRun):
         self.done = False
 
     # ----------------------------------------------------------------------------- records
+    def _wire_decisions(self) -> None:
+        """Have the embedded scheduler build decision records only when someone takes them.
+
+        A run that neither collects nor streams records still counts its decisions (the
+        scheduler's ``num_decisions``); the host sees the same context either way.
+        """
+        wanted = self.collect or self.observer is not None
+        self.scheduler.on_decision = self._on_decision if wanted else None  # type: ignore[attr-defined]
+
     def _on_decision(self, record: DecisionRecord) -> None:
         if self.collect:
             self.result.decisions.append(record)
