@@ -267,16 +267,17 @@ class EngineRun(ForkableRun):
             self.scheduler.check_consistency()
 
     def _finish(self, state: RequestState) -> None:
-        record = _request_record(state)
-        wait = record.client_queue_s
+        wait = state.arrival_s - state.client_arrival_s  # (the record's client_queue_s)
         result = self.result
         if wait > 0:
             result.client_queue_total_s += wait
             result.client_queue_max_s = max(result.client_queue_max_s, wait)
-        if self.collect:
-            result.requests.append(record)
-        if self.observer is not None:
-            self.observer.on_request(record)
+        if self.collect or self.observer is not None:
+            record = _request_record(state)
+            if self.collect:
+                result.requests.append(record)
+            if self.observer is not None:
+                self.observer.on_request(record)
 
     # ----------------------------------------------------------------------------- state
     @property
