@@ -40,6 +40,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -107,14 +108,18 @@ args = json.loads(sys.argv[1])
 workload = load_workload(args["workload"], limit=args["limit"], priority_seed=args["seed"])
 requests = engine_requests(workload)
 config = EngineConfig(**args["config"])
-started = time.thread_time()
-run_engine(requests, config, BuiltinHost(), collect=False)
-print(time.thread_time() - started)
+for _ in range(args["repeat"]):
+    started = time.thread_time()
+    run_engine(requests, config, BuiltinHost(), collect=False)
+    print(time.thread_time() - started)
 """
 
 
-def compare_trees(args: argparse.Namespace, config: EngineConfig, trees: list[Path]) -> dict:
-    """Best CPU time of run_engine for each tree's tracekit, alternating fresh processes."""
+def compare_trees(
+    args: argparse.Namespace, config: EngineConfig, trees: list[Path]
+) -> dict[str, list[float]]:
+    """CPU times of run_engine for each tree's tracekit: ``--repeat`` alternating processes of
+    three runs each (a loaded machine moves single runs by tens of percent)."""
     fields = (
         "num_blocks",
         "scheduling_policy",
@@ -130,10 +135,11 @@ def compare_trees(args: argparse.Namespace, config: EngineConfig, trees: list[Pa
             "workload": str(args.workload),
             "limit": args.limit,
             "seed": 1 if args.policy == "priority" else None,
+            "repeat": 3,
             "config": {name: getattr(config, name) for name in fields},
         }
     )
-    best: dict[str, float] = {}
+    times: dict[str, list[float]] = {str(tree): [] for tree in trees}
     for _ in range(args.repeat):
         for tree in trees:
             env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -144,9 +150,8 @@ def compare_trees(args: argparse.Namespace, config: EngineConfig, trees: list[Pa
                 capture_output=True,
                 text=True,
             )
-            seconds = float(out.stdout.strip().splitlines()[-1])
-            best[str(tree)] = min(best.get(str(tree), float("inf")), seconds)
-    return best
+            times[str(tree)].extend(float(line) for line in out.stdout.split())
+    return times
 
 
 def main() -> None:
@@ -259,9 +264,12 @@ def main() -> None:
     if args.compare_tree is not None and vllm_cpu:
         cpu = compare_trees(args, config, [args.compare_tree.resolve(), ROOT])
         for tree, seconds in cpu.items():
+            best_s, median_s = min(seconds), statistics.median(seconds)
             print(
-                f"  engine of {tree}: best CPU {seconds:.3f} s, (CPU time) embedded / vLLM = "
-                f"{(result.num_steps / seconds) / (steps / vllm_cpu):.1f}x"
+                f"  engine of {tree}: CPU best {best_s:.3f} s, median {median_s:.3f} s of "
+                f"{len(seconds)}; (CPU time) embedded / vLLM = "
+                f"{(result.num_steps / best_s) / (steps / vllm_cpu):.1f}x (best), "
+                f"{(result.num_steps / median_s) / (steps / vllm_cpu):.1f}x (median)"
             )
     print(
         "identity: steps, scheduled tokens, (step, requester, victim) and cache hits "
