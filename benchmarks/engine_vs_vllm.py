@@ -146,6 +146,7 @@ def compare_trees(
             out = subprocess.run(
                 [sys.executable, "-c", _TIMER, payload],
                 env=env,
+                cwd=tree,  # (python -c puts the working directory first on sys.path)
                 check=True,
                 capture_output=True,
                 text=True,
