@@ -9,8 +9,14 @@ one hour) with the workload loader, then, side by side in one process:
 and prints simulated steps per second, requests per second, wall time, peak memory and the
 recorder's overhead as a ratio. Target (issue 4): the whole hour recorded in under 60 s.
 
+``--prefix-caching`` / ``--no-prefix-caching`` and ``--async-scheduling`` /
+``--no-async-scheduling`` set the vLLM mode's engine options (default: ``EngineConfig``'s, which
+are vLLM's: both on), so the recording time can be compared with each off. Times are wall and
+CPU (``time.process_time``) seconds.
+
 Usage: ``python benchmarks/engine.py [WORKLOAD] [--clock steps|cost-model] [--policy fcfs|priority]
-[--mode vllm|sglang] [--strategy builtin|bidkv|...] [--profile]``
+[--mode vllm|sglang] [--strategy builtin|bidkv|...] [--[no-]prefix-caching]
+[--[no-]async-scheduling] [--profile]``
 """
 
 from __future__ import annotations
@@ -57,28 +63,42 @@ def main() -> None:
     parser.add_argument("--policy", default="fcfs", choices=["fcfs", "priority"])
     parser.add_argument("--mode", default="vllm", choices=["vllm", "sglang"])
     parser.add_argument("--strategy", default="builtin")
+    parser.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--profile", action="store_true", help="print the top cProfile entries")
     args = parser.parse_args()
+    options = {
+        name: value
+        for name, value in (
+            ("enable_prefix_caching", args.prefix_caching),
+            ("async_scheduling", args.async_scheduling),
+        )
+        if value is not None
+    }
 
     workload = load_workload(args.workload)
     requests = engine_requests(workload)
-    config = EngineConfig(mode=args.mode, clock=args.clock, scheduling_policy=args.policy)
+    config = EngineConfig(
+        mode=args.mode, clock=args.clock, scheduling_policy=args.policy, **options
+    )
     strategy = resolve_strategy(args.strategy)
 
     observer = CountingObserver()
     profiler = cProfile.Profile() if args.profile else None
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     if profiler is not None:
         profiler.enable()
     result = run_engine(requests, config, strategy.make_host("typed"), observer, collect=False)
     if profiler is not None:
         profiler.disable()
     engine_wall = time.perf_counter() - start
+    engine_cpu = time.process_time() - start_cpu
 
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         record_sim(SimRun(workload, config, strategy, "typed"), Path(tmp) / "bundle")
         record_wall = time.perf_counter() - start
+        record_cpu = time.process_time() - start_cpu
         size_mib = sum(p.stat().st_size for p in (Path(tmp) / "bundle").iterdir()) / 2**20
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -87,7 +107,8 @@ def main() -> None:
         f"config           mode={config.mode} clock={config.clock}"
         f" policy={config.scheduling_policy} blocks={config.num_blocks}x{config.block_size}"
         f" seqs={config.max_num_seqs} budget={config.max_num_batched_tokens}"
-        f" strategy={strategy.name}"
+        f" strategy={strategy.name} prefix_caching={config.enable_prefix_caching}"
+        f" async={config.async_scheduling}"
     )
     print(
         f"simulated        {result.num_steps} steps, {result.end_s:.1f} s engine time,"
@@ -95,12 +116,13 @@ def main() -> None:
         f" {observer.decisions} decisions"
     )
     print(
-        f"engine only      {engine_wall:.2f} s wall, {result.num_steps / engine_wall:,.0f} steps/s,"
-        f" {len(requests) / engine_wall:,.0f} requests/s"
+        f"engine only      {engine_wall:.2f} s wall ({engine_cpu:.2f} s CPU),"
+        f" {result.num_steps / engine_wall:,.0f} steps/s, {len(requests) / engine_wall:,.0f}"
+        " requests/s"
     )
     print(
-        f"record (bundle)  {record_wall:.2f} s wall, {result.num_steps / record_wall:,.0f} steps/s,"
-        f" bundle {size_mib:.1f} MiB"
+        f"record (bundle)  {record_wall:.2f} s wall ({record_cpu:.2f} s CPU),"
+        f" {result.num_steps / record_wall:,.0f} steps/s, bundle {size_mib:.1f} MiB"
     )
     print(f"ratio            record / engine-only time = {record_wall / engine_wall:.2f}")
     print(f"peak RSS         {peak_mib:.0f} MiB")

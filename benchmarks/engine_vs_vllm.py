@@ -22,15 +22,26 @@ ahead (``EngineCore.step_with_batch_queue``) against the engine's async mode. Bo
 unless asked for (``--no-...`` is the default here), so the figures of earlier runs keep their
 meaning; ``--vllm-defaults`` turns both on, as vLLM runs on a GPU.
 
+``--compare-tree DIR`` also times the engine of another checkout (``DIR``: a folder holding a
+``tracekit`` package, e.g. ``git archive <commit> tracekit | tar -x -C DIR``) against the same
+vLLM run: both engines run in fresh processes, alternating, ``--repeat`` times each, and the
+CPU-time ratio of each is printed (before and after a change, measured side by side). The
+embedded engine's CPU time is also taken before the vLLM run as well as after it, so a load
+change during the vLLM run biases the two sides less.
+
 Usage: ``python benchmarks/engine_vs_vllm.py [WORKLOAD] [--limit N] [--policy fcfs|priority]
 [--num-blocks N] [--max-model-len N] [--prefix-caching] [--async-scheduling]
-[--vllm-defaults] [--vllm-venv DIR] [--repeat N]``
+[--vllm-defaults] [--vllm-venv DIR] [--repeat N] [--compare-tree DIR]``
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -87,6 +98,63 @@ def run_vllm(scenario: Scenario, venv: str | None) -> tuple[Collector, dict, dic
     return collector, hello, end
 
 
+# Times run_engine in a fresh process with the tracekit package of the first sys.path entry.
+_TIMER = """
+import dataclasses, json, sys, time
+from tracekit.engine import BuiltinHost, EngineConfig, run_engine
+from tracekit.engine.request import engine_requests
+from tracekit.workloads import load_workload
+args = json.loads(sys.argv[1])
+workload = load_workload(args["workload"], limit=args["limit"], priority_seed=args["seed"])
+requests = engine_requests(workload)
+config = EngineConfig(**args["config"])
+for _ in range(args["repeat"]):
+    started = time.thread_time()
+    run_engine(requests, config, BuiltinHost(), collect=False)
+    print(time.thread_time() - started)
+"""
+
+
+def compare_trees(
+    args: argparse.Namespace, config: EngineConfig, trees: list[Path]
+) -> dict[str, list[float]]:
+    """CPU times of run_engine for each tree's tracekit: ``--repeat`` alternating processes of
+    three runs each (a loaded machine moves single runs by tens of percent)."""
+    fields = (
+        "num_blocks",
+        "scheduling_policy",
+        "clock",
+        "step_s",
+        "max_model_len",
+        "enable_prefix_caching",
+        "async_scheduling",
+        "vllm_version",
+    )
+    payload = json.dumps(
+        {
+            "workload": str(args.workload),
+            "limit": args.limit,
+            "seed": 1 if args.policy == "priority" else None,
+            "repeat": 3,
+            "config": {name: getattr(config, name) for name in fields},
+        }
+    )
+    times: dict[str, list[float]] = {str(tree): [] for tree in trees}
+    for _ in range(args.repeat):
+        for tree in trees:
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            out = subprocess.run(
+                [sys.executable, "-c", _TIMER, payload],
+                env=env,
+                cwd=tree,  # (python -c puts the working directory first on sys.path)
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            times[str(tree)].extend(float(line) for line in out.stdout.split())
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workload", nargs="?", type=Path, default=DEFAULT_WORKLOAD)
@@ -99,6 +167,7 @@ def main() -> None:
     parser.add_argument("--prefix-caching", action="store_true")
     parser.add_argument("--async-scheduling", action="store_true")
     parser.add_argument("--vllm-defaults", action="store_true", help="both of the above")
+    parser.add_argument("--compare-tree", type=Path, default=None)
     args = parser.parse_args()
     if args.vllm_defaults:
         args.prefix_caching = args.async_scheduling = True
@@ -126,6 +195,15 @@ def main() -> None:
         f"{'async' if config.async_scheduling else 'sync'} scheduling"
     )
 
+    # The engine's timing runs before vLLM too (vLLM's version is not known yet: 0.32's rules,
+    # which cost the same); the decisions compared are those of the run after it.
+    best = best_cpu = float("inf")
+    for _ in range(args.repeat):
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        result = run_engine(requests, config, BuiltinHost(), collect=False)
+        best = min(best, time.perf_counter() - started)
+        best_cpu = min(best_cpu, time.thread_time() - started_cpu)
+
     real, hello, end = run_vllm(Scenario(0, config, tuple(requests)), args.vllm_venv)
     version = hello.get("vllm_version", "?")
     config = dataclasses.replace(
@@ -139,7 +217,6 @@ def main() -> None:
             if message["kind"] == "cache":
                 embedded.cache_hits.append((message["step"], message["hits"]))
     run_engine(requests, config, BuiltinHost(), embedded, collect=False)
-    best = best_cpu = float("inf")
     for _ in range(args.repeat):
         started, started_cpu = time.perf_counter(), time.thread_time()
         result = run_engine(requests, config, BuiltinHost(), collect=False)
@@ -165,7 +242,7 @@ def main() -> None:
     print(f"  driver loop            {end['timing']['wall_s']:8.2f} s  {loop_rate:10,.0f} steps/s")
     print(f"  whole process          {end['process_s']:8.2f} s")
     print("embedded engine")
-    print(f"  run_engine (best of {args.repeat}) {best:8.3f} s  {engine_rate:10,.0f} steps/s")
+    print(f"  run_engine (best of {2 * args.repeat}) {best:8.3f} s  {engine_rate:10,.0f} steps/s")
     print(
         f"steps {steps} (embedded {result.num_steps}), preemptions {len(real.decisions)} "
         f"(embedded {len(embedded.decisions)})"
@@ -185,6 +262,16 @@ def main() -> None:
             f"{(result.num_steps / best_cpu) / (steps / vllm_cpu):.1f}x"
         )
     print(f"             embedded / vLLM driver loop = {engine_rate / loop_rate:.1f}x")
+    if args.compare_tree is not None and vllm_cpu:
+        cpu = compare_trees(args, config, [args.compare_tree.resolve(), ROOT])
+        for tree, seconds in cpu.items():
+            best_s, median_s = min(seconds), statistics.median(seconds)
+            print(
+                f"  engine of {tree}: CPU best {best_s:.3f} s, median {median_s:.3f} s of "
+                f"{len(seconds)}; (CPU time) embedded / vLLM = "
+                f"{(result.num_steps / best_s) / (steps / vllm_cpu):.1f}x (best), "
+                f"{(result.num_steps / median_s) / (steps / vllm_cpu):.1f}x (median)"
+            )
     print(
         "identity: steps, scheduled tokens, (step, requester, victim) and cache hits "
         + ("IDENTICAL" if identical else "DIFFER")

@@ -124,16 +124,16 @@ def test_the_live_workloads_exercise_every_async_rule(monkeypatch: pytest.Monkey
     def counting_update(self, out, end_s):  # type: ignore[no-untyped-def]
         for request_id in out.num_scheduled_tokens:
             request = self.requests.get(request_id)
-            if request is not None and self._counters.get(request_id, (0, 0, 0))[2] > 0:
+            if request is not None and request.num_stale_output_tokens > 0:
                 counts["stale"] += 1
-                sampled = request_id in self._sampling[out.step]
+                sampled = request in self._in_flight_steps[out.step][1]
                 if sampled and request.num_output_tokens + 1 >= request.stop_output_tokens:
                     counts["stale_finish"] += 1
         return update(self, out, end_s)
 
     def counting_schedule(self, step, now):  # type: ignore[no-untyped-def]
         for request in self.running:
-            placeholders = self._counters.get(request.request_id, (0, 0, 0))[0]
+            placeholders = request.num_output_placeholders
             limit = request.num_prompt_tokens + request.max_tokens
             if placeholders and request.num_computed_tokens + 2 - placeholders >= limit:
                 counts["skip"] += 1

@@ -203,10 +203,10 @@ def fresh_hit(pool: PrefixCachingBlockPool, request: RequestState) -> list:
     keys = pool.block_keys(request, max_blocks)
     hit = []
     for key in keys[:max_blocks]:
-        blocks = pool._cached.get(key)
-        if blocks is None:
+        block = pool.cached_block(key)
+        if block is None:
             break
-        hit.append(next(iter(blocks)))
+        hit.append(block)
     return hit
 
 

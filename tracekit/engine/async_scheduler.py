@@ -8,11 +8,13 @@ Sources (vLLM 0.32.0 and 0.33.0): ``vllm/v1/core/sched/async_scheduler.py``
 (``EngineCore.step_with_batch_queue``, which :func:`tracekit.engine.engine.run_engine` follows
 when ``async_scheduling`` is on). ``docs/engine.md``, "Async scheduling", lists every rule.
 
-The state vLLM keeps per request, here in dicts keyed by request id (``RequestState`` stays the
-shared record): ``num_output_placeholders`` (tokens sampled by steps still in flight),
-``num_in_flight_tokens`` (tokens scheduled by steps whose output has not been applied) and
+The state vLLM keeps per request lives on :class:`~tracekit.engine.request.RequestState` under
+vLLM's names: ``num_output_placeholders`` (tokens sampled by steps still in flight) and
 ``num_stale_output_tokens`` (in-flight tokens of a request preempted since). As in vLLM,
-``num_computed_tokens`` counts the placeholders.
+``num_computed_tokens`` counts the placeholders. vLLM's third counter, ``num_in_flight_tokens``
+(tokens scheduled by steps whose output has not been applied), is only read when a request is
+preempted, so it is not kept up to date at every step: :meth:`_AsyncMixin.num_in_flight_tokens`
+sums the request's tokens over the steps in flight, which is its value by definition.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from __future__ import annotations
 from tracekit.engine.base import DecisionCallback, ScheduledStep
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
-from tracekit.engine.request import RequestState, RequestStatus
-from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.request import FINISHED_STATUSES, RequestState, RequestStatus
+from tracekit.engine.scheduler import EAGER_UPDATES, VllmPrefixCachingScheduler, VllmScheduler
 
 __all__ = ["AsyncVllmPrefixCachingScheduler", "AsyncVllmScheduler"]
 
@@ -31,6 +33,11 @@ class _AsyncMixin:
 
     #: run_engine drives this scheduler as ``step_with_batch_queue`` does.
     async_scheduling = True
+    #: The running scan adds output placeholders when it advances requests inline.
+    _is_async = True
+    #: Fill ``ScheduledStep.in_flight_outputs`` (read by a clock that times a step by its
+    #: requests' make-up); the engine turns it off for a clock that reads only the totals.
+    keep_in_flight_outputs = True
 
     # Set by __init__ of the concrete classes (declared for type checkers).
     requests: dict[str, RequestState]
@@ -38,12 +45,11 @@ class _AsyncMixin:
     config: EngineConfig
 
     def _init_async(self) -> None:
-        # req_id -> [num_output_placeholders, num_in_flight_tokens, num_stale_output_tokens]
-        # (one list, so the hot loops look a request up once).
-        self._counters: dict[str, list[int]] = {}
-        self._async_counters = self._counters  # read by VllmScheduler.schedule's running scan
-        # step -> the ids of the requests that step samples a token for (not a prefill chunk).
-        self._sampling: dict[int, set[str]] = {}
+        # The steps scheduled whose output is not applied yet: step -> (its scheduled tokens,
+        # the requests it samples a token for, i.e. not a prefill chunk, in scheduling order).
+        self._in_flight_steps: dict[int, tuple[dict[str, int], list[RequestState]]] = {}
+        # Requests with stale output tokens still to come (num_stale_output_tokens > 0).
+        self._stale: set[RequestState] = set()
         # vLLM ``finished_req_ids``: finished since the last schedule() (has_finished_requests).
         self._finished_since_schedule = False
         # Caching of the tokens an output confirms: 0.32 AsyncScheduler caches up to
@@ -52,14 +58,14 @@ class _AsyncMixin:
         # placeholders. With one sampled token and no drafts both give the same count.
         self._caching = bool(self.config.enable_prefix_caching)
 
-    def add_request(self, request: RequestState) -> None:
-        """Queue a new request with zero placeholders, in-flight and stale tokens."""
-        super().add_request(request)  # type: ignore[misc]
-        self._counters[request.request_id] = [0, 0, 0]
+    def num_in_flight_tokens(self, request: RequestState) -> int:
+        """The request's tokens in steps whose output is pending (vLLM ``num_in_flight_tokens``)."""
+        request_id = request.request_id
+        return sum(scheduled.get(request_id, 0) for scheduled, _ in self._in_flight_steps.values())
 
     def _forget(self, request: RequestState) -> None:
-        """An aborted request's counters go with it (its in-flight output is skipped)."""
-        self._counters.pop(request.request_id, None)
+        """An aborted request's stale tokens go with it (its in-flight output is skipped)."""
+        self._stale.discard(request)
         super()._forget(request)  # type: ignore[misc]
 
     def has_requests(self) -> bool:
@@ -73,44 +79,56 @@ class _AsyncMixin:
         with ``in_flight_outputs`` (the placeholders before the step), in the same loop.
         """
         requests = self.requests
-        all_counters = self._counters
-        sampling: set[str] = set()
-        in_flight: dict[str, int] = {}
+        scheduled = out.num_scheduled_tokens
+        sampled: list[RequestState] = []
+        in_flight: dict[str, int] | None = {} if self.keep_in_flight_outputs else None
         prefill = decode = kv_read = 0
-        for request_id, num_new_tokens in out.num_scheduled_tokens.items():
+        for request_id, num_new_tokens in scheduled.items():
             request = requests[request_id]
             computed = request.num_computed_tokens + num_new_tokens
             request.num_computed_tokens = computed
-            counters = all_counters[request_id]
-            counters[1] += num_new_tokens
             # Output so far, the tokens still in flight counted (placeholders before the step).
-            placeholders = counters[0]
-            if placeholders:
+            placeholders = request.num_output_placeholders
+            if placeholders and in_flight is not None:
                 in_flight[request_id] = placeholders
             output = request.num_output_tokens + placeholders
             known = request.num_prompt_tokens + output
             # is_prefill_chunk is decided before the placeholder of this step is added.
             if computed >= known:
-                counters[0] += 1
-                sampling.add(request_id)
+                request.num_output_placeholders = placeholders + 1
+                sampled.append(request)
             if num_new_tokens == 1 and output and computed == known:
                 decode += 1
             else:
                 prefill += num_new_tokens
             kv_read += computed
-        self._sampling[out.step] = sampling
+        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = prefill, decode, kv_read
+        self._after_update(out, sampled, in_flight)
+
+    def _eager_in_flight(self) -> dict[str, int] | None:
+        return {} if self.keep_in_flight_outputs else None
+
+    def _after_update(
+        self, out: ScheduledStep, sampled: list[RequestState], in_flight: dict[str, int] | None
+    ) -> None:
+        """Put the step in flight (with the requests it samples) once its requests advanced."""
+        # (The num_in_flight_tokens of every scheduled request grow by its tokens here.)
+        self._in_flight_steps[out.step] = (out.num_scheduled_tokens, sampled)
         out.in_flight_outputs = in_flight
         self._finished_since_schedule = False
-        out.num_prefill_tokens, out.num_decode_tokens, out.kv_tokens_read = prefill, decode, kv_read
         # This step's output is applied a step late, after the next schedule() has reset the
         # hit map: record its prefix-cache figures now (trace v2).
         self.record_cache_figures(out)  # type: ignore[attr-defined]
 
     def _release_victim(self, victim: RequestState) -> None:
         """``_preempt_request``: in-flight output becomes stale; placeholders are dropped."""
-        counters = self._counters[victim.request_id]
-        counters[2] = counters[1]
-        counters[0] = 0
+        stale = self.num_in_flight_tokens(victim)
+        victim.num_stale_output_tokens = stale
+        if stale:
+            self._stale.add(victim)
+        else:
+            self._stale.discard(victim)
+        victim.num_output_placeholders = 0
         super()._release_victim(victim)  # type: ignore[misc]
 
     def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
@@ -121,34 +139,38 @@ class _AsyncMixin:
         running or the waiting queue. A request that finished earlier is skipped.
         """
         requests = self.requests
-        all_counters = self._counters
-        sampling = self._sampling.pop(out.step)
+        # Applying the output takes the step's tokens out of num_in_flight_tokens.
+        scheduled, sampled = self._in_flight_steps.pop(out.step)
+        # Outputs of requests preempted since the step was scheduled are stale
+        # (num_stale_output_tokens > 0 before it drops by the step's tokens).
+        stale: set[RequestState] | tuple[()] = ()
+        if self._stale:
+            stale = {r for r in self._stale if r.request_id in scheduled}
+            for request in stale:
+                request.num_stale_output_tokens -= scheduled[request.request_id]
+                if request.num_stale_output_tokens <= 0:
+                    self._stale.discard(request)
         caching = self._caching
         block_size = self.config.block_size
         running_status = RequestStatus.RUNNING
+        finished_statuses = FINISHED_STATUSES
         finished: list[RequestState] = []
         from_waiting = False
-        for request_id, num_tokens in out.num_scheduled_tokens.items():
-            request = requests.get(request_id)
-            if request is None:
-                continue  # finished while this step was in flight
-            counters = all_counters[request_id]
-            counters[1] -= num_tokens
-            is_stale = counters[2] > 0
-            if is_stale:
-                counters[2] -= num_tokens
-            if request_id not in sampling:
-                continue  # a partial prefill samples nothing
+        for request in sampled:
             was_running = request.status == running_status
+            if not was_running and request.status in finished_statuses:
+                continue  # finished while this step was in flight
             output = request.num_output_tokens + 1
             request.num_output_tokens = output
             if output == 1:
                 request.first_token_s = end_s
-            if not is_stale:
-                counters[0] -= 1
+            placeholders = request.num_output_placeholders
+            if not (stale and request in stale):
+                placeholders -= 1
+                request.num_output_placeholders = placeholders
             # A stale output belongs to a request preempted since, so it is never RUNNING here.
             if caching and was_running:
-                confirmed = request.num_computed_tokens - counters[0]
+                confirmed = request.num_computed_tokens - placeholders
                 if confirmed // block_size > request.num_cached_blocks:
                     self.block_pool.cache_full_blocks(request, confirmed)  # type: ignore[attr-defined]
             if output < request.stop_output_tokens:
@@ -157,7 +179,8 @@ class _AsyncMixin:
             request.finish_s = end_s
             # A request a stale token finished holds no blocks: they went at its preemption.
             self._release_finished(request)  # type: ignore[attr-defined]
-            del requests[request_id], all_counters[request_id]
+            self._stale.discard(request)
+            del requests[request.request_id]
             finished.append(request)
             from_waiting = from_waiting or not was_running
         if finished:
@@ -185,11 +208,17 @@ class _AsyncMixin:
     def check_consistency(self) -> None:
         """The base checks plus the async counters."""
         super().check_consistency()  # type: ignore[misc]
-        for request_id, request in self.requests.items():
-            held, in_flight, stale = self._counters.get(request_id, (0, 0, 0))
+        for request in self.requests.values():
+            held = request.num_output_placeholders
+            in_flight = self.num_in_flight_tokens(request)
+            stale = request.num_stale_output_tokens
             assert held >= 0 and in_flight >= held and stale >= 0, request
+            assert (stale > 0) == (request in self._stale), request
             if request.status != RequestStatus.RUNNING:
                 assert held == 0, request
+
+
+EAGER_UPDATES.add(_AsyncMixin._update_after_schedule)
 
 
 class AsyncVllmScheduler(_AsyncMixin, VllmScheduler):

@@ -206,6 +206,10 @@ class EngineRun(ForkableRun):
                 self.scheduler = VllmScheduler(config, self.host, self._on_decision)
         else:
             self.scheduler = SglangScheduler(config, self.host, self._on_decision)
+        # The embedded scheduler builds decision records only when someone takes them.
+        self._wired = scheduler_factory is None
+        if self._wired:
+            self._wire_decisions()
         # A measured step-time model's clock learns each request's state as it arrives.
         self.clock = make_clock(config, ())
         # The requests not sent yet stay frozen rows (shared by forks) until they arrive.
@@ -223,11 +227,26 @@ class EngineRun(ForkableRun):
                 "config.async_scheduling is on but the scheduler is synchronous; build it with "
                 "async support (tracekit.engine.scheduler.make_vllm_scheduler) or turn it off"
             )
+        if hasattr(self.scheduler, "keep_in_flight_outputs") and not hasattr(
+            self.clock, "register"
+        ):
+            # Only a clock that reads the requests' make-up (it registers their states) reads
+            # which outputs were in flight when a step was scheduled.
+            self.scheduler.keep_in_flight_outputs = False  # type: ignore[attr-defined]
         self._in_flight: Any = None
         self._in_flight_end = 0.0
         self.done = False
 
     # ----------------------------------------------------------------------------- records
+    def _wire_decisions(self) -> None:
+        """Have the embedded scheduler build decision records only when someone takes them.
+
+        A run that neither collects nor streams records still counts its decisions (the
+        scheduler's ``num_decisions``); the host sees the same context either way.
+        """
+        wanted = self.collect or self.observer is not None
+        self.scheduler.on_decision = self._on_decision if wanted else None  # type: ignore[attr-defined]
+
     def _on_decision(self, record: DecisionRecord) -> None:
         if self.collect:
             self.result.decisions.append(record)
@@ -248,16 +267,17 @@ class EngineRun(ForkableRun):
             self.scheduler.check_consistency()
 
     def _finish(self, state: RequestState) -> None:
-        record = _request_record(state)
-        wait = record.client_queue_s
+        wait = state.arrival_s - state.client_arrival_s  # (the record's client_queue_s)
         result = self.result
         if wait > 0:
             result.client_queue_total_s += wait
             result.client_queue_max_s = max(result.client_queue_max_s, wait)
-        if self.collect:
-            result.requests.append(record)
-        if self.observer is not None:
-            self.observer.on_request(record)
+        if self.collect or self.observer is not None:
+            record = _request_record(state)
+            if self.collect:
+                result.requests.append(record)
+            if self.observer is not None:
+                self.observer.on_request(record)
 
     # ----------------------------------------------------------------------------- state
     @property

@@ -150,7 +150,9 @@ def _premake_cache_blocks(pool: Any, held: list[Any], memo: dict[int, Any]) -> N
     free_unhashed = getattr(pool, "_free_unhashed", ())
     free_hashed = getattr(pool, "_free_hashed", {})
     cached = getattr(pool, "_cached", {})
-    groups = [free_unhashed, free_hashed, *cached.values(), *held]
+    lone = [entry for entry in cached.values() if type(entry) is Block]
+    shared = [entry for entry in cached.values() if type(entry) is not Block]
+    groups = [free_unhashed, free_hashed, lone, *shared, *held]
     for group in groups:
         for block in group:
             if id(block) not in memo:
@@ -280,6 +282,8 @@ class ForkableRun:
     observer: Any
     collect: bool
     result: Any
+    _wired: bool
+    _wire_decisions: Any
     # The shared queue tail (see _unstarted_tail_length) and the state it was found in.
     _tail_start = 0
     _tail_length = 0
@@ -435,6 +439,9 @@ class ForkableRun:
         twin.host = new_host
         twin.observer = observer
         twin.collect = self.collect if collect is None else collect
+        if twin._wired:
+            # Decision records only if the fork keeps or streams them (an embedded scheduler).
+            twin._wire_decisions()
         # Fresh record lists; every run total carries on.
         twin.result = dataclasses.replace(
             self.result,

@@ -17,8 +17,9 @@ hashed, and a block gains a hash only while a request holds it. So the free queu
 keeps them as a count of anonymous blocks and the hashed ones in an ordered dict.
 
 **Blocks.** A :class:`Block` has a key (``None`` when not cached) and a reference count.
-The cached map sends a key to its blocks in insertion order (``BlockHashToBlockMap``: a hit takes
-the first); a block is evicted from it only when ``get_new_blocks`` reuses it.
+The cached map sends a key to its block, or to its blocks in insertion order when two requests
+computed the same block (``BlockHashToBlockMap``, which keeps a lone block unwrapped too: a hit
+takes the first); a block is evicted from it only when ``get_new_blocks`` reuses it.
 
 **Keys** stand for vLLM's chained block hashes: equal key exactly when the token prefix through
 the block is equal (:mod:`tracekit.engine.content`).
@@ -35,6 +36,9 @@ from tracekit.engine.request import RequestState
 __all__ = ["Block", "PrefixCachingBlockPool"]
 
 _REF_CNT = attrgetter("ref_cnt")
+
+#: Blocks per request in a unique key's packing (more than any max_model_len needs).
+_UNIQUE_STRIDE = 1 << 40
 
 #: A key no block has (the remembered lookup missed nothing: it hit every block it could).
 _NO_KEY = object()
@@ -74,8 +78,8 @@ class PrefixCachingBlockPool:
         self._free_unhashed: list[Block] = [Block() for _ in range(num_blocks - 1)]
         # Free blocks with a key, in free-queue order (head first).
         self._free_hashed: OrderedDict[Block, None] = OrderedDict()
-        # key -> the blocks cached under it, first inserted first.
-        self._cached: dict[object, dict[Block, None]] = {}
+        # key -> the block cached under it, or (duplicates) its blocks first inserted first.
+        self._cached: dict[object, Block | dict[Block, None]] = {}
         # (parent key, segments) -> interned key of a content block.
         self._content_keys: dict[tuple[object, tuple[tuple[int, int, int], ...]], int] = {}
         #: Cached blocks evicted (reused) so far.
@@ -104,7 +108,14 @@ class PrefixCachingBlockPool:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks that carry a key (held or free)."""
-        return sum(len(blocks) for blocks in self._cached.values())
+        return sum(1 if type(e) is Block else len(e) for e in self._cached.values())  # type: ignore[arg-type]
+
+    def cached_block(self, key: object) -> Block | None:
+        """The block a hit on ``key`` takes (the first cached under it), or None."""
+        entry = self._cached.get(key)
+        if entry is None or type(entry) is Block:
+            return entry  # type: ignore[return-value]
+        return next(iter(entry))  # type: ignore[arg-type]
 
     def get_usage(self) -> float:
         """Fraction of usable blocks in use, computed exactly as vLLM's ``get_usage``."""
@@ -124,30 +135,34 @@ class PrefixCachingBlockPool:
         content_ids = request.content_ids
         chunk = request.content_block_tokens
         limit = content_length(request.num_prompt_tokens, content_ids, chunk)
-        interned = self._content_keys
-        parent = keys[-1] if keys else None
-        index = request.index
-        # A block never straddles two content ids when they are whole blocks (Mooncake: 512).
-        aligned = chunk % block_size == 0
-        for j in range(done, num_blocks):
-            end = (j + 1) * block_size
-            if end <= limit:
-                start = end - block_size
+        # Blocks wholly inside the content region come first (block j ends at (j+1)*block_size).
+        num_content = min(num_blocks, limit // block_size)
+        if done < num_content:
+            interned = self._content_keys
+            parent = keys[-1] if keys else None
+            # A block never straddles two content ids when they are whole blocks (Mooncake: 512).
+            aligned = chunk % block_size == 0
+            for j in range(done, num_content):
+                start = j * block_size
                 if aligned:
                     segments: tuple[tuple[int, int, int], ...] = (
                         (content_ids[start // chunk], start % chunk, block_size),
                     )
                 else:
-                    segments = block_segments(content_ids, chunk, start, end)
+                    segments = block_segments(content_ids, chunk, start, start + block_size)
                 entry = (parent, segments)
                 key = interned.get(entry)
                 if key is None:
                     key = interned[entry] = len(interned)
-            else:
-                # A block holding a token unique to the request equals only itself.
-                key = (index, j)
-            keys.append(key)
-            parent = key
+                keys.append(key)
+                parent = key
+            done = num_content
+        if done < num_blocks:
+            # A block holding a token unique to the request equals only itself: its key is the
+            # pair (request index, block index), packed into a negative int (content keys are
+            # >= 0), which hashes and compares faster than a tuple.
+            base = -1 - request.index * _UNIQUE_STRIDE
+            keys.extend(range(base - done, base - num_blocks, -1))
         return keys
 
     # ----------------------------------------------------------------------------- lookups
@@ -177,10 +192,11 @@ class PrefixCachingBlockPool:
             start = 0
         cached = self._cached
         for j in range(start, max_blocks):
-            blocks = cached.get(keys[j])
-            if blocks is None:
+            block = cached.get(keys[j])
+            if block is None:
                 break
-            block = next(iter(blocks))
+            if type(block) is not Block:
+                block = next(iter(block))  # duplicates: the first cached
             hit.append(block)
             pos[block] = j
         self._memo_request = request
@@ -233,18 +249,24 @@ class PrefixCachingBlockPool:
             into.append(block)
         rest = num - take
         if rest:
-            free_hashed = self._free_hashed
+            popleft = self._free_hashed.popitem
             cached = self._cached
+            # (The remembered lookup's hit blocks; usually none: the head hit nothing.)
             memo_pos = self._memo_pos
             for _ in range(rest):
-                block, _ = free_hashed.popitem(last=False)
-                at = memo_pos.get(block)
-                if at is not None and (self._memo_dirty is None or at < self._memo_dirty):
-                    self._memo_dirty = at
-                blocks = cached[block.key]
-                del blocks[block]
-                if not blocks:
-                    del cached[block.key]
+                block, _ = popleft(last=False)
+                if memo_pos:
+                    at = memo_pos.get(block)
+                    if at is not None and (self._memo_dirty is None or at < self._memo_dirty):
+                        self._memo_dirty = at
+                key = block.key
+                entry = cached[key]
+                if entry is block:
+                    del cached[key]
+                else:
+                    del entry[block]  # type: ignore[union-attr]
+                    if not entry:
+                        del cached[key]
                 block.key = None
                 block.ref_cnt = 1
                 into.append(block)
@@ -262,21 +284,22 @@ class PrefixCachingBlockPool:
         if start >= num_full:
             return
         keys = self.block_keys(request, num_full)
-        blocks = request.kv_blocks
         cached = self._cached
-        for j in range(start, num_full):
-            block = blocks[j]
-            key = keys[j]
+        memo_next = self._memo_next
+        blocks = request.kv_blocks[start:num_full]
+        for block, key in zip(blocks, keys[start:num_full], strict=True):
             if block.key == key:  # type: ignore[attr-defined]
                 continue
             block.key = key  # type: ignore[attr-defined]
-            if key == self._memo_next:
+            if key == memo_next:
                 end = len(self._memo_hit)
                 if self._memo_dirty is None or end < self._memo_dirty:
                     self._memo_dirty = end
             entry = cached.get(key)
             if entry is None:
-                cached[key] = {block: None}  # type: ignore[dict-item]
+                cached[key] = block  # type: ignore[assignment]
+            elif type(entry) is Block:
+                cached[key] = {entry: None, block: None}  # type: ignore[dict-item]
             else:
                 entry[block] = None  # type: ignore[index]
         request.num_cached_blocks = num_full
@@ -320,6 +343,6 @@ class PrefixCachingBlockPool:
             self.num_free_blocks,
             self.num_usable_blocks,
         )
-        for key, blocks in self._cached.items():
-            for b in blocks:
+        for key, entry in self._cached.items():
+            for b in [entry] if type(entry) is Block else entry:  # type: ignore[union-attr]
                 assert b.key == key

@@ -160,9 +160,11 @@ class RequestState:
         "num_cached_blocks",
         "num_cached_tokens",
         "num_computed_tokens",
+        "num_output_placeholders",
         "num_output_tokens",
         "num_preemptions",
         "num_prompt_tokens",
+        "num_stale_output_tokens",
         "priority",
         "recomputed_tokens",
         "request_id",
@@ -206,6 +208,12 @@ class RequestState:
         self.kv_blocks: list[object] = []
         self.num_cached_blocks = 0
         self.num_cached_tokens = -1
+        # Async scheduling only (tracekit.engine.async_scheduler), vLLM's ``Request`` fields of
+        # the same names: tokens sampled by steps still in flight, and in-flight tokens that a
+        # preemption since made stale. On the request (not in a table of the scheduler) so the
+        # hot loops read them directly.
+        self.num_output_placeholders = 0
+        self.num_stale_output_tokens = 0
         self.first_scheduled_s: float | None = None
         self.first_token_s: float | None = None
         self.finish_s: float | None = None

@@ -15,8 +15,8 @@ as vLLM's ``AsyncScheduler`` overrides narrow hooks of its ``Scheduler``:
   :meth:`~VllmScheduler._admit`, the release hooks);
 - :mod:`tracekit.engine.async_scheduler` (``async_scheduling``): what scheduling a step does to
   a request (:meth:`~VllmScheduler._update_after_schedule`) and how outputs are applied; the
-  running scan reads its output placeholders (:attr:`~VllmScheduler._async_counters`), as vLLM's
-  base ``Scheduler.schedule`` reads ``num_output_placeholders``.
+  running scan reads each request's ``num_output_placeholders`` (0 when synchronous), as vLLM's
+  base ``Scheduler.schedule`` does.
 
 :func:`make_vllm_scheduler` picks the class a configuration needs.
 
@@ -26,6 +26,8 @@ victims are exactly vLLM's.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
@@ -63,6 +65,7 @@ class VllmScheduler(SchedulerBase):
         self._continue_after_self_preemption = (
             config.vllm_version != "0.32" and config.scheduling_policy == "priority"
         )
+        self._eager = type(self)._update_after_schedule in EAGER_UPDATES
         # Step-local state shared with _preempt (set by schedule()).
         self._scheduled: dict[str, int] = {}
         self._num_preempted = 0
@@ -98,28 +101,36 @@ class VllmScheduler(SchedulerBase):
         token_budget = config.max_num_batched_tokens
         # vLLM drops the long-prefill cap when only one request is present (nobody to starve).
         long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
-        # Async scheduling's per-request counters (placeholders first); None when synchronous.
-        # vLLM reads num_output_placeholders in the base scan too (0 without async).
-        async_counters = self._async_counters
         after_running_allocation = self._after_running_allocation
+        # _update_after_schedule done as each request is scheduled (the same arithmetic, one
+        # loop less), until the step needs a victim: the host must see vLLM's state, where
+        # nothing has advanced yet, so the advances so far are undone and the step finishes
+        # with the separate pass (see _undo_eager).
+        eager = self._eager
+        is_async = self._is_async
+        in_flight = self._eager_in_flight()
+        sampled: list[RequestState] = []
+        prefill = decode = kv_read = 0
 
         # First, the RUNNING requests, in queue order.
         req_index = 0
-        while req_index < len(running) and token_budget > 0:
+        num_running = len(running)  # (re-read after a preemption, which shortens it)
+        while req_index < num_running and token_budget > 0:
             request = running[req_index]
-            request_id = request.request_id
             computed = request.num_computed_tokens
             num_prompt_tokens = request.num_prompt_tokens
-            num_new_tokens = num_prompt_tokens + request.num_output_tokens - computed
-            if async_counters is not None:
-                placeholders = async_counters[request_id][0]
-                if placeholders > 0:
-                    # vLLM: "Avoid scheduling an extra step when we are sure that the previous
-                    # step has reached request.max_tokens."
-                    if computed + 2 - placeholders >= num_prompt_tokens + request.max_tokens:
-                        req_index += 1
-                        continue
-                    num_new_tokens += placeholders
+            known = num_prompt_tokens + request.num_output_tokens
+            num_new_tokens = known - computed
+            # Async scheduling's output placeholders (always 0 when synchronous); vLLM reads
+            # num_output_placeholders in the base scan too.
+            placeholders = request.num_output_placeholders
+            if placeholders:
+                # vLLM: "Avoid scheduling an extra step when we are sure that the previous
+                # step has reached request.max_tokens."
+                if computed + 2 - placeholders >= num_prompt_tokens + request.max_tokens:
+                    req_index += 1
+                    continue
+                num_new_tokens += placeholders
             if 0 < long_prefill < num_new_tokens:
                 num_new_tokens = long_prefill
             if num_new_tokens > token_budget:
@@ -138,9 +149,13 @@ class VllmScheduler(SchedulerBase):
             end = computed + num_new_tokens
             num_blocks_to_allocate = -(-end // block_size) - request.num_blocks
             if num_blocks_to_allocate > pool.num_free_blocks:
+                if eager:
+                    self._undo_eager(scheduled, sampled)
+                    eager = False
                 allocated, req_index, refund = self._allocate_or_preempt(
                     request, num_new_tokens, req_index, step, now
                 )
+                num_running = len(running)
                 token_budget += refund
                 if not allocated:
                     if self._continue_after_self_preemption:
@@ -150,15 +165,34 @@ class VllmScheduler(SchedulerBase):
                     break
             elif num_blocks_to_allocate > 0:
                 self._take_blocks(request, num_blocks_to_allocate)
-            # Only when the step fills a block not yet cached (the hook caps at known tokens).
-            if (
-                after_running_allocation is not None
-                and end // block_size > request.num_cached_blocks
-            ):
-                after_running_allocation(request, end)
-            scheduled[request_id] = num_new_tokens
+            # allocate_slots caches the blocks the step fills, up to the known tokens (vLLM
+            # ``num_tokens_to_cache = min(computed + new, request.num_tokens)``), when it fills
+            # one not cached yet.
+            if after_running_allocation is not None:
+                if end > known:
+                    end = known
+                if end // block_size > request.num_cached_blocks:
+                    after_running_allocation(request, end)
+            scheduled[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
+            if eager:
+                # (as _update_after_schedule; `known` counts no placeholder, `output` does)
+                after = computed + num_new_tokens
+                request.num_computed_tokens = after
+                output = known - num_prompt_tokens + placeholders
+                known += placeholders
+                if is_async:
+                    if placeholders and in_flight is not None:
+                        in_flight[request.request_id] = placeholders
+                    if after >= known:
+                        request.num_output_placeholders = placeholders + 1
+                        sampled.append(request)
+                if num_new_tokens == 1 and output and after == known:
+                    decode += 1
+                else:
+                    prefill += num_new_tokens
+                kv_read += after
 
         # Next, the WAITING requests, but never in a step that preempted.
         if not self._num_preempted:
@@ -182,6 +216,20 @@ class VllmScheduler(SchedulerBase):
                     request.first_scheduled_s = now
                 scheduled[request.request_id] = num_new_tokens
                 token_budget -= num_new_tokens
+                if eager:
+                    # (a waiting request has no placeholders)
+                    after = request.num_computed_tokens + num_new_tokens
+                    request.num_computed_tokens = after
+                    output = request.num_output_tokens
+                    known = request.num_prompt_tokens + output
+                    if is_async and after >= known:
+                        request.num_output_placeholders = 1
+                        sampled.append(request)
+                    if num_new_tokens == 1 and output and after == known:
+                        decode += 1
+                    else:
+                        prefill += num_new_tokens
+                    kv_read += after
 
         # Invariants of every step (vLLM asserts the first two after its loops).
         assert token_budget >= 0, "token budget overspent"
@@ -189,7 +237,12 @@ class VllmScheduler(SchedulerBase):
         assert pool.num_free_blocks >= 0, "KV blocks overcommitted"
 
         # _update_after_schedule: computed tokens advance when the step is scheduled.
-        self._update_after_schedule(out)
+        if eager:
+            out.num_prefill_tokens, out.num_decode_tokens = prefill, decode
+            out.kv_tokens_read = kv_read
+            self._after_update(out, sampled, in_flight)
+        else:
+            self._update_after_schedule(out)
         out.num_preemptions = self._num_preempted
         return out
 
@@ -197,21 +250,44 @@ class VllmScheduler(SchedulerBase):
     def _begin_step(self) -> None:
         """Reset per-step state before the scan (hook)."""
 
-    #: req_id -> ``[num_output_placeholders, num_in_flight_tokens, num_stale_output_tokens]``
-    #: under async scheduling (:mod:`tracekit.engine.async_scheduler`); None when synchronous.
-    #: The running scan reads the placeholders: ``num_new_tokens = num_tokens +
-    #: num_output_placeholders - num_computed_tokens``, and it skips a request whose last token
-    #: (``max_tokens``) is already in flight.
-    _async_counters: dict[str, list[int]] | None = None
+    #: Whether the scan advances each request as it schedules it (``_update_after_schedule``'s
+    #: arithmetic inline). Set per instance: off for a subclass with an ``_update_after_schedule``
+    #: not in :data:`EAGER_UPDATES`.
+    _eager = True
+    #: Async scheduling's output placeholders are added as a step samples (the async mixin).
+    _is_async = False
+
+    def _eager_in_flight(self) -> dict[str, int] | None:
+        """The ``in_flight_outputs`` map the eager advance fills (async only; hook)."""
+        return None
+
+    def _after_update(
+        self, out: ScheduledStep, sampled: list[RequestState], in_flight: dict[str, int] | None
+    ) -> None:
+        """What ``_update_after_schedule`` does after advancing the requests (hook)."""
+
+    def _undo_eager(self, scheduled: dict[str, int], sampled: list[RequestState]) -> None:
+        """Take back the eager advances of the step so far (before the first victim decision).
+
+        Each scheduled request's ``num_computed_tokens`` goes back by its tokens, and each
+        placeholder the step added is removed; the step then ends with
+        :meth:`_update_after_schedule`, as vLLM's does.
+        """
+        requests = self.requests
+        for request_id, num_new_tokens in scheduled.items():
+            requests[request_id].num_computed_tokens -= num_new_tokens
+        for request in sampled:
+            request.num_output_placeholders -= 1
 
     def _take_blocks(self, request: RequestState, num: int) -> None:
         """Give ``request`` ``num`` more blocks; the caller has checked they are free (hook)."""
         self.block_pool.num_free_blocks -= num
         request.num_blocks += num
 
-    #: Called as ``(request, computed + new tokens)`` after a running request's allocation
-    #: succeeded (prefix caching keys the blocks the step fills); None: nothing to do.
-    _after_running_allocation = None
+    #: Called as ``(request, min(computed + new tokens, known tokens))`` after a running
+    #: request's allocation succeeded and the step fills a block beyond its cached ones (prefix
+    #: caching keys them: ``cache_full_blocks``); None: nothing to do.
+    _after_running_allocation: Callable[[RequestState, int], None] | None = None
 
     def _admit(
         self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
@@ -363,6 +439,8 @@ class VllmPrefixCachingScheduler(VllmScheduler):
     ) -> None:
         super().__init__(config, host, on_decision)
         self.block_pool = PrefixCachingBlockPool(config.num_blocks, config.block_size)
+        # allocate_slots keys the blocks a running request's step fills.
+        self._after_running_allocation = self.block_pool.cache_full_blocks
         #: req_id -> tokens hit in the prefix cache, for every admission of this step (in order).
         self.step_cache_hits: dict[str, int] = {}
         # The waiting head's last failed admission (it is tried every step until it fits):
@@ -380,17 +458,19 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         if self.step_cache_hits:
             self.step_cache_hits = {}
 
+    def record_cache_figures(self, out: ScheduledStep) -> None:
+        """:meth:`SchedulerBase.record_cache_figures`, reading this scheduler's own fields."""
+        hits = self.step_cache_hits
+        if hits:
+            out.cache_hits = hits
+        evicted = self.block_pool.num_evicted  # type: ignore[attr-defined]
+        out.num_evicted_blocks = evicted - self._evicted_seen
+        self._evicted_seen = evicted
+        out.cache_recorded = True
+
     def _take_blocks(self, request: RequestState, num: int) -> None:
         self.block_pool.get_new_blocks(num, request.kv_blocks)  # type: ignore[attr-defined]
         request.num_blocks += num
-
-    def _after_running_allocation(self, request: RequestState, num_tokens: int) -> None:  # type: ignore[override]
-        """allocate_slots caches the blocks the step fills (capped at the known tokens)."""
-        known = request.num_prompt_tokens + request.num_output_tokens
-        if num_tokens > known:
-            num_tokens = known
-        if num_tokens // self.config.block_size > request.num_cached_blocks:
-            self.block_pool.cache_full_blocks(request, num_tokens)  # type: ignore[attr-defined]
 
     def _admit(
         self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
@@ -489,6 +569,10 @@ class VllmPrefixCachingScheduler(VllmScheduler):
             assert r.num_blocks == 0 and r.num_computed_tokens == 0 and not r.kv_blocks, r
         assert len(self.running) + len(self.waiting) == len(self.requests)
         pool.check([r.kv_blocks for r in self.running])  # type: ignore[misc]
+
+
+#: The ``_update_after_schedule`` methods whose arithmetic the running scan can do inline.
+EAGER_UPDATES: set[Callable[..., None]] = {VllmScheduler._update_after_schedule}
 
 
 def make_vllm_scheduler(
