@@ -2,16 +2,16 @@
 
 The cases: a file where a folder is needed (or a folder where a file is needed), a path whose
 parent is a file, and a folder nobody can write in. Tests may run as root, where chmod does not
-block writes, so the unwritable folder is /proc (Linux), plus a chmod 555 folder when not root. One helper (``tracekit.cli.common.check_out_path``) checks every command.
+block writes, so the unwritable folder is /proc (Linux), plus a chmod 555 folder when not
+root. One helper (``tracekit.cli.common.check_out_path``) checks every command.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -98,9 +98,7 @@ def _unwritable(tmp_path: Path) -> list[Path]:
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_a_folder_that_cannot_be_written(
-    name: str, tmp_path: Path, inputs: dict[str, str]
-) -> None:
+def test_a_folder_that_cannot_be_written(name: str, tmp_path: Path, inputs: dict[str, str]) -> None:
     folders = _unwritable(tmp_path)
     if not folders:
         pytest.skip("no folder this process cannot write in")
