@@ -98,3 +98,21 @@ def test_fidelity_refuses_an_engine_config_that_is_not_an_object(tmp_path: Path)
     result = invoke("fidelity", FIXTURE, broken)
     assert result.exit_code == 2, result.output
     assert "engine_config" in result.output and len(result.output.splitlines()) == 1
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TABLES))
+@pytest.mark.parametrize("command", ["oracle", "validate", "inspect"])
+def test_every_reader_refuses_a_mistyped_table(
+    pair: tuple[Path, Path], tmp_path: Path, case: str, command: str
+) -> None:
+    """oracle read what fitted and exited 0; validate and inspect must say it too (exit 2)."""
+    change, message = BAD_TABLES[case]
+    broken = damaged(pair[1], tmp_path / "typed", "steps", change)
+    out = tmp_path / "out"
+    args = [command, broken] + (["--out", out, "--no-greedy"] if command == "oracle" else [])
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    if command != "validate":  # validate lists its findings under a header line
+        assert len(result.output.splitlines()) == 1
+    assert not out.exists()

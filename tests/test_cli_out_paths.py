@@ -1,12 +1,15 @@
 """An --out that cannot be created is one line naming --out and the path, exit 2, and no output.
 
-The tests run as root, where chmod does not block writes, so the cases are the ones root cannot
-get past either: a file where a folder is needed (or a folder where a file is needed), and a path
-whose parent is a file. One helper (``tracekit.cli.common.check_out_path``) checks every command.
+The cases: a file where a folder is needed (or a folder where a file is needed), a path whose
+parent is a file, and a folder nobody can write in. Tests may run as root, where chmod does not
+block writes, so the unwritable folder is /proc (Linux), plus a chmod 555 folder when not
+root. One helper (``tracekit.cli.common.check_out_path``) checks every command.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -81,6 +84,31 @@ def test_the_wrong_kind_of_path(name: str, tmp_path: Path, inputs: dict[str, str
     result = run(name, out, inputs)
     assert_refused(result, out, before, tmp_path)
     assert ("is a file, not a folder" if folder else "is a folder, not a file") in result.output
+
+
+def _unwritable(tmp_path: Path) -> list[Path]:
+    """Folders this process cannot create anything in (os.access passes /proc for root)."""
+    folders = [Path("/proc")] if sys.platform == "linux" else []
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o555)
+        folders.append(locked)
+    return folders
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_folder_that_cannot_be_written(name: str, tmp_path: Path, inputs: dict[str, str]) -> None:
+    folders = _unwritable(tmp_path)
+    if not folders:
+        pytest.skip("no folder this process cannot write in")
+    for folder in folders:
+        out = folder / "tracekit-out-test" / "out"
+        before = snapshot(tmp_path)
+        result = run(name, out, inputs)
+        assert_refused(result, out, before, tmp_path)
+        assert f"cannot write in {folder}" in result.output
+        assert not out.parent.exists()
 
 
 def test_every_out_option_is_checked() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -159,3 +160,34 @@ def test_the_readme_quick_start_runs_from_the_wheel_outside_the_checkout(
         "20",
     )
     assert traces.returncode == 0, traces.stderr
+
+
+def test_the_rest_of_the_quick_start_and_experiment_run_work_from_the_wheel(
+    installed_wheel: Path, tmp_path: Path
+) -> None:
+    """Beyond record and validate: the Quick start's reading commands, and ``experiment run``
+    with its default pool (it had no ``--pool`` and a pool path relative to the checkout)."""
+    sample = _from_wheel(installed_wheel, tmp_path, "-m", "tracekit.data", "azure_conv_sample.csv")
+    workload = sample.stdout.strip()
+    small = ["--limit", "150", "--strategy", "bidkv"]
+    for host in ("typed", "legacy"):
+        args = ["record", "sim", "--workload", workload, *small, "--host", host,
+                "--out", f"runs/{host}"]  # fmt: skip
+        done = _from_wheel(installed_wheel, tmp_path, "-m", "tracekit", *args)
+        assert done.returncode == 0, done.stderr
+    commands = [
+        ["inspect", "runs/typed"],
+        ["replay", "runs/typed", "--strategy", "all", "--out", "replay/open"],
+        ["diff", "runs/legacy", "runs/typed", "--allow-contract-differences"],
+        ["query", "runs", "select outcome, count(*) from decisions group by 1"],
+        ["experiment", "run", "--out", "exp", "--strategies", "preempt-evict", "--rates", "3.8",
+         "--runs", "1", "--num-requests", "20"],
+    ]  # fmt: skip
+    for args in commands:
+        done = _from_wheel(installed_wheel, tmp_path, "-m", "tracekit", *args)
+        assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+    manifest = json.loads(next((tmp_path / "exp" / "traces").rglob("manifest.json")).read_text())
+    # The default pool, read from inside the unpacked wheel (there is no checkout here); the
+    # manifest names it by its checkout path, as a run from the checkout does.
+    assert manifest["pool"]["source"].endswith("sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
+    assert not (tmp_path / "traces").exists() and manifest["pool"]["num_rows"] > 0

@@ -90,6 +90,18 @@ def test_out_dot_and_the_current_folder_are_refused(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
 
 
+def test_a_refused_out_costs_no_capacity_search(tmp_path: Path) -> None:
+    """The results folder is refused before the load plan's capacity search runs (it printed
+    its knee and load cells first, after seconds to minutes of work)."""
+    data = _user_folder(tmp_path)
+    small = [a for a in SMALL if a not in ("--load-plan", "single")]
+    for out, extra in ((data, ["--overwrite"]), (tmp_path, [])):
+        args = ["qualify", "--workload", str(data / "w.csv"), *small, "--out", str(out), *extra]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("Error: ") and len(result.output.splitlines()) == 1
+
+
 def _plan() -> QualifyPlan:
     return QualifyPlan(
         load_workload(SAMPLE, limit=60), make_engine_config(num_blocks=300, max_model_len=4608),

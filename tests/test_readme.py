@@ -77,3 +77,18 @@ def test_readme_main_command_produces_the_report(tmp_path: Path, monkeypatch) ->
     report = tmp_path / "report-folder" / "report.html"
     assert result.output.strip().endswith(str(report))
     assert report.stat().st_size > 100_000
+
+
+def test_no_doc_installs_a_name_from_the_package_index() -> None:
+    """``pip install bidkv`` fetched an unrelated ``bidkv`` 0.1.0 from the index (issue 18 item
+    10): every ``pip install`` in the README and docs installs this checkout or a wheel of it."""
+    texts = {"README.md": README}
+    texts.update({str(p.relative_to(ROOT)): p.read_text("utf-8") for p in ROOT.glob("docs/*.md")})
+    found = 0
+    for name, text in texts.items():
+        for match in re.finditer(r"pip install ((?:-[\w-]+ )*)(\S+)", text):
+            target = match.group(2).strip("\"'`")
+            found += 1
+            assert target.startswith((".", "/", "$")) or target.endswith(".whl"), (name, target)
+    assert found >= 3
+    assert "Do not\ninstall `bidkv` by name from the package index" in README

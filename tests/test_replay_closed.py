@@ -165,6 +165,37 @@ def test_a_change_of_the_last_bit_shows_as_zero() -> None:
     assert changes[2] == pytest.approx(10.0)
 
 
+def test_the_command_prints_a_plain_table_with_signed_changes(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """Closed replay printed polars' table (shape line, dtype row, -1.1102e-14 for 0)."""
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    out = tmp_path / "out"
+    args = ["replay", str(recorded), "--mode", "closed", "--strategy", "builtin,lcf",
+            "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == [
+        "run", "strategy", "throughput_rps", "e2e_p95_s", "preemptions", "throughput", "e2e_p95"
+    ]  # fmt: skip
+    assert lines[-1] == f"wrote {out}"
+    rows = {line.split()[1]: line.split() for line in lines[1:-1]}
+    assert sorted(rows) == ["builtin", "lcf", "recorded"]
+    # builtin re-run on its own recording: both changes are exactly zero.
+    assert rows["builtin"][-2:] == ["+0.00%", "+0.00%"]
+    summary = pl.read_parquet(out / "closed_summary.parquet").filter(pl.col("strategy") == "lcf")
+    expected = [
+        f"{summary[column].item():+.2f}%"
+        for column in ("throughput_rps_change_pct", "e2e_p95_s_change_pct")
+    ]
+    assert rows["lcf"][-2:] == expected
+    assert "shape:" not in result.stdout and "f64" not in result.stdout
+
+
 def test_a_shared_prefix_run_with_prefix_caching_is_reproduced(tmp_path: Path) -> None:
     """The shared prefix is re-derived from the recorded options, so the builtin re-run hits
     the cache exactly as the recorded run did (without the content it would hit nothing)."""

@@ -227,3 +227,23 @@ def test_a_typo_in_a_sweep_matrix_gets_did_you_mean(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_matrix(matrix)
     assert "did you mean 'lcf'" in one_line(info)
+
+
+@pytest.mark.parametrize(
+    ("config", "names"),
+    [
+        ({"utility_snapshot_history_size": 1e22}, "utility_snapshot_history_size"),
+        ({"utility_preempt_wieght": 2.0}, "utility_preempt_wieght"),
+        ({"utility_strategy": "mcf"}, "--strategy builtin"),
+    ],
+)
+def test_builtin_does_not_ignore_a_bad_policy_config(config: dict[str, object], names: str) -> None:
+    """``--strategy builtin`` ignored its --policy-config, even an impossible one (issue 18)."""
+    with pytest.raises(ConfigError) as info:
+        resolve_strategy("builtin", config)
+    message = one_line(info)
+    assert "--policy-config" in message and names in message
+
+
+def test_builtin_accepts_a_valid_policy_config() -> None:
+    assert resolve_strategy("builtin", {"utility_preempt_weight": 2.0}).kind == "builtin"

@@ -115,3 +115,5 @@ def test_a_script_without_the_main_guard_is_told_what_to_do(tmp_path: Path) -> N
     assert 'if __name__ == "__main__":' in done.stderr, done.stderr
     for blame in ("another sweep", "worker process died", "bootstrapping phase"):
         assert blame not in done.stderr + done.stdout
+    # Nothing is left: not even the empty sweep folder the refused call had created.
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([matrix.name, "plain.py"])

@@ -208,6 +208,23 @@ def test_decisions_in_reverse_order_are_refused_as_replay_refuses_them(tmp_path:
     )
 
 
+def test_candidates_in_reverse_order_are_refused_by_both_readers(tmp_path: Path) -> None:
+    """validate refused candidates stored in reverse decision order, and replay accepted them
+    (it sorted a chunk's candidates, which only works while the table fits in one chunk)."""
+    bundle = write_bundle(tmp_path / "b")
+    _rewrite(bundle, "candidates", lambda f: f.reverse())
+    with pytest.raises(TraceSchemaError, match="'seq' decreases"):
+        list(iter_run_chunks(open_trace(bundle).bundles[0], 1000))
+    report = validate_trace(bundle)
+    assert report.exit_code == 1
+    assert any("candidates.seq decreases" in p for p in report.bundles[0].problems)
+    # Positions out of order within a decision stay accepted by both.
+    within = write_bundle(tmp_path / "w")
+    _rewrite(within, "candidates", lambda f: f.sort("seq", "position", descending=[False, True]))
+    assert len(list(iter_run_chunks(open_trace(within).bundles[0], 1000))) == 1
+    assert validate_trace(within).status == "ok"
+
+
 # --- a table that is gone -----------------------------------------------------------------
 
 

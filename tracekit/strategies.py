@@ -263,6 +263,7 @@ def resolve_strategy(
     spec = spec.strip()
     settings = dict(policy_config or {})
     if spec == "builtin":
+        _check_builtin_settings(settings)
         return StrategySpec("builtin", "builtin")
     if ":" in spec:
         try:
@@ -321,6 +322,31 @@ def _check_policy_object(spec: str, implementation: Any) -> None:
         "module:Object for a class or object with select_victim(context) (pick_victim for "
         "--host legacy) or a from_vllm_config factory"
     )
+
+
+def _check_builtin_settings(settings: Mapping[str, Any]) -> None:
+    """The engine's own rule uses no setting, but a typo or an impossible value is still refused.
+
+    ``--strategy builtin --policy-config ...`` used to ignore the configuration silently, even
+    ``utility_snapshot_history_size`` of 1e22 or a ``utility_strategy`` naming another strategy.
+    """
+    if not settings:
+        return
+    unknown = sorted(set(settings) - set(BidkvSelectorConfig.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(
+            f"--policy-config: unknown setting(s) {', '.join(unknown)}; see docs/policy.md"
+        )
+    named = settings.get("utility_strategy")
+    if named is not None:
+        raise ConfigError(
+            f"--policy-config sets utility_strategy={named!r}, which contradicts --strategy "
+            f"builtin (the engine's own rule); remove it, or pass --strategy {named}"
+        )
+    try:
+        BidkvSelectorConfig.from_additional_config(dict(settings), environ={})
+    except ValueError as exc:
+        raise ConfigError(f"--policy-config: {exc}") from None
 
 
 def _check_named_settings(spec: str, name: str, settings: Mapping[str, Any]) -> None:

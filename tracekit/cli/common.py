@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,7 +55,8 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
     ``folder`` says whether the command writes a folder (a bundle, a results folder) or a file.
     The path may exist (commands decide whether to replace it) or be missing with missing parents
     (commands create them); it must not be the wrong kind, sit under a file, or sit in a folder
-    that cannot be written. Nothing is created here.
+    that cannot be written (a hidden probe folder is made and removed at once); nothing
+    else is created here.
     """
     kind, other = ("folder", "file") if folder else ("file", "folder")
     if path.exists() and path.is_dir() != folder:
@@ -68,12 +70,17 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
             f"pass a {kind} path under a folder",
             2,
         )
-    if not os.access(ancestor, os.W_OK | os.X_OK):
+    # A real probe, not os.access: root passes os.access on a read-only mount, /proc or /sys,
+    # and the command would then fail mid-run with a traceback.
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tracekit-probe-", dir=ancestor))
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
         raise LibraryError(
-            f"{option} {path}: cannot write in {ancestor} (permission denied); "
+            f"{option} {path}: cannot write in {ancestor} ({reason.lower()}); "
             "pass a path in a folder you can write",
             2,
-        )
+        ) from error
 
 
 def out_option(*, folder: bool = True, **kwargs: Any) -> Callable[[F], F]:

@@ -11,7 +11,9 @@ from tracekit.cli.output import emit, output_options
 from tracekit.oracle.job import ORACLE_LABEL, run_oracle
 from tracekit.oracle.rollout import DEFAULT_SETTINGS, OBJECTIVES, OracleSettings
 from tracekit.strategies import parse_policy_config, parse_strategy_list
+from tracekit.trace.bundle import open_trace
 from tracekit.trace.text import Align, text_table
+from tracekit.trace.validate import check_readable
 
 DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
 
@@ -60,6 +62,9 @@ DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
 def oracle(**options: Any) -> None:
     """Score TRACE's victim decisions against the hindsight best (docs/oracle.md)."""
     with library_errors():
+        # An extra or mistyped column is one line here, not a silent read of what fits.
+        for bundle in open_trace(options["trace"]):
+            check_readable(bundle)
         settings = OracleSettings(
             objective=options["objective"],
             horizon=options["horizon"],

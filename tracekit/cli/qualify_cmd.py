@@ -24,6 +24,7 @@ from tracekit.cli.options import (
 from tracekit.cli.output import emit, output_options
 from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
+from tracekit.qualify.job import check_results_folder
 from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
 from tracekit.recording.sim import load_run_workload
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
@@ -104,6 +105,11 @@ def qualify(**options: Any) -> None:
     in open mode on the baseline's decisions, and renders OUT/report.html. Prints its path.
     """
     with library_errors():
+        # The results folder is checked before the capacity search (seconds to minutes), so a
+        # refused --out costs nothing; run_qualify checks it again before writing.
+        check_results_folder(
+            options["out"], [options["workload_path"]], overwrite=options["overwrite"]
+        )
         loaded = load_run_workload(options["workload_path"], **workload_settings(options))
         spec = load_settings(options)
         workload = apply_load(loaded, spec, seed=options["seed"])

@@ -231,6 +231,14 @@ def _make_chunk(
     cands = pl.from_arrow(cand_table)
     assert isinstance(cands, pl.DataFrame)
     cands = cands.cast({c: cand_types[c] for c in cands.columns})
+    if not cands["seq"].is_sorted():
+        # validate refuses this too: sorting here would only work while the whole table fits
+        # in one chunk, so a small trace replayed and a large one did not.
+        raise TraceSchemaError(
+            f"{bundle.table_files('candidates')[0]}: column 'seq' decreases near seq "
+            f"{int(seq[0])}; a decision's candidates must be stored together, in decision order: "
+            "run 'tracekit validate' and re-record the bundle"
+        )
     cands = _in_host_order(cands)
     cands = cands.with_columns(_freed_tokens(bundle, cands))
     _check_candidates(bundle, decisions, cands)
@@ -283,7 +291,8 @@ def _locate(cands: pl.DataFrame, ids: pl.Series) -> pl.Series:
 
 
 def _in_host_order(cands: pl.DataFrame) -> pl.DataFrame:
-    # Recorders write positions in order; sort only a table that was rewritten out of order.
+    # Recorders write positions in order; sort only a decision's candidates rewritten out of
+    # order (seq itself is already known not to decrease).
     out_of_order = cands.select(
         ((pl.col("seq").diff() == 0) & (pl.col("position").diff() <= 0)).any()
     ).item()

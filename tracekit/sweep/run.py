@@ -16,6 +16,7 @@ left behind, and re-running the same command completes the rest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -27,6 +28,7 @@ import polars as pl
 
 from tracekit import __version__
 from tracekit.analysis.cells import CellRun, cells_frame
+from tracekit.errors import ConfigError
 from tracekit.sweep.execute import Execution, RunRecord, execute_runs
 from tracekit.sweep.executors import Executor, make_executor, refuse_in_bootstrap
 from tracekit.sweep.matrix import load_matrix
@@ -172,7 +174,16 @@ def run_sweep(
     """
     refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
     plan = plan_sweep(load_matrix(matrix_path))
-    return execute_plan(plan, out, make_executor(jobs, ray_address), progress=progress)
+    created = not Path(out).exists()
+    try:
+        return execute_plan(plan, out, make_executor(jobs, ray_address), progress=progress)
+    except ConfigError:
+        # A sweep refused before any run (an unguarded script's workers, a bad executor) leaves
+        # no empty sweep folder of its own making behind.
+        if created:
+            with contextlib.suppress(OSError):
+                Path(out).rmdir()
+        raise
 
 
 def execute_plan(
