@@ -78,3 +78,17 @@ def test_an_invalid_manifest_is_a_failed_check(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["manifest", "validate", str(path)])
     assert result.exit_code == 1
     assert len(result.output.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{not json", b"\xff\xfe\x00binary", b"[" * 100_000 + b"]" * 100_000],
+    ids=["not-json", "not-utf8", "too-deep"],
+)
+def test_an_unreadable_manifest_is_bad_input(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "m.json"
+    path.write_bytes(content)
+    result = CliRunner().invoke(cli, ["manifest", "validate", str(path)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "fix:" in lines[0]

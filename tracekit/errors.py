@@ -28,6 +28,10 @@ class ManifestError(TracekitError):
     """An extension manifest fails its JSON Schema or a semantic rule."""
 
 
+class ManifestReadError(ManifestError):
+    """A manifest file cannot be read as JSON at all (bad input rather than a broken rule)."""
+
+
 class TraceSchemaError(TracekitError):
     """A trace bundle does not match the trace schema (missing columns, wrong version, ...)."""
 

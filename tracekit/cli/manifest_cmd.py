@@ -7,8 +7,15 @@ from pathlib import Path
 import click
 
 from tracekit import manifests
-from tracekit.cli.common import CONTEXT_SETTINGS, EXIT_BAD_INPUT, EXIT_FAILED, library_errors
+from tracekit.cli.common import (
+    CONTEXT_SETTINGS,
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    LibraryError,
+    library_errors,
+)
 from tracekit.cli.output import emit, output_options
+from tracekit.errors import ManifestReadError
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -22,11 +29,16 @@ def manifest_validate(path: Path) -> None:
     """Check PATH against its JSON Schema and the scheduler-policy rules.
 
     Imports the policy's implementation_ref. Prints one line per passed rule; on the first
-    problem prints it (file, JSON pointer, fix) and exits with status 1. A PATH that is missing
-    or not a file exits with status 2.
+    problem prints it (file, JSON pointer, fix) and exits with status 1. A PATH that is missing,
+    not a file, or not readable as UTF-8 JSON exits with status 2 (bad input).
     """
-    with library_errors(EXIT_FAILED if path.is_file() else EXIT_BAD_INPUT):
-        checks = manifests.validate_manifest(path)
+    try:
+        with library_errors(EXIT_FAILED if path.is_file() else EXIT_BAD_INPUT):
+            checks = manifests.validate_manifest(path)
+    except LibraryError as error:
+        if isinstance(error.__cause__, ManifestReadError):
+            error.exit_code = EXIT_BAD_INPUT
+        raise
     for check in checks:
         click.echo(f"ok {check}")
     click.echo(f"{path}: valid")

@@ -27,7 +27,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from tracekit.errors import ManifestError
+from tracekit.errors import ManifestError, ManifestReadError
 from tracekit.hosts.victim_selector import (
     SCHEDULER_PLANE,
     SCHEDULER_POLICY_CONTRACT,
@@ -274,19 +274,19 @@ def _load(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
-        raise ManifestError(
+        raise ManifestReadError(
             f"{path}: cannot read the manifest ({reason}); fix: pass the path of a manifest "
             "JSON file"
         ) from error
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise ManifestError(
+        raise ManifestReadError(
             f"{path}: line {error.lineno} column {error.colno}: not valid JSON ({error.msg}); "
             "fix: correct the JSON syntax"
         ) from error
     except RecursionError:
-        raise ManifestError(
+        raise ManifestReadError(
             f"{path}: JSON nested too deeply to read; fix: a manifest is a flat object of a few "
             "levels, pass one"
         ) from None
