@@ -7,8 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -81,7 +81,14 @@ def test_every_path_a_test_opens_under_the_root_is_in_the_sdist(sdist_names: set
 
 @pytest.fixture(scope="module")
 def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from the tracked files, unpacked as a site folder outside the checkout."""
+    """The wheel built from the tracked files, installed by pip into a new environment.
+
+    A virtual environment outside the checkout gets the wheel with ``pip install --no-deps
+    --no-index`` (pip's own install: files, metadata, the ``tracekit`` console script). Its
+    dependencies are this environment's: one ``.pth`` line puts this environment's
+    site-packages after the new environment's own, so the wheel's copy of the package is the
+    one imported and nothing is downloaded. Returns the new environment's interpreter.
+    """
     if not (ROOT / ".git").exists():
         pytest.skip("needs a git checkout to know the tracked files")
     src = _tracked_copy(tmp_path_factory.mktemp("wsrc"))
@@ -94,18 +101,45 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         .stdout.strip()
         .splitlines()[-1]
     )
-    site = tmp_path_factory.mktemp("site")
-    with zipfile.ZipFile(out / built) as wheel:
-        wheel.extractall(site)
-    return site
+    env_dir = tmp_path_factory.mktemp("env") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    own_site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    deps = sysconfig.get_paths()["purelib"]
+    (Path(own_site) / "_tracekit_test_deps.pth").write_text(deps + "\n", encoding="utf-8")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+         "--no-deps", "--no-index", str(out / built)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return python
 
 
-def _from_wheel(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    # PYTHONPATH puts the unpacked wheel before this environment's editable install.
-    env = {**os.environ, "PYTHONPATH": str(site)}
+def _from_wheel(python: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # The installed wheel's environment; no PYTHONPATH (a checkout on it would shadow the wheel).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
-        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+        [str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
+
+
+def test_pip_installed_the_wheel_with_its_console_script(
+    installed_wheel: Path, tmp_path: Path
+) -> None:
+    where = _from_wheel(
+        installed_wheel, tmp_path, "-c", "import tracekit; print(tracekit.__file__)"
+    )
+    site = Path(where.stdout.strip()).parents[1]
+    assert site.is_relative_to(installed_wheel.parents[1]), where.stdout + where.stderr
+    assert not site.is_relative_to(ROOT)
+    script = installed_wheel.parent / "tracekit"
+    done = subprocess.run(
+        [str(script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "qualify" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_wheel_ships_the_quick_start_sample_and_the_default_pool(
@@ -113,7 +147,7 @@ def test_the_wheel_ships_the_quick_start_sample_and_the_default_pool(
 ) -> None:
     code = "import tracekit; print(tracekit.__file__)"
     where = _from_wheel(installed_wheel, tmp_path, "-c", code)
-    assert where.stdout.startswith(str(installed_wheel)), where.stdout + where.stderr
+    assert where.stdout.startswith(str(installed_wheel.parents[1])), where.stdout + where.stderr
     sample = _from_wheel(installed_wheel, tmp_path, "-m", "tracekit.data", "azure_conv_sample.csv")
     path = Path(sample.stdout.strip())
     assert path.is_file() and not path.is_symlink()
