@@ -11,6 +11,7 @@ from tracekit.cli.output import emit, output_options
 from tracekit.oracle.job import ORACLE_LABEL, run_oracle
 from tracekit.oracle.rollout import DEFAULT_SETTINGS, OBJECTIVES, OracleSettings
 from tracekit.strategies import parse_policy_config, parse_strategy_list
+from tracekit.sweep.progress import StderrProgress
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.text import Align, text_table
 from tracekit.trace.validate import check_readable
@@ -76,6 +77,7 @@ def oracle(**options: Any) -> None:
         result = run_oracle(
             options["trace"], options["out"], specs, settings, jobs=options["jobs"],
             limit=options["limit"], greedy=not options["no_greedy"],
+            progress=StderrProgress(),
         )  # fmt: skip
     emit(
         options["as_json"],
