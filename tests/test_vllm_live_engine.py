@@ -334,7 +334,10 @@ def test_the_live_engine_schedules_as_the_embedded_engine(live: Live, tmp_path: 
         ):
             a = pl.read_parquet(sim / f"{table}.parquet").select(columns)
             b = pl.read_parquet(bundle / f"{table}.parquet").select(columns)
-            assert_frame_equal(a, b, obj=f"{strategy} {table}")
+            try:
+                assert_frame_equal(a, b)
+            except AssertionError as error:
+                raise AssertionError(f"{strategy} {table}: {error}") from None
     decisions = pl.read_parquet(live.builtin / "decisions.parquet")
     assert decisions.height > 0  # the workload does preempt
     cand = pl.read_parquet(live.candidate / "decisions.parquet")
