@@ -11,9 +11,10 @@ from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import Progress, workload_options, workload_settings
 from tracekit.cli.output import output_options
 from tracekit.cli.record_cmd import emit_bundle, record
+from tracekit.engine.config import RETRACTION_POLICIES
 from tracekit.errors import ConfigError
 from tracekit.recording.sim import load_run_workload
-from tracekit.sglang.protocol import SglangConfig
+from tracekit.sglang.protocol import SCHEDULE_POLICIES, SglangConfig
 from tracekit.sglang.record import record_sglang
 
 _DEFAULT = SglangConfig()
@@ -65,15 +66,15 @@ _DEFAULT = SglangConfig()
 )
 @click.option(
     "--retraction-policy",
-    type=click.Choice(["length", "priority"]),
-    default="length",
+    type=click.Choice(RETRACTION_POLICIES),
+    default=_DEFAULT.retraction_policy,
     show_default=True,
     help="SGLang --retraction-policy (priority also turns on priority scheduling).",
 )
 @click.option(
     "--schedule-policy",
-    type=click.Choice(["fcfs", "lpm"]),
-    default="fcfs",
+    type=click.Choice(SCHEDULE_POLICIES),
+    default=_DEFAULT.schedule_policy,
     show_default=True,
     help="SGLang --schedule-policy.",
 )

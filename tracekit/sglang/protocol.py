@@ -27,7 +27,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from tracekit.engine.config import RETRACTION_POLICIES, RetractionPolicyName
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -42,6 +44,11 @@ __all__ = [
 
 PROTOCOL_VERSION = 1
 
+
+
+#: SGLang ``--schedule-policy`` values the recorder drives.
+SchedulePolicyName = Literal["fcfs", "lpm"]
+SCHEDULE_POLICIES: tuple[str, ...] = get_args(SchedulePolicyName)
 
 @dataclass(frozen=True, slots=True)
 class SglangConfig:
@@ -78,8 +85,8 @@ class SglangConfig:
     max_prefill_tokens: int = 4096
     max_context_len: int = 4096
     radix_cache: bool = True
-    retraction_policy: Literal["length", "priority"] = "length"
-    schedule_policy: Literal["fcfs", "lpm"] = "fcfs"
+    retraction_policy: RetractionPolicyName = "length"
+    schedule_policy: SchedulePolicyName = "fcfs"
     step_s: float = 0.02
     max_steps: int = 10_000_000
 
@@ -89,11 +96,11 @@ class SglangConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.chunked_prefill_size is not None and self.chunked_prefill_size <= 0:
             raise ValueError("chunked_prefill_size must be positive or None")
-        if self.retraction_policy not in ("length", "priority"):
+        if self.retraction_policy not in RETRACTION_POLICIES:
             raise ValueError(
                 f"retraction_policy must be length or priority, not {self.retraction_policy!r}"
             )
-        if self.schedule_policy not in ("fcfs", "lpm"):
+        if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(f"schedule_policy must be fcfs or lpm, not {self.schedule_policy!r}")
         if not self.step_s > 0:
             raise ValueError(f"step_s must be positive, got {self.step_s!r}")
