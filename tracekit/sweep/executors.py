@@ -1,7 +1,9 @@
 """Executors: where recorded runs execute (this process, local processes, or Ray).
 
-The one pool of the toolkit: sweeps, ``qualify``, the experiment matrix and closed-mode replay
-all hand their runs to these executors (through :func:`tracekit.sweep.execute.execute_runs`).
+The one pool for recorded runs: sweeps, ``qualify``, the experiment matrix, the oracle and
+closed-mode replay hand their runs to these executors (through
+:func:`tracekit.sweep.execute.execute_runs`). Open-mode replay keeps its own ordered pool over
+decision chunks, which are not runs (``docs/sweep.md``, "One executor for every job").
 Every executor takes the same :class:`~tracekit.sweep.task.SweepTask` list and reports each
 start and each :class:`~tracekit.sweep.task.TaskOutcome` to a :class:`Listener`; the records are
 the same whichever executor ran them (a run is deterministic, and ``created_at`` is pinned with
