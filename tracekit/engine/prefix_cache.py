@@ -131,12 +131,16 @@ class PrefixCachingBlockPool:
         done = len(keys)
         if done >= num_blocks:
             return keys
-        block_size = self.block_size
         content_ids = request.content_ids
-        chunk = request.content_block_tokens
-        limit = content_length(request.num_prompt_tokens, content_ids, chunk)
-        # Blocks wholly inside the content region come first (block j ends at (j+1)*block_size).
-        num_content = min(num_blocks, limit // block_size)
+        # (No content, the usual case: every block is unique to the request.)
+        num_content = 0
+        if content_ids:
+            block_size = self.block_size
+            chunk = request.content_block_tokens
+            limit = content_length(request.num_prompt_tokens, content_ids, chunk)
+            # Blocks wholly inside the content region come first (block j ends at
+            # (j+1)*block_size).
+            num_content = min(num_blocks, limit // block_size)
         if done < num_content:
             interned = self._content_keys
             parent = keys[-1] if keys else None

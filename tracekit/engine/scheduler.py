@@ -111,6 +111,7 @@ class VllmScheduler(SchedulerBase):
         in_flight = self._eager_in_flight()
         sampled: list[RequestState] = []
         sample = sampled.append
+        take_blocks = self._take_blocks
         prefill = decode = kv_read = 0
         # The last input position a one-token step may take (one slot for the sampled token).
         last_position = max_model_len - 1
@@ -138,13 +139,15 @@ class VllmScheduler(SchedulerBase):
                 num_new_tokens == 1
                 and eager
                 and computed < last_position
-                and computed < request.num_blocks * block_size
+                and (computed < request.num_blocks * block_size or pool.num_free_blocks)
             ):
                 # Fast path, the common decode: one token that fits every cap (budget > 0 and
-                # long_prefill >= 1 by the loop) in a block the request holds. The general path
-                # below would compute the same: it caches up to `known` (< end), and since
-                # computed + 1 == known + placeholders the request samples, as a decode unless
-                # it has no output at all yet.
+                # long_prefill >= 1 by the loop), in a block the request holds or in one free
+                # block more. The general path below would compute the same: it caches up to
+                # `known` (<= end), and since computed + 1 == known + placeholders the request
+                # samples, as a decode unless it has no output at all yet.
+                if computed == request.num_blocks * block_size:
+                    take_blocks(request, 1)
                 if after_running_allocation is not None and (
                     known // block_size > request.num_cached_blocks
                 ):
