@@ -100,7 +100,10 @@ class VllmScheduler(SchedulerBase):
         max_model_len = config.max_model_len
         token_budget = config.max_num_batched_tokens
         # vLLM drops the long-prefill cap when only one request is present (nobody to starve).
-        long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
+        # (The waiting queue changes below only by a preemption, which skips admission, and by
+        # the admissions, which count it down.)
+        num_waiting = len(waiting)
+        long_prefill = config.long_prefill_token_threshold if len(running) + num_waiting > 1 else 0
         after_running_allocation = self._after_running_allocation
         # _update_after_schedule done as each request is scheduled (the same arithmetic, one
         # loop less), until the step needs a victim: the host must see vLLM's state, where
@@ -237,7 +240,7 @@ class VllmScheduler(SchedulerBase):
             max_num_seqs = config.max_num_seqs
             watermark_blocks = self._watermark_blocks
             admit = self._admit
-            while token_budget > 0 and len(waiting) > 0:
+            while token_budget > 0 and num_waiting > 0:
                 if len(running) >= max_num_seqs:
                     break
                 request = waiting.peek_request()
@@ -248,6 +251,7 @@ class VllmScheduler(SchedulerBase):
                 if num_new_tokens <= 0:
                     break
                 waiting.pop_request()
+                num_waiting -= 1
                 running.append(request)
                 request.status = RequestStatus.RUNNING
                 if request.first_scheduled_s is None:
@@ -514,9 +518,6 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
     ) -> int:
         """Admission with a prefix-cache lookup (``get_computed_blocks``, ``allocate_slots``)."""
-        config = self.config
-        block_size = config.block_size
-        max_model_len = config.max_model_len
         pool: PrefixCachingBlockPool = self.block_pool  # type: ignore[assignment]
         num_tokens = request.num_prompt_tokens + request.num_output_tokens
         # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
@@ -535,6 +536,9 @@ class VllmPrefixCachingScheduler(VllmScheduler):
             free = pool.num_free_blocks
             if need_full + watermark > free or need + watermark > free:
                 return 0
+        config = self.config
+        block_size = config.block_size
+        max_model_len = config.max_model_len
         num_hit = len(hit)
         hit_tokens = num_hit * block_size
         num_new_tokens = num_tokens - hit_tokens
