@@ -246,7 +246,9 @@ class PrefixCachingBlockPool:
             block.ref_cnt = 1
             into.append(block)
             return
-        take = min(num, len(unhashed))
+        take = len(unhashed)
+        if take > num:
+            take = num
         for _ in range(take):
             block = unhashed.pop()
             block.ref_cnt = 1
@@ -290,8 +292,12 @@ class PrefixCachingBlockPool:
         keys = self.block_keys(request, num_full)
         cached = self._cached
         memo_next = self._memo_next
-        blocks = request.kv_blocks[start:num_full]
-        for block, key in zip(blocks, keys[start:num_full], strict=True):
+        blocks = request.kv_blocks
+        # (Indexing both lists beats zipping two slices, most of all for the running scan's
+        # one block.)
+        for j in range(start, num_full):
+            block = blocks[j]
+            key = keys[j]
             if block.key == key:  # type: ignore[attr-defined]
                 continue
             block.key = key  # type: ignore[attr-defined]
