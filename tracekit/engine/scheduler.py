@@ -138,40 +138,37 @@ class VllmScheduler(SchedulerBase):
                     req_index += 1
                     continue
                 num_new_tokens += placeholders
-            if (
-                num_new_tokens == 1
-                and eager
-                and computed < last_position
-                and (computed < request.num_blocks * block_size or pool.num_free_blocks)
-            ):
+            if num_new_tokens == 1 and eager and computed < last_position:
                 # Fast path, the common decode: one token that fits every cap (budget > 0 and
                 # long_prefill >= 1 by the loop), in a block the request holds or in one free
                 # block more. The general path below would compute the same: it caches up to
                 # `known` (<= end), and since computed + 1 == known + placeholders the request
                 # samples, as a decode unless it has no output at all yet.
-                if computed == request.num_blocks * block_size:
-                    take_blocks(request, 1)
-                if after_running_allocation is not None and (
-                    known // block_size > request.num_cached_blocks
-                ):
-                    after_running_allocation(request, known)
-                request_id = request.request_id
-                scheduled[request_id] = 1
-                token_budget -= 1
-                req_index += 1
-                computed += 1
-                request.num_computed_tokens = computed
-                if is_async:
-                    if placeholders and in_flight is not None:
-                        in_flight[request_id] = placeholders
-                    request.num_output_placeholders = placeholders + 1
-                    sample(request)
-                if computed > num_prompt_tokens:
-                    decode += 1
-                else:
-                    prefill += 1
-                kv_read += computed
-                continue
+                room = request.num_blocks * block_size - computed
+                if room or pool.num_free_blocks:
+                    if not room:
+                        take_blocks(request, 1)
+                    if after_running_allocation is not None and (
+                        known // block_size > request.num_cached_blocks
+                    ):
+                        after_running_allocation(request, known)
+                    request_id = request.request_id
+                    scheduled[request_id] = 1
+                    token_budget -= 1
+                    req_index += 1
+                    computed += 1
+                    request.num_computed_tokens = computed
+                    if is_async:
+                        if in_flight is not None and placeholders:
+                            in_flight[request_id] = placeholders
+                        request.num_output_placeholders = placeholders + 1
+                        sample(request)
+                    if computed > num_prompt_tokens:
+                        decode += 1
+                    else:
+                        prefill += 1
+                    kv_read += computed
+                    continue
             if 0 < long_prefill < num_new_tokens:
                 num_new_tokens = long_prefill
             if num_new_tokens > token_budget:
