@@ -119,9 +119,54 @@ class VllmScheduler(SchedulerBase):
         # The last input position a one-token step may take (one slot for the sampled token).
         last_position = max_model_len - 1
 
-        # First, the RUNNING requests, in queue order.
+        # First, the RUNNING requests, in queue order: the common decodes first, on a fast
+        # path, while they last (one token that fits every cap, long_prefill >= 1 and the budget
+        # > 0 being checked, in a block the request holds or in one free block more). The
+        # general loop below takes over from the first request that is not one and would compute
+        # the same for these: it caches up to `known` (<= end), and since computed + 1 == known
+        # + placeholders the request samples, as a decode unless it has no output yet.
         req_index = 0
         num_running = len(running)  # (re-read after a preemption, which shortens it)
+        if eager:
+            for req_index, request in enumerate(running):  # noqa: B007 (read after the loop)
+                if not token_budget:
+                    break
+                computed = request.num_computed_tokens
+                num_prompt_tokens = request.num_prompt_tokens
+                known = num_prompt_tokens + request.num_output_tokens
+                placeholders = request.num_output_placeholders
+                if placeholders and (
+                    computed + 2 - placeholders >= num_prompt_tokens + request.max_tokens
+                ):
+                    continue  # (as in the general loop)
+                if known + placeholders - computed != 1 or computed >= last_position:
+                    break
+                room = request.num_blocks * block_size - computed
+                if not room:
+                    if not pool.num_free_blocks:
+                        break
+                    take_blocks(request, 1)
+                if after_running_allocation is not None and (
+                    known // block_size > request.num_cached_blocks
+                ):
+                    after_running_allocation(request, known)
+                request_id = request.request_id
+                scheduled[request_id] = 1
+                token_budget -= 1
+                computed += 1
+                request.num_computed_tokens = computed
+                if is_async:
+                    if in_flight is not None and placeholders:
+                        in_flight[request_id] = placeholders
+                    request.num_output_placeholders = placeholders + 1
+                    sample(request)
+                if computed > num_prompt_tokens:
+                    decode += 1
+                else:
+                    prefill += 1
+                kv_read += computed
+            else:
+                req_index = num_running
         while req_index < num_running and token_budget > 0:
             request = running[req_index]
             computed = request.num_computed_tokens
@@ -138,37 +183,6 @@ class VllmScheduler(SchedulerBase):
                     req_index += 1
                     continue
                 num_new_tokens += placeholders
-            if num_new_tokens == 1 and eager and computed < last_position:
-                # Fast path, the common decode: one token that fits every cap (budget > 0 and
-                # long_prefill >= 1 by the loop), in a block the request holds or in one free
-                # block more. The general path below would compute the same: it caches up to
-                # `known` (<= end), and since computed + 1 == known + placeholders the request
-                # samples, as a decode unless it has no output at all yet.
-                room = request.num_blocks * block_size - computed
-                if room or pool.num_free_blocks:
-                    if not room:
-                        take_blocks(request, 1)
-                    if after_running_allocation is not None and (
-                        known // block_size > request.num_cached_blocks
-                    ):
-                        after_running_allocation(request, known)
-                    request_id = request.request_id
-                    scheduled[request_id] = 1
-                    token_budget -= 1
-                    req_index += 1
-                    computed += 1
-                    request.num_computed_tokens = computed
-                    if is_async:
-                        if in_flight is not None and placeholders:
-                            in_flight[request_id] = placeholders
-                        request.num_output_placeholders = placeholders + 1
-                        sample(request)
-                    if computed > num_prompt_tokens:
-                        decode += 1
-                    else:
-                        prefill += 1
-                    kv_read += computed
-                    continue
             if 0 < long_prefill < num_new_tokens:
                 num_new_tokens = long_prefill
             if num_new_tokens > token_budget:
