@@ -40,6 +40,9 @@ _REF_CNT = attrgetter("ref_cnt")
 #: Blocks per request in a unique key's packing (more than any max_model_len needs).
 _UNIQUE_STRIDE = 1 << 40
 
+#: Unique keys made ahead of need (see block_keys).
+_UNIQUE_AHEAD = 16
+
 #: A key no block has (the remembered lookup missed nothing: it hit every block it could).
 _NO_KEY = object()
 
@@ -164,9 +167,11 @@ class PrefixCachingBlockPool:
         if done < num_blocks:
             # A block holding a token unique to the request equals only itself: its key is the
             # pair (request index, block index), packed into a negative int (content keys are
-            # >= 0), which hashes and compares faster than a tuple.
+            # >= 0), which hashes and compares faster than a tuple. Such keys depend on nothing
+            # else, so the next _UNIQUE_AHEAD are made too (a decoding request fills one block
+            # at a time; readers index the keys they need, never past the blocks filled).
             base = -1 - request.index * _UNIQUE_STRIDE
-            keys.extend(range(base - done, base - num_blocks, -1))
+            keys.extend(range(base - done, base - num_blocks - _UNIQUE_AHEAD, -1))
         return keys
 
     # ----------------------------------------------------------------------------- lookups
@@ -289,7 +294,9 @@ class PrefixCachingBlockPool:
         start = request.num_cached_blocks
         if start >= num_full:
             return
-        keys = self.block_keys(request, num_full)
+        keys = request.block_hashes
+        if len(keys) < num_full:
+            keys = self.block_keys(request, num_full)
         cached = self._cached
         memo_next = self._memo_next
         blocks = request.kv_blocks
