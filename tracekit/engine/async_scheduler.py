@@ -70,6 +70,8 @@ class _AsyncMixin:
 
     def has_requests(self) -> bool:
         """Unfinished requests, or finished ones not yet reported by a schedule() (vLLM)."""
+        if self.running:  # (the usual answer, asked every step, without a call)
+            return True
         return self.has_unfinished_requests() or self._finished_since_schedule  # type: ignore[attr-defined]
 
     def _update_after_schedule(self, out: ScheduledStep) -> None:

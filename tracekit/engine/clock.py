@@ -165,7 +165,8 @@ class StepsClock:
 
     def is_visible(self, arrival_s: float) -> bool:
         """Whether the current step sees a request arriving at ``arrival_s``."""
-        return self.step >= self.visible_step(arrival_s)
+        # (visible_step inlined: asked every step)
+        return self.step >= math.ceil(arrival_s / self.step_s)
 
     def duration(self, num_scheduled_tokens: int, num_sequences: int, kv_tokens_read: int) -> float:
         """Length of a step: always ``step_s``."""

@@ -40,6 +40,9 @@ _REF_CNT = attrgetter("ref_cnt")
 #: Blocks per request in a unique key's packing (more than any max_model_len needs).
 _UNIQUE_STRIDE = 1 << 40
 
+#: Unique keys made ahead of need (see block_keys).
+_UNIQUE_AHEAD = 16
+
 #: A key no block has (the remembered lookup missed nothing: it hit every block it could).
 _NO_KEY = object()
 
@@ -131,12 +134,16 @@ class PrefixCachingBlockPool:
         done = len(keys)
         if done >= num_blocks:
             return keys
-        block_size = self.block_size
         content_ids = request.content_ids
-        chunk = request.content_block_tokens
-        limit = content_length(request.num_prompt_tokens, content_ids, chunk)
-        # Blocks wholly inside the content region come first (block j ends at (j+1)*block_size).
-        num_content = min(num_blocks, limit // block_size)
+        # (No content, the usual case: every block is unique to the request.)
+        num_content = 0
+        if content_ids:
+            block_size = self.block_size
+            chunk = request.content_block_tokens
+            limit = content_length(request.num_prompt_tokens, content_ids, chunk)
+            # Blocks wholly inside the content region come first (block j ends at
+            # (j+1)*block_size).
+            num_content = min(num_blocks, limit // block_size)
         if done < num_content:
             interned = self._content_keys
             parent = keys[-1] if keys else None
@@ -160,9 +167,11 @@ class PrefixCachingBlockPool:
         if done < num_blocks:
             # A block holding a token unique to the request equals only itself: its key is the
             # pair (request index, block index), packed into a negative int (content keys are
-            # >= 0), which hashes and compares faster than a tuple.
+            # >= 0), which hashes and compares faster than a tuple. Such keys depend on nothing
+            # else, so the next _UNIQUE_AHEAD are made too (a decoding request fills one block
+            # at a time; readers index the keys they need, never past the blocks filled).
             base = -1 - request.index * _UNIQUE_STRIDE
-            keys.extend(range(base - done, base - num_blocks, -1))
+            keys.extend(range(base - done, base - num_blocks - _UNIQUE_AHEAD, -1))
         return keys
 
     # ----------------------------------------------------------------------------- lookups
@@ -242,7 +251,9 @@ class PrefixCachingBlockPool:
             block.ref_cnt = 1
             into.append(block)
             return
-        take = min(num, len(unhashed))
+        take = len(unhashed)
+        if take > num:
+            take = num
         for _ in range(take):
             block = unhashed.pop()
             block.ref_cnt = 1
@@ -283,11 +294,17 @@ class PrefixCachingBlockPool:
         start = request.num_cached_blocks
         if start >= num_full:
             return
-        keys = self.block_keys(request, num_full)
+        keys = request.block_hashes
+        if len(keys) < num_full:
+            keys = self.block_keys(request, num_full)
         cached = self._cached
         memo_next = self._memo_next
-        blocks = request.kv_blocks[start:num_full]
-        for block, key in zip(blocks, keys[start:num_full], strict=True):
+        blocks = request.kv_blocks
+        # (Indexing both lists beats zipping two slices, most of all for the running scan's
+        # one block.)
+        for j in range(start, num_full):
+            block = blocks[j]
+            key = keys[j]
             if block.key == key:  # type: ignore[attr-defined]
                 continue
             block.key = key  # type: ignore[attr-defined]

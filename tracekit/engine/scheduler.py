@@ -100,7 +100,10 @@ class VllmScheduler(SchedulerBase):
         max_model_len = config.max_model_len
         token_budget = config.max_num_batched_tokens
         # vLLM drops the long-prefill cap when only one request is present (nobody to starve).
-        long_prefill = config.long_prefill_token_threshold if len(running) + len(waiting) > 1 else 0
+        # (The waiting queue changes below only by a preemption, which skips admission, and by
+        # the admissions, which count it down.)
+        num_waiting = len(waiting)
+        long_prefill = config.long_prefill_token_threshold if len(running) + num_waiting > 1 else 0
         after_running_allocation = self._after_running_allocation
         # _update_after_schedule done as each request is scheduled (the same arithmetic, one
         # loop less), until the step needs a victim: the host must see vLLM's state, where
@@ -110,11 +113,60 @@ class VllmScheduler(SchedulerBase):
         is_async = self._is_async
         in_flight = self._eager_in_flight()
         sampled: list[RequestState] = []
+        sample = sampled.append
+        take_blocks = self._take_blocks
         prefill = decode = kv_read = 0
+        # The last input position a one-token step may take (one slot for the sampled token).
+        last_position = max_model_len - 1
 
-        # First, the RUNNING requests, in queue order.
+        # First, the RUNNING requests, in queue order: the common decodes first, on a fast
+        # path, while they last (one token that fits every cap, long_prefill >= 1 and the budget
+        # > 0 being checked, in a block the request holds or in one free block more). The
+        # general loop below takes over from the first request that is not one and would compute
+        # the same for these: it caches up to `known` (<= end), and since computed + 1 == known
+        # + placeholders the request samples, as a decode unless it has no output yet.
         req_index = 0
         num_running = len(running)  # (re-read after a preemption, which shortens it)
+        if eager:
+            for req_index, request in enumerate(running):  # noqa: B007 (read after the loop)
+                if not token_budget:
+                    break
+                computed = request.num_computed_tokens
+                num_prompt_tokens = request.num_prompt_tokens
+                known = num_prompt_tokens + request.num_output_tokens
+                placeholders = request.num_output_placeholders
+                if placeholders and (
+                    computed + 2 - placeholders >= num_prompt_tokens + request.max_tokens
+                ):
+                    continue  # (as in the general loop)
+                if known + placeholders - computed != 1 or computed >= last_position:
+                    break
+                room = request.num_blocks * block_size - computed
+                if not room:
+                    if not pool.num_free_blocks:
+                        break
+                    take_blocks(request, 1)
+                if after_running_allocation is not None and (
+                    known // block_size > request.num_cached_blocks
+                ):
+                    after_running_allocation(request, known)
+                request_id = request.request_id
+                scheduled[request_id] = 1
+                token_budget -= 1
+                computed += 1
+                request.num_computed_tokens = computed
+                if is_async:
+                    if in_flight is not None and placeholders:
+                        in_flight[request_id] = placeholders
+                    request.num_output_placeholders = placeholders + 1
+                    sample(request)
+                if computed > num_prompt_tokens:
+                    decode += 1
+                else:
+                    prefill += 1
+                kv_read += computed
+            else:
+                req_index = num_running
         while req_index < num_running and token_budget > 0:
             request = running[req_index]
             computed = request.num_computed_tokens
@@ -199,7 +251,7 @@ class VllmScheduler(SchedulerBase):
             max_num_seqs = config.max_num_seqs
             watermark_blocks = self._watermark_blocks
             admit = self._admit
-            while token_budget > 0 and len(waiting) > 0:
+            while token_budget > 0 and num_waiting > 0:
                 if len(running) >= max_num_seqs:
                     break
                 request = waiting.peek_request()
@@ -210,6 +262,7 @@ class VllmScheduler(SchedulerBase):
                 if num_new_tokens <= 0:
                     break
                 waiting.pop_request()
+                num_waiting -= 1
                 running.append(request)
                 request.status = RequestStatus.RUNNING
                 if request.first_scheduled_s is None:
@@ -476,9 +529,6 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
     ) -> int:
         """Admission with a prefix-cache lookup (``get_computed_blocks``, ``allocate_slots``)."""
-        config = self.config
-        block_size = config.block_size
-        max_model_len = config.max_model_len
         pool: PrefixCachingBlockPool = self.block_pool  # type: ignore[assignment]
         num_tokens = request.num_prompt_tokens + request.num_output_tokens
         # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
@@ -497,6 +547,9 @@ class VllmPrefixCachingScheduler(VllmScheduler):
             free = pool.num_free_blocks
             if need_full + watermark > free or need + watermark > free:
                 return 0
+        config = self.config
+        block_size = config.block_size
+        max_model_len = config.max_model_len
         num_hit = len(hit)
         hit_tokens = num_hit * block_size
         num_new_tokens = num_tokens - hit_tokens
