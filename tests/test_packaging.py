@@ -108,13 +108,15 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    deps = sysconfig.get_paths()["purelib"]
-    (Path(own_site) / "_tracekit_test_deps.pth").write_text(deps + "\n", encoding="utf-8")
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
          "--no-deps", "--no-index", str(out / built)],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
+    # Only now the dependencies: had pip seen this environment's own install of the project,
+    # it would have called the wheel "already satisfied" and installed nothing.
+    deps = sysconfig.get_paths()["purelib"]
+    (Path(own_site) / "_tracekit_test_deps.pth").write_text(deps + "\n", encoding="utf-8")
     return python
 
 
