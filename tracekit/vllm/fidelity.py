@@ -116,6 +116,7 @@ DECISION_FIELDS = (
 # bundles recorded them (record sim always; record vllm since it reads the real block pool).
 BLOCK_FIELDS = ("num_blocks_held", "num_blocks_exclusive")
 FREED_FIELDS = ("freed_blocks", "freed_tokens")
+OPTIONAL_DECISION_FIELDS = (*FREED_FIELDS, "candidate_blocks")
 
 
 class FidelityInputError(TracekitError):
@@ -470,20 +471,10 @@ def _compare_step(
                 [_decision_key(d) for d in decisions_a],
                 [_decision_key(d) for d in decisions_b],
             )
-        for key in (*DECISION_FIELDS, "candidates"):
+        for key in (*DECISION_FIELDS, "candidates", *OPTIONAL_DECISION_FIELDS):
+            if key in OPTIONAL_DECISION_FIELDS and (da[key] is None or db[key] is None):
+                continue  # one bundle did not record it
             if not _same(da[key], db[key]):
-                return _mismatch(
-                    a,
-                    b,
-                    "decision",
-                    step,
-                    f"decision {position + 1} of the step (seq {da['seq']} / {db['seq']}): "
-                    f"{key} differs",
-                    da[key],
-                    db[key],
-                )
-        for key in (*FREED_FIELDS, "candidate_blocks"):
-            if da[key] is not None and db[key] is not None and not _same(da[key], db[key]):
                 return _mismatch(
                     a,
                     b,
