@@ -410,10 +410,8 @@ class RealScheduler:
         self.prefix_caching = config.enable_prefix_caching
         #: The real AsyncScheduler under async (run_engine then drives it one step ahead).
         self.async_scheduling = config.async_scheduling
-        #: req_id -> prefix-cache hit (tokens) of every admission in the last step, in order.
-        self.step_cache_hits: dict[str, int] = {}
-        #: Cached blocks the last step's allocations evicted (reused and their hash dropped).
-        self.step_evicted_blocks = 0
+        # Cached blocks evicted so far (reused, their hash dropped): each step's figure is the
+        # difference across its schedule(), put on the ScheduledStep with the step's hits.
         self._num_evicted = 0
         pool = self.scheduler.kv_cache_manager.block_pool
         evict = pool._maybe_evict_cached_block
@@ -478,7 +476,7 @@ class RealScheduler:
         self._outputs[step] = output
         out = ScheduledStep(step, now)
         # Blocks are allocated only inside schedule(), so its evictions are the step's.
-        self.step_evicted_blocks = out.num_evicted_blocks = self._num_evicted - evicted_before
+        out.num_evicted_blocks = self._num_evicted - evicted_before
         scheduled = out.num_scheduled_tokens = dict(output.num_scheduled_tokens)
         states = self._states
         # The model runner samples for every scheduled request that is not a partial prefill
@@ -492,7 +490,7 @@ class RealScheduler:
         # num_computed_tokens has already advanced (Scheduler._update_after_schedule), so an
         # admitted request's computed tokens before the step are its prefix-cache hit.
         requests = self._requests
-        self.step_cache_hits = out.cache_hits = {
+        out.cache_hits = {
             request_id: requests[request_id].num_computed_tokens - num
             for request_id, num in scheduled.items()
             if request_id not in running_before
