@@ -275,3 +275,52 @@ def test_a_live_bundle_is_fitted_on_its_step_shapes_cpu_time(
     wall = calibrate_trace(live, tmp_path / "w.json")
     assert wall.model.fit["target"] == "duration_s"
     assert wall.model.fit["weighting"] == "relative"
+
+
+def _live_copy(bundle: Path, folder: Path, speed: float) -> Path:
+    """``bundle`` as a live recording whose steps ran ``speed`` times the KNOWN model's time."""
+    folder.mkdir()
+    for item in bundle.iterdir():
+        (folder / item.name).write_bytes(item.read_bytes())
+    shapes = step_makeup(open_trace(folder)).with_columns(
+        cpu_s=pl.col("duration_s") * speed, duration_s=pl.col("duration_s") * speed
+    )
+    shapes.write_parquet(folder / "step_shapes.parquet")
+    return folder
+
+
+def test_pooled_recordings_average_their_speed(known_bundle_sync: Path, tmp_path: Path) -> None:
+    # Two live runs of the same steps, the second 20 % slower (a machine whose speed wandered).
+    # Least squares over both, in seconds, lands on the mean speed: 1.1 times KNOWN, up to the
+    # hold-out split taking unequal shares of the two runs. (Decoding sequences and sequences
+    # move together in most steps, and the attention terms trade weight with them; the step
+    # times may not.)
+    fast = _live_copy(known_bundle_sync, tmp_path / "fast", 1.0)
+    slow = _live_copy(known_bundle_sync, tmp_path / "slow", 1.2)
+    out = tmp_path / "m.json"
+    result = CliRunner().invoke(cli, ["calibrate", str(fast), str(slow), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    model = load_calibrated_model(out)
+    assert model.fit["recordings"] == [str(fast), str(slow)]
+    single = calibrate_trace(fast, tmp_path / "one.json").model
+    assert single.fit["num_steps"] > 500
+    assert int(result.output.split()[1]) == 2 * single.fit["num_steps"]
+    steps = pl.read_parquet(fast / "step_shapes.parquet")
+    low, high = steps["kv_tokens_read"].min(), steps["kv_tokens_read"].max()
+    assert f"kv_tokens_read {low:,}-{high:,} per step" in result.output
+    c = dict(zip(TERMS, model.coefficients, strict=True))
+    predicted = steps.select(
+        sum(c[t] * (pl.col(t) if t != "intercept" else pl.lit(1.0)) for t in TERMS)
+    ).to_series()
+    assert predicted.sum() == pytest.approx(1.1 * steps["cpu_s"].sum(), rel=0.01)
+    ratio = predicted / steps["cpu_s"]
+    assert ratio.quantile(0.05) > 1.05 and ratio.quantile(0.95) < 1.15
+    for term in ("intercept", "num_prefill_tokens"):
+        assert c[term] == pytest.approx(1.1 * KNOWN[term], rel=0.05), (term, c)
+
+
+def test_refuses_to_pool_recordings_of_two_kinds(known_bundle_sync: Path, tmp_path: Path) -> None:
+    live = _live_copy(known_bundle_sync, tmp_path / "live", 1.0)
+    _refused([str(live), str(known_bundle_sync)], tmp_path / "m.json", str(known_bundle_sync))
+    result = CliRunner().invoke(cli, ["calibrate", "--out", str(tmp_path / "m.json")])
+    assert result.exit_code == 2 and "TRACES" in result.output

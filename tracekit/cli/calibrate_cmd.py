@@ -6,13 +6,18 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 
 __all__ = ["calibrate"]
 
 
 @click.command("calibrate", context_settings=CONTEXT_SETTINGS)
-@trace_argument
+@click.argument(
+    "traces",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=False, file_okay=False, path_type=Path),
+)
 @out_option(folder=False, required=True, help="Model file to write (JSON).")
 @click.option(
     "--holdout",
@@ -22,17 +27,18 @@ __all__ = ["calibrate"]
     help="Fraction of the steps held out to measure the error.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the hold-out split.")
-def calibrate(trace: Path, out: Path, holdout: float, seed: int) -> None:
-    """Fit a step-time model to TRACE's measured step durations (docs/latency.md).
+def calibrate(traces: tuple[Path, ...], out: Path, holdout: float, seed: int) -> None:
+    """Fit a step-time model to the measured step durations of TRACES (docs/latency.md).
 
-    TRACE is a bundle whose steps table has measured duration_s and whose scheduled table was
-    recorded. Prints the error on the held-out steps; use the model with
-    --latency calibrated:OUT.
+    Each trace is a live bundle (record vllm --live), or a bundle whose steps table has measured
+    duration_s and whose scheduled table was recorded. Several traces of one kind are pooled
+    into one fit, which averages the run-to-run wander of a machine's speed. Prints the error on
+    the held-out steps; use the model with --latency calibrated:OUT.
     """
     from tracekit.latency.measured import calibrate_trace
 
     with library_errors():
-        result = calibrate_trace(trace, out, holdout_fraction=holdout, seed=seed)
+        result = calibrate_trace(traces, out, holdout_fraction=holdout, seed=seed)
     model = result.model
     held = model.errors["holdout"]
     coefficients = ", ".join(
@@ -44,4 +50,11 @@ def calibrate(trace: Path, out: Path, holdout: float, seed: int) -> None:
         f"held-out error MAPE {held['mape_pct']:.2f} %, P50 {100 * held['p50_rel']:.2f} %, "
         f"P95 {100 * held['p95_rel']:.2f} %"
     )
+    inputs = model.fit["inputs"]
+    covered = ", ".join(
+        f"{term} {inputs[term]['min']:,.0f}-{inputs[term]['max']:,.0f}"
+        for term in ("num_prefill_tokens", "num_decode_seqs", "kv_tokens_read")
+    )
+    # A linear model extrapolates past what it saw; the user should know where that starts.
+    click.echo(f"fitted range   {covered} per step (beyond it the model extrapolates linearly)")
     click.echo(f"wrote {result.out}; use --latency calibrated:{result.out}")

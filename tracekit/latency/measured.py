@@ -28,6 +28,7 @@ Steps with no measured duration (null, or not positive) or nothing scheduled are
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,9 +177,13 @@ LIVE_STEP_SHAPES = "step_shapes.parquet"
 
 
 def calibrate_trace(
-    trace: str | Path, out: str | Path, *, holdout_fraction: float = 0.2, seed: int = 0
+    trace: str | Path | Sequence[str | Path],
+    out: str | Path,
+    *,
+    holdout_fraction: float = 0.2,
+    seed: int = 0,
 ) -> CalibrationResult:
-    """Fit a step-time model to a recording's measured steps and write it to ``out``.
+    """Fit a step-time model to one or more recordings' measured steps and write it to ``out``.
 
     A live bundle (``tracekit record vllm --live``) carries ``step_shapes.parquet``: the make-up
     read inside vLLM (its context counts prefix-cache hits, which the bundle's tables do not
@@ -189,11 +194,17 @@ def calibrate_trace(
     its tables, on ``duration_s`` with relative weighting (robust to the descheduled tail of a
     loaded machine's wall clock).
 
+    Several recordings are pooled into one fit (their steps together, one hold-out split).
+    A machine's speed wanders between runs (on the shared 2-core machine the same live steps
+    took 79 to 102 s of CPU in 13 runs), so a model fitted on one run inherits that run's
+    speed; pooling runs averages it. Pooled recordings must be of one kind (all live bundles
+    with CPU times, or all fitted from their tables).
+
     Parameters
     ----------
     trace
         A trace bundle (or dataset folder) whose ``steps`` table has measured ``duration_s``
-        and whose ``scheduled`` table was recorded.
+        and whose ``scheduled`` table was recorded; or a sequence of them.
     out
         The model file to write (JSON; written to a temporary file, then renamed).
     holdout_fraction, seed
@@ -202,27 +213,34 @@ def calibrate_trace(
     Raises
     ------
     ConfigError
-        The trace cannot be read, lacks the make-up, or its steps are too few or too uniform to
-        fit (:class:`~tracekit.latency.calibrated.FitError`); nothing is written.
+        A trace cannot be read or lacks the make-up, the traces are of different kinds, or
+        their steps are too few or too uniform to fit
+        (:class:`~tracekit.latency.calibrated.FitError`); nothing is written.
     """
     import polars as pl
 
-    from tracekit.trace import open_trace
-
-    trace, out = Path(trace), Path(out)
-    dataset = open_trace(trace)
-    shapes_path = Path(dataset.root) / LIVE_STEP_SHAPES
-    shapes = pl.read_parquet(shapes_path) if shapes_path.is_file() else None
-    if shapes is not None and "cpu_s" in shapes.columns and shapes["cpu_s"].min() > 0:
-        frame = shapes
-        options = {"weighting": "absolute", "target": "cpu_s"}
-    else:
-        frame = step_makeup(dataset)
-        options = {"weighting": "relative", "target": "duration_s"}
+    traces = [Path(trace)] if isinstance(trace, (str, Path)) else [Path(t) for t in trace]
+    if not traces:
+        raise ConfigError("calibrate: no recording given; pass one or more trace bundles")
+    out = Path(out)
+    frames, kinds = zip(*(_measured_steps(t) for t in traces), strict=True)
+    for t, kind in zip(traces[1:], kinds[1:], strict=True):
+        if kind != kinds[0]:
+            raise ConfigError(
+                f"calibrate: {t}: {_KIND_NAMES[kind]}, but {traces[0]} is "
+                f"{_KIND_NAMES[kinds[0]]}; calibrate recordings of one kind together"
+            )
+    frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+    source = ", ".join(str(t) for t in traces)
     model = fit_step_time_model(
-        frame, seed=seed, holdout_fraction=holdout_fraction, source=str(trace), **options
+        frame, seed=seed, holdout_fraction=holdout_fraction, source=source, **dict(kinds[0])
     )
-    model = CalibratedModel(model.coefficients, model.fit, model.errors, str(out))
+    model = CalibratedModel(
+        model.coefficients,
+        {**model.fit, "recordings": [str(t) for t in traces]},
+        model.errors,
+        str(out),
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
@@ -231,3 +249,26 @@ def calibrate_trace(
     finally:
         tmp.unlink(missing_ok=True)
     return CalibrationResult(model, out, frame.height)
+
+
+#: How a recording is fitted: (("target", ...), ("weighting", ...)), hashable for comparison.
+_LIVE_FIT = (("target", "cpu_s"), ("weighting", "absolute"))
+_TABLE_FIT = (("target", "duration_s"), ("weighting", "relative"))
+_KIND_NAMES = {
+    _LIVE_FIT: "a live bundle fitted on its steps' CPU time",
+    _TABLE_FIT: "a bundle fitted from its tables on the wall clock",
+}
+
+
+def _measured_steps(trace: Path) -> tuple[Any, tuple[tuple[str, str], ...]]:
+    """One recording's measured steps, and how they are fitted (see :func:`calibrate_trace`)."""
+    import polars as pl
+
+    from tracekit.trace import open_trace
+
+    dataset = open_trace(trace)
+    shapes_path = Path(dataset.root) / LIVE_STEP_SHAPES
+    shapes = pl.read_parquet(shapes_path) if shapes_path.is_file() else None
+    if shapes is not None and "cpu_s" in shapes.columns and shapes["cpu_s"].min() > 0:
+        return shapes, _LIVE_FIT
+    return step_makeup(dataset), _TABLE_FIT
