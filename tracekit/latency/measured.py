@@ -171,8 +171,8 @@ class CalibrationResult:
     num_steps: int
 
 
-#: The live recorder's side table of each step's make-up and measured times
-#: (``tracekit.vllm.live_engine.record.STEP_SHAPES_FILE``).
+#: The live recorder's side table of each step's make-up and measured times, in a live bundle's
+#: folder (``tracekit.vllm.live_engine.record`` writes it under this name).
 LIVE_STEP_SHAPES = "step_shapes.parquet"
 
 
@@ -227,13 +227,13 @@ def calibrate_trace(
     for t, kind in zip(traces[1:], kinds[1:], strict=True):
         if kind != kinds[0]:
             raise ConfigError(
-                f"calibrate: {t}: {_KIND_NAMES[kind]}, but {traces[0]} is "
-                f"{_KIND_NAMES[kinds[0]]}; calibrate recordings of one kind together"
+                f"calibrate: {t}: {_KINDS[kind][0]}, but {traces[0]} is "
+                f"{_KINDS[kinds[0]][0]}; calibrate recordings of one kind together"
             )
     frame = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
     source = ", ".join(str(t) for t in traces)
     model = fit_step_time_model(
-        frame, seed=seed, holdout_fraction=holdout_fraction, source=source, **dict(kinds[0])
+        frame, seed=seed, holdout_fraction=holdout_fraction, source=source, **_KINDS[kinds[0]][1]
     )
     model = CalibratedModel(
         model.coefficients,
@@ -251,17 +251,21 @@ def calibrate_trace(
     return CalibrationResult(model, out, frame.height)
 
 
-#: How a recording is fitted: (("target", ...), ("weighting", ...)), hashable for comparison.
-_LIVE_FIT = (("target", "cpu_s"), ("weighting", "absolute"))
-_TABLE_FIT = (("target", "duration_s"), ("weighting", "relative"))
-_KIND_NAMES = {
-    _LIVE_FIT: "a live bundle fitted on its steps' CPU time",
-    _TABLE_FIT: "a bundle fitted from its tables on the wall clock",
+#: The kinds of recording, each with its description and how it is fitted.
+_KINDS: dict[str, tuple[str, dict[str, str]]] = {
+    "live": (
+        "a live bundle fitted on its steps' CPU time",
+        {"target": "cpu_s", "weighting": "absolute"},
+    ),
+    "tables": (
+        "a bundle fitted from its tables on the wall clock",
+        {"target": "duration_s", "weighting": "relative"},
+    ),
 }
 
 
-def _measured_steps(trace: Path) -> tuple[Any, tuple[tuple[str, str], ...]]:
-    """One recording's measured steps, and how they are fitted (see :func:`calibrate_trace`)."""
+def _measured_steps(trace: Path) -> tuple[Any, str]:
+    """One recording's measured steps, and its kind (see :func:`calibrate_trace`)."""
     import polars as pl
 
     from tracekit.trace import open_trace
@@ -270,5 +274,5 @@ def _measured_steps(trace: Path) -> tuple[Any, tuple[tuple[str, str], ...]]:
     shapes_path = Path(dataset.root) / LIVE_STEP_SHAPES
     shapes = pl.read_parquet(shapes_path) if shapes_path.is_file() else None
     if shapes is not None and "cpu_s" in shapes.columns and shapes["cpu_s"].min() > 0:
-        return shapes, _LIVE_FIT
-    return step_makeup(dataset), _TABLE_FIT
+        return shapes, "live"
+    return step_makeup(dataset), "tables"

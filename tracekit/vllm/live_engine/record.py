@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import ConfigError
+from tracekit.latency.measured import LIVE_STEP_SHAPES
 from tracekit.recording.driver_process import run_driver_process
 from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
 from tracekit.trace.writer import BundleWriter
@@ -69,8 +70,9 @@ OUTPUTS_SCHEMA = pa.schema(
     ]
 )
 
-#: The side table of each step's measured make-up and duration, in the bundle folder.
-STEP_SHAPES_FILE = "step_shapes.parquet"
+#: The side table of each step's measured make-up and duration, in the bundle folder (named
+#: where it is read: the calibration's input).
+STEP_SHAPES_FILE = LIVE_STEP_SHAPES
 _SHAPE_COLUMNS = (
     "num_prefill_tokens",
     "num_decode_seqs",
