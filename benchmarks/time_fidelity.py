@@ -67,7 +67,12 @@ from tracekit.engine.config import EngineConfig, make_engine_config
 from tracekit.engine.engine import run_engine
 from tracekit.engine.hosts import BuiltinHost
 from tracekit.engine.request import engine_requests
-from tracekit.latency.calibrated import PAIRS, CalibratedModel, fit_step_time_model
+from tracekit.latency.calibrated import (
+    PAIRS,
+    CalibratedModel,
+    evaluate_step_time_model,
+    fit_step_time_model,
+)
 from tracekit.latency.measured import calibrate_trace
 from tracekit.recording.rows import request_row
 from tracekit.recording.sim import SimRun, load_run_workload
@@ -119,14 +124,13 @@ def _step_error(
     step_model: CalibratedModel, shapes: pl.DataFrame, target: str = "duration_s"
 ) -> dict[str, float]:
     """MAPE and P50/P95 of the model's relative step-time error on measured steps."""
-    predicted = _prediction(step_model, shapes.columns)
-    rel = ((predicted - pl.col(target)).abs() / pl.col(target)).alias("rel")
-    row = shapes.select(
-        (rel.mean() * 100).alias("mape"),
-        rel.quantile(0.5, "linear").alias("p50"),
-        rel.quantile(0.95, "linear").alias("p95"),
-    ).row(0)
-    return {"steps": shapes.height, "mape_pct": row[0], "p50": row[1], "p95": row[2]}
+    e, _ = evaluate_step_time_model(step_model, shapes, target=target)
+    return {"steps": e.num_steps, "mape_pct": e.mape_pct, "p50": e.p50_rel, "p95": e.p95_rel}
+
+
+def _predicted_total(step_model: CalibratedModel, shapes: pl.DataFrame) -> float:
+    """The model's total over measured steps, seconds."""
+    return evaluate_step_time_model(step_model, shapes)[1]
 
 
 def _scaled(step_model: CalibratedModel, scale: float, why: str) -> CalibratedModel:
@@ -149,18 +153,6 @@ def _load_factor(shapes: pl.DataFrame) -> float | None:
     if "cpu_s" not in shapes.columns or not shapes["cpu_s"].sum() > 0:
         return None
     return float(shapes["duration_s"].sum() / shapes["cpu_s"].sum())
-
-
-def _prediction(step_model: CalibratedModel, columns: Any = (PAIRS,)) -> pl.Expr:
-    c = step_model.coefficients
-    return (
-        c[0]
-        + c[1] * pl.col("num_prefill_tokens")
-        + c[2] * pl.col("num_decode_seqs")
-        + c[3] * pl.col("kv_tokens_read")
-        + c[4] * pl.col("num_sequences")
-        + c[5] * (pl.col(PAIRS) if PAIRS in columns else pl.lit(0))
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "measured_wall_s": float(shapes["duration_s"].sum()),
                 "measured_cpu_s": cpu,
-                "calibrated_s": shapes.select(_prediction(fitted, shapes.columns).sum()).item(),
-                "previous_s": shapes.select(_prediction(previous, shapes.columns).sum()).item(),
+                "calibrated_s": _predicted_total(fitted, shapes),
+                "previous_s": _predicted_total(previous, shapes),
             }
             for shapes, cpu in zip(test_runs_shapes, per_run_cpu, strict=True)
         ],

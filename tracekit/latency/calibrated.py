@@ -54,6 +54,8 @@ __all__ = [
     "WEIGHTINGS",
     "CalibratedModel",
     "FitError",
+    "FitErrors",
+    "evaluate_step_time_model",
     "fit_step_time_model",
     "load_calibrated_model",
     "nnls",
@@ -407,13 +409,20 @@ def _frame(steps: Any, target: str = "duration_s") -> Any:
     return frame
 
 
+def _predicted(coefficients: Sequence[float]) -> Any:
+    """The model's step time as a Polars expression over the :data:`TERMS` columns."""
+    import polars as pl
+
+    return pl.lit(coefficients[0]) + sum(
+        (pl.col(t) * c for t, c in zip(TERMS[1:], coefficients[1:], strict=True)), pl.lit(0.0)
+    )
+
+
 def _errors(frame: Any, coefficients: Sequence[float]) -> FitErrors:
     """MAPE and P50/P95 of the absolute relative error of ``coefficients`` on ``frame``."""
     import polars as pl
 
-    pred = pl.lit(coefficients[0]) + sum(
-        (pl.col(t) * c for t, c in zip(TERMS[1:], coefficients[1:], strict=True)), pl.lit(0.0)
-    )
+    pred = _predicted(coefficients)
     rel = ((pred - pl.col("duration_s")).abs() / pl.col("duration_s")).alias("rel")
     out = frame.select(
         (rel.mean() * 100).alias("mape"),
@@ -421,6 +430,19 @@ def _errors(frame: Any, coefficients: Sequence[float]) -> FitErrors:
         rel.quantile(0.95, "linear").alias("p95"),
     ).row(0)
     return FitErrors(frame.height, float(out[0]), float(out[1]), float(out[2]))
+
+
+def evaluate_step_time_model(
+    model: CalibratedModel, steps: Any, *, target: str = "duration_s"
+) -> tuple[FitErrors, float]:
+    """``model`` on measured steps: its relative error, and its total over them (seconds).
+
+    ``steps`` is what :func:`fit_step_time_model` takes (a frame whose measured time is in
+    column ``target``; without a ``prefill_attention_pairs`` column that term counts 0).
+    """
+    frame = _frame(steps, target)
+    total = frame.select(_predicted(model.coefficients).sum()).item()
+    return _errors(frame, model.coefficients), float(total)
 
 
 def fit_step_time_model(
