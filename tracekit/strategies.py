@@ -282,20 +282,12 @@ def resolve_strategy(
             f"--strategy {spec!r} is unknown{did_you_mean(spec)}; use builtin, all, "
             f"module:Object or one of {', '.join(KNOWN_STRATEGY_NAMES)}"
         ) from None
-    unknown = sorted(set(settings) - set(BidkvSelectorConfig.__dataclass_fields__))
-    if unknown:
-        raise ConfigError(
-            f"--policy-config: unknown setting(s) {', '.join(unknown)}; see docs/policy.md"
-        )
+    _refuse_unknown_settings(settings)
     _check_named_settings(spec, name, settings)
     settings.setdefault("utility_seed", seed)
     settings["enable_utility_victim_selection"] = True
     settings["utility_strategy"] = name
-    try:
-        config = BidkvSelectorConfig.from_additional_config(settings, environ={})
-    except ValueError as exc:
-        raise ConfigError(f"--policy-config: {exc}") from None
-    return StrategySpec(name, "production", config.to_additional_config())
+    return StrategySpec(name, "production", _selector_config(settings).to_additional_config())
 
 
 def did_you_mean(spec: str) -> str:
@@ -332,19 +324,29 @@ def _check_builtin_settings(settings: Mapping[str, Any]) -> None:
     """
     if not settings:
         return
-    unknown = sorted(set(settings) - set(BidkvSelectorConfig.__dataclass_fields__))
-    if unknown:
-        raise ConfigError(
-            f"--policy-config: unknown setting(s) {', '.join(unknown)}; see docs/policy.md"
-        )
+    _refuse_unknown_settings(settings)
     named = settings.get("utility_strategy")
     if named is not None:
         raise ConfigError(
             f"--policy-config sets utility_strategy={named!r}, which contradicts --strategy "
             f"builtin (the engine's own rule); remove it, or pass --strategy {named}"
         )
+    _selector_config(settings)
+
+
+def _refuse_unknown_settings(settings: Mapping[str, Any]) -> None:
+    """Refuse a ``--policy-config`` key that is no setting of the production policy."""
+    unknown = sorted(set(settings) - set(BidkvSelectorConfig.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(
+            f"--policy-config: unknown setting(s) {', '.join(unknown)}; see docs/policy.md"
+        )
+
+
+def _selector_config(settings: Mapping[str, Any]) -> BidkvSelectorConfig:
+    """The production policy's configuration from ``settings``; an impossible value refused."""
     try:
-        BidkvSelectorConfig.from_additional_config(dict(settings), environ={})
+        return BidkvSelectorConfig.from_additional_config(dict(settings), environ={})
     except ValueError as exc:
         raise ConfigError(f"--policy-config: {exc}") from None
 
