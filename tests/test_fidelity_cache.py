@@ -33,6 +33,12 @@ def tampered(tmp_path: Path, table: str, change) -> Path:  # type: ignore[no-unt
     return copy
 
 
+def shifted(frame: pl.DataFrame, column: str, delta: int, where: pl.Expr) -> pl.DataFrame:
+    """``frame`` with ``delta`` added to ``column`` in the rows ``where`` selects."""
+    col = pl.col(column)
+    return frame.with_columns(pl.when(where).then(col + delta).otherwise(col).alias(column))
+
+
 def fidelity(a: Path, b: Path):  # type: ignore[no-untyped-def]
     return CliRunner().invoke(cli, ["fidelity", str(a), str(b)], catch_exceptions=False)
 
@@ -57,12 +63,7 @@ def test_one_changed_admission_hit_is_caught(sim: Path, tmp_path: Path) -> None:
     vllm = tampered(
         tmp_path,
         "admissions",
-        lambda f: f.with_columns(
-            pl.when(hit)
-            .then(pl.col("cached_tokens") + 16)
-            .otherwise(pl.col("cached_tokens"))
-            .alias("cached_tokens")
-        ),
+        lambda f: shifted(f, "cached_tokens", 16, hit),
     )
     result = fidelity(sim, vllm)
     assert result.exit_code == 1
@@ -81,12 +82,7 @@ def test_one_changed_step_hit_and_request_hit_are_caught(sim: Path, tmp_path: Pa
     vllm = tampered(
         tmp_path,
         "steps",
-        lambda f: f.with_columns(
-            pl.when(pl.col("step") == step)
-            .then(pl.col("cache_hit_tokens") - 16)
-            .otherwise(pl.col("cache_hit_tokens"))
-            .alias("cache_hit_tokens")
-        ),
+        lambda f: shifted(f, "cache_hit_tokens", -16, pl.col("step") == step),
     )
     report = compare_fidelity(sim, vllm)
     assert report.mismatch is not None and report.exit_code == 1
@@ -121,12 +117,7 @@ def test_a_changed_eviction_count_is_caught(sim: Path, tmp_path: Path) -> None:
     vllm = tampered(
         tmp_path,
         "steps",
-        lambda f: f.with_columns(
-            pl.when(pl.col("step") == step)
-            .then(pl.col("cached_blocks_evicted") + 1)
-            .otherwise(pl.col("cached_blocks_evicted"))
-            .alias("cached_blocks_evicted")
-        ),
+        lambda f: shifted(f, "cached_blocks_evicted", 1, pl.col("step") == step),
     )
     report = compare_fidelity(sim, vllm)
     assert report.mismatch is not None
@@ -134,9 +125,7 @@ def test_a_changed_eviction_count_is_caught(sim: Path, tmp_path: Path) -> None:
     assert "cached_blocks_evicted" in report.mismatch.what
 
 
-def test_changed_freed_blocks_and_candidate_blocks_are_caught(
-    sim: Path, tmp_path: Path
-) -> None:
+def test_changed_freed_blocks_and_candidate_blocks_are_caught(sim: Path, tmp_path: Path) -> None:
     decisions = pl.read_parquet(FIXTURE / "decisions.parquet").sort("seq")
     assert decisions.height > 0 and decisions["freed_blocks"].null_count() == 0
     # Shared prefix blocks: some candidate frees fewer blocks than it holds.
@@ -146,12 +135,7 @@ def test_changed_freed_blocks_and_candidate_blocks_are_caught(
     vllm = tampered(
         tmp_path,
         "decisions",
-        lambda f: f.with_columns(
-            pl.when(pl.col("seq") == seq)
-            .then(pl.col("freed_blocks") + 1)
-            .otherwise(pl.col("freed_blocks"))
-            .alias("freed_blocks")
-        ),
+        lambda f: shifted(f, "freed_blocks", 1, pl.col("seq") == seq),
     )
     report = compare_fidelity(sim, vllm)
     assert report.mismatch is not None and report.mismatch.step == step
@@ -160,11 +144,8 @@ def test_changed_freed_blocks_and_candidate_blocks_are_caught(
     vllm = tampered(
         tmp_path,
         "candidates",
-        lambda f: f.with_columns(
-            pl.when((pl.col("seq") == seq) & (pl.col("position") == 0))
-            .then(pl.col("num_blocks_exclusive") - 1)
-            .otherwise(pl.col("num_blocks_exclusive"))
-            .alias("num_blocks_exclusive")
+        lambda f: shifted(
+            f, "num_blocks_exclusive", -1, (pl.col("seq") == seq) & (pl.col("position") == 0)
         ),
     )
     report = compare_fidelity(sim, vllm)

@@ -56,6 +56,23 @@ def synthetic_steps(n: int, noise: float, seed: int = 3) -> list[tuple[StepShape
     return rows
 
 
+def steps_frame(
+    rows: list[tuple[StepShape, float]], *, pairs: bool = True, duration: str = "duration_s"
+) -> pl.DataFrame:
+    """``rows`` as the frame a fit reads: the make-up columns (the pairs term unless
+    ``pairs`` is False) and each step's time in column ``duration``."""
+    columns = {
+        "num_prefill_tokens": [s.num_prefill_tokens for s, _ in rows],
+        "num_decode_seqs": [s.num_decode_seqs for s, _ in rows],
+        "kv_tokens_read": [s.kv_tokens_read for s, _ in rows],
+        "num_sequences": [s.num_sequences for s, _ in rows],
+    }
+    if pairs:
+        columns["prefill_attention_pairs"] = [prefill_attention_pairs(s) for s, _ in rows]
+    columns[duration] = [d for _, d in rows]
+    return pl.DataFrame(columns)
+
+
 def test_nnls_hand_worked():
     # Unconstrained: [[2, 1], [1, 2]] b = [4, 5] gives b = (1, 2), feasible.
     assert nnls([[2.0, 1.0], [1.0, 2.0]], [4.0, 5.0]) == pytest.approx([1.0, 2.0])
@@ -101,16 +118,7 @@ def test_fit_recovers_known_coefficients_under_noise():
 
 def test_fit_is_deterministic_for_a_seed_and_accepts_a_frame():
     rows = synthetic_steps(200, noise=0.05)
-    frame = pl.DataFrame(
-        {
-            "num_prefill_tokens": [s.num_prefill_tokens for s, _ in rows],
-            "num_decode_seqs": [s.num_decode_seqs for s, _ in rows],
-            "kv_tokens_read": [s.kv_tokens_read for s, _ in rows],
-            "num_sequences": [s.num_sequences for s, _ in rows],
-            "prefill_attention_pairs": [prefill_attention_pairs(s) for s, _ in rows],
-            "duration_s": [d for _, d in rows],
-        }
-    )
+    frame = steps_frame(rows)
     a = fit_step_time_model(rows, seed=11)
     b = fit_step_time_model(frame, seed=11)
     assert a.coefficients == pytest.approx(b.coefficients, rel=1e-9)
@@ -232,14 +240,8 @@ def test_version_1_files_load_with_no_pairs_term_and_time_by_totals(tmp_path):
 
 def test_a_frame_without_the_pairs_column_fits_five_terms():
     rows = synthetic_steps(300, noise=0.0)
-    frame = pl.DataFrame(
-        {
-            "num_prefill_tokens": [s.num_prefill_tokens for s, _ in rows],
-            "num_decode_seqs": [s.num_decode_seqs for s, _ in rows],
-            "kv_tokens_read": [s.kv_tokens_read for s, _ in rows],
-            "num_sequences": [s.num_sequences for s, _ in rows],
-            "duration_s": [d - TRUE[5] * prefill_attention_pairs(s) for s, d in rows],
-        }
+    frame = steps_frame(
+        [(s, d - TRUE[5] * prefill_attention_pairs(s)) for s, d in rows], pairs=False
     )
     model = fit_step_time_model(frame)
     assert model.fit["terms"] == list(TERMS[:5])
@@ -262,16 +264,7 @@ def test_absolute_weighting_recovers_coefficients_and_matches_the_total():
     # by most of the tail's extra time.
     rng = random.Random(5)
     tail = [(s, d * (3.0 if rng.random() < 0.1 else 1.0)) for s, d in exact]
-    frame = pl.DataFrame(
-        {
-            "num_prefill_tokens": [s.num_prefill_tokens for s, _ in tail],
-            "num_decode_seqs": [s.num_decode_seqs for s, _ in tail],
-            "kv_tokens_read": [s.kv_tokens_read for s, _ in tail],
-            "num_sequences": [s.num_sequences for s, _ in tail],
-            "prefill_attention_pairs": [prefill_attention_pairs(s) for s, _ in tail],
-            "wall": [d for _, d in tail],
-        }
-    )
+    frame = steps_frame(tail, duration="wall")
     absolute = fit_step_time_model(
         frame, weighting="absolute", target="wall", holdout_fraction=0.01
     )
