@@ -34,11 +34,13 @@ from tracekit.cli import cli
 from tracekit.engine.config import make_engine_config
 from tracekit.engine.request import EngineRequest
 from tracekit.errors import ConfigError
+from tracekit.latency.measured import step_makeup
 from tracekit.qualify.results import CELL_COLUMNS, Results
 from tracekit.qualify.verdicts import functional_gate
 from tracekit.recording.sim import SimRun, load_run_workload, record_sim
 from tracekit.recording.tiny_model import LIVE_FIRST_TOKEN, LIVE_MODEL_CONFIG
 from tracekit.strategies import resolve_strategy
+from tracekit.trace import open_trace
 from tracekit.trace.validate import validate_trace
 from tracekit.vllm.live_engine.driver import live_prompt
 from tracekit.vllm.live_engine.gate import compare_outputs
@@ -302,6 +304,16 @@ def test_live_bundles_validate_and_time_every_step(live: Live) -> None:
         assert (prefill["prefill_attention_pairs"] >= prefill["num_prefill_tokens"]).all()
         assert (shapes["cpu_s"] > 0).all()
         assert shapes["cpu_s"].sum() <= 1.1 * shapes["duration_s"].sum()
+        # The driver counts the make-up on vLLM's requests; the calibration derives it from the
+        # bundle's tables. These prompts share no prefix (no cache hit, which the tables could
+        # not see: the context read agrees), so the attention pairs must agree step for step.
+        makeup = step_makeup(open_trace(bundle)).select(
+            "step", kv="kv_tokens_read", pairs="prefill_attention_pairs"
+        )
+        both = shapes.join(makeup, on="step")
+        assert both.height == shapes.height
+        assert both["kv_tokens_read"].to_list() == both["kv"].to_list()
+        assert both["prefill_attention_pairs"].to_list() == both["pairs"].to_list()
         requests = pl.read_parquet(bundle / "requests.parquet")
         assert (requests["status"] == "finished").all()
         assert (requests["output_tokens"] == requests["target_output_tokens"]).all()
