@@ -369,7 +369,7 @@ def load_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--out", str(out),
     ]  # fmt: skip
     result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 1), result.output  # GO or NO-GO
     return out / "report.html"
 
 

@@ -68,13 +68,28 @@ def test_sweep_json(tiny_matrix: Path, tmp_path: Path) -> None:
 
 def test_qualify_json(azure_sample: Path, tmp_path: Path) -> None:
     out = tmp_path / "qualify"
+    # A relaxed SLO keeps this pressured cell from being overloaded, so that it is judged.
     args = ["qualify", "--workload", azure_sample, *SMALL, *SINGLE, "--strategy", "builtin,bidkv",
-            "--repeat-by", "seeds", "--jobs", "1", "--json", "--out", out]  # fmt: skip
-    result, payload = invoke(*args)
+            "--repeat-by", "seeds", "--slo-ttft-s", "1000", "--slo-tpot-s", "10", "--jobs", "1",
+            "--json", "--out", out]  # fmt: skip
+    # Repeats by seeds of recorded arrivals are one traffic: nothing is judged, so NO-GO (1).
+    result, payload = invoke(*args, exit_code=1)
     assert payload["out"] == str(out)
     assert payload["report"] == str(out / "report.html")
     assert "report.html" in payload["files"]
     assert "started" in result.stderr
+    # The verdicts, with their intervals, and the decision the exit status carries.
+    assert payload["decision"] == "no-go" and payload["exit_code"] == 1
+    document = json.loads((out / "qualification.json").read_text("utf-8"))
+    assert payload["headline"] == document["headline"]["text"]
+    (verdict,) = [v for v in payload["verdicts"] if v["strategy"] == "bidkv"]
+    assert verdict["label"] == "inconclusive" and "not independent samples" in verdict["reason"]
+    goodput = verdict["endpoints"]["goodput"]
+    assert set(goodput) >= {"mean", "low", "high", "n", "unit", "margin", "verdict"}
+    assert goodput["n"] == 10
+    assert payload["gate"]["status"] == "passed"
+    assert payload["aa_control"]["nominal"] == 0.05
+    assert payload["rule"]["comparisons"] == 3 * 11  # bidkv, static-random, the A/A pair
 
 
 def test_record_import_json(tmp_path: Path) -> None:

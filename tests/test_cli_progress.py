@@ -39,3 +39,34 @@ def test_a_stage_prints_one_start_and_one_end_line(capsys) -> None:  # type: ign
 def test_disabled_progress_prints_nothing(capsys) -> None:  # type: ignore[no-untyped-def]
     Progress("x", enabled=False)(1, 1)
     assert capsys.readouterr().err == ""
+
+
+def test_a_long_stage_prints_a_status_line_with_the_time_left(capsys) -> None:  # type: ignore[no-untyped-def]
+    # Off a terminal (pytest captures stderr) a stage that reports nothing for interval_s gets a
+    # heartbeat line: its name, count, time so far and the time left at the rate so far.
+    import time
+
+    with StageProgress(interval_s=0.2) as stage:
+        stage("closed-loop runs", 0, 40)
+        stage("closed-loop runs", 10, 40)
+        time.sleep(1.0)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "closed-loop runs: started (40 to do)"
+    beats = [line for line in lines[1:] if line.startswith("closed-loop runs: 10/40 done, ")]
+    assert len(beats) >= 2, lines
+    # 10 of 40 took about the elapsed time, so about three times that is left.
+    assert all(" so far, about " in line and line.endswith(" left") for line in beats)
+
+
+def test_no_heartbeat_once_the_stage_ended(capsys) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    with StageProgress(interval_s=0.1) as stage:
+        stage("report", 0, 2)
+        stage("report", 2, 2)
+        time.sleep(0.5)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" in ")[0] for line in lines] == [
+        "report: started (2 to do)",
+        "report: done 2/2",
+    ]

@@ -116,10 +116,12 @@ def test_qualify_with_oracle_writes_the_headroom_section(tmp_path: Path) -> None
     results = run_qualify(plan, tmp_path / "results", jobs=1)
     summary = json.loads((results / "oracle" / "oracle.json").read_text("utf-8"))
     assert summary["trace"] == "builtin"  # the folder's name: no staging path leaks
+    # static-random runs for the A/A control (whose second arm the oracle leaves out).
     assert {row["strategy"] for row in summary["closed"]} == {
         "builtin",
         "lcf",
         "bidkv",
+        "static-random",
         "oracle-greedy",
     }
     assert 'id="headroom"' in (results / "report.html").read_text("utf-8")

@@ -73,9 +73,12 @@ def test_readme_main_command_produces_the_report(tmp_path: Path, monkeypatch) ->
     words[out_at] = str(tmp_path / "report-folder")
     monkeypatch.chdir(ROOT)  # the README runs from the project root
     result = CliRunner().invoke(cli, words)
-    assert result.exit_code == 0, result.output
     report = tmp_path / "report-folder" / "report.html"
-    assert result.output.strip().endswith(str(report))
+    # The verdict line, then the report's path; the exit status is the decision (NO-GO: 1).
+    verdict, path = result.stdout.strip().splitlines()
+    assert verdict.startswith(("GO", "NO-GO")), result.output
+    assert result.exit_code == (0 if verdict.startswith("GO") else 1), result.output
+    assert path == str(report)
     assert report.stat().st_size > 100_000
 
 

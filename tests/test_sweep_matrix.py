@@ -339,6 +339,6 @@ def test_the_matrices_in_docs_sweep_md_parse(tmp_path: Path) -> None:
 
 def test_the_smoke_matrix_has_enough_repeats_for_the_effectiveness_rule() -> None:
     """With fewer repeats than the rule's minimum every label is bound to be inconclusive."""
-    from tracekit.qualify.effectiveness import MIN_REPEATS
+    from tracekit.qualify.endpoints import MIN_REPEATS
 
     assert load_matrix(SMOKE).repeats >= MIN_REPEATS

@@ -11,6 +11,7 @@ Definitions (times in seconds, per run):
 - end-to-end latency: finish minus arrival;
 - SLO attainment: share of finished requests with TTFT <= the TTFT target and (when a TPOT target
   is set) TPOT <= the TPOT target;
+- goodput: finished requests that met the SLO, per second of makespan;
 - percentiles interpolate linearly between order statistics (numpy's default).
 """
 
@@ -86,6 +87,7 @@ def serving_metrics(requests: pl.LazyFrame, slo: SloTargets | None = None) -> pl
         pl.col("e2e_s").mean().alias("e2e_mean_s"),
         *percentiles,
         meets.mean().alias("slo_attainment"),
+        (meets.sum() / makespan).alias("goodput_rps"),
     )
     totals = requests.group_by("run_id").agg(
         pl.len().alias("requests"),

@@ -7,6 +7,8 @@ rate at which the built-in policy meets an SLO-attainment target (``tracekit cap
 
 from tracekit.capacity.rejections import Rejections, find_rejections
 from tracekit.capacity.search import (
+    DEFAULT_TARGET,
+    DEFAULT_TOLERANCE,
     CapacityResult,
     Probe,
     find_capacity,
@@ -15,6 +17,8 @@ from tracekit.capacity.search import (
 )
 
 __all__ = [
+    "DEFAULT_TARGET",
+    "DEFAULT_TOLERANCE",
     "CapacityResult",
     "Probe",
     "Rejections",

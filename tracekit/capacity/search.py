@@ -42,10 +42,24 @@ from tracekit.workloads.arrivals import ArrivalKind, parse_arrivals
 from tracekit.workloads.load_spec import LoadSpec, apply_load, client_model
 from tracekit.workloads.model import Workload
 
-__all__ = ["CapacityResult", "Probe", "find_capacity", "mean_rate", "workload_at_rate"]
+__all__ = [
+    "DEFAULT_TARGET",
+    "DEFAULT_TOLERANCE",
+    "CapacityResult",
+    "Probe",
+    "expected_probes",
+    "find_capacity",
+    "mean_rate",
+    "workload_at_rate",
+]
 
 # The search gives up growing or shrinking the rate after this factor (2**10 either way).
 _MAX_OCTAVES = 10
+#: The SLO attainment that defines the knee, in ``tracekit capacity`` and ``tracekit qualify``.
+DEFAULT_TARGET = 0.9
+#: The search's one precision: both commands bisect until the meeting and missing rates are
+#: this close (relative), so they find the same knee for the same input.
+DEFAULT_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,14 +293,41 @@ def measure(workload: Workload, config: EngineConfig, slo: SloTargets, rate: flo
     )
 
 
+def expected_probes(
+    probes: list[Probe],
+    target: float = DEFAULT_TARGET,
+    tolerance: float = DEFAULT_TOLERANCE,
+    max_runs: int = 24,
+) -> int:
+    """How many probes the search will make in all, estimated from those made so far.
+
+    Once one probe meets the target and another misses it, the bisection needs
+    ``ceil(log2(ln(high / low) / ln(1 + tolerance)))`` more; before that, one more doubling or
+    halving is assumed, then the bisection of a factor of 2. For progress lines only.
+    """
+    def bisections(ratio: float) -> int:
+        if ratio <= 1 + tolerance:
+            return 0
+        return math.ceil(math.log2(math.log(ratio) / math.log1p(tolerance)))
+
+    meeting = [p.rate for p in probes if p.meets(target)]
+    missing = [p.rate for p in probes if not p.meets(target)]
+    if meeting and missing:
+        high = min(missing)
+        below = [r for r in meeting if r < high]
+        if below:
+            return min(max_runs, len(probes) + bisections(high / max(below)))
+    return min(max_runs, len(probes) + 1 + bisections(2.0))
+
+
 def find_capacity(
     workload: Workload,
     config: EngineConfig,
     *,
     spec: LoadSpec | None = None,
     slo: SloTargets | None = None,
-    target: float = 0.9,
-    tolerance: float = 0.02,
+    target: float = DEFAULT_TARGET,
+    tolerance: float = DEFAULT_TOLERANCE,
     max_runs: int = 24,
     seed: int = 0,
     progress: Callable[[Probe], None] | None = None,

@@ -7,13 +7,14 @@ from typing import Any
 import click
 
 from tracekit.analysis.serving import SloTargets
-from tracekit.capacity.search import Probe, find_capacity
+from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE, Probe, find_capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
 from tracekit.cli.options import (
     engine_options,
     engine_settings,
     load_options,
     load_settings,
+    oversize_option,
     slo_target,
     warn_rejections,
     workload_options,
@@ -23,10 +24,12 @@ from tracekit.cli.output import emit, output_options
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import load_run_workload
 from tracekit.workloads.load_spec import apply_load
+from tracekit.workloads.prompt_limit import fit_prompts
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @workload_options
+@oversize_option
 @load_options
 @engine_options
 @click.option(
@@ -38,14 +41,14 @@ from tracekit.workloads.load_spec import apply_load
 @click.option(
     "--target",
     type=float,
-    default=0.9,
+    default=DEFAULT_TARGET,
     show_default=True,
     help="SLO attainment the built-in policy must reach.",
 )
 @click.option(
     "--tolerance",
     type=float,
-    default=0.02,
+    default=DEFAULT_TOLERANCE,
     show_default=True,
     help="Stop when the meeting and missing rates are this close (relative).",
 )
@@ -58,9 +61,13 @@ def capacity(**options: Any) -> None:
     and prints the knee and the throughput achieved there (docs/qualify.md, "Capacity").
     """
     with library_errors():
-        workload = load_run_workload(options["workload_path"], **workload_settings(options))
-        spec = load_settings(options)
         config = make_engine_config(**engine_settings(options))
+        workload = fit_prompts(
+            load_run_workload(options["workload_path"], **workload_settings(options)),
+            config.max_model_len,
+            options["oversize_prompts"],
+        )
+        spec = load_settings(options)
         warn_rejections(apply_load(workload, spec, seed=options["seed"]), config)
 
         def show(probe: Probe) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ import click
 
 from tracekit.analysis.serving import check_slo_target
 from tracekit.capacity.rejections import find_rejections
+from tracekit.capacity.search import Probe, expected_probes
 from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import (
@@ -30,13 +32,19 @@ from tracekit.engine.config import (
     EngineConfig,
 )
 from tracekit.errors import ConfigError
+from tracekit.sweep.progress import format_duration
 from tracekit.workloads import Workload
 from tracekit.workloads.client import ClientModel
 from tracekit.workloads.load_spec import LoadSpec
+from tracekit.workloads.prompt_limit import OVERSIZE_MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Off a terminal, a running stage prints a status line at least this often (seconds).
+HEARTBEAT_S = 10.0
+
 __all__ = [
+    "CapacityProgress",
     "Progress",
     "StageProgress",
     "engine_options",
@@ -45,6 +53,7 @@ __all__ = [
     "paper_latency_option",
     "load_options",
     "load_settings",
+    "oversize_option",
     "warn_rejections",
     "policy_options",
     "workload_options",
@@ -458,6 +467,18 @@ def load_settings(options: dict[str, Any]) -> LoadSpec:
         raise LibraryError(str(error), EXIT_BAD_INPUT) from error
 
 
+#: What the loader does with prompts the engine would refuse (docs/workloads.md, "Oversize
+#: prompts"): keep them (the engine rejects them), drop them, or cap them.
+oversize_option = click.option(
+    "--oversize-prompts",
+    type=click.Choice(OVERSIZE_MODES),
+    default="reject",
+    show_default=True,
+    help="Prompts of at least --max-model-len tokens: reject (the engine refuses them), drop "
+    "them from the workload, or cap them at max_model_len - 1 tokens.",
+)
+
+
 def warn_rejections(workload: Workload, config: EngineConfig) -> None:
     """Print on stderr how many requests ``config`` refuses (nothing when none is)."""
     message = find_rejections(workload, config).warning()
@@ -515,16 +536,97 @@ class Progress:
             click.echo(f"{label}: done {done}/{total} in {now - self._start:.1f} s", err=True)
 
 
-class StageProgress:
-    """Progress of a multi-stage job: one bar per stage, on stderr."""
+class CapacityProgress:
+    """The capacity search as a stage of a :class:`StageProgress`: probes made of expected."""
 
-    def __init__(self, *, enabled: bool | None = None) -> None:
-        self.enabled = enabled
+    def __init__(self, stage: Callable[[str, int, int], None], target: float, tolerance: float):
+        self.stage = stage
+        self.target = target
+        self.tolerance = tolerance
+        self.probes: list[Probe] = []
+
+    def __call__(self, probe: Probe) -> None:
+        """Count one probe."""
+        self.probes.append(probe)
+        total = expected_probes(self.probes, self.target, self.tolerance)
+        # The estimate only grows past the probes made when the search is not over.
+        self.stage("capacity search", len(self.probes), max(total, len(self.probes) + 1))
+
+    def finish(self) -> None:
+        """The search is over."""
+        self.stage("capacity search", len(self.probes), len(self.probes))
+
+
+class StageProgress:
+    """Progress of a multi-stage job on stderr: one bar (or start/end lines) per stage.
+
+    Off a terminal (stderr piped or sent to a file) a stage may run for minutes between its start
+    and end lines, so a heartbeat thread also prints a status line whenever nothing was printed
+    for ``interval_s`` seconds: the stage, its count, the time spent and an estimate of the time
+    left (items left times the mean time per finished item). Use it as a context manager, or
+    call :meth:`close`, to stop the thread.
+    """
+
+    def __init__(self, *, enabled: bool | None = None, interval_s: float = HEARTBEAT_S) -> None:
+        self.enabled = True if enabled is None else enabled
+        self.interval_s = interval_s
         self._bars: dict[str, Progress] = {}
+        self._lock = threading.Lock()
+        self._current: tuple[str, int, int, float] | None = None  # stage, done, total, start
+        self._printed = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         """Show ``done`` of ``total`` for ``stage``."""
-        bar = self._bars.get(stage)
-        if bar is None:
-            bar = self._bars[stage] = Progress(f"{stage:18}", enabled=self.enabled)
-        bar(done, total)
+        now = time.monotonic()
+        with self._lock:
+            bar = self._bars.get(stage)
+            new = bar is None
+            if bar is None:
+                bar = self._bars[stage] = Progress(f"{stage:18}", enabled=self.enabled)
+            start = now if new or self._current is None else self._current[3]
+            if new or done >= total:
+                self._printed = now  # Progress prints a line at a stage's start and end
+            self._current = None if done >= total else (stage, done, total, start)
+            bar(done, total)
+        if self.enabled and not bar.interactive and self._thread is None and done < total:
+            self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)
+            self._thread.start()
+
+    def status_line(self, now: float | None = None) -> str | None:
+        """The heartbeat's line for the running stage (``None`` when no stage runs)."""
+        with self._lock:
+            current = self._current
+        if current is None:
+            return None
+        stage, done, total, start = current
+        now = time.monotonic() if now is None else now
+        elapsed = now - start
+        if done > 0:
+            left = f"about {format_duration(elapsed * (total - done) / done)} left"
+        else:
+            left = "time left not known until one finishes"
+        return f"{stage}: {done}/{total} done, {format_duration(elapsed)} so far, {left}"
+
+    def _beat(self) -> None:
+        while not self._stop.wait(min(1.0, self.interval_s / 4)):
+            now = time.monotonic()
+            if now - self._printed < self.interval_s:
+                continue
+            line = self.status_line(now)
+            if line is not None:
+                click.echo(line, err=True)
+                self._printed = now
+
+    def close(self) -> None:
+        """Stop the heartbeat thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> StageProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -8,13 +8,16 @@ from typing import Any
 import click
 
 from tracekit.analysis.serving import SloTargets
+from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import (
+    CapacityProgress,
     StageProgress,
     engine_options,
     engine_settings,
     load_options,
     load_settings,
+    oversize_option,
     policy_options,
     slo_target,
     warn_rejections,
@@ -24,15 +27,20 @@ from tracekit.cli.options import (
 from tracekit.cli.output import emit, output_options
 from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
-from tracekit.qualify.job import check_results_folder
+from tracekit.qualify.endpoints import DEFAULT_ALPHA, VerdictRule, parse_margins, parse_primary
+from tracekit.qualify.job import DEFAULT_REPEATS, check_results_folder
 from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
+from tracekit.qualify.outcome import exit_code, outcome_document, read_qualification
 from tracekit.recording.sim import load_run_workload
+from tracekit.report.html import prefetch_javascript_bundle
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
 from tracekit.workloads.load_spec import apply_load
+from tracekit.workloads.prompt_limit import fit_prompts
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @workload_options
+@oversize_option
 @load_options
 @engine_options
 @click.option(
@@ -46,7 +54,13 @@ from tracekit.workloads.load_spec import apply_load
     "--candidate", default="bidkv", show_default=True, help="The policy under qualification."
 )
 @policy_options
-@click.option("--repeats", type=int, default=3, show_default=True, help="At least 3.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=3),
+    default=DEFAULT_REPEATS,
+    show_default=True,
+    help="Paired repeats per load cell (at least 3; docs/qualify.md, \"Repeats\").",
+)
 @click.option(
     "--repeat-by",
     type=click.Choice(["windows", "seeds"]),
@@ -82,6 +96,46 @@ from tracekit.workloads.load_spec import apply_load
     show_default=True,
     help="Users of the capacity plan's closed-loop cell (0: no such cell).",
 )
+@click.option(
+    "--capacity-target",
+    type=float,
+    default=DEFAULT_TARGET,
+    show_default=True,
+    help="SLO attainment that defines the knee (tracekit capacity's --target).",
+)
+@click.option(
+    "--capacity-tolerance",
+    type=float,
+    default=DEFAULT_TOLERANCE,
+    show_default=True,
+    help="Precision of the capacity search (tracekit capacity's --tolerance).",
+)
+@click.option(
+    "--margin",
+    "margins",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An endpoint's practical margin (repeatable), e.g. ttft_p99=10 (docs/report.md).",
+)
+@click.option(
+    "--primary",
+    default=None,
+    metavar="NAME,...",
+    help="The endpoints whose improvement counts as a benefit (default: docs/report.md).",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    default=DEFAULT_ALPHA,
+    show_default=True,
+    help="Family-wise error rate of the report's labels.",
+)
+@click.option(
+    "--aa-control/--no-aa-control",
+    default=True,
+    show_default=True,
+    help="Run the A/A control (static-random against itself with another seed).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
 @click.option(
     "--oracle",
@@ -100,48 +154,66 @@ from tracekit.workloads.load_spec import apply_load
 def qualify(**options: Any) -> None:
     """Qualify a policy end to end and write the HTML report (docs/qualify.md).
 
-    Records the built-in baseline and every strategy in closed loop over the repeats, the
-    candidate through the legacy and typed hosts (diff and conformance), replays every strategy
-    in open mode on the baseline's decisions, and renders OUT/report.html. Prints its path.
+    Measures the saturation point, records the built-in baseline, every strategy and the A/A
+    control in closed loop over the repeats of every load cell, the candidate through the legacy
+    and typed hosts (diff and conformance), replays every strategy in open mode, and renders
+    OUT/report.html. Prints the verdict line and the report's path; exits 0 on GO, 1 on NO-GO,
+    2 on bad input.
     """
-    with library_errors():
+    with library_errors(), StageProgress() as progress:
+        # The report's script bundle builds on the second core during the capacity search.
+        prefetch_javascript_bundle()
         # The results folder is checked before the capacity search (seconds to minutes), so a
         # refused --out costs nothing; run_qualify checks it again before writing.
         check_results_folder(
             options["out"], [options["workload_path"]], overwrite=options["overwrite"]
         )
-        loaded = load_run_workload(options["workload_path"], **workload_settings(options))
+        config = make_engine_config(**engine_settings(options))
+        loaded = fit_prompts(
+            load_run_workload(options["workload_path"], **workload_settings(options)),
+            config.max_model_len,
+            options["oversize_prompts"],
+        )
         spec = load_settings(options)
         workload = apply_load(loaded, spec, seed=options["seed"])
-        config = make_engine_config(**engine_settings(options))
         warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])
         strategies = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
         candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])
         slo = SloTargets(options["slo_ttft_s"], options["slo_tpot_s"])
+        rule = VerdictRule().with_settings(
+            parse_margins(options["margins"]), parse_primary(options["primary"]), options["alpha"]
+        )
         loads = None
         if options["load_plan"] == "capacity":
+            probes = CapacityProgress(
+                progress, options["capacity_target"], options["capacity_tolerance"]
+            )
             loads = plan_loads(
                 loaded, config, spec=spec, slo=slo, seed=options["seed"],
+                target=options["capacity_target"], tolerance=options["capacity_tolerance"],
                 fractions=parse_fractions(options["load_fractions"]),
-                concurrency=options["load_concurrency"] or None,
+                concurrency=options["load_concurrency"] or None, progress=probes,
             )  # fmt: skip
+            probes.finish()
             click.echo(describe_loads(loads), err=True)
         plan = QualifyPlan(
             workload, config, tuple(strategies), candidate, repeats=options["repeats"],
             repeat_kind=options["repeat_by"], seed=options["seed"], slo=slo, loads=loads,
-            oracle=options["oracle"],
+            oracle=options["oracle"], rule=rule, aa_control=options["aa_control"],
+            base_workload=loaded, load_spec=spec,
         )  # fmt: skip
         results = run_qualify(
-            plan, options["out"], stage=StageProgress(), overwrite=options["overwrite"],
+            plan, options["out"], stage=progress, overwrite=options["overwrite"],
             jobs=options["jobs"],
         )  # fmt: skip
+        document = read_qualification(results)
     emit(
         options["as_json"],
-        lambda: {"out": str(results), "report": str(results / "report.html"),
-                 "files": sorted(p.name for p in results.iterdir())},
-        lambda: str(results / "report.html"),
-    )  # fmt: skip
+        lambda: outcome_document(results, document),
+        lambda: f"{document['headline']['text']}\n{results / 'report.html'}",
+    )
+    raise SystemExit(exit_code(document))
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)

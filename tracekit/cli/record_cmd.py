@@ -15,6 +15,7 @@ from tracekit.cli.options import (
     engine_settings,
     load_options,
     load_settings,
+    oversize_option,
     policy_options,
     warn_rejections,
     workload_options,
@@ -27,6 +28,7 @@ from tracekit.recording.sim import SimRun, load_run_workload, record_sim
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.workloads.load_spec import apply_load
+from tracekit.workloads.prompt_limit import fit_prompts
 
 
 def emit_bundle(bundle: Path, as_json: bool, text: Callable[[], str] | None = None) -> None:
@@ -75,6 +77,7 @@ def record_import(
 
 @record.command("sim", context_settings=CONTEXT_SETTINGS)
 @workload_options
+@oversize_option
 @load_options
 @engine_options
 @click.option(
@@ -90,9 +93,13 @@ def record_import(
 def record_sim_command(**options: Any) -> None:
     """Run a workload through the embedded engine and record a trace bundle."""
     with library_errors():
-        workload = load_run_workload(options["workload_path"], **workload_settings(options))
-        workload = apply_load(workload, load_settings(options), seed=options["seed"])
         config = make_engine_config(**engine_settings(options))
+        workload = fit_prompts(
+            load_run_workload(options["workload_path"], **workload_settings(options)),
+            config.max_model_len,
+            options["oversize_prompts"],
+        )
+        workload = apply_load(workload, load_settings(options), seed=options["seed"])
         warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])
         strategy = resolve_strategy(options["strategy"], policy_config, seed=options["seed"])

@@ -1,247 +1,435 @@
-"""Effectiveness per cell and strategy: paired changes against the baseline.
+"""Effectiveness per cell and strategy: paired changes on every endpoint, and the label.
 
 The rule: docs/report.md, "Effectiveness (per cell and strategy)".
 
-Every repeat of a cell ran the baseline (``builtin``) and each strategy on the same requests.
-The paired relative change of a metric in one repeat is ``100 * (strategy / baseline - 1)``; the
-changes of a cell's repeats give a mean and a Student-t 95% interval
-(:func:`tracekit.analysis.stats.paired_interval`), and the two intervals give the label
-(:func:`tracekit.analysis.stats.effectiveness_label`):
+Every repeat of a cell ran the reference (the built-in rule, or for the A/A control the first
+arm) and each strategy on the same requests. Per endpoint (:mod:`tracekit.qualify.endpoints`)
+the paired change of repeat ``k`` is
 
-- **beneficial**: throughput interval entirely above 0 and P95-latency interval's high end at
-  most +5%;
-- **not-beneficial-in-tested-cell**: throughput interval entirely below 0, or P95-latency
-  interval's low end above +5%;
-- **inconclusive**: anything else, fewer than three pairs, or a policy that was not invoked in
-  every repeat (then also marked *not attributable*: the runs cannot show the policy's effect).
+- relative endpoints: ``100 * (s_k - b_k) / mean(b)``, in percent of the reference runs' mean
+  (so the mean change is the relative change of the means, and a repeat whose reference value
+  is 0, a window without a preemption, still counts);
+- absolute endpoints (shares): ``100 * (s_k - b_k)``, in percentage points.
+
+Over the repeats the mean change gets a Student-t interval at confidence ``1 - alpha / m``, ``m``
+being the number of comparisons of the report (Bonferroni), and the endpoint's *gain* (the
+change signed so that positive is better) is compared with its margin ``d``:
+
+- **worse** when the whole gain interval is below ``-d`` (the guardrail is broken);
+- **better** when it is above ``+d``;
+- **equivalent** when it lies inside ``(-d, +d)``;
+- **not worse** when only its low end is above ``-d``; otherwise undecided.
+
+A strategy is **harmful** in a cell when some endpoint is worse; **beneficial** when some primary
+endpoint is better and every endpoint is at least not worse; **equivalent** when every endpoint
+is equivalent; otherwise **inconclusive**, with the number of repeats that would decide it at
+the observed variance (:func:`repeats_needed`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import polars as pl
 
-from tracekit.analysis.stats import Interval, effectiveness_label, paired_interval
+from tracekit.analysis.stats import Interval, paired_interval, t_critical
+from tracekit.qualify.endpoints import Endpoint, VerdictRule
 
 __all__ = [
-    "CHANGE_METRICS",
-    "LATENCY_MARGIN_PCT",
-    "LATENCY_METRIC",
-    "MIN_REPEATS",
-    "THROUGHPUT_METRIC",
-    "effectiveness_entries",
+    "BENEFICIAL",
+    "EQUIVALENT",
+    "HARMFUL",
+    "INCONCLUSIVE",
+    "LABELS",
+    "MAX_REPEATS_NEEDED",
+    "EndpointStats",
+    "cell_label",
+    "compare",
+    "endpoint_stats",
     "interval_frame",
-    "paired_changes",
+    "repeats_needed",
 ]
 
-# The throughput of the rule: output tokens per second of makespan (the reference's A/B harness
-# compares vLLM's output_throughput).
-THROUGHPUT_METRIC = "output_tokens_per_s"
-# The latency of the rule: end-to-end P95 (TTFT P95 is shown beside it, for information).
-LATENCY_METRIC = "e2e_p95_s"
-# Metrics whose paired changes the report shows, with their display names.
-CHANGE_METRICS = {
-    THROUGHPUT_METRIC: "output throughput",
-    LATENCY_METRIC: "P95 end-to-end latency",
-    "ttft_p95_s": "P95 TTFT",
-    # Shown beside throughput and latency (issue 14); not part of the rule.
-    "recomputed_tokens": "recomputed tokens",
-}
-LATENCY_MARGIN_PCT = 5.0
-MIN_REPEATS = 3
+BENEFICIAL = "beneficial"
+HARMFUL = "harmful"
+EQUIVALENT = "equivalent"
+INCONCLUSIVE = "inconclusive"
+LABELS = (BENEFICIAL, HARMFUL, EQUIVALENT, INCONCLUSIVE)
+#: Beyond this many repeats the report says "more than" instead of a number.
+MAX_REPEATS_NEEDED = 10_000
+
+Verdict = Literal["worse", "better", "equivalent", "not worse", "undecided", "no interval"]
 
 
-def paired_changes(cells: pl.DataFrame, baseline: str) -> pl.DataFrame:
-    """Per (cell, strategy, repeat): the paired relative change of each metric, in percent.
+@dataclass(frozen=True, slots=True)
+class EndpointStats:
+    """One endpoint's paired changes in one (cell, strategy) and what they show.
+
+    Attributes
+    ----------
+    endpoint
+        The endpoint.
+    changes
+        One change per paired repeat (``None`` where a value is missing).
+    interval
+        Mean and interval of the changes (in ``endpoint.unit``).
+    verdict
+        ``worse``, ``better``, ``equivalent``, ``not worse``, ``undecided`` or ``no interval``.
+    note
+        Why there is no interval, when there is none.
+    """
+
+    endpoint: Endpoint
+    changes: tuple[float | None, ...]
+    interval: Interval
+    verdict: Verdict
+    note: str = ""
+
+    @property
+    def gain(self) -> tuple[float, float, float] | None:
+        """``(mean, low, high)`` of the change signed so that positive is better."""
+        i = self.interval
+        if i.low is None or i.high is None:
+            return None
+        sign = self.endpoint.sign
+        low, high = sorted((sign * i.low, sign * i.high))
+        return sign * i.mean, low, high
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``qualification.json``, ``effectiveness.cells[].endpoints``)."""
+        i = self.interval
+        return {
+            "metric": self.endpoint.column,
+            "unit": self.endpoint.unit,
+            "better": self.endpoint.better,
+            "margin": self.endpoint.margin,
+            "primary": self.endpoint.primary,
+            "changes": [_number(c) for c in self.changes],
+            "n": i.n,
+            "mean": _number(i.mean),
+            "low": i.low,
+            "high": i.high,
+            "sd": i.sd,
+            "verdict": self.verdict,
+            "note": self.note,
+        }
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+def _verdict(gain: tuple[float, float, float] | None, margin: float) -> Verdict:
+    if gain is None:
+        return "no interval"
+    _, low, high = gain
+    if high < -margin:
+        return "worse"
+    if low > margin:
+        return "better"
+    if low > -margin and high < margin:
+        return "equivalent"
+    if low > -margin:
+        return "not worse"
+    return "undecided"
+
+
+def endpoint_stats(
+    endpoint: Endpoint,
+    values: Sequence[float | None],
+    reference: Sequence[float | None],
+    confidence: float,
+) -> EndpointStats:
+    """The paired changes of one endpoint and their verdict (see the module docstring).
+
+    Parameters
+    ----------
+    endpoint
+        The endpoint.
+    values, reference
+        The strategy's and the reference's values, repeat by repeat (``None``/NaN: missing;
+        that repeat is left out).
+    confidence
+        The interval's confidence (``1 - alpha / m``).
+    """
+    pairs = [
+        (float(v), float(r))
+        for v, r in zip(values, reference, strict=True)
+        if v is not None and r is not None and math.isfinite(v) and math.isfinite(r)
+    ]
+    note = ""
+    changes: list[float | None]
+    if not pairs:
+        changes, note = [None] * len(values), "not recorded"
+    elif endpoint.scale == "absolute":
+        changes = [100.0 * (v - r) for v, r in pairs]
+    else:
+        base = math.fsum(r for _, r in pairs) / len(pairs)
+        if base != 0:
+            changes = [100.0 * (v - r) / base for v, r in pairs]
+        elif all(v == 0 for v, _ in pairs):
+            changes = [0.0] * len(pairs)  # both sides 0 in every repeat: no change at all
+        else:
+            changes, note = [None] * len(pairs), "the built-in runs' mean is 0"
+    interval = paired_interval([math.nan if c is None else c for c in changes], confidence)
+    stats = EndpointStats(endpoint, tuple(changes), interval, "no interval", note)
+    verdict = _verdict(stats.gain, endpoint.margin)
+    if verdict == "no interval" and not note:
+        note = f"{interval.n} paired repeat(s)"
+    return EndpointStats(endpoint, tuple(changes), interval, verdict, note)
+
+
+def _needed(slack: float, sd: float, rule: VerdictRule, comparisons: int, start: int) -> int | None:
+    """Fewest repeats ``n >= start`` with a half-width ``t(n - 1) sd / sqrt(n)`` below ``slack``."""
+    if slack <= 0:
+        return None
+    if sd == 0:
+        return start
+    confidence = rule.confidence(comparisons)
+
+    def fits(n: int) -> bool:
+        return t_critical(confidence, n - 1) * sd / math.sqrt(n) < slack
+
+    # The half-width falls with n (both t and 1 / sqrt(n) do): double, then bisect.
+    low = max(2, start)
+    if fits(low):
+        return low
+    high = low
+    while not fits(high):
+        if high >= MAX_REPEATS_NEEDED:
+            return None
+        low, high = high, min(2 * high, MAX_REPEATS_NEEDED)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid, high)
+    return high
+
+
+def repeats_needed(
+    stats: Sequence[EndpointStats], rule: VerdictRule, comparisons: int, repeats: int
+) -> tuple[int | None, str | None]:
+    """The paired repeats that would decide an inconclusive cell, at the observed variance.
+
+    The label the means point to is taken as the target: *harmful* if some endpoint's mean gain
+    is below ``-margin`` (its interval must then fall below it), *beneficial* if some primary
+    endpoint's mean is above its margin and every mean above ``-margin``, *equivalent* if every
+    mean lies inside its margins. For each condition the fewest repeats ``n`` whose interval
+    half-width ``t_{1 - alpha / (2m)}(n - 1) * sd / sqrt(n)`` (``sd`` as observed, each repeat
+    as large as now) is smaller than the mean's distance to the margin are found; the target
+    needs the largest of its conditions (the smallest for "some endpoint").
+
+    Returns
+    -------
+    tuple
+        ``(repeats, target label)``; ``(None, None)`` when no target can be named (a mean sits
+        on a margin, or an endpoint has no interval) or more than
+        :data:`MAX_REPEATS_NEEDED` repeats would be needed.
+    """
+    measured = [(s, s.gain, s.interval.sd) for s in stats]
+    if any(g is None or sd is None for _, g, sd in measured):
+        return None, None
+    start = repeats + 1
+
+    def lower_above(s: EndpointStats, bound: float) -> int | None:
+        mean, sd = s.gain[0], s.interval.sd  # type: ignore[index]
+        return _needed(mean - bound, sd or 0.0, rule, comparisons, start)
+
+    def upper_below(s: EndpointStats, bound: float) -> int | None:
+        mean, sd = s.gain[0], s.interval.sd  # type: ignore[index]
+        return _needed(bound - mean, sd or 0.0, rule, comparisons, start)
+
+    means = {id(s): s.gain[0] for s in stats}  # type: ignore[index]
+    worse = [s for s in stats if means[id(s)] < -s.endpoint.margin]
+    if worse:
+        options = [n for s in worse if (n := upper_below(s, -s.endpoint.margin)) is not None]
+        return (min(options), HARMFUL) if options else (None, None)
+    better = [s for s in stats if s.endpoint.primary and means[id(s)] > s.endpoint.margin]
+    if better:
+        superior = [n for s in better if (n := lower_above(s, s.endpoint.margin)) is not None]
+        floors = [lower_above(s, -s.endpoint.margin) for s in stats]
+        if not superior or any(n is None for n in floors):
+            return None, None
+        return max([min(superior), *[n for n in floors if n is not None]]), BENEFICIAL
+    if all(abs(means[id(s)]) < s.endpoint.margin for s in stats):
+        bounds = [
+            (upper_below(s, s.endpoint.margin), lower_above(s, -s.endpoint.margin)) for s in stats
+        ]
+        flat = [n for pair in bounds for n in pair]
+        if any(n is None for n in flat):
+            return None, None
+        return max(n for n in flat if n is not None), EQUIVALENT
+    return None, None
+
+
+def cell_label(stats: Sequence[EndpointStats], rule: VerdictRule, repeats: int) -> tuple[str, str]:
+    """The label of one (cell, strategy) and the reason, from its endpoints' verdicts."""
+    if repeats < rule.min_repeats:
+        return INCONCLUSIVE, f"only {repeats} paired repeat(s); the rule needs {rule.min_repeats}"
+    worse = [s for s in stats if s.verdict == "worse"]
+    if worse:
+        return HARMFUL, "worse beyond the margin: " + "; ".join(_shown(s) for s in worse)
+    better = [s for s in stats if s.endpoint.primary and s.verdict == "better"]
+    holding = all(s.verdict in ("better", "equivalent", "not worse") for s in stats)
+    if better and holding:
+        return BENEFICIAL, (
+            "better beyond the margin: "
+            + "; ".join(_shown(s) for s in better)
+            + "; every other endpoint within its margin or better"
+        )
+    if all(s.verdict == "equivalent" for s in stats):
+        return EQUIVALENT, "every endpoint's interval lies inside its margins"
+    open_ = [s for s in stats if s.verdict in ("undecided", "no interval")]
+    if better and not holding:
+        return INCONCLUSIVE, (
+            "better on "
+            + ", ".join(s.endpoint.name for s in better)
+            + ", but not shown within the margin on "
+            + ", ".join(s.endpoint.name for s in open_ or stats)
+        )
+    return INCONCLUSIVE, "not decided on " + ", ".join(
+        s.endpoint.name for s in (open_ or [s for s in stats if s.verdict != "equivalent"])
+    )
+
+
+def _shown(s: EndpointStats) -> str:
+    i = s.interval
+    unit = "%" if s.endpoint.unit == "%" else " pp"
+    return (
+        f"{s.endpoint.name} {i.mean:+.2f}{unit} [{i.low:+.2f}{unit}, {i.high:+.2f}{unit}] "
+        f"(margin {s.endpoint.margin:g}{unit})"
+    )
+
+
+def compare(
+    cells: pl.DataFrame,
+    strategy: str,
+    reference: str,
+    rule: VerdictRule,
+    comparisons: int,
+) -> list[dict[str, Any]]:
+    """One entry per cell in which both ``strategy`` and ``reference`` ran, paired by repeat.
 
     Parameters
     ----------
     cells
         ``cells.parquet``.
-    baseline
-        The strategy every other one is paired with, repeat by repeat.
-
-    Returns
-    -------
-    polars.DataFrame
-        ``cell, strategy, repeat, calls`` and ``<metric>_change_pct`` for each of
-        :data:`CHANGE_METRICS`; NaN where the baseline's value is 0 or either value is missing.
-        Repeats without a baseline run are left out.
-    """
-    metrics = list(CHANGE_METRICS)
-    base = cells.filter(pl.col("strategy") == baseline).select(
-        "cell", "repeat", *[pl.col(m).alias(f"{m}__base") for m in metrics]
-    )
-    changes = [
-        pl.when(pl.col(f"{m}__base").is_null() | pl.col(m).is_null() | (pl.col(f"{m}__base") == 0))
-        .then(float("nan"))
-        .otherwise(100.0 * (pl.col(m) / pl.col(f"{m}__base") - 1.0))
-        .alias(f"{m}_change_pct")
-        for m in metrics
-    ]
-    return (
-        cells.filter(pl.col("strategy") != baseline)
-        .join(base, on=["cell", "repeat"], how="inner")
-        .select("cell", "strategy", "repeat", "calls", *changes)
-        .sort("cell", "strategy", "repeat")
-    )
-
-
-def _interval(values: list[float]) -> Interval:
-    return paired_interval([math.nan if v is None else float(v) for v in values])
-
-
-def _number(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
-
-
-def _interval_dict(metric: str, changes: list[float], interval: Interval) -> dict[str, Any]:
-    return {
-        "metric": metric,
-        "changes_pct": [_number(c) for c in changes],
-        "n": interval.n,
-        "mean_pct": _number(interval.mean),
-        "low_pct": interval.low,
-        "high_pct": interval.high,
-    }
-
-
-def _reason(
-    label: str,
-    attributable: bool,
-    never: list[int],
-    n: int,
-    throughput: Interval,
-    latency: Interval,
-) -> str:
-    if not attributable:
-        shown = ", ".join(str(r) for r in never)
-        return (
-            f"not attributable: the policy was not invoked in every repeat (no call in repeat "
-            f"{shown}), so the runs cannot show its effect"
-        )
-    if n < MIN_REPEATS:
-        return f"only {n} paired repeat(s); the rule needs at least {MIN_REPEATS}"
-    margin = f"+{LATENCY_MARGIN_PCT:g}%"
-    if label == "beneficial":
-        return f"throughput interval above 0 and P95-latency interval high end at most {margin}"
-    if label == "not-beneficial-in-tested-cell":
-        held = []
-        if throughput.high is not None and throughput.high < 0:
-            held.append("throughput interval entirely below 0")
-        if latency.low is not None and latency.low > LATENCY_MARGIN_PCT:
-            held.append(f"P95-latency interval low end above {margin}")
-        return " and ".join(held)
-    held = []
-    if throughput.low is not None and throughput.low <= 0:
-        held.append("throughput interval includes 0")
-    if latency.high is not None and latency.high > LATENCY_MARGIN_PCT:
-        held.append(f"P95-latency interval reaches above {margin}")
-    return "; ".join(held) or "the intervals allow more than one outcome"
-
-
-def effectiveness_entries(changes: pl.DataFrame) -> list[dict[str, Any]]:
-    """The effectiveness verdict of every (cell, strategy) of :func:`paired_changes`.
-
-    Parameters
-    ----------
-    changes
-        The output of :func:`paired_changes`.
+    strategy, reference
+        The strategy judged and the one it is paired with (``builtin``, or the A/A control's
+        first arm).
+    rule
+        The verdict rule.
+    comparisons
+        ``m``, the number of comparisons of the whole report (for the correction).
 
     Returns
     -------
     list of dict
-        One entry per (cell, strategy), sorted: ``cell``, ``strategy``, ``label``,
-        ``attributable``, ``reason``, ``repeats``, ``throughput``, ``p95_latency``,
-        ``p95_ttft`` and ``recomputed_tokens`` (each ``metric, changes_pct, n, mean_pct,
-        low_pct, high_pct``; the change in recomputed tokens is NaN where the baseline
-        recomputed none).
+        ``cell, strategy, baseline, label, reason, repeats, n, calls_repeats, repeats_needed,
+        repeats_needed_label, endpoints`` (``{name: EndpointStats.to_dict()}``), in cell order.
     """
-    grouped = (
-        changes.group_by("cell", "strategy")
-        .agg(
-            pl.col("repeat"),
-            pl.col("repeat").filter(pl.col("calls").fill_null(0) <= 0).alias("never"),
-            *[pl.col(f"{m}_change_pct") for m in CHANGE_METRICS],
-        )
-        .sort("cell", "strategy")
+    present = [e for e in rule.endpoints if e.column in cells.columns]
+    columns = [e.column for e in present]
+    calls = ["calls"] if "calls" in cells.columns else []
+    mine = cells.filter(pl.col("strategy") == strategy).select("cell", "repeat", *columns, *calls)
+    base = cells.filter(pl.col("strategy") == reference).select(
+        "cell", "repeat", *[pl.col(c).alias(f"{c}__ref") for c in columns]
     )
+    joined = mine.join(base, on=["cell", "repeat"], how="inner").sort("cell", "repeat")
+    confidence = rule.confidence(comparisons)
     entries = []
-    # One iteration per (cell, strategy) group: a handful, not data rows.
-    for group in grouped.to_dicts():
-        throughput = _interval(group[f"{THROUGHPUT_METRIC}_change_pct"])
-        latency = _interval(group[f"{LATENCY_METRIC}_change_pct"])
-        ttft = _interval(group["ttft_p95_s_change_pct"])
-        recomputed = _interval(group["recomputed_tokens_change_pct"])
-        attributable = not group["never"]
-        rule = effectiveness_label(
-            throughput, latency, invoked_every_repeat=attributable, min_repeats=MIN_REPEATS
-        )
-        label = "inconclusive" if rule == "not attributable" else rule
-        n = min(throughput.n, latency.n)
+    for (cell,), group in joined.group_by("cell", maintain_order=True):
+        repeats = group["repeat"].to_list()
+        stats = [
+            endpoint_stats(
+                e, group[e.column].cast(pl.Float64).to_list(),
+                group[f"{e.column}__ref"].cast(pl.Float64).to_list(), confidence,
+            )
+            for e in present
+        ]  # fmt: skip
+        missing = [e for e in rule.endpoints if e.column not in cells.columns]
+        stats += [
+            EndpointStats(e, (), Interval(0, math.nan, None, None), "no interval", "not recorded")
+            for e in missing
+        ]
+        stats.sort(key=lambda s: rule.endpoints.index(s.endpoint))
+        label, reason = cell_label(stats, rule, len(repeats))
+        needed, target = (None, None)
+        if label == INCONCLUSIVE and len(repeats) >= 2:
+            needed, target = repeats_needed(stats, rule, comparisons, len(repeats))
+        called = group["calls"].fill_null(0).gt(0).sum() if calls else None
         entries.append(
             {
-                "cell": group["cell"],
-                "strategy": group["strategy"],
+                "cell": cell,
+                "strategy": strategy,
+                "baseline": reference,
                 "label": label,
-                "attributable": attributable,
-                "reason": _reason(label, attributable, group["never"], n, throughput, latency),
-                "repeats": group["repeat"],
-                "throughput": _interval_dict(
-                    THROUGHPUT_METRIC, group[f"{THROUGHPUT_METRIC}_change_pct"], throughput
-                ),
-                "p95_latency": _interval_dict(
-                    LATENCY_METRIC, group[f"{LATENCY_METRIC}_change_pct"], latency
-                ),
-                "p95_ttft": _interval_dict("ttft_p95_s", group["ttft_p95_s_change_pct"], ttft),
-                "recomputed_tokens": _interval_dict(
-                    "recomputed_tokens", group["recomputed_tokens_change_pct"], recomputed
-                ),
+                "reason": reason,
+                "repeats": repeats,
+                "n": len(repeats),
+                "calls_repeats": called,
+                "repeats_needed": needed,
+                "repeats_needed_label": target,
+                "endpoints": {s.endpoint.name: s.to_dict() for s in stats},
             }
         )
     return entries
 
 
 def interval_frame(entries: list[dict[str, Any]]) -> pl.DataFrame:
-    """The intervals of :func:`effectiveness_entries` as one long frame, for charts and tables.
-
-    Parameters
-    ----------
-    entries
-        The output of :func:`effectiveness_entries`.
+    """The endpoints' intervals of ``entries`` as one long frame, for charts and tables.
 
     Returns
     -------
     polars.DataFrame
-        ``cell, strategy, label, metric, measure, n, mean_pct, low_pct, high_pct``, one row per
-        entry and measure (``throughput``, ``p95_latency``, ``p95_ttft``).
+        ``cell, load, order, strategy, label, endpoint, unit, margin, better, n, mean, low,
+        high, verdict, gain_mean, gain_low, gain_high``, one row per entry and endpoint, in the
+        entries' order (``order``); the ``gain_*`` columns are the change signed so that
+        positive is better and divided by the margin (the margins sit at -1 and +1).
     """
     schema = {
         "cell": pl.String,
+        "load": pl.String,
+        "order": pl.Int64,
         "strategy": pl.String,
         "label": pl.String,
-        "metric": pl.String,
-        "measure": pl.String,
+        "endpoint": pl.String,
+        "unit": pl.String,
+        "margin": pl.Float64,
+        "better": pl.String,
         "n": pl.Int64,
-        "mean_pct": pl.Float64,
-        "low_pct": pl.Float64,
-        "high_pct": pl.Float64,
+        "mean": pl.Float64,
+        "low": pl.Float64,
+        "high": pl.Float64,
+        "verdict": pl.String,
     }
     rows = [
         {
             "cell": e["cell"],
+            "load": e.get("load") or e["cell"],
+            "order": index,
             "strategy": e["strategy"],
             "label": e["label"],
-            "metric": e[measure]["metric"],
-            "measure": measure,
-            "n": e[measure]["n"],
-            "mean_pct": e[measure]["mean_pct"],
-            "low_pct": e[measure]["low_pct"],
-            "high_pct": e[measure]["high_pct"],
+            "endpoint": name,
+            "unit": s["unit"],
+            "margin": s["margin"],
+            "better": s["better"],
+            "n": s["n"],
+            "mean": s["mean"],
+            "low": s["low"],
+            "high": s["high"],
+            "verdict": s["verdict"],
         }
-        for e in entries
-        for measure in ("throughput", "p95_latency", "p95_ttft")
+        for index, e in enumerate(entries)
+        for name, s in e["endpoints"].items()
     ]
-    return pl.DataFrame(rows, schema=schema)
+    frame = pl.DataFrame(rows, schema=schema)
+    sign = pl.when(pl.col("better") == "higher").then(1.0).otherwise(-1.0)
+    scaled = {c: sign * pl.col(c) / pl.col("margin") for c in ("mean", "low", "high")}
+    return frame.with_columns(
+        scaled["mean"].alias("gain_mean"),
+        pl.min_horizontal(scaled["low"], scaled["high"]).alias("gain_low"),
+        pl.max_horizontal(scaled["low"], scaled["high"]).alias("gain_high"),
+    )

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracekit.qualify.results import BASELINE, Results
-from tracekit.trace.bundle import open_trace
+from tracekit.analysis.cells import open_runs
+from tracekit.qualify.results import BASELINE, Results, load_order
 
 __all__ = [
     "agreement_frame",
@@ -61,14 +61,14 @@ def run_table(results: Results, table: str, runs: pl.DataFrame | None = None) ->
         The table of every run, plus ``repeat`` and ``strategy`` columns.
     """
     runs = results.cells if runs is None else runs
-    # One scan per run (a handful of bundles), then one lazy concatenation.
-    scans = [
-        open_trace(results.bundle(bundle))
-        .scan(table)
-        .with_columns(pl.lit(repeat).alias("repeat"), pl.lit(strategy).alias("strategy"))
-        for bundle, repeat, strategy in runs.select("bundle", "repeat", "strategy").iter_rows()
-    ]
-    return pl.concat(scans, how="vertical_relaxed")
+    # One multi-file scan of every run's table (a scan per bundle, concatenated, starts a
+    # reader per file), then each row gets its run's repeat and strategy by the run id of its
+    # bundle's manifest (one bundle per row of ``runs``, in order).
+    dataset = open_runs(results.bundle("."), [results.bundle(b) for b in runs["bundle"]])
+    keys = runs.select("repeat", "strategy").with_columns(
+        pl.Series("run_id", [b.run_id for b in dataset.bundles], dtype=pl.String)
+    )
+    return dataset.scan(table).join(keys.lazy(), on="run_id", how="left", maintain_order="left")
 
 
 def latency_ecdf_frame(results: Results, points: int = 200) -> pl.DataFrame:
@@ -233,8 +233,16 @@ def most_preempted_frame(results: Results, limit: int = 10) -> pl.DataFrame:
         ``strategy, repeat, request_id, num_preemptions, recomputed_tokens, e2e_s`` of requests
         preempted at least once.
     """
+    runs = results.cells
+    if "max_preemptions_per_request" in runs.columns and runs.height > limit:
+        # Only runs whose most-preempted request reaches the limit-th largest of the runs'
+        # maxima can hold one of the top requests: every other request is below that value.
+        floor = runs["max_preemptions_per_request"].fill_null(0).sort(descending=True)[limit - 1]
+        runs = runs.filter(pl.col("max_preemptions_per_request").fill_null(0) >= max(floor, 1))
+    if runs.height == 0:
+        runs = results.cells.head(1)
     return (
-        run_table(results, "requests")
+        run_table(results, "requests", runs)
         .filter(pl.col("num_preemptions") > 0)
         .select(
             "strategy",
@@ -257,7 +265,7 @@ def most_preempted_frame(results: Results, limit: int = 10) -> pl.DataFrame:
 
 
 def recomputed_frame(results: Results) -> pl.DataFrame:
-    """Recomputed tokens and preemptions per strategy and repeat, from ``cells``.
+    """Recomputed tokens and preemptions per load, strategy and repeat, from ``cells``.
 
     Parameters
     ----------
@@ -267,43 +275,69 @@ def recomputed_frame(results: Results) -> pl.DataFrame:
     Returns
     -------
     polars.DataFrame
-        ``strategy, repeat, recomputed_tokens, preemptions, requests_preempted``.
+        ``load, load_order, strategy, repeat, recomputed_tokens, truly_recomputed_tokens,
+        recompute_tax, preemptions, requests_preempted`` (one row per run; ``load`` is the cell
+        without a load plan; ``load_order`` ranks loads lightest first; the last two token
+        columns are null in folders that do not have them).
     """
-    return results.cells.select(
-        "strategy", "repeat", "recomputed_tokens", "preemptions", "requests_preempted"
-    ).sort("strategy", "repeat")
+    cells = results.cells
+    order = load_order(cells)
+    load = pl.col("load") if "load" in cells.columns else pl.col("cell")
+    optional = [
+        pl.col(c) if c in cells.columns else pl.lit(None, dtype=pl.Float64).alias(c)
+        for c in ("truly_recomputed_tokens", "recompute_tax")
+    ]
+    return (
+        cells.select(
+            load.alias("load"),
+            pl.col("cell").replace_strict(order, default=len(order)).alias("load_order"),
+            "strategy",
+            "repeat",
+            "recomputed_tokens",
+            *optional,
+            "preemptions",
+            "requests_preempted",
+        )
+        .with_columns(pl.col("load_order").cast(pl.Int64))
+        .sort("load_order", "strategy", "repeat")
+    )
 
 
 def recomputed_summary_frame(recomputed: pl.DataFrame, strategies: list[str]) -> pl.DataFrame:
-    """Mean recomputed tokens, preemptions and preempted requests per strategy.
+    """Means per run of recomputed tokens and preemptions, per load and strategy.
 
     Parameters
     ----------
     recomputed
         :func:`recomputed_frame`.
     strategies
-        Row order; strategies not listed come last.
+        Row order within a load; strategies not listed come last.
 
     Returns
     -------
     polars.DataFrame
-        ``strategy, recomputed_tokens, preemptions, requests_preempted`` (means over the
-        repeats), one row per strategy.
+        ``load, strategy, runs, recomputed_tokens, truly_recomputed_tokens, recompute_tax,
+        preemptions, requests_preempted``: means over the load's repeats (``runs`` of them),
+        lightest load first.
     """
+    means = (
+        "recomputed_tokens", "truly_recomputed_tokens", "recompute_tax", "preemptions",
+        "requests_preempted",
+    )  # fmt: skip
     return (
-        recomputed.group_by("strategy")
+        recomputed.group_by("load", "strategy")
         .agg(
-            pl.col("recomputed_tokens").mean(),
-            pl.col("preemptions").mean(),
-            pl.col("requests_preempted").mean(),
+            pl.col("load_order").first(),
+            pl.len().alias("runs"),
+            *[pl.col(c).mean() for c in means],
         )
         .with_columns(
             pl.col("strategy")
             .replace_strict(strategies, range(len(strategies)), default=len(strategies))
             .alias("o")
         )
-        .sort("o")
-        .drop("o")
+        .sort("load_order", "o")
+        .select("load", "strategy", "runs", *means)
     )
 
 

@@ -37,17 +37,21 @@ from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.oracle.job import run_oracle
+from tracekit.qualify.aa_control import AA_ARM, AA_SEED_OFFSET, AA_STRATEGY
+from tracekit.qualify.endpoints import VerdictRule
 from tracekit.qualify.loads import LoadCell, LoadPlan
 from tracekit.qualify.reporting import write_report
 from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
-from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
+from tracekit.report.html import prefetch_javascript_bundle
+from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings, resolve_strategy
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
-from tracekit.trace.bundle import open_trace
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
+from tracekit.workloads.arrivals import ArrivalKind, parse_arrivals
+from tracekit.workloads.load_spec import LoadSpec, apply_load
 from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
 
 __all__ = [
@@ -72,6 +76,10 @@ RESULT_NAMES = frozenset(
 
 Stage = Callable[[str, int, int], None]
 
+#: Paired repeats of every load cell by default: the fewest that reach the precision target on
+#: the primary endpoint (docs/qualify.md, "Repeats").
+DEFAULT_REPEATS = 10
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class QualifyPlan:
@@ -91,6 +99,17 @@ class QualifyPlan:
         Number of repeats, how they differ, and the base seed.
     slo
         Latency targets of SLO attainment.
+    rule
+        The verdict rule (endpoints, margins, error rate), recorded in ``qualify.json`` before
+        any run starts.
+    aa_control
+        Also run the A/A control (:mod:`tracekit.qualify.aa_control`): ``static-random`` a
+        second time with another seed, judged against itself.
+    base_workload, load_spec
+        The workload before its load options and those options: with generated arrivals and
+        repeats by seeds, each repeat draws its own arrivals from them (an independent sample of
+        the traffic). Without them (or with recorded arrivals) repeats by seeds share one
+        traffic, and the verdicts say that they are not independent.
     oracle
         Also run the hindsight oracle (``tracekit oracle``) on repeat 0's baseline run, into
         ``oracle/`` (the report's headroom section). Off by default: it costs a rollout per
@@ -105,12 +124,16 @@ class QualifyPlan:
     engine_config: EngineConfig
     strategies: tuple[StrategySpec, ...]
     candidate: StrategySpec
-    repeats: int = 3
+    repeats: int = DEFAULT_REPEATS
     repeat_kind: RepeatKind = "windows"
     seed: int = 0
     slo: SloTargets = dataclasses.field(default_factory=SloTargets)
     oracle: bool = False
     loads: LoadPlan | None = None
+    rule: VerdictRule = dataclasses.field(default_factory=VerdictRule)
+    aa_control: bool = True
+    base_workload: Workload | None = None
+    load_spec: LoadSpec | None = None
 
     def __post_init__(self) -> None:
         if self.repeats < 3:
@@ -125,11 +148,19 @@ class QualifyPlan:
 
     @property
     def run_strategies(self) -> list[StrategySpec]:
-        """The strategies run per repeat: the baseline first, then the rest in order."""
+        """The strategies run per repeat: the baseline first, then the rest in order.
+
+        With the A/A control, ``static-random`` (added when absent) and its second arm come
+        last.
+        """
         specs = [s for s in self.strategies if s.kind == "builtin"][:1]
         if not specs:
             specs = [StrategySpec("builtin", "builtin")]
-        for spec in (*self.strategies, self.candidate):
+        extra = ()
+        if self.aa_control:
+            arm = resolve_strategy(AA_STRATEGY, seed=self.seed)
+            extra = (arm, dataclasses.replace(arm, name=AA_ARM))
+        for spec in (*self.strategies, self.candidate, *extra):
             if all(s.name != spec.name for s in specs):
                 specs.append(spec)
         return specs
@@ -144,22 +175,51 @@ def _cell_label(plan: QualifyPlan, load: LoadCell | None = None) -> str:
     return f"{plan.workload.name}|rate={rate}|{plan.candidate.name}:{config}"
 
 
+def _independent(plan: QualifyPlan, cell: LoadCell | None) -> bool:
+    """Whether the repeats of ``cell`` are independent samples of its traffic.
+
+    Windows always are (disjoint stretches of the arrivals). Seeds are only when the arrivals
+    are generated and drawn anew for each repeat; otherwise every repeat is the same traffic and
+    only seeded strategies differ between them.
+    """
+    if plan.repeat_kind == "windows":
+        return True
+    return _regenerator(plan, cell) is not None
+
+
+def _regenerator(plan: QualifyPlan, cell: LoadCell | None) -> Callable[[int], Workload] | None:
+    """Draws a cell's arrivals anew for a repeat's seed, when they are generated."""
+    if cell is not None:
+        loads = plan.loads
+        assert loads is not None
+        if loads.regenerate(cell, plan.seed) is None:
+            return None
+        return lambda seed: loads.regenerate(cell, seed)  # type: ignore[return-value]
+    base, spec = plan.base_workload, plan.load_spec
+    if base is None or spec is None:
+        return None
+    if parse_arrivals(spec.arrivals, rate=spec.rate).kind is ArrivalKind.RECORDED:
+        return None
+    return lambda seed: apply_load(base, spec, seed=seed)
+
+
+def _repeats(plan: QualifyPlan, cell: LoadCell | None) -> list[Repeat]:
+    """The repeats of one cell; by seeds with generated arrivals, each draws its own arrivals."""
+    workload = plan.workload if cell is None else cell.workload
+    repeats = plan_repeats(workload, plan.repeats, plan.repeat_kind, plan.seed)
+    regenerate = _regenerator(plan, cell) if plan.repeat_kind == "seeds" else None
+    if regenerate is None:
+        return repeats
+    return [dataclasses.replace(r, workload=regenerate(r.seed)) for r in repeats]
+
+
 def _load_groups(
     plan: QualifyPlan,
 ) -> list[tuple[LoadCell | None, str, list[Repeat]]]:
     """``(load cell, runs folder, repeats)`` per cell: one unnamed cell without a load plan."""
     if plan.loads is None:
-        return [
-            (None, "runs", plan_repeats(plan.workload, plan.repeats, plan.repeat_kind, plan.seed))
-        ]
-    return [
-        (
-            cell,
-            f"runs/{cell.label}",
-            plan_repeats(cell.workload, plan.repeats, plan.repeat_kind, plan.seed),
-        )
-        for cell in plan.loads.cells
-    ]
+        return [(None, "runs", _repeats(plan, None))]
+    return [(cell, f"runs/{cell.label}", _repeats(plan, cell)) for cell in plan.loads.cells]
 
 
 def _reference(groups: list[tuple[LoadCell | None, str, list[Repeat]]]) -> int:
@@ -209,6 +269,7 @@ def run_qualify(
         A run failed (nothing is left behind).
     """
     refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
+    prefetch_javascript_bundle()  # seconds of work the report needs at the end
     final = Path(out)
     check_results_folder(final, [plan.workload.source], overwrite=overwrite)
     executor = make_executor(jobs)
@@ -222,7 +283,7 @@ def run_qualify(
         reference = _reference(groups)
         strategies = plan.run_strategies
         _write_json(staging / MARKER, MARKER_CONTENT)
-        _write_json(staging / "qualify.json", _inputs(plan, groups[reference][2], strategies))
+        _write_json(staging / "qualify.json", _inputs(plan, groups, reference, strategies))
 
         per_cell = [
             qualify_runs(plan, repeats, strategies, folder=folder, diff=False)
@@ -247,26 +308,28 @@ def run_qualify(
             ],
             how="diagonal_relaxed",
         )
-        cells = _with_request_outcomes(staging, cells)
         if plan.loads is not None:
-            cells = _with_load_columns(staging, cells, groups)
+            cells = _with_load_columns(cells, groups)
         cells.write_parquet(staging / "cells.parquet", compression="zstd")
 
         notify("legacy vs typed", 0, 1)
         _diff_and_conformance(staging, plan)
         notify("legacy vs typed", 1, 1)
 
+        # The A/A control's second arm is static-random again: the replay and the oracle, which
+        # compare victim choices, leave it out.
+        compared = [s for s in strategies if s.name != AA_ARM]
         notify("open-mode replay", 0, 1)
-        _open_replay(staging / groups[reference][1], strategies)
+        _open_replay(staging / groups[reference][1], compared)
         notify("open-mode replay", 1, 1)
 
         if plan.oracle:
             notify("oracle", 0, 1)
-            _oracle(staging, staging / groups[reference][1], strategies, jobs)
+            _oracle(staging, staging / groups[reference][1], compared, jobs)
             notify("oracle", 1, 1)
 
         notify("report", 0, 1)
-        _render(staging)
+        write_report(staging, progress=lambda done, total: notify("report", done, total + 1))
         notify("report", 1, 1)
         _name_final_paths(staging, final)
         if final.exists():
@@ -336,9 +399,18 @@ def _stage_counts(notify: Stage, name: str) -> ProgressCallback:
     return report
 
 
-def _inputs(plan: QualifyPlan, repeats: list[Repeat], strategies: list[StrategySpec]) -> dict:
+def _inputs(
+    plan: QualifyPlan,
+    groups: list[tuple[LoadCell | None, str, list[Repeat]]],
+    reference: int,
+    strategies: list[StrategySpec],
+) -> dict:
     workload = plan.workload
+    repeats = groups[reference][2]
     loads = {} if plan.loads is None else plan.loads.describe()
+    if plan.loads is not None:
+        for described, (cell, _, _) in zip(loads["loads"], groups, strict=True):
+            described["independent_repeats"] = _independent(plan, cell)
     return {
         **loads,
         "tool_version": __version__,
@@ -361,7 +433,17 @@ def _inputs(plan: QualifyPlan, repeats: list[Repeat], strategies: list[StrategyS
             for r in repeats
         ],
         "seed": plan.seed,
+        # Whether the repeats are independent samples of the traffic (docs/qualify.md,
+        # "Repeats"); with a load plan, each load says it too.
+        "independent_repeats": all(_independent(plan, cell) for cell, _, _ in groups),
         "slo": dataclasses.asdict(plan.slo),
+        # Registered before any run: the verdicts are computed with this rule.
+        "rule": plan.rule.to_dict(),
+        "aa_control": (
+            {"strategy": AA_STRATEGY, "arm": AA_ARM, "seed_offset": AA_SEED_OFFSET}
+            if plan.aa_control
+            else None
+        ),
         "cell": _cell_label(plan),
     }
 
@@ -377,9 +459,15 @@ def _diff_and_conformance(staging: Path, plan: QualifyPlan) -> None:
 
 
 def _seeded(spec: StrategySpec, seed: int) -> StrategySpec:
-    """``spec`` with the production policy seeded by ``seed`` (the repeat's seed)."""
+    """``spec`` with the production policy seeded by ``seed`` (the repeat's seed).
+
+    The A/A control's second arm takes ``seed + AA_SEED_OFFSET``: the same strategy, other
+    random draws.
+    """
     if spec.kind != "production":
         return spec
+    if spec.name == AA_ARM:
+        seed += AA_SEED_OFFSET
     return dataclasses.replace(spec, settings={**spec.settings, "utility_seed": seed})
 
 
@@ -397,53 +485,19 @@ def _open_replay(runs: Path, strategies: list[StrategySpec]) -> None:
     replay_open(runs / "r0" / strategies[0].label, strategies, staging / "replay")
 
 
-def _with_request_outcomes(staging: Path, cells: pl.DataFrame) -> pl.DataFrame:
-    """Add each run's ``aborted`` (cancelled by the client) and ``rejected`` request counts."""
-    counts = [
-        open_trace(staging / bundle)
-        .scan("requests")
-        .select(
-            (pl.col("status") == "aborted").sum().alias("aborted"),
-            (pl.col("status") == "rejected").sum().alias("rejected"),
-        )
-        .collect()
-        .row(0)
-        for bundle in cells["bundle"]
-    ]
-    return cells.with_columns(
-        pl.Series("aborted", [c[0] for c in counts], dtype=pl.Int64),
-        pl.Series("rejected", [c[1] for c in counts], dtype=pl.Int64),
-    )
-
-
 def _with_load_columns(
-    staging: Path, cells: pl.DataFrame, groups: list[tuple[LoadCell | None, str, list[Repeat]]]
+    cells: pl.DataFrame, groups: list[tuple[LoadCell | None, str, list[Repeat]]]
 ) -> pl.DataFrame:
-    """Add each run's load (``load``, ``offered_rps``) and ``differing_decisions``.
-
-    ``differing_decisions`` counts the decisions whose applied victim is not the built-in
-    rule's: 0 in every run of a cell means the strategy decided exactly as the built-in rule
-    (the verdict then says "identical to built-in").
-    """
-    # The load of a run is read from its folder name.
+    """Add each run's load (``load``, ``offered_rps``), read from its folder name."""
     loads = {f"runs/{cell.label}/": cell for cell, _, _ in groups if cell is not None}
 
     def load_of(bundle: str) -> LoadCell:
         return next(cell for prefix, cell in loads.items() if bundle.startswith(prefix))
 
     bundles = cells["bundle"].to_list()
-    differing = [
-        open_trace(staging / bundle)
-        .scan("decisions")
-        .select((pl.col("applied_victim_id") != pl.col("builtin_victim_id")).sum())
-        .collect()
-        .item()
-        for bundle in bundles
-    ]
     return cells.with_columns(
         pl.Series("load", [load_of(b).label for b in bundles], dtype=pl.String),
         pl.Series("offered_rps", [load_of(b).rate_rps for b in bundles], dtype=pl.Float64),
-        pl.Series("differing_decisions", differing, dtype=pl.Int64),
     )
 
 
@@ -475,11 +529,6 @@ def _name_final_paths(staging: Path, final: Path) -> None:
                 old, new = json.dumps(old)[1:-1], json.dumps(new)[1:-1]
             text = text.replace(old, new)
         file.write_text(text, "utf-8")
-
-
-def _render(staging: Path) -> None:
-    """Render report.html and qualification.json into the results folder."""
-    write_report(staging)
 
 
 def _is_within(path: Path, folder: Path) -> bool:

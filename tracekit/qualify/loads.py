@@ -19,14 +19,22 @@ judged (:mod:`tracekit.qualify.verdicts`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from tracekit.analysis.serving import SloTargets
-from tracekit.capacity.search import CapacityResult, find_capacity, workload_at_rate
+from tracekit.capacity.search import (
+    DEFAULT_TARGET,
+    DEFAULT_TOLERANCE,
+    CapacityResult,
+    Probe,
+    find_capacity,
+    workload_at_rate,
+)
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
+from tracekit.workloads.arrivals import ArrivalKind, parse_arrivals
 from tracekit.workloads.client import ClientModel
 from tracekit.workloads.load_spec import LoadSpec, apply_load
 from tracekit.workloads.model import Workload
@@ -48,8 +56,6 @@ DEFAULT_FRACTIONS: tuple[float, ...] = (0.6, 0.9, 1.0, 1.2)
 DEFAULT_CONCURRENCY = 8
 #: A cell whose built-in runs meet the SLO for less than this share of requests is overloaded.
 OVERLOAD_SLO = 0.5
-# The capacity search's precision in qualify: the cells sit at coarse fractions anyway.
-_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +99,29 @@ class LoadCell:
 
 @dataclass(frozen=True, slots=True)
 class LoadPlan:
-    """The measured capacity and the load cells derived from it."""
+    """The measured capacity and the load cells derived from it.
+
+    ``base`` and ``spec`` (the loaded workload and the load options) let a rate cell of
+    generated arrivals draw fresh arrivals for each repeat (:meth:`regenerate`).
+    """
 
     capacity: CapacityResult
     cells: tuple[LoadCell, ...]
+    base: Workload | None = None
+    spec: LoadSpec | None = None
+
+    def regenerate(self, cell: LoadCell, seed: int) -> Workload | None:
+        """``cell``'s workload with arrivals drawn anew with ``seed``, or ``None``.
+
+        ``None`` for recorded arrivals and for the closed loop: their repeats cannot be fresh
+        samples of the traffic by a seed.
+        """
+        if self.base is None or self.spec is None or cell.kind != "rate":
+            return None
+        if parse_arrivals(self.spec.arrivals, rate=self.spec.rate).kind is ArrivalKind.RECORDED:
+            return None
+        assert cell.rate_rps is not None
+        return workload_at_rate(self.base, self.spec, cell.rate_rps, seed=seed)
 
     def describe(self) -> dict[str, Any]:
         """``qualify.json``'s ``capacity`` and ``loads`` entries."""
@@ -112,10 +137,12 @@ def plan_loads(
     *,
     spec: LoadSpec | None = None,
     slo: SloTargets | None = None,
-    target: float = 0.9,
+    target: float = DEFAULT_TARGET,
+    tolerance: float = DEFAULT_TOLERANCE,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
     concurrency: int | None = DEFAULT_CONCURRENCY,
     seed: int = 0,
+    progress: Callable[[Probe], None] | None = None,
 ) -> LoadPlan:
     """Measure the saturation point of ``workload`` and build the load cells around it.
 
@@ -128,14 +155,17 @@ def plan_loads(
     spec
         Load options shared by every cell (arrival kind, order, caps, timeout); a closed loop
         is refused (the plan adds its own).
-    slo, target
-        The SLO and the attainment that define the knee.
+    slo, target, tolerance
+        The SLO and the attainment that define the knee, and the search's precision: the
+        same defaults as ``tracekit capacity``, so both find the same knee.
     fractions
         Fractions of the knee, each > 0.
     concurrency
         Users of the closed-loop cell; ``None`` leaves it out.
     seed
         Seed of generated arrivals.
+    progress
+        Called with every probe of the capacity search as it is made.
 
     Returns
     -------
@@ -158,8 +188,9 @@ def plan_loads(
     if any(not (f > 0) for f in fractions):
         raise ConfigError(f"load fractions {list(fractions)}: each must be > 0")
     result = find_capacity(
-        workload, config, spec=spec, slo=slo, target=target, tolerance=_TOLERANCE, seed=seed
-    )
+        workload, config, spec=spec, slo=slo, target=target, tolerance=tolerance, seed=seed,
+        progress=progress,
+    )  # fmt: skip
     if result.knee is None:
         raise ConfigError(
             f"{workload.source}: the built-in policy meets {target:.0%} SLO attainment at no "
@@ -195,7 +226,7 @@ def plan_loads(
                 concurrency=concurrency,
             )
         )
-    return LoadPlan(result, tuple(cells))
+    return LoadPlan(result, tuple(cells), base=workload, spec=spec)
 
 
 def parse_fractions(text: str) -> tuple[float, ...]:

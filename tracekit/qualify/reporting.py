@@ -9,15 +9,18 @@ and hands the finished :class:`~tracekit.report.ReportInputs` to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from tracekit.oracle.job import load_oracle
 from tracekit.qualify import frames
 from tracekit.qualify.diff_frames import diff_classes_frame, diff_timeline_frame, first_difference
 from tracekit.qualify.effectiveness import interval_frame
 from tracekit.qualify.load_frames import goodput_frame, queue_depth_frame
-from tracekit.qualify.results import BASELINE, Results, ResultsError, load_results
+from tracekit.qualify.results import BASELINE, Results, ResultsError, load_order, load_results
 from tracekit.qualify.verdicts import (
     EQUIVALENT_VERDICTS,
     QUALIFICATION_NAME,
@@ -32,7 +35,13 @@ from tracekit.report.sections import build_sections
 __all__ = ["report_inputs", "write_report"]
 
 
-def report_inputs(results: Results, qualification: dict[str, Any]) -> ReportInputs:
+#: ``(steps done, steps in all)`` while a report is computed (``tracekit qualify``'s progress).
+ReportProgress = Callable[[int, int], None]
+
+
+def report_inputs(
+    results: Results, qualification: dict[str, Any], progress: ReportProgress | None = None
+) -> ReportInputs:
     """Everything the page shows, computed from a loaded results folder.
 
     Parameters
@@ -41,6 +50,8 @@ def report_inputs(results: Results, qualification: dict[str, Any]) -> ReportInpu
         A loaded results folder.
     qualification
         Its :func:`~tracekit.qualify.verdicts.qualification_from_results` document.
+    progress
+        Called after each frame is computed.
 
     Returns
     -------
@@ -48,44 +59,58 @@ def report_inputs(results: Results, qualification: dict[str, Any]) -> ReportInpu
         The document, ``qualify.json`` and the finished frames of every section.
     """
     strategies = results.strategies
-    recomputed = frames.recomputed_frame(results)
     summary = results.replay_summary
+    diff = results.diff
+    verdict = None if diff is None else str(diff.get("verdict"))
+    order = load_order(results.cells)
+    # One step per frame; each reads the trace bundles it needs.
+    steps: dict[str, Callable[[], Any]] = {
+        "latency_ecdf": lambda: frames.latency_ecdf_frame(results),
+        # The KV chart compares the baseline with the candidate on repeat 0 only: one run each.
+        "kv_usage": lambda: frames.kv_usage_frame(
+            results, [BASELINE, results.candidate], repeat=0
+        ),
+        "preemption_histogram": lambda: frames.preemption_histogram_frame(results),
+        "most_preempted": lambda: frames.most_preempted_frame(results),
+        "recomputed": lambda: frames.recomputed_frame(results),
+        "counters": lambda: frames.counter_frame(results),
+        "agreement": lambda: frames.agreement_frame(results),
+        "diff_classes": lambda: diff_classes_frame(diff),
+        "diff_timeline": lambda: diff_timeline_frame(results),
+        "headroom": lambda: _headroom(results.root),
+        # Prefix caching (trace v2): None when no run hit the cache, and the section is left out.
+        "cache_hits": lambda: frames.cache_hit_frame(results, strategies, repeat=0),
+        "cache_split": lambda: frames.cache_split_frame(results, strategies),
+        "goodput": lambda: goodput_frame(results),
+        "queue_depth": lambda: queue_depth_frame(results),
+    }
+    done: dict[str, Any] = {}
+    for index, (name, step) in enumerate(steps.items()):
+        done[name] = step()
+        if progress is not None:
+            progress(index + 1, len(steps))
     counts = victims = decisions = None
     if summary is not None:
         counts, victims = frames.replay_summary_frame(summary)
         decisions = int(summary["decisions"].max()) if "decisions" in summary.columns else None
-    diff = results.diff
-    verdict = None if diff is None else str(diff.get("verdict"))
+    cells = results.cells.with_columns(
+        pl.col("cell").replace_strict(order, default=len(order)).cast(pl.Int64).alias("load_order")
+    )
     return ReportInputs(
         qualification=qualification,
         inputs=results.inputs,
         strategies=tuple(strategies),
         changed_settings=results.changed_settings,
-        cells=results.cells,
+        cells=cells,
         intervals=interval_frame(qualification["effectiveness"]["cells"]),
-        latency_ecdf=frames.latency_ecdf_frame(results),
-        # The KV chart compares the baseline with the candidate on repeat 0 only: one run each.
-        kv_usage=frames.kv_usage_frame(results, [BASELINE, results.candidate], repeat=0),
-        preemption_histogram=frames.preemption_histogram_frame(results),
-        most_preempted=frames.most_preempted_frame(results),
-        recomputed=recomputed,
-        recomputed_summary=frames.recomputed_summary_frame(recomputed, strategies),
-        counters=frames.counter_frame(results),
-        agreement=frames.agreement_frame(results),
+        recomputed_summary=frames.recomputed_summary_frame(done["recomputed"], strategies),
         replay_counts=counts,
         replay_victims=victims,
         replay_decisions=decisions,
         diff_verdict=verdict,
         diff_equivalent=verdict in EQUIVALENT_VERDICTS,
-        diff_classes=diff_classes_frame(diff),
-        diff_timeline=diff_timeline_frame(results),
         first_difference=first_difference(diff),
-        headroom=_headroom(results.root),
-        # Prefix caching (trace v2): None when no run hit the cache, and the section is left out.
-        cache_hits=frames.cache_hit_frame(results, strategies, repeat=0),
-        cache_split=frames.cache_split_frame(results, strategies),
-        goodput=goodput_frame(results),
-        queue_depth=queue_depth_frame(results),
+        **done,
     )
 
 
@@ -95,7 +120,12 @@ def _headroom(root: Path) -> HeadroomInputs | None:
     return None if loaded is None else HeadroomInputs(*loaded)
 
 
-def write_report(results_dir: str | Path, out_html: str | Path | None = None) -> Path:
+def write_report(
+    results_dir: str | Path,
+    out_html: str | Path | None = None,
+    *,
+    progress: ReportProgress | None = None,
+) -> Path:
     """Render the qualification report of a results folder.
 
     Writes the HTML page and, beside it, ``qualification.json`` (the verdicts). The same folder
@@ -107,6 +137,8 @@ def write_report(results_dir: str | Path, out_html: str | Path | None = None) ->
         A folder written by ``tracekit qualify`` (or ``tracekit sweep``).
     out_html
         The HTML file to write; ``<results_dir>/report.html`` by default.
+    progress
+        Called with ``(steps done, steps in all)`` as the frames are computed.
 
     Returns
     -------
@@ -128,7 +160,7 @@ def write_report(results_dir: str | Path, out_html: str | Path | None = None) ->
     results = load_results(results_dir)
     out = Path(out_html) if out_html is not None else results.root / REPORT_NAME
     qualification = qualification_from_results(results)
-    view = report_inputs(results, qualification)
+    view = report_inputs(results, qualification, progress)
     page = page_html(view, build_sections(view))
     files = {out: page, out.parent / QUALIFICATION_NAME: dumps_qualification(qualification)}
     try:

@@ -18,6 +18,7 @@ instead of failing when the replay or diff parts are absent.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = [
     "COUNTER_COLUMNS",
     "Results",
     "ResultsError",
+    "load_order",
     "load_results",
 ]
 
@@ -71,6 +73,37 @@ CELL_COLUMNS = (
     *COUNTER_COLUMNS,
     "policy_enabled",
 )
+
+
+def _users(cell: str) -> float:
+    # A closed loop's load label is "concurrency-<users>" (tracekit.qualify.loads).
+    _, sep, tail = cell.rpartition("concurrency-")
+    try:
+        return float(tail.split("|")[0]) if sep else math.inf
+    except ValueError:
+        return math.inf
+
+
+def load_order(cells: pl.DataFrame) -> dict[str, int]:
+    """Each cell's rank, lightest load first: by offered rate, then closed loops by users.
+
+    The offered rate is ``offered_rps`` (qualify's load plan) or a numeric ``rate`` (a sweep);
+    a cell without one (a closed loop) comes after those with one, by its number of users, then
+    by name. Loads are never sorted as text ("rate-1.2x" before "rate-1x").
+    """
+    if "offered_rps" in cells.columns:
+        rate = pl.col("offered_rps").cast(pl.Float64)
+    elif "rate" in cells.columns and cells.schema["rate"].is_numeric():
+        rate = pl.col("rate").cast(pl.Float64)
+    else:
+        rate = pl.lit(None, dtype=pl.Float64)
+    name = pl.col("load") if "load" in cells.columns else pl.col("cell")
+    keys = cells.group_by("cell").agg(rate.first().alias("rate"), name.first().alias("name"))
+    rows = sorted(
+        keys.iter_rows(),
+        key=lambda r: (math.inf if r[1] is None else r[1], _users(r[0]), str(r[2]), r[0]),
+    )
+    return {cell: index for index, (cell, _, _) in enumerate(rows)}
 
 
 class ResultsError(TracekitError):

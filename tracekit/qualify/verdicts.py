@@ -9,7 +9,7 @@ Three questions, kept apart (docs/report.md, "The verdict rules"):
    evidence; a later label does not imply an earlier one was checked.
 2. **Functional compatibility gate** — passed only if every check passes: every request of the
    candidate's and the baseline's runs completed, no policy failure, no invalid selection, the
-   policy stayed enabled, the policy was invoked in every repeat, the legacy and typed paths are
+   policy stayed enabled, the policy was asked at every preemption, the legacy and typed paths are
    equivalent (``diff/diff.json``), and every conformance check passed.
 3. **Effectiveness** — per cell and strategy, see :mod:`tracekit.qualify.effectiveness`.
 
@@ -28,19 +28,27 @@ from typing import Any
 import polars as pl
 
 from tracekit.errors import ConfigError, ManifestError
+from tracekit.qualify.aa_control import AA_ARM, AA_STRATEGY, aa_summary
 from tracekit.qualify.effectiveness import (
-    LATENCY_MARGIN_PCT,
-    LATENCY_METRIC,
-    MIN_REPEATS,
-    THROUGHPUT_METRIC,
-    effectiveness_entries,
-    paired_changes,
+    BENEFICIAL,
+    EQUIVALENT,
+    HARMFUL,
+    INCONCLUSIVE,
+    compare,
 )
-from tracekit.qualify.load_verdicts import go_no_go, load_headlines, relabel_entries
+from tracekit.qualify.endpoints import VerdictRule
+from tracekit.qualify.load_verdicts import (
+    OVERLOADED,
+    go_no_go,
+    label_matrix,
+    load_headlines,
+    relabel_entries,
+)
 from tracekit.qualify.results import BASELINE, Results, load_results
 
 __all__ = [
     "EQUIVALENT_VERDICTS",
+    "effectiveness_verdicts",
     "QUALIFICATION_FORMAT",
     "QUALIFICATION_NAME",
     "compute_qualification",
@@ -49,6 +57,7 @@ __all__ = [
     "functional_gate",
     "lifecycle_labels",
     "qualification_from_results",
+    "rejections_summary",
     "write_qualification",
 ]
 
@@ -159,24 +168,72 @@ def _failing(frame: pl.DataFrame, condition: pl.Expr, what: str) -> str:
     )
 
 
+def _run_name(frame: pl.DataFrame) -> pl.Expr:
+    """``r<k> <strategy>``, with the load first under a load plan."""
+    if "load" in frame.columns:
+        return pl.format("{} r{} {}", "load", "repeat", "strategy")
+    return pl.format("r{} {}", "repeat", "strategy")
+
+
+def rejections_summary(results: Results) -> dict[str, Any] | None:
+    """The requests the engine refused on arrival, once for the report (``None``: none).
+
+    A request whose prompt is at least ``max_model_len`` is rejected by the engine in every run
+    of every strategy alike (docs/qualify.md, "Requests the engine rejects"), so it is taken out
+    of both arms of every comparison; it is reported here once, not as a failure of each run.
+    """
+    cells = results.cells
+    if "rejected" not in cells.columns:
+        return None
+    base = cells.filter(pl.col("strategy") == BASELINE)
+    if base.height == 0 or not int(base["rejected"].sum()):
+        return None
+    per_cell = base.group_by("cell", maintain_order=True).agg(pl.col("rejected").sum())
+    count = int(per_cell["rejected"].max())
+    requests = int(base.group_by("cell").agg(pl.col("requests").sum())["requests"].max())
+    engine = results.inputs.get("engine_config") or {}
+    limit = engine.get("max_model_len", "?")
+    return {
+        "requests": count,
+        "of": requests,
+        "max_model_len": limit,
+        "text": f"{count} of {requests} requests of the workload have a prompt of at least "
+        f"max_model_len ({limit}) tokens: the engine rejects them in every run of every "
+        "strategy, so they are left out of both arms of every comparison (load the workload "
+        "with --oversize-prompts drop or cap to leave them out or shorten them)",
+    }
+
+
 def _run_checks(results: Results) -> list[dict[str, Any]]:
     candidate = results.candidate
     cells = results.cells
     runs = cells.filter(pl.col("strategy") == candidate)
     compared = cells.filter(pl.col("strategy").is_in([candidate, BASELINE]))
-    completed = ~pl.col("all_finished").fill_null(False)
-    if "aborted" in compared.columns:
-        # A request its client cancelled (--ttft-timeout-s, a recorded cancel) ended as the
-        # client chose: it counts as completed, and the detail says how many there were.
-        done = pl.col("finished").fill_null(0) + pl.col("aborted").fill_null(0)
-        completed = done < pl.col("requests")
-    unfinished = _failing(
-        compared.with_columns(
-            pl.format("{} of {}", pl.col("finished").fill_null(0), "requests").alias("value")
-        ),
-        completed,
-        "finished",
+    # A request its client cancelled (--ttft-timeout-s, a recorded cancel) ended as the client
+    # chose, and one the engine refused on arrival (prompt >= max_model_len) is refused in
+    # both arms alike: neither is a failure of the policy.
+    done = pl.col("finished").fill_null(0)
+    for column in ("aborted", "rejected"):
+        if column in compared.columns:
+            done = done + pl.col(column).fill_null(0)
+    unfinished = "; ".join(
+        compared.filter(done < pl.col("requests"))
+        .select(pl.format("{}: finished {} of {}", _run_name(compared), "finished", "requests"))
+        .to_series()
+        .to_list()
     )
+    refused = ""
+    if "rejected" in compared.columns:
+        # The engine refuses a request for its prompt alone: a difference between the two arms
+        # in the same repeat would be the candidate's doing.
+        pairs = (
+            compared.group_by("cell", "repeat")
+            .agg(pl.col("rejected").n_unique().alias("kinds"))
+            .filter(pl.col("kinds") > 1)
+        )
+        if pairs.height:
+            refused = f"rejected requests differ between {candidate} and {BASELINE} in "
+            refused += f"{pairs.height} repeat(s)"
     aborted = int(compared["aborted"].sum()) if "aborted" in compared.columns else 0
     finished_text = f"every request finished in {compared.height} runs"
     if aborted:
@@ -184,11 +241,18 @@ def _run_checks(results: Results) -> list[dict[str, Any]]:
             f"every request finished or was aborted by its client in {compared.height} runs "
             f"({aborted} aborted)"
         )
+    rejections = rejections_summary(results)
+    if rejections is not None:
+        finished_text += (
+            f"; {rejections['requests']} request(s) with a prompt >= max_model_len rejected by "
+            "the engine in both arms alike, left out"
+        )
+    problems = "; ".join(p for p in (unfinished, refused) if p)
     checks = [
         _check(
             "all_requests_completed",
-            not unfinished and compared.height > 0,
-            unfinished or finished_text,
+            not problems and compared.height > 0,
+            problems or finished_text,
         )
     ]
     for name, column, what in (
@@ -197,12 +261,11 @@ def _run_checks(results: Results) -> list[dict[str, Any]]:
     ):
         bad = _failing(runs.rename({column: "value"}), pl.col("value") > 0, what)
         checks.append(_check(name, not bad and runs.height > 0, bad or f"0 {what}"))
-    # With a load plan a light cell may see no preemption, so a run that never called the
-    # policy (enabled unknown) is not a disabled one there; invocation is checked below.
-    load_plan = "load" in cells.columns
+    # A run that never called the policy (no preemption) has no enabled state: it is not a
+    # disabled one; invocation is checked below.
     disabled = _failing(
         runs.with_columns(pl.lit("disabled").alias("value")),
-        ~pl.col("policy_enabled").fill_null(load_plan),
+        ~pl.col("policy_enabled").fill_null(True),
         "policy",
     )
     checks.append(
@@ -212,42 +275,39 @@ def _run_checks(results: Results) -> list[dict[str, Any]]:
             disabled or "enabled at the end of every run",
         )
     )
-    if load_plan:
-        checks.append(_invoked_in_some_cell(runs))
-        return checks
-    expected = int(results.inputs.get("repeats") or 0)
-    invoked = runs.filter(pl.col("calls") > 0)["repeat"].unique().sort().to_list()
-    repeats = sorted(set(range(expected)) | set(cells["repeat"].unique().to_list()))
-    never = [r for r in repeats if r not in invoked]
-    checks.append(
-        _check(
-            "invoked_every_repeat",
-            not never and bool(repeats),
-            f"no call in repeat {', '.join(map(str, never))}"
-            if never
-            else f"called in all {len(repeats)} repeats",
-        )
-    )
+    checks.append(_invoked_check(runs))
     return checks
 
 
-def _invoked_in_some_cell(runs: pl.DataFrame) -> dict[str, Any]:
-    """A load plan's invocation check: called in every repeat of at least one load cell.
+def _invoked_check(runs: pl.DataFrame) -> dict[str, Any]:
+    """The policy was asked at every preemption: called in every run that preempted, and once.
 
-    Light cells may preempt nothing (then the policy is never asked); the check needs one cell
-    where every repeat exercised it, and names the cells where some repeat did not.
+    A light load or a short window may preempt nothing, and then the policy is never asked;
+    that is no failure. A run whose engine preempted (it recorded decisions) without calling the
+    policy is one: the engine bypassed it.
     """
-    per_load = (
-        runs.group_by("load", maintain_order=True)
-        .agg((pl.col("calls") > 0).all().alias("every"))
-        .sort("load")
-    )
-    full = per_load.filter(pl.col("every"))["load"].to_list()
-    partial = per_load.filter(~pl.col("every"))["load"].to_list()
-    detail = f"called in every repeat of {', '.join(full) or 'no load cell'}"
-    if partial:
-        detail += f"; not in every repeat of {', '.join(partial)} (no preemption there)"
-    return _check("invoked_every_repeat", bool(full), detail)
+    if runs.height == 0:
+        return _check("invoked_at_every_preemption", False, "no run of the candidate")
+    decisions = pl.col("decisions") if "decisions" in runs.columns else pl.col("calls")
+    bypassed = runs.filter((decisions > 0) & (pl.col("calls").fill_null(0) <= 0))
+    called = int(runs.filter(pl.col("calls") > 0).height)
+    if bypassed.height:
+        names = bypassed.select(_run_name(bypassed)).to_series().to_list()
+        return _check(
+            "invoked_at_every_preemption",
+            False,
+            f"the engine preempted without calling the policy in {len(names)} run(s): "
+            + ", ".join(names[:5]),
+        )
+    if called == 0:
+        return _check(
+            "invoked_at_every_preemption", False, f"no call in any of {runs.height} runs"
+        )
+    quiet = runs.height - called
+    detail = f"called in {called} of {runs.height} runs, at every preemption"
+    if quiet:
+        detail += f" ({quiet} run(s) preempted nothing)"
+    return _check("invoked_at_every_preemption", True, detail)
 
 
 def _diff_check(diff: dict[str, Any] | None) -> dict[str, Any]:
@@ -359,6 +419,145 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def recomputation_note(
+    results: Results, entries: list[dict[str, Any]], rule: VerdictRule
+) -> str | None:
+    """One line on the candidate's recomputation: harm, or why more discarded KV is not harm.
+
+    ``recomputed_tokens`` in a trace counts the KV a request's preemptions threw away; with
+    prefix caching much of it comes back from the cache on resume, so the endpoints judge the
+    truly recomputed tokens and the recompute tax. When the candidate discarded more than the
+    built-in rule but was not found harmful on either, this line says so and why, with the
+    pooled figures over the judged loads. ``None`` when there is nothing to explain.
+    """
+    candidate = results.candidate
+    mine = [e for e in entries if e["strategy"] == candidate and e["label"] != OVERLOADED]
+    efficiency = [e.name for e in rule.endpoints if e.group == "efficiency"]
+    broken = [
+        (e["load"], name, e["endpoints"][name])
+        for e in mine
+        for name in efficiency
+        if name in e["endpoints"] and e["endpoints"][name]["verdict"] == "worse"
+    ]
+    if broken:
+        load, name, stats = broken[0]
+        unit = "%" if stats["unit"] == "%" else " pp"
+        return (
+            f"{candidate}'s extra recomputation is harm: {name} {stats['mean']:+.1f}{unit} "
+            f"[{stats['low']:+.1f}{unit}, {stats['high']:+.1f}{unit}] at {load}, beyond the "
+            f"margin of {stats['margin']:g}{unit}"
+        )
+    needed = {"recomputed_tokens", "truly_recomputed_tokens", "computed_tokens"}
+    cells = results.cells
+    if not mine or not needed <= set(cells.columns):
+        return None
+    judged = cells.filter(pl.col("cell").is_in([e["cell"] for e in mine]))
+    pairs = judged.filter(pl.col("strategy") == candidate).join(
+        judged.filter(pl.col("strategy") == BASELINE), on=["cell", "repeat"], suffix="_base"
+    )
+    totals = pairs.select(
+        pl.col(c).sum().alias(c) for c in (*needed, *(f"{n}_base" for n in needed))
+    ).row(0, named=True)
+    if not totals["recomputed_tokens_base"] or not totals["truly_recomputed_tokens_base"]:
+        return None
+    discarded = 100 * (totals["recomputed_tokens"] / totals["recomputed_tokens_base"] - 1)
+    if discarded <= 0:
+        return None
+    truly = 100 * (totals["truly_recomputed_tokens"] / totals["truly_recomputed_tokens_base"] - 1)
+    served = 1 - totals["truly_recomputed_tokens"] / max(1, totals["recomputed_tokens"])
+    tax = 100 * (
+        totals["truly_recomputed_tokens"] / max(1, totals["computed_tokens"])
+        - totals["truly_recomputed_tokens_base"] / max(1, totals["computed_tokens_base"])
+    )
+    margins = {e.name: e for e in rule.endpoints}
+    shown = ", ".join(
+        f"{margins[n].margin:g}{'%' if margins[n].unit == '%' else ' pp'} for {n}"
+        for n in efficiency
+        if n in margins
+    )
+    return (
+        f"Not harm: {candidate} discarded {discarded:+.0f}% more KV than the built-in rule over "
+        f"the judged loads, but the prefix cache served {served:.0%} of its discarded tokens "
+        f"back, so it truly recomputed {truly:+.0f}% and its recompute tax moved {tax:+.2f} pp; "
+        f"at no load is either shown beyond its margin ({shown})"
+    )
+
+
+# Why a label of repeats that are not independent samples is withheld.
+_DEPENDENT = (
+    "not judged: the repeats are the same traffic run with other seeds (recorded arrivals or a "
+    "closed loop), not independent samples, so no interval is valid; repeat by windows, or "
+    "generate the arrivals (--arrivals poisson --rate R) so that each seed draws its own"
+)
+
+
+def _dependent_loads(inputs: dict[str, Any]) -> set[str] | None:
+    """The loads whose repeats are not independent (``None``: every load, without a plan)."""
+    loads = inputs.get("loads")
+    if loads:
+        return {str(c["label"]) for c in loads if c.get("independent_repeats") is False}
+    return None if inputs.get("independent_repeats") is False else set()
+
+
+def _not_independent(entries: list[dict[str, Any]], dependent: set[str] | None) -> list[dict]:
+    """Withhold the rule's label where the repeats are not independent samples."""
+    out = []
+    for entry in entries:
+        hit = dependent is None or entry.get("load") in dependent
+        if hit and entry["label"] in (BENEFICIAL, HARMFUL, EQUIVALENT, INCONCLUSIVE):
+            entry = {**entry, "label": INCONCLUSIVE, "reason": _DEPENDENT,
+                     "repeats_needed": None, "repeats_needed_label": None}  # fmt: skip
+        out.append(entry)
+    return out
+
+
+def effectiveness_verdicts(results: Results) -> dict[str, Any]:
+    """Every strategy's verdict per load, the A/A control and the rule they were judged by.
+
+    Parameters
+    ----------
+    results
+        A loaded results folder.
+
+    Returns
+    -------
+    dict
+        ``rule`` (the registered rule, with ``comparisons``, the family size ``m``, and the
+        intervals' ``confidence``), ``cells`` (one entry per load and strategy against the
+        built-in rule, lightest load first) and ``aa_control`` (``None`` when the folder has no
+        A/A runs).
+    """
+    rule = VerdictRule.from_dict(results.inputs.get("rule"))
+    cells = results.cells
+    present = set(cells["strategy"].unique().to_list())
+    strategies = [s for s in results.strategies if s in present and s not in (BASELINE, AA_ARM)]
+    has_aa = AA_ARM in present and AA_STRATEGY in present
+    # The family of the correction: every strategy (and the A/A pair) x load x endpoint.
+    comparisons = (len(strategies) + has_aa) * cells["cell"].n_unique() * len(rule.endpoints)
+    entries = [e for s in strategies for e in compare(cells, s, BASELINE, rule, comparisons)]
+    dependent = _dependent_loads(results.inputs)
+    entries = _not_independent(relabel_entries(entries, cells), dependent)
+    aa = None
+    if has_aa:
+        aa_entries = relabel_entries(
+            compare(cells, AA_ARM, AA_STRATEGY, rule, comparisons), cells, identical=False
+        )
+        aa_entries = _not_independent(aa_entries, dependent)
+        skipped = {e["cell"]: e["reason"] for e in aa_entries if e["label"] == OVERLOADED}
+        aa = aa_summary(aa_entries, rule.alpha, skipped)
+    return {
+        "recomputation": recomputation_note(results, entries, rule),
+        "rule": {
+            **rule.to_dict(),
+            "comparisons": comparisons,
+            "confidence": rule.confidence(comparisons),
+            "interval": "paired Student-t, two-sided, Bonferroni-corrected over the report",
+        },
+        "cells": entries,
+        "aa_control": aa,
+    }
+
+
 def qualification_from_results(results: Results) -> dict[str, Any]:
     """The qualification of a loaded results folder (see :func:`compute_qualification`).
 
@@ -375,17 +574,24 @@ def qualification_from_results(results: Results) -> dict[str, Any]:
     inputs = results.inputs
     candidate = results.candidate
     gate = functional_gate(results)
-    entries = effectiveness_entries(paired_changes(results.cells, BASELINE))
-    entries = relabel_entries(entries, results.cells)
+    verdicts = effectiveness_verdicts(results)
+    entries = verdicts["cells"]
+    aa = verdicts["aa_control"]
     mine = [e for e in entries if e["strategy"] == candidate]
+    strategies = [candidate, *(s for s in results.strategies if s != candidate)]
     document = {
         "format": QUALIFICATION_FORMAT,
-        "version": 1,
+        "version": 2,
         "candidate": candidate,
         "baseline": BASELINE,
-        # One line saying what the evidence supports (issue 14).
-        "headline": go_no_go(gate, entries, candidate),
+        # The report's first line: GO or NO-GO, the loads and the reason in one sentence.
+        "headline": go_no_go(gate, entries, candidate, aa),
+        "matrix": label_matrix(
+            entries, results.cells, strategies, [] if aa is None else aa["cells"]
+        ),
         "load_headlines": load_headlines(entries, results.cells, candidate),
+        "rejections": rejections_summary(results),
+        "recomputation": verdicts["recomputation"],
         "inputs": {
             key: inputs.get(key)
             for key in (
@@ -401,21 +607,14 @@ def qualification_from_results(results: Results) -> dict[str, Any]:
                 "created_at",
                 "capacity",
                 "loads",
+                "rule",
             )
         },
         "lifecycle": lifecycle_labels(results),
         "functional_compatibility": gate,
         "conformance": conformance_checks(results.conformance),
-        "effectiveness": {
-            "rule": {
-                "throughput_metric": THROUGHPUT_METRIC,
-                "latency_metric": LATENCY_METRIC,
-                "latency_margin_pct": LATENCY_MARGIN_PCT,
-                "min_repeats": MIN_REPEATS,
-                "interval": "paired Student-t 95%",
-            },
-            "cells": entries,
-        },
+        "effectiveness": {"rule": verdicts["rule"], "cells": entries},
+        "aa_control": aa,
         "runtime_qualification": {
             "functional_compatibility": {"status": gate["status"], "scope": _scope(results)},
             "effectiveness_qualifications": [

@@ -27,8 +27,11 @@ WIDTH = 620
 WIDE = 940
 LABEL_COLOURS = {
     "beneficial": "#1a7f37",
-    "not-beneficial-in-tested-cell": "#cf222e",
+    "harmful": "#cf222e",
+    "equivalent": "#0969da",
     "inconclusive": "#6e7781",
+    "identical to built-in": "#8c959f",
+    "overloaded": "#bf8700",
 }
 _OUTCOME_COLOURS = {
     "selected": "#8c959f",
@@ -38,11 +41,6 @@ _OUTCOME_COLOURS = {
     "invalid": "#cf222e",
     "exception": "#a40e26",
 }
-_MEASURES = {
-    "throughput": "output throughput (higher is better)",
-    "p95_latency": "P95 end-to-end latency (lower is better)",
-    "p95_ttft": "P95 TTFT (lower is better)",
-}
 
 
 def _strategy_colour(strategies: list[str]) -> alt.Color:
@@ -50,72 +48,75 @@ def _strategy_colour(strategies: list[str]) -> alt.Color:
 
 
 def delta_chart(
-    intervals: pl.DataFrame, strategies: list[str], margin_pct: float
-) -> alt.FacetChart | alt.VConcatChart:
-    """Paired changes against the baseline with their 95% intervals, one panel per measure.
+    intervals: pl.DataFrame, strategies: list[str], endpoints: list[str]
+) -> alt.FacetChart:
+    """Every endpoint's paired change in units of its margin, per load and strategy.
 
     Parameters
     ----------
     intervals
         :func:`tracekit.qualify.effectiveness.interval_frame`.
     strategies
-        Strategy order (rows).
-    margin_pct
-        The latency margin of the rule (a dashed line on the rule's latency panel).
+        Strategy order (rows of each panel).
+    endpoints
+        Endpoint order (columns).
 
     Returns
     -------
-    altair.FacetChart or altair.VConcatChart
-        Points (mean) and error bars (interval) per strategy, one panel per measure; one such
-        row per cell, titled with the cell.
+    altair.FacetChart
+        One row of panels per load (lightest first), one column per endpoint; in each, the
+        mean gain (point) and its corrected interval (bar) per strategy, right is better, with
+        the margins as dashed lines at -1 and +1 (beyond +-4 the marks are clamped).
     """
-    frame = intervals.with_columns(
-        pl.col("measure").replace_strict(_MEASURES).alias("panel"),
-        pl.when(pl.col("measure") == "p95_latency")
-        .then(pl.lit(margin_pct))
-        .otherwise(None)
-        .alias("margin_pct"),
-        pl.lit(0.0).alias("zero"),
-        *[pl.col(c).round(3) for c in ("mean_pct", "low_pct", "high_pct")],
+    frame = intervals.filter(pl.col("gain_low").is_not_null()).with_columns(
+        *[pl.col(c).round(3) for c in ("gain_mean", "gain_low", "gain_high", "mean", "low", "high")]
+    )
+    loads = frame.sort("order")["load"].unique(maintain_order=True).to_list()
+    x = alt.X(
+        "gain_low:Q",
+        title="gain in margins (right is better)",
+        scale=alt.Scale(domain=[-4, 4], clamp=True),
     )
     y = alt.Y("strategy:N", sort=strategies, title=None)
-    x_title = "change vs builtin (%)"
-    tooltip = [
-        alt.Tooltip("strategy:N"),
-        alt.Tooltip("panel:N", title="measure"),
-        alt.Tooltip("mean_pct:Q", title="mean change %", format="+.2f"),
-        alt.Tooltip("low_pct:Q", title="95% low %", format="+.2f"),
-        alt.Tooltip("high_pct:Q", title="95% high %", format="+.2f"),
-        alt.Tooltip("n:Q", title="repeats"),
-        alt.Tooltip("label:N"),
-    ]
     colour = alt.Color(
         "label:N",
-        title="effectiveness",
+        title="label",
         scale=alt.Scale(domain=list(LABEL_COLOURS), range=list(LABEL_COLOURS.values())),
         legend=alt.Legend(orient="bottom", direction="horizontal", labelLimit=300),
     )
-    bars = (
-        alt.Chart()
-        .mark_errorbar(ticks=True, thickness=2)
-        .encode(x=alt.X("low_pct:Q", title=x_title), x2="high_pct:Q", y=y, color=colour)
-    )
-    points = (
-        alt.Chart()
-        .mark_point(filled=True, size=80)
-        .encode(x=alt.X("mean_pct:Q", title=x_title), y=y, color=colour, tooltip=tooltip)
-    )
-    zero = alt.Chart().mark_rule(color="#444").encode(x="zero:Q")
-    margin = alt.Chart().mark_rule(color="#cf222e", strokeDash=[4, 3]).encode(x="margin_pct:Q")
-    panels = [
-        alt.layer(zero, margin, bars, points, data=frame.filter(pl.col("cell") == cell))
-        .properties(width=250, height=28 * max(1, len(strategies)) + 10)
-        .facet(column=alt.Column("panel:N", title=None, sort=list(_MEASURES.values())))
-        .resolve_scale(x="independent")
-        .properties(title=alt.TitleParams(f"cell: {cell}", anchor="start", fontSize=12))
-        for cell in frame["cell"].unique(maintain_order=True).to_list()
+    tooltip = [
+        alt.Tooltip("load:N"),
+        alt.Tooltip("strategy:N"),
+        alt.Tooltip("endpoint:N"),
+        alt.Tooltip("mean:Q", title="mean change", format="+.2f"),
+        alt.Tooltip("low:Q", title="interval low", format="+.2f"),
+        alt.Tooltip("high:Q", title="interval high", format="+.2f"),
+        alt.Tooltip("unit:N"),
+        alt.Tooltip("margin:Q"),
+        alt.Tooltip("verdict:N"),
+        alt.Tooltip("label:N"),
     ]
-    return panels[0] if len(panels) == 1 else alt.vconcat(*panels)
+    base = alt.Chart()
+    bars = base.mark_errorbar(ticks=True, thickness=2).encode(
+        x=x, x2="gain_high:Q", y=y, color=colour
+    )
+    points = base.mark_point(filled=True, size=50).encode(
+        x=alt.X("gain_mean:Q", scale=alt.Scale(domain=[-4, 4], clamp=True)),
+        y=y,
+        color=colour,
+        tooltip=tooltip,
+    )
+    rules = alt.Chart().mark_rule(color="#444").encode(x=alt.datum(0))
+    low = alt.Chart().mark_rule(color="#cf222e", strokeDash=[4, 3]).encode(x=alt.datum(-1))
+    high = alt.Chart().mark_rule(color="#1a7f37", strokeDash=[4, 3]).encode(x=alt.datum(1))
+    return (
+        alt.layer(rules, low, high, bars, points, data=frame)
+        .properties(width=110, height=16 * max(1, len(strategies)) + 10)
+        .facet(
+            row=alt.Row("load:N", sort=loads, title=None),
+            column=alt.Column("endpoint:N", sort=endpoints, title=None),
+        )
+    )
 
 
 def latency_ecdf_chart(ecdf: pl.DataFrame, strategies: list[str]) -> alt.FacetChart:

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import json
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,16 @@ import altair as alt
 from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import esc, fmt_value, script_json
 from tracekit.report.sections import Section, build_sections
+from tracekit.report.verdict_section import headline_html, matrix_html
 
-__all__ = ["REPORT_NAME", "javascript_bundle", "page_html", "render_page", "write_files"]
+__all__ = [
+    "REPORT_NAME",
+    "javascript_bundle",
+    "page_html",
+    "prefetch_javascript_bundle",
+    "render_page",
+    "write_files",
+]
 
 # The page's file name in a results folder.
 REPORT_NAME = "report.html"
@@ -69,7 +78,7 @@ table.candidates td { white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.num { white-space: nowrap; }
 td { overflow-wrap: anywhere; max-width: 520px; }
-tr.fail td, tr.not-beneficial-in-tested-cell td:nth-child(3) { color: var(--bad); }
+tr.fail td { color: var(--bad); }
 tr.pass td:nth-child(2), tr.beneficial td:nth-child(3) { color: var(--ok); }
 tr.cand td:nth-child(2) { font-weight: 600; }
 tr.diff td, td.diff { background: #fff8c5; }
@@ -84,6 +93,18 @@ tr.diff td, td.diff { background: #fff8c5; }
 .card-title { font-weight: 600; margin-bottom: 4px; }
 .card-body { color: var(--muted); font-size: 12.5px; overflow-wrap: anywhere; }
 ul.reasons { color: var(--bad); }
+p.headline { font-size: 17px; margin: 0 0 10px; padding: 8px 12px; border-radius: 4px;
+             border-left: 6px solid var(--bad); background: #ffebe9; max-width: 1100px; }
+p.headline.ok { border-left-color: var(--ok); background: #dafbe1; }
+table.matrix td { white-space: nowrap; }
+table.matrix th.cand { text-decoration: underline; }
+td.lbl-beneficial { color: var(--ok); font-weight: 600; }
+td.lbl-harmful { color: var(--bad); font-weight: 600; }
+td.lbl-equivalent { color: #0969da; }
+td.lbl-inconclusive, td.lbl-identical-to-built-in, td.lbl-overloaded { color: var(--muted); }
+p.aa { padding: 4px 8px; border-left: 4px solid var(--ok); max-width: 1100px; }
+p.aa.bad { border-left-color: var(--bad); color: var(--bad); font-weight: 600; }
+tr.harmful td:nth-child(3) { color: var(--bad); }
 .pair { display: flex; flex-wrap: wrap; gap: 16px; }
 footer { color: var(--muted); font-size: 12px; padding: 12px 28px; }
 """
@@ -132,6 +153,22 @@ def javascript_bundle() -> str:
     bundle: str = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
     # A "</script" or "<!--" in the code would end or confuse the element: escape the slash.
     return bundle.replace("</script", "<\\/script").replace("<!--", "<\\!--")
+
+
+_PREFETCH: list[threading.Thread] = []
+
+
+def prefetch_javascript_bundle() -> None:
+    """Start building :func:`javascript_bundle` in a background thread (once per process).
+
+    The bundle takes seconds to build and is the same for every page; a job that renders a
+    report at its end starts it first, so that it is ready (and cached) when the page is laid
+    out. The page is the same either way.
+    """
+    if not _PREFETCH:
+        thread = threading.Thread(target=javascript_bundle, name="vega-bundle", daemon=True)
+        _PREFETCH.append(thread)
+        thread.start()
 
 
 def _spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
@@ -314,15 +351,10 @@ def _header(view: ReportInputs) -> str:
     q = view.qualification
     rows = _sweep_rows(view) if _is_sweep(view) else _qualify_rows(view)
     items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows)
-    gate = q["functional_compatibility"]["status"]
-    mine = [e["label"] for e in q["effectiveness"]["cells"] if e["strategy"] == q["candidate"]]
-    summary = (
-        f"Functional compatibility {esc(gate)}; effectiveness of {esc(q['candidate'])}: "
-        f"{esc(', '.join(mine) or 'none computed')}."
-    )
+    # Where people look: the go/no-go line first, then the load x strategy matrix.
     return (
-        f"<header><h1>Qualification report: {esc(q['candidate'])} on "
-        f"{esc(_subject(view))}</h1><p><strong>{summary}</strong></p>"
+        f"<header>{headline_html(q)}{matrix_html(q)}"
+        f"<h1>Qualification report: {esc(q['candidate'])} on {esc(_subject(view))}</h1>"
         f"<dl>{items}</dl></header>"
     )
 

@@ -16,16 +16,7 @@ from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import Column, esc, fmt_float, fmt_pct, html_table
 from tracekit.report.page_parts import Section
 
-__all__ = ["headline_html", "load_section"]
-
-
-def headline_html(view: ReportInputs) -> str:
-    """The go/no-go line at the top of the verdicts ("" for documents without one)."""
-    headline = view.qualification.get("headline")
-    if not headline:
-        return ""
-    kind = "ok" if headline["decision"] == "go" else "bad"
-    return f'<p class="headline {kind}" id="go-no-go"><strong>{esc(headline["text"])}</strong></p>'
+__all__ = ["load_section"]
 
 
 def _goodput_chart(goodput: pl.DataFrame, strategies: list[str]) -> alt.LayerChart:
@@ -84,9 +75,10 @@ def load_section(view: ReportInputs) -> Section | None:
             [
                 Column("load"),
                 Column("offered_rps", "offered (req/s)", fmt_float(3), numeric=True),
-                Column("achieved_rps", "achieved (req/s)", fmt_float(3), numeric=True),
-                Column("slo_attainment", "built-in SLO attainment", fmt_pct, numeric=True),
+                Column("achieved_rps", "achieved (req/s, mean)", fmt_float(3), numeric=True),
+                Column("slo_attainment", "built-in SLO attainment (mean)", fmt_pct, numeric=True),
             ],
+            caption="Built-in rule per load, lightest first: means over the repeats",
         )
     )
     section.chart(

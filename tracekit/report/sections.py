@@ -16,7 +16,7 @@ from tracekit.report import charts
 from tracekit.report.diff_section import diff_section
 from tracekit.report.headroom_section import headroom_section
 from tracekit.report.inputs import ReportInputs
-from tracekit.report.load_section import headline_html, load_section
+from tracekit.report.load_section import load_section
 from tracekit.report.markup import (
     Column,
     esc,
@@ -29,15 +29,9 @@ from tracekit.report.markup import (
     html_table,
 )
 from tracekit.report.page_parts import Section, badge
+from tracekit.report.verdict_section import effectiveness_html, rule_html
 
 __all__ = ["Section", "build_sections"]
-
-
-def _interval_text(entry: dict[str, Any]) -> str:
-    mean, low, high = entry["mean_pct"], entry["low_pct"], entry["high_pct"]
-    if low is None or high is None:
-        return f"{fmt_signed_pct(mean)} (no interval)"
-    return f"{fmt_signed_pct(mean)} [{fmt_signed_pct(low)}, {fmt_signed_pct(high)}]"
 
 
 def _verdicts(q: dict[str, Any]) -> Section:
@@ -47,7 +41,8 @@ def _verdicts(q: dict[str, Any]) -> Section:
         "Three separate questions. Lifecycle: how far the candidate got, from installed to "
         "actually choosing victims at run time. Functional compatibility: whether it ran "
         "safely (every check must pass). Effectiveness: whether it made serving better than the "
-        "built-in victim rule, per tested cell, judged on 95% intervals over the repeats.",
+        "built-in victim rule, per load, judged on every endpoint against its registered "
+        "margin with intervals corrected for the number of comparisons in the report.",
     )
     cards = []
     for key, title in (
@@ -84,80 +79,41 @@ def _verdicts(q: dict[str, Any]) -> Section:
             row_class="cls",
         )
     )
-    entries = q["effectiveness"]["cells"]
-    rule = q["effectiveness"]["rule"]
     section.html("<h3>Effectiveness</h3>")
-    margin = f"+{rule['latency_margin_pct']:g}%"
     section.note(
-        f"Rule: beneficial when the {rule['throughput_metric']} interval is above 0 and the "
-        f"{rule['latency_metric']} interval's high end is at most {margin}; not beneficial in "
-        "the tested cell when the throughput interval is below 0 or the latency interval's low "
-        f"end is above {margin}; otherwise inconclusive. "
-        f"Intervals: paired Student-t 95% over at least {rule['min_repeats']} repeats."
+        "Rule: a strategy is harmful in a load when some endpoint got worse beyond its margin "
+        "(its whole interval past the margin); beneficial when a primary endpoint improved "
+        "beyond its margin and every endpoint's interval stays above minus its margin; "
+        "equivalent when every interval lies inside its margins; otherwise inconclusive, with "
+        "the number of repeats of the same size that would decide it at the observed variance. "
+        "Overloaded loads (built-in SLO attainment under 50%) are not judged; a strategy that "
+        "chose the built-in victim in every decision is identical to built-in."
     )
-    if not entries:
-        section.note("No strategy could be paired with the baseline: no effectiveness verdict.")
-        return section
-    table = pl.DataFrame(
-        [
-            {
-                "cell": e["cell"],
-                "strategy": e["strategy"],
-                "label": e["label"],
-                "attributable": e["attributable"],
-                "throughput": _interval_text(e["throughput"]),
-                "latency": _interval_text(e["p95_latency"]),
-                "ttft": _interval_text(e["p95_ttft"]),
-                "recomputed": _interval_text(e["recomputed_tokens"])
-                if "recomputed_tokens" in e
-                else "",
-                "repeats": len(e["repeats"]),
-                "reason": e["reason"],
-                "cls": e["label"] if e["strategy"] != q["candidate"] else f"{e['label']} cand",
-            }
-            for e in entries
-        ]
-    )
-    section.html(
-        html_table(
-            table,
-            [
-                Column("cell"),
-                Column("strategy"),
-                Column("label", "effectiveness"),
-                Column("attributable", "attributable", fmt_bool),
-                Column("throughput", "throughput change [95% CI]"),
-                Column("latency", "P95 e2e latency change [95% CI]"),
-                Column("ttft", "P95 TTFT change [95% CI]"),
-                Column("recomputed", "recomputed tokens change [95% CI]"),
-                Column("repeats", "pairs", fmt_int, numeric=True),
-                Column("reason"),
-            ],
-            row_class="cls",
-        )
-    )
+    section.html(rule_html(q))
+    section.html(effectiveness_html(q))
     return section
 
 
 def _deltas(view: ReportInputs, strategies: list[str]) -> Section:
     section = Section(
         "deltas",
-        "Throughput and latency changes",
-        "Each point is the mean paired change against the built-in rule over the repeats (the "
-        "same requests ran under both); the bar is its 95% interval. Throughput should be right "
-        "of 0 and the P95 end-to-end latency should stay left of the dashed +5% line (the rule); "
-        "P95 TTFT is shown for information.",
+        "Changes on every endpoint",
+        "Each point is a strategy's mean paired change against the built-in rule over the "
+        "repeats (the same requests ran under both), in units of the endpoint's margin and "
+        "signed so that right is better; the bar is its corrected interval. A bar wholly right "
+        "of the green +1 line is better beyond the margin, wholly left of the red -1 line "
+        "worse beyond it, and inside both equivalent.",
     )
     intervals = view.intervals
-    if intervals.height == 0:
+    if intervals.height == 0 or intervals["gain_low"].is_null().all():
         section.note("No paired changes to show.")
         return section
     shown = [s for s in strategies if s != view.baseline]
-    margin = float(view.qualification["effectiveness"]["rule"]["latency_margin_pct"])
+    endpoints = intervals["endpoint"].unique(maintain_order=True).to_list()
     section.chart(
         "changes",
-        charts.delta_chart(intervals, shown, margin),
-        "paired changes with 95% intervals per strategy",
+        charts.delta_chart(intervals, shown, endpoints),
+        "paired changes in margins per load, endpoint and strategy",
     )
     return section
 
@@ -233,8 +189,10 @@ def _recomputed(view: ReportInputs, strategies: list[str]) -> Section:
     section = Section(
         "recompute",
         "Recomputed tokens",
-        "Tokens whose KV cache was thrown away by preemptions and had to be computed again: "
-        "wasted work. Bars are the mean per run, dots the individual repeats.",
+        "Tokens whose KV cache was thrown away by preemptions (discarded), and of them those "
+        "computed again (truly recomputed: not served back by the prefix cache), the wasted "
+        "work. Bars are the mean per run over every load, dots the individual runs; the table "
+        "gives the means per run of each load.",
     )
     section.chart(
         "tokens",
@@ -245,11 +203,21 @@ def _recomputed(view: ReportInputs, strategies: list[str]) -> Section:
         html_table(
             view.recomputed_summary,
             [
+                Column("load"),
                 Column("strategy"),
-                Column("recomputed_tokens", "recomputed tokens (mean)", fmt_float(0), True),
-                Column("preemptions", "preemptions (mean)", fmt_float(1), True),
-                Column("requests_preempted", "requests preempted (mean)", fmt_float(1), True),
+                Column("runs", "runs", fmt_int, True),
+                Column("recomputed_tokens", "discarded tokens (mean per run)", fmt_float(0), True),
+                Column(
+                    "truly_recomputed_tokens", "truly recomputed (mean per run)", fmt_float(0),
+                    True,
+                ),
+                Column("recompute_tax", "recompute tax (mean per run)", fmt_pct, True),
+                Column("preemptions", "preemptions (mean per run)", fmt_float(1), True),
+                Column(
+                    "requests_preempted", "requests preempted (mean per run)", fmt_float(1), True
+                ),
             ],
+            caption="Means per run, by load (lightest first) and strategy",
         )
     )
     return section
@@ -351,7 +319,8 @@ def _counters(view: ReportInputs, strategies: list[str]) -> Section:
         html_table(
             wide,
             [Column("strategy")]
-            + [Column(c, c, fmt_int, True) for c in wide.columns if c != "strategy"],
+            + [Column(c, f"{c} (total)", fmt_int, True) for c in wide.columns if c != "strategy"],
+            caption=f"Totals over every run of every load and repeat ({view.cells.height} runs)",
         )
     )
     return section
@@ -367,8 +336,8 @@ def _runs(view: ReportInputs) -> Section:
     f3 = fmt_float(3)
     # With a load plan (issue 14) each run has a load, and client aborts are counted.
     columns = view.cells.columns
-    by_load = ["load"] if "load" in columns else []
-    load_column = [Column("load")] if by_load else []
+    by_load = ["load_order"] if "load_order" in columns else []
+    load_column = [Column("load")] if "load" in columns else []
     aborted = [Column("aborted", "aborted", fmt_int, True)] if "aborted" in columns else []
     section.html(
         html_table(
@@ -425,10 +394,18 @@ def _cache(view: ReportInputs, strategies: list[str]) -> Section | None:
                 view.cache_split,
                 [
                     Column("strategy"),
-                    Column("recomputed_tokens", "recomputed tokens", fmt_float(0), True),
-                    Column("from_cache_tokens", "of which cache hits", fmt_float(0), True),
-                    Column("truly_recomputed_tokens", "truly recomputed", fmt_float(0), True),
-                    Column("cache_hit_tokens", "all cache hits", fmt_float(0), True),
+                    Column(
+                        "recomputed_tokens", "recomputed tokens (mean per run)", fmt_float(0), True
+                    ),
+                    Column(
+                        "from_cache_tokens", "of which cache hits (mean per run)", fmt_float(0),
+                        True,
+                    ),
+                    Column(
+                        "truly_recomputed_tokens", "truly recomputed (mean per run)",
+                        fmt_float(0), True,
+                    ),
+                    Column("cache_hit_tokens", "all cache hits (mean per run)", fmt_float(0), True),
                 ],
             )
         )
@@ -451,8 +428,6 @@ def build_sections(view: ReportInputs) -> list[Section]:
     """
     strategies = list(view.strategies)
     verdicts = _verdicts(view.qualification)
-    # The go/no-go line and the load section (issue 14), when the folder has them.
-    verdicts.body.insert(0, headline_html(view))
     load = load_section(view)
     recomputed = _recomputed(view, strategies)
     sections = [
