@@ -351,9 +351,12 @@ def _header(view: ReportInputs) -> str:
     q = view.qualification
     rows = _sweep_rows(view) if _is_sweep(view) else _qualify_rows(view)
     items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in rows)
-    # Where people look: the go/no-go line first, then the load x strategy matrix.
+    # Where people look: the go/no-go line first, then the load x strategy matrix and the one
+    # line on the candidate's recomputation.
+    note = q.get("recomputation")
+    recomputation = f'<p class="note">{esc(note)}.</p>' if note else ""
     return (
-        f"<header>{headline_html(q)}{matrix_html(q)}"
+        f"<header>{headline_html(q)}{matrix_html(q)}{recomputation}"
         f"<h1>Qualification report: {esc(q['candidate'])} on {esc(_subject(view))}</h1>"
         f"<dl>{items}</dl></header>"
     )
