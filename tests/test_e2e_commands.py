@@ -364,7 +364,7 @@ def test_report_of_the_sweep_has_the_verdict_tables(sweep_folder: Path, tmp_path
     ]
     header = ["load", "strategy", "label"]
     effect_table = next(t for t in parser.tables if t[0][:3] == header)
-    column = effect_table[0].index("output_throughput change [interval]")
+    column = effect_table[0].index("output throughput change [interval]")
     shown = []
     for row in effect_table[1:]:
         # "-6.4% [-31.2, +18.4]": the throughput change and its interval.

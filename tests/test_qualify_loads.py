@@ -91,7 +91,7 @@ def test_each_load_has_its_verdict_and_a_headline(results: Path) -> None:
     assert "at rate-0.6x, rate-1x, rate-1.5x and concurrency-4:" in text and text.endswith(".")
     html = (results / "report.html").read_text()
     assert 'id="go-no-go"' in html and 'id="chart-load-goodput"' in html
-    assert "recomputed_tokens change [interval]" in html
+    assert "recomputed tokens change [interval]" in html
     # The page's first line is the go/no-go sentence, then the matrix, then the title.
     header = html[html.index("<header>") :]
     assert (

@@ -71,7 +71,7 @@ table { border-collapse: collapse; font-size: 12.5px; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { border: 1px solid var(--line); padding: 3px 7px; vertical-align: top; text-align: left; }
 th { background: var(--bg-soft); font-weight: 600; }
-th { max-width: 120px; }
+th { max-width: 120px; overflow-wrap: anywhere; }
 table.candidates th { min-width: 4.5em; overflow-wrap: normal; }
 /* Candidate values are short ids and numbers: keep each on one line; the wrap scrolls. */
 table.candidates td { white-space: nowrap; }

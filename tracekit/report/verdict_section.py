@@ -163,7 +163,7 @@ def effectiveness_html(q: dict[str, Any]) -> str:
             Column("label", "label"),
             Column("pairs", "pairs", fmt_int, True),
             Column("needed", "repeats to decide", fmt_int, True),
-            *[Column(n, f"{n} change [interval]") for n in names],
+            *[Column(n, f"{n.replace('_', ' ')} change [interval]") for n in names],
             Column("reason"),
         ],
         row_class="cls",
