@@ -277,7 +277,7 @@ def cell_label(stats: Sequence[EndpointStats], rule: VerdictRule, repeats: int) 
         return BENEFICIAL, (
             "better beyond the margin: "
             + "; ".join(_shown(s) for s in better)
-            + "; every other endpoint within its margin or better"
+            + "; no endpoint worse than minus its margin"
         )
     if all(s.verdict == "equivalent" for s in stats):
         return EQUIVALENT, "every endpoint's interval lies inside its margins"
