@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from tracekit import __version__
+from tracekit.cli.accuracy_cmd import accuracy
 from tracekit.cli.calibrate_cmd import calibrate
 from tracekit.cli.capacity_cmd import capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
@@ -44,7 +45,7 @@ def cli() -> None:
 
 for command in (
     manifest, validate, inspect, query, record, replay, diff, fidelity, qualify, report, sweep,
-    experiment, calibrate, capacity, outputs,
+    experiment, calibrate, capacity, outputs, accuracy,
 ):  # fmt: skip
     cli.add_command(command)
 cli.add_command(oracle)  # tracekit oracle (docs/oracle.md)
