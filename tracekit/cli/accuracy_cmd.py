@@ -91,6 +91,14 @@ def _write_json(path: Path, payload: Any) -> None:
     help="Relative error each metric is held to (or the repeats' noise floor, if larger).",
 )
 @out_option(folder=False, default=None, help="Also write the comparison as JSON to this file.")
+@click.option(
+    "--record-error",
+    "record_label",
+    default=None,
+    metavar="LABEL",
+    help="Add the errors to the calibrated model file (--latency calibrated:FILE) as the "
+    "held-out measurement LABEL; reports whose times come from the model print them.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def accuracy(
     results: tuple[Path, ...],
@@ -98,6 +106,7 @@ def accuracy(
     server_log: Path | None,
     target: float,
     out: Path | None,
+    record_label: str | None,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -111,8 +120,10 @@ def accuracy(
     --target and outside the repeats' noise floor.
     """
     from tracekit.measured.runs import accuracy as run_accuracy
-    from tracekit.measured.runs import measured_engine_config
+    from tracekit.measured.runs import measured_engine_config, record_measured_error
 
+    if record_label is not None and not (latency or "").startswith("calibrated:"):
+        raise click.UsageError("--record-error needs --latency calibrated:FILE")
     click.echo(f"accuracy: started ({len(results)} run(s))", err=True)
     with library_errors():
         config, provenance = measured_engine_config(
@@ -120,6 +131,9 @@ def accuracy(
         )
         comparison = run_accuracy(results, config, target=target, provenance=provenance)
     payload = comparison.as_dict()
+    if record_label is not None:
+        with library_errors():
+            record_measured_error(str(latency).partition(":")[2], comparison, record_label)
     if out is not None:
         _write_json(out, payload)
     click.echo(f"accuracy: done {len(results)}/{len(results)}", err=True)

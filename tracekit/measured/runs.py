@@ -36,6 +36,7 @@ __all__ = [
     "is_measured_result",
     "measured_engine_config",
     "read_measured_run",
+    "record_measured_error",
 ]
 
 #: The engine settings a measured server's configuration is made of (and reported with).
@@ -178,3 +179,28 @@ def accuracy(
             "engine_provenance": provenance or {},
         },
     )
+
+
+#: The metrics a model's measured error lists (report order).
+ERROR_METRICS = (
+    "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "e2e_p50", "e2e_p99", "output_throughput",
+)  # fmt: skip
+
+
+def record_measured_error(model_path: str | Path, comparison: Comparison, label: str) -> Path:
+    """Add ``comparison``'s errors to a calibrated model file as a held-out measurement.
+
+    The model's ``measured_error["held_out"][label]`` becomes, per metric of
+    :data:`ERROR_METRICS`, the error and the repeats' noise floor; the file is rewritten whole
+    (temporary file and rename). Qualify reports whose times come from the model print it.
+    """
+    path = Path(model_path)
+    model = load_calibrated_model(path)
+    entry = {
+        "runs": [r["source"] for r in comparison.runs],
+        "errors": {m.name: m.error for m in comparison.metrics if m.name in ERROR_METRICS},
+        "noise": {m.name: m.noise for m in comparison.metrics if m.name in ERROR_METRICS},
+    }
+    measured = dict(model.measured_error)
+    measured["held_out"] = {**(measured.get("held_out") or {}), label: entry}
+    return _atomic_save(dataclasses.replace(model, measured_error=measured), path)

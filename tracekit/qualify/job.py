@@ -345,6 +345,7 @@ def _inputs(plan: QualifyPlan, repeats: list[Repeat], strategies: list[StrategyS
         "created_at": utc_now_iso(),
         "workload": workload.describe(),
         "engine_config": dataclasses.asdict(plan.engine_config),
+        **_latency_measured_error(plan.engine_config),
         "strategies": [s.name for s in strategies],
         "strategy_configs": {s.name: s.settings or None for s in strategies},
         "candidate": plan.candidate.name,
@@ -363,6 +364,29 @@ def _inputs(plan: QualifyPlan, repeats: list[Repeat], strategies: list[StrategyS
         "seed": plan.seed,
         "slo": dataclasses.asdict(plan.slo),
         "cell": _cell_label(plan),
+    }
+
+
+def _latency_measured_error(config: EngineConfig) -> dict:
+    """The measured error a calibrated model carries, for the report (docs/latency.md).
+
+    ``{"latency_measured_error": ...}`` when the step times come from a ``calibrated:`` model
+    fitted to measured runs (``tracekit calibrate RESULT ...``), else nothing.
+    """
+    spec = (config.latency or "").strip()
+    if not spec.startswith("calibrated:"):
+        return {}
+    from tracekit.latency.calibrated import load_calibrated_model
+
+    model = load_calibrated_model(spec.partition(":")[2])
+    if not model.measured_error:
+        return {}
+    return {
+        "latency_measured_error": {
+            **model.measured_error,
+            "request_overheads": model.request_overheads,
+            "fitted_on": [r.get("source") for r in model.fit.get("runs") or []],
+        }
     }
 
 

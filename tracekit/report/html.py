@@ -180,6 +180,39 @@ def latency_text(engine: dict[str, Any]) -> str:
     return f"{spec} ({note})" if note else spec
 
 
+#: The metrics the measured-error row names, with their labels.
+_ERROR_LABELS = (
+    ("ttft_p50", "TTFT P50"), ("tpot_p50", "TPOT P50"), ("e2e_p50", "E2E P50"),
+    ("e2e_p99", "E2E P99"), ("output_throughput", "throughput"),
+)  # fmt: skip
+
+
+def measured_error_text(measured: dict[str, Any] | None) -> str | None:
+    """The step-time model's error against measured runs, or None (docs/latency.md).
+
+    ``measured`` is ``qualify.json``'s ``latency_measured_error``: the errors on the runs the
+    model was fitted on and on each held-out measurement (``tracekit accuracy --record-error``).
+    """
+    if not measured:
+        return None
+
+    def errors(values: dict[str, Any]) -> str:
+        return ", ".join(
+            f"{label} {values[key]:+.1%}"
+            for key, label in _ERROR_LABELS
+            if isinstance(values.get(key), int | float)
+        )
+
+    fitted = measured.get("fitted_runs") or {}
+    parts = [f"on the {len(measured.get('fitted_on') or [])} runs it was fitted on: "
+             f"{errors(fitted) or 'none recorded'}"]  # fmt: skip
+    for label, entry in (measured.get("held_out") or {}).items():
+        parts.append(f"held out, {label}: {errors(entry.get('errors') or {}) or '-'}")
+    if len(parts) == 1:
+        parts.append("no held-out measurement recorded (tracekit accuracy --record-error)")
+    return "simulated vs measured: " + "; ".join(parts)
+
+
 def _windows_text(repeats: list[dict[str, Any]]) -> str:
     return "; ".join(
         f"r{r.get('repeat')}: "
@@ -305,6 +338,11 @@ def _qualify_rows(view: ReportInputs) -> list[tuple[str, str]]:
         ("policy settings", _settings_text(view.changed_settings)),
         ("engine", _engine_text(engine) or fmt_value(engine)),
         ("step times", latency_text(engine)),
+        *(
+            [("measured error", text)]
+            if (text := measured_error_text(inputs.get("latency_measured_error")))
+            else []
+        ),
         ("repeats", _repeats_text(view, _windows_text(inputs.get("repeat_details") or []))),
         *_common_rows(view),
     ]
