@@ -290,7 +290,9 @@ def run_client(
             "--result-filename",
             result.name,
         ]
-        env = {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu" if args.device == "cpu" else ""}
+        env = {"HF_HUB_OFFLINE": "1"}
+        if args.device == "cpu":
+            env["VLLM_TARGET_DEVICE"] = "cpu"
     elif client == "guidellm":
         result = out / "results" / f"{label}.json"
         data = out / "logs" / f"{label}.prompts.jsonl"
