@@ -106,7 +106,7 @@ def test_fit_gives_back_a_known_model_and_its_overheads(tmp_path: Path) -> None:
         assert both["e2e_s_s"].to_list() == pytest.approx(both["e2e_s"].to_list(), rel=0.05)
         # A TTFT moves by a step when an arrival falls on the other side of a step boundary.
         ttft = both.select(((pl.col("ttft_s_s") / pl.col("ttft_s")) - 1).abs().mean()).item()
-        assert ttft < 0.05
+        assert ttft < 0.08
     # ... and the large terms come back: the fixed step cost and the TTFT overhead (per
     # decoding sequence and per scheduled request move together in decode steps, and trade off
     # against each other on 42 requests).

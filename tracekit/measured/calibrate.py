@@ -12,8 +12,9 @@ where ``s_a`` is the step under way when request ``i`` arrived (``share_i`` of i
 the linear step-time model of :mod:`tracekit.latency.calibrated` over the step's make-up
 ``x(s)``. Both latencies are linear in the unknowns (the six step coefficients and the three
 overheads ``o_ttft``, ``o_tok``, ``o_e2e``; :class:`~tracekit.measured.simulate.RequestOverheads`),
-so for a fixed schedule they are one non-negative least-squares problem, each latency weighted
-by one over its measured value (relative error). The schedule depends on the step times (which
+so for a fixed schedule they are one non-negative least-squares problem, in seconds, the TTFTs
+and the E2Es each scaled by their mean (:func:`_weights`). The schedule depends on the step
+times (which
 requests have arrived by which step), so :func:`fit_from_runs` alternates: simulate the runs with
 the current model, fit to the latencies given that schedule (from the second round on, the
 mean of that fit and the previous round's: damping, since a new schedule moves a few requests
@@ -154,6 +155,23 @@ def _design(
     return rows
 
 
+def _weights(rows: list[tuple[list[float], float]]) -> list[float]:
+    """One over the mean measured value of its kind (TTFT rows, E2E rows), for every row.
+
+    Least squares in seconds within each kind, so the model's TTFTs and E2Es add up to the
+    measured ones (latency percentiles and throughput are sums of step times), with the two
+    kinds on one scale. A relative error per request (one over each value) is biased towards
+    the fastest requests: on a loaded machine whose repeats ran 8 times apart in speed, it fitted
+    a model 55 % short of both (``docs/latency.md``, "Calibration from measured runs").
+    """
+    kinds = [features[-1] for features, _ in rows]  # 0: TTFT row, 1: E2E row
+    means = {}
+    for kind in (0.0, 1.0):
+        values = [max(y, 0.0) for (_, y), k in zip(rows, kinds, strict=True) if k == kind]
+        means[kind] = max(sum(values) / len(values), 1e-6) if values else 1.0
+    return [1.0 / means[k] for k in kinds]
+
+
 def _solve(rows: list[tuple[list[float], float]], weights: list[float]) -> list[float]:
     k = len(rows[0][0])
     gram = [[0.0] * k for _ in range(k)]
@@ -245,7 +263,7 @@ def fit_from_runs(
                     f"calibrate: {len(rows) // 2} requests were served in both the measured runs "
                     f"and their simulation; fit on at least {MIN_REQUESTS}"
                 )
-            weights = [1.0 / max(y, 1e-6) for _, y in rows]
+            weights = _weights(rows)
             solution = _solve(rows, weights)
             if last_solution is not None:
                 # Damped: a new schedule moves a few requests across a step boundary, and the
@@ -293,10 +311,10 @@ def fit_from_runs(
             if m.error is not None
         }
     fit = {
-        "method": "non-negative least squares on per-request TTFT and E2E (relative error), "
-        "re-simulated until stable",
+        "method": "non-negative least squares on per-request TTFT and E2E (seconds, each kind "
+        "scaled by its mean), re-simulated until stable",
         "target": "per-request latencies",
-        "weighting": "relative",
+        "weighting": "seconds, each kind (TTFT, E2E) over its mean",
         "terms": terms,
         "overhead_terms": list(OVERHEADS),
         "iterations": len(history),
