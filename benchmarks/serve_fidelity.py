@@ -525,8 +525,16 @@ def main(argv: list[str] | None = None) -> int:
         also = ["roofline"]
         if gpu:
             system = next((s for k, s in GPU_SYSTEMS.items() if k in _gpu_name()), None)
-            if system:
+            import importlib.util
+
+            if system and importlib.util.find_spec("aiconfigurator_core") is not None:
                 also.append(f"aiconfigurator:{system}/meta-llama/Meta-Llama-3.1-8B")
+            elif system:
+                print(
+                    "serve_fidelity: aiconfigurator-core is not installed (pip install "
+                    "'.[aiconfigurator]'): no AIConfigurator prediction",
+                    file=sys.stderr,
+                )
     for spec in also:
         models[spec.split(":")[0] if spec.startswith(("roofline", "aiconfigurator")) else spec] = (
             spec

@@ -274,3 +274,51 @@ def test_a_summary_only_result_is_refused_by_accuracy(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--save-detailed" in result.output
+
+
+def test_accuracy_records_a_held_out_error_in_the_model_file(tmp_path: Path) -> None:
+    runner = CliRunner()
+    model = tmp_path / "model.json"
+    fitted = runner.invoke(
+        cli, ["calibrate", str(RATE8), str(GUIDELLM), "--server-log", str(LOG), "--out", str(model)]
+    )
+    assert fitted.exit_code == 0, fitted.output
+    before = json.loads(model.read_text())
+    result = runner.invoke(
+        cli,
+        [
+            "accuracy",
+            str(FAILURES),
+            "--latency",
+            f"calibrated:{model}",
+            "--server-log",
+            str(LOG),
+            "--record-error",
+            "vllm bench long prompts",
+            "--target",
+            "100",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    after = json.loads(model.read_text())
+    held = after["measured_error"]["held_out"]["vllm bench long prompts"]
+    assert held["runs"] == [str(FAILURES)]
+    assert set(held["errors"]) == {
+        "ttft_p50",
+        "ttft_p99",
+        "tpot_p50",
+        "tpot_p99",
+        "e2e_p50",
+        "e2e_p99",
+        "output_throughput",
+    }
+    # The rest of the model is unchanged.
+    assert after["coefficients"] == before["coefficients"]
+    assert after["measured_error"]["fitted_runs"] == before["measured_error"]["fitted_runs"]
+    # Without a calibrated model there is nowhere to record it.
+    refused = runner.invoke(
+        cli, ["accuracy", str(FAILURES), "--server-log", str(LOG), "--record-error", "x"]
+    )
+    assert refused.exit_code == 2 and "--record-error needs --latency calibrated:FILE" in (
+        refused.output
+    )
