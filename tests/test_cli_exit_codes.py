@@ -37,6 +37,7 @@ COMMANDS = {
     "experiment traces verify": ["experiment", "traces", "--mode", "verify", "--out", MISSING],
     "oracle": ["oracle", MISSING, "--out", "{tmp}/out"],
     "calibrate": ["calibrate", MISSING, "--out", "{tmp}/out"],
+    "accuracy": ["accuracy", MISSING, "--out", "{tmp}/out"],
 }  # fmt: skip
 
 

@@ -78,9 +78,7 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 @click.command("accuracy", context_settings=CONTEXT_SETTINGS)
-@click.argument(
-    "results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
-)
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=False, path_type=Path))
 @latency_option
 @measured_engine_options
 @click.option(
@@ -120,16 +118,21 @@ def accuracy(
     --target and outside the repeats' noise floor.
     """
     from tracekit.measured.runs import accuracy as run_accuracy
-    from tracekit.measured.runs import measured_engine_config, record_measured_error
+    from tracekit.measured.runs import (
+        measured_engine_config,
+        read_measured_run,
+        record_measured_error,
+    )
 
     if record_label is not None and not (latency or "").startswith("calibrated:"):
         raise click.UsageError("--record-error needs --latency calibrated:FILE")
-    click.echo(f"accuracy: started ({len(results)} run(s))", err=True)
     with library_errors():
+        runs = [read_measured_run(r) for r in results]
         config, provenance = measured_engine_config(
             {**measured_options(options), "latency": latency}, server_log
         )
-        comparison = run_accuracy(results, config, target=target, provenance=provenance)
+        click.echo(f"accuracy: started ({len(results)} run(s))", err=True)
+        comparison = run_accuracy(runs, config, target=target, provenance=provenance)
     payload = comparison.as_dict()
     if record_label is not None:
         with library_errors():

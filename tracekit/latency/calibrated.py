@@ -268,9 +268,7 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
     if not isinstance(overheads, dict) or not all(
         isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in overheads.values()
     ):
-        raise ConfigError(
-            f"{path}: field request_overheads must map names to finite seconds >= 0"
-        )
+        raise ConfigError(f"{path}: field request_overheads must map names to finite seconds >= 0")
     try:
         return CalibratedModel(
             values,

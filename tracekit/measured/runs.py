@@ -153,7 +153,7 @@ def calibrate_results(
 
 
 def accuracy(
-    results: Sequence[str | Path],
+    results: Sequence[str | Path | MeasuredRun],
     config: EngineConfig,
     *,
     target: float = 0.10,
@@ -164,7 +164,7 @@ def accuracy(
     A ``calibrated:`` model that carries request overheads has them added to the simulated
     latencies; any other model's latencies are the engine's alone.
     """
-    runs = [read_measured_run(r) for r in results]
+    runs = [r if isinstance(r, MeasuredRun) else read_measured_run(r) for r in results]
     overheads = RequestOverheads()
     spelling = config.effective_latency
     if spelling.startswith("calibrated:"):
