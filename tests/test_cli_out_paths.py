@@ -18,8 +18,9 @@ from click.testing import CliRunner
 
 from tracekit.cli import cli
 
-# Each command with --out, its other arguments ({trace}, {workload}, {matrix}, {results} are
-# real inputs), and whether --out is a folder (True) or a file (False).
+# Each command with --out, its other arguments ({trace}, {workload}, {matrix}, {results},
+# {result} and {server_log} are real inputs), and whether --out is a folder (True) or a file
+# (False).
 COMMANDS: dict[str, tuple[list[str], bool]] = {
     "replay": (["replay", "{trace}", "--strategy", "bidkv"], True),
     "record sim": (["record", "sim", "--workload", "{workload}", "--limit", "5"], True),
@@ -34,6 +35,7 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
     "experiment run": (["experiment", "run", "--runs", "1"], True),
     "oracle": (["oracle", "{trace}"], True),
     "calibrate": (["calibrate", "{trace}"], False),
+    "accuracy": (["accuracy", "{result}", "--server-log", "{server_log}"], False),
 }
 
 
@@ -41,7 +43,10 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
 def inputs(tmp_path: Path, write_bundle: Callable[..., Path], azure_sample: Path,
            tiny_matrix: Path) -> dict[str, str]:  # fmt: skip
     trace = write_bundle(tmp_path / "trace")
-    return {"trace": str(trace), "workload": str(azure_sample), "matrix": str(tiny_matrix)}
+    results = Path(__file__).parent / "data" / "bench-results"
+    return {"trace": str(trace), "workload": str(azure_sample), "matrix": str(tiny_matrix),
+            "result": str(results / "vllm-bench-rate8.json"),
+            "server_log": str(results / "vllm-serve.log")}  # fmt: skip
 
 
 def run(name: str, out: Path, inputs: dict[str, str]):  # type: ignore[no-untyped-def]
