@@ -472,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     started = time.perf_counter()
     results: dict[tuple[str, float, float], list[Path]] = {}
+    # The 1-minute load average when each client run started (a shared machine's load).
+    run_loads: list[float] = []
     if not args.reuse:
         venvs = {
             "vllm": args.vllm_venv
@@ -491,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for i, (client, rate, burst, rep) in enumerate(plan, start=1):
                 t0 = time.perf_counter()
+                run_loads.append(os.getloadavg()[0])
                 path = run_client(client, rate, burst, rep, out, server, args, venvs, model)
                 results.setdefault((client, rate, burst), []).append(path)
                 print(
@@ -560,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         "live_wall_s": live_s,
         "load_average_before": load_before,
         "load_average_after": load_after,
+        "load_average_per_run": run_loads,
         "fit": {
             "iterations": fit.iterations,
             "converged": fit.converged,
@@ -572,6 +576,12 @@ def main(argv: list[str] | None = None) -> int:
         f"live: {sum(len(v) for v in results.values())} client runs in {live_s:.0f} s "
         f"(load average {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
         f"{os.cpu_count()} cores)"
+        + (
+            f"; 1-minute load average at the start of the runs {min(run_loads):.1f} to "
+            f"{max(run_loads):.1f}, median {statistics.median(run_loads):.1f}"
+            if run_loads
+            else ""
+        )
     )
     print(
         f"fit on {len(calibration)} runs at rate {args.calibrate_rate:g}: {fit.iterations} "
