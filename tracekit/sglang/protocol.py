@@ -45,10 +45,10 @@ __all__ = [
 PROTOCOL_VERSION = 1
 
 
+
 #: SGLang ``--schedule-policy`` values the recorder drives.
 SchedulePolicyName = Literal["fcfs", "lpm"]
 SCHEDULE_POLICIES: tuple[str, ...] = get_args(SchedulePolicyName)
-
 
 @dataclass(frozen=True, slots=True)
 class SglangConfig:
