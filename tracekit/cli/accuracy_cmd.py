@@ -13,7 +13,7 @@ import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import latency_option
-from tracekit.cli.output import echo_json
+from tracekit.cli.output import echo_json, output_options
 
 __all__ = ["accuracy", "measured_engine_options", "measured_options"]
 
@@ -97,7 +97,7 @@ def _write_json(path: Path, payload: Any) -> None:
     help="Add the errors to the calibrated model file (--latency calibrated:FILE) as the "
     "held-out measurement LABEL; reports whose times come from the model print them.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@output_options("comparison")
 def accuracy(
     results: tuple[Path, ...],
     latency: str | None,
