@@ -110,11 +110,13 @@ def test_build_aiconfigurator_stand_in():
     assert 0.01 < model.step_time_s(StepShape.of(decode=[500] * 8)) < 0.05
 
 
-@pytest.mark.parametrize("module", ["interface", "calibrated", "spec"])
+@pytest.mark.parametrize(
+    "module", ["tracekit.engine.step_time", "tracekit.latency.calibrated", "tracekit.latency.spec"]
+)
 def test_doctests_of_the_latency_modules(module):
     import doctest
     import importlib
 
-    failures, tried = doctest.testmod(importlib.import_module(f"tracekit.latency.{module}"))
+    failures, tried = doctest.testmod(importlib.import_module(module))
     assert tried > 0
     assert failures == 0

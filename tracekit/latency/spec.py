@@ -14,6 +14,10 @@
 :func:`parse_latency_spec` checks the spelling only (cheap, no optional import; a calibrated
 model's file must exist); :meth:`LatencySpec.build` makes the model, and it is there that an
 AIConfigurator system or model name is checked against the installed tables.
+
+Importing this module installs :data:`SOURCE` as the engine's step-time model source
+(``tracekit.engine.step_time``): the engine, which never imports this package, then checks and
+times every ``EngineConfig.latency`` spelling through it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.step_time import install_step_time_source
 from tracekit.errors import ConfigError
 from tracekit.latency.aiconfigurator import DEFAULT_BACKEND, MISSING_MESSAGE, did_you_mean
 from tracekit.latency.interface import StepTimeModel
@@ -34,7 +39,9 @@ __all__ = [
     "A6000_STAND_IN",
     "BACKENDS",
     "KINDS",
+    "SOURCE",
     "LatencySpec",
+    "LatencySpellings",
     "cached_step_time_model",
     "check_latency_spec",
     "latency_manifest",
@@ -233,3 +240,21 @@ def latency_manifest(config: EngineConfig) -> dict[str, Any]:
             "step_s": config.step_s,
         }
     return {"spec": spelling, **cached_step_time_model(spelling).describe()}
+
+
+class LatencySpellings:
+    """``tracekit.latency`` as the engine's step-time model source (``StepTimeModelSource``)."""
+
+    def check(self, spelling: str) -> None:
+        """:func:`check_latency_spec` (cheap: no model is built)."""
+        check_latency_spec(spelling)
+
+    def model(self, spelling: str) -> StepTimeModel:
+        """:func:`cached_step_time_model`: one model per spelling and process."""
+        return cached_step_time_model(spelling)
+
+
+#: Installed when this module is imported, so that a process that imports ``tracekit.latency``
+#: runs every ``EngineConfig.latency`` spelling.
+SOURCE = LatencySpellings()
+install_step_time_source(SOURCE)
