@@ -15,6 +15,7 @@ from tracekit.cli.capacity_cmd import capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment
+from tracekit.cli.latency_cmd import latency
 from tracekit.cli.manifest_cmd import manifest
 from tracekit.cli.oracle_cmd import oracle
 from tracekit.cli.qualify_cmd import qualify, report
@@ -44,7 +45,7 @@ def cli() -> None:
 
 for command in (
     manifest, validate, inspect, query, record, replay, diff, fidelity, qualify, report, sweep,
-    experiment, calibrate, capacity, outputs,
+    experiment, calibrate, latency, capacity, outputs,
 ):  # fmt: skip
     cli.add_command(command)
 cli.add_command(oracle)  # tracekit oracle (docs/oracle.md)
