@@ -241,7 +241,7 @@ def test_a_version_only_aisimulate_ships_is_its_own_after_aiconfigurator_was_use
     # Both packages find their tables through two process-wide environment variables that each
     # sets on first use; without the backends pinning their own folders, AISimulate built after
     # an AIConfigurator model compiled against aiconfigurator-core's tables, which lack vllm
-    # 0.31.0 (refused), and AIConfigurator after AISimulate read AISimulate's.
+    # 0.31.0 (refused).
     shapes = _shapes(4, 40)
     alone = _times("aisimulate:h100_sxm:0.31.0", shapes)["aisimulate:h100_sxm:0.31.0"]
     after = _times("aiconfigurator:h100_sxm:0.27.0,aisimulate:h100_sxm:0.31.0", shapes)

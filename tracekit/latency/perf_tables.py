@@ -445,10 +445,10 @@ class TablePackage:
     def _own_data_roots(self) -> Iterator[None]:
         # Both packages' native estimators find their tables and model configurations through
         # two process-wide environment variables, which each sets to its own folders when it is
-        # first used and leaves alone after that: in a process that has built a model of one
-        # package, the other would compile against the first one's tables (and, for a model
-        # the first lacks, try to download its configuration). So every build names its own
-        # package's folders, and the variables are restored afterwards (docs/latency.md,
+        # first used and leaves alone after that: AISimulate, built in a process that has built
+        # an AIConfigurator model, compiled against aiconfigurator-core's tables (and, for a
+        # model those lack, would try to download its configuration). So every build names its
+        # own package's folders, and the variables are restored afterwards (docs/latency.md,
         # "aisimulate").
         root = resources.files(self.module)
         values = {
