@@ -32,6 +32,16 @@ def _dead_pid() -> int:
     return process.pid
 
 
+def _gone(k: int = 0) -> int:
+    """A pid no process has: above the system's pid_max (a just-reaped pid may be reused by
+    another process on a busy machine)."""
+    try:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pid_max = 2**22
+    return pid_max + 1 + k
+
+
 @pytest.fixture
 def sleeper() -> Iterator[int]:
     """The pid of a running process (not this one)."""
@@ -107,7 +117,7 @@ def test_a_name_with_regex_characters_matches_only_itself() -> None:
 def test_stale_staging_is_removed_and_every_hostile_leftover_is_left_alone(
     tmp_path: Path, sleeper: int
 ) -> None:
-    dead = _dead_pid()
+    dead = _gone()
     user = tmp_path / "user"  # what links point at: must never be touched
     (user / "inner").mkdir(parents=True)
     (user / "precious.txt").write_text("mine\n")
@@ -116,7 +126,7 @@ def test_stale_staging_is_removed_and_every_hostile_leftover_is_left_alone(
     (stale_dir / "tables" / "part-0.parquet").write_bytes(b"x" * 100)
     huge = tmp_path / f".run.partial-{HUGE}"
     huge.mkdir()
-    stale_file = tmp_path / f".run.partial-{dead + 1 if dead + 1 != sleeper else dead + 2}"
+    stale_file = tmp_path / f".run.partial-{dead + 1}"
     stale_file.write_text("a staging file of a file output\n")
     keep = {
         tmp_path / f".run.partial-{sleeper}": "live process",
@@ -151,7 +161,7 @@ def test_stale_staging_is_removed_and_every_hostile_leftover_is_left_alone(
 
 @pytest.mark.skipif(not IS_ROOT, reason="making another user's folder needs root (chown)")
 def test_another_users_staging_folder_is_left_alone(tmp_path: Path) -> None:
-    theirs = tmp_path / f".run.partial-{_dead_pid()}"
+    theirs = tmp_path / f".run.partial-{_gone()}"
     theirs.mkdir()
     (theirs / "their.txt").write_text("theirs\n")
     os.chown(theirs, 65534, 65534)
@@ -168,7 +178,7 @@ def test_clean_up_never_raises_where_nothing_can_be_listed_or_removed(tmp_path: 
     assert safe_output.remove_staging_below(blocker) == []
     if not IS_ROOT:
         locked = tmp_path / "locked"
-        stale = locked / f".run.partial-{_dead_pid()}"
+        stale = locked / f".run.partial-{_gone()}"
         (stale / "sub").mkdir(parents=True)
         (stale / "sub" / "f").write_text("x")
         (stale / "sub").chmod(0o500)  # its file cannot be removed
@@ -183,7 +193,7 @@ def test_staging_below_a_sweep_folder_goes_whatever_its_pid_but_links_are_not_fo
 ) -> None:
     root = tmp_path / "sweep"
     outside = tmp_path / "outside"
-    (outside / f".run.partial-{_dead_pid()}").mkdir(parents=True)
+    (outside / f".run.partial-{_gone()}").mkdir(parents=True)
     (root / "runs" / "a").mkdir(parents=True)
     live = root / "runs" / "a" / f".r0.partial-{sleeper}"
     live.mkdir()
