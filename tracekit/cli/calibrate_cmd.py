@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tracekit.cli.accuracy_cmd import measured_engine_options, measured_options
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 
 __all__ = ["calibrate"]
 
@@ -37,6 +37,7 @@ __all__ = ["calibrate"]
     show_default=True,
     help="Benchmark results: simulate-and-fit rounds at most.",
 )
+@overwrite_option("a model file calibrate wrote")
 def calibrate(
     traces: tuple[Path, ...],
     out: Path,
@@ -44,6 +45,7 @@ def calibrate(
     seed: int,
     server_log: Path | None,
     max_iterations: int,
+    overwrite: bool,
     **options: Any,
 ) -> None:
     """Fit a step-time model to the measured step durations of TRACES (docs/latency.md).
@@ -63,11 +65,13 @@ def calibrate(
     from tracekit.measured.runs import is_measured_result
 
     if any(is_measured_result(t) for t in traces):
-        _calibrate_results(traces, out, server_log, max_iterations, options)
+        _calibrate_results(traces, out, server_log, max_iterations, overwrite, options)
         return
 
     with library_errors():
-        result = calibrate_trace(traces, out, holdout_fraction=holdout, seed=seed)
+        result = calibrate_trace(
+            traces, out, holdout_fraction=holdout, seed=seed, overwrite=overwrite
+        )
     model = result.model
     held = model.errors["holdout"]
     coefficients = ", ".join(
@@ -94,6 +98,7 @@ def _calibrate_results(
     out: Path,
     server_log: Path | None,
     max_iterations: int,
+    overwrite: bool,
     options: dict[str, Any],
 ) -> None:
     from tracekit.measured.runs import calibrate_results, is_measured_result, measured_engine_config
@@ -108,7 +113,12 @@ def _calibrate_results(
     with library_errors():
         config, provenance = measured_engine_config(measured_options(options), server_log)
         fit = calibrate_results(
-            results, out, config, provenance=provenance, max_iterations=max_iterations
+            results,
+            out,
+            config,
+            provenance=provenance,
+            max_iterations=max_iterations,
+            overwrite=overwrite,
         )
     click.echo(f"calibrate: done {fit.iterations} round(s)", err=True)
     model = fit.model

@@ -126,15 +126,22 @@ def calibrate_results(
     provenance: dict[str, Any] | None = None,
     initial: str | Path | None = None,
     max_iterations: int = 12,
+    overwrite: bool = False,
 ) -> RequestFit:
     """Fit the model to measured runs (``tracekit calibrate RESULT ...``) and write it to ``out``.
 
     The model file is written through a temporary file and a rename; nothing is written when
-    a result cannot be read or the fit is refused.
+    a result cannot be read or the fit is refused. An existing ``out`` is refused unless
+    ``overwrite`` and it is a model file calibrate wrote (``docs/guarantees.md``, "Safe
+    output").
     """
+    from tracekit import safe_output
+    from tracekit.latency.measured import MODEL_MARK
+
+    out = Path(out)
+    safe_output.check_new_file(out, mark=MODEL_MARK, overwrite=overwrite, inputs=list(results))
     runs = [read_measured_run(r) for r in results]
     start = load_calibrated_model(initial) if initial is not None else None
-    out = Path(out)
     fit = fit_from_runs(
         runs,
         config,
@@ -148,7 +155,10 @@ def calibrate_results(
         fit={**fit.model.fit, "engine_provenance": provenance or {}},
         source=str(out),
     )
-    _atomic_save(model, out)
+    with safe_output.staged_file(
+        out, mark=MODEL_MARK, overwrite=overwrite, inputs=list(results)
+    ) as staging:
+        model.save(staging)
     return dataclasses.replace(fit, model=model)
 
 
