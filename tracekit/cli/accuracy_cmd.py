@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -67,14 +66,12 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
-def _write_json(path: Path, payload: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _write_json(path: Path, payload: Any, inputs: tuple[Path, ...]) -> None:
+    # docs/guarantees.md, "Safe output": never over an existing file; staged, then renamed.
+    from tracekit import safe_output
+
+    with safe_output.staged_file(path, mark=None, inputs=list(inputs)) as staging:
+        Path(staging).write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
 @click.command("accuracy", context_settings=CONTEXT_SETTINGS)
@@ -127,6 +124,10 @@ def accuracy(
     if record_label is not None and not (latency or "").startswith("calibrated:"):
         raise click.UsageError("--record-error needs --latency calibrated:FILE")
     with library_errors():
+        if out is not None:
+            from tracekit import safe_output
+
+            safe_output.check_new_file(out, mark=None, inputs=list(results))
         runs = [read_measured_run(r) for r in results]
         config, provenance = measured_engine_config(
             {**measured_options(options), "latency": latency}, server_log
@@ -138,7 +139,8 @@ def accuracy(
         with library_errors():
             record_measured_error(str(latency).partition(":")[2], comparison, record_label)
     if out is not None:
-        _write_json(out, payload)
+        with library_errors():
+            _write_json(out, payload, results)
     click.echo(f"accuracy: done {len(results)}/{len(results)}", err=True)
     if as_json:
         echo_json(payload)
