@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from report_helpers import qualify_exit
 
 from tracekit.cli import cli
 
@@ -72,8 +73,10 @@ def test_qualify_json(azure_sample: Path, tmp_path: Path) -> None:
     args = ["qualify", "--workload", azure_sample, *SMALL, *SINGLE, "--strategy", "builtin,bidkv",
             "--repeat-by", "seeds", "--slo-ttft-s", "1000", "--slo-tpot-s", "10", "--jobs", "1",
             "--json", "--out", out]  # fmt: skip
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
     # Repeats by seeds of recorded arrivals are one traffic: nothing is judged, so NO-GO (1).
-    result, payload = invoke(*args, exit_code=1)
+    assert result.exit_code == qualify_exit(out) == 1, result.output
+    payload = json.loads(result.stdout)
     assert payload["out"] == str(out)
     assert payload["report"] == str(out / "report.html")
     assert "report.html" in payload["files"]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.accuracy_cmd import measured_engine_options, measured_options
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 
 __all__ = ["calibrate"]
 
@@ -16,7 +18,7 @@ __all__ = ["calibrate"]
     "traces",
     nargs=-1,
     required=True,
-    type=click.Path(exists=False, file_okay=False, path_type=Path),
+    type=click.Path(exists=False, path_type=Path),
 )
 @out_option(folder=False, required=True, help="Model file to write (JSON).")
 @click.option(
@@ -27,18 +29,49 @@ __all__ = ["calibrate"]
     help="Fraction of the steps held out to measure the error.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the hold-out split.")
-def calibrate(traces: tuple[Path, ...], out: Path, holdout: float, seed: int) -> None:
+@measured_engine_options
+@click.option(
+    "--max-iterations",
+    type=click.IntRange(min=1),
+    default=12,
+    show_default=True,
+    help="Benchmark results: simulate-and-fit rounds at most.",
+)
+@overwrite_option("a model file calibrate wrote")
+def calibrate(
+    traces: tuple[Path, ...],
+    out: Path,
+    holdout: float,
+    seed: int,
+    server_log: Path | None,
+    max_iterations: int,
+    overwrite: bool,
+    **options: Any,
+) -> None:
     """Fit a step-time model to the measured step durations of TRACES (docs/latency.md).
 
     Each trace is a live bundle (record vllm --live), or a bundle whose steps table has measured
     duration_s and whose scheduled table was recorded. Several traces of one kind are pooled
     into one fit, which averages the run-to-run wander of a machine's speed. Prints the error on
     the held-out steps; use the model with --latency calibrated:OUT.
+
+    Or each is a benchmark result (vllm bench serve --save-detailed JSON, GuideLLM report,
+    AIPerf profile_export.jsonl): the model and the per-request overheads are then fitted to the
+    measured per-request latencies (simulate, fit, repeat until stable), with the server's engine
+    options given here or read from --server-log (docs/latency.md, "Calibration from measured
+    runs").
     """
     from tracekit.latency.measured import calibrate_trace
+    from tracekit.measured.runs import is_measured_result
+
+    if any(is_measured_result(t) for t in traces):
+        _calibrate_results(traces, out, server_log, max_iterations, overwrite, options)
+        return
 
     with library_errors():
-        result = calibrate_trace(traces, out, holdout_fraction=holdout, seed=seed)
+        result = calibrate_trace(
+            traces, out, holdout_fraction=holdout, seed=seed, overwrite=overwrite
+        )
     model = result.model
     held = model.errors["holdout"]
     coefficients = ", ".join(
@@ -58,3 +91,53 @@ def calibrate(traces: tuple[Path, ...], out: Path, holdout: float, seed: int) ->
     # A linear model extrapolates past what it saw; the user should know where that starts.
     click.echo(f"fitted range   {covered} per step (beyond it the model extrapolates linearly)")
     click.echo(f"wrote {result.out}; use --latency calibrated:{result.out}")
+
+
+def _calibrate_results(
+    results: tuple[Path, ...],
+    out: Path,
+    server_log: Path | None,
+    max_iterations: int,
+    overwrite: bool,
+    options: dict[str, Any],
+) -> None:
+    from tracekit.measured.runs import calibrate_results, is_measured_result, measured_engine_config
+
+    others = [str(r) for r in results if not is_measured_result(r)]
+    if others:
+        raise click.UsageError(
+            f"{others[0]} is not a benchmark result; calibrate benchmark results and trace "
+            "bundles separately"
+        )
+    click.echo(f"calibrate: started ({len(results)} measured run(s))", err=True)
+    with library_errors():
+        config, provenance = measured_engine_config(measured_options(options), server_log)
+        fit = calibrate_results(
+            results,
+            out,
+            config,
+            provenance=provenance,
+            max_iterations=max_iterations,
+            overwrite=overwrite,
+        )
+    click.echo(f"calibrate: done {fit.iterations} round(s)", err=True)
+    model = fit.model
+    coefficients = ", ".join(
+        f"{term} {value:.4g}" for term, value in model.describe()["coefficients"].items()
+    )
+    state = "converged" if fit.converged else "not converged (the last round is kept)"
+    click.echo(f"runs           {len(results)}, {model.fit['num_latencies']} latencies")
+    click.echo(f"rounds         {fit.iterations}, {state}")
+    click.echo(f"coefficients   {coefficients} (seconds per unit)")
+    overheads = ", ".join(f"{k} {v:.4g}" for k, v in model.request_overheads.items())
+    click.echo(f"overheads      {overheads} (seconds)")
+    errors = model.measured_error["fitted_runs"]
+    shown = ", ".join(
+        f"{name} {errors[name]:+.1%}"
+        for name in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p99", "output_throughput")
+        if name in errors
+    )
+    click.echo(f"error on them  {shown} (simulated / measured - 1)")
+    if provenance["defaulted"]:
+        click.echo(f"defaulted      {', '.join(provenance['defaulted'])} (not given, not in a log)")
+    click.echo(f"wrote {out}; use --latency calibrated:{out}")

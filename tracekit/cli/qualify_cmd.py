@@ -9,7 +9,7 @@ import click
 
 from tracekit.analysis.serving import SloTargets
 from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     CapacityProgress,
     StageProgress,
@@ -136,7 +136,7 @@ from tracekit.workloads.prompt_limit import fit_prompts
     show_default=True,
     help="Run the A/A control (static-random against itself with another seed).",
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
+@overwrite_option("a results folder qualify wrote")
 @click.option(
     "--oracle",
     is_flag=True,
@@ -223,7 +223,12 @@ def qualify(**options: Any) -> None:
     default=None,
     help="HTML file (default RESULTS/report.html); qualification.json is written beside it.",
 )
-def report(results: Path, out: Path | None) -> None:
-    """Render the offline HTML report and qualification.json of a qualify or sweep folder."""
+@overwrite_option("a report page and qualification.json that report wrote")
+def report(results: Path, out: Path | None, overwrite: bool) -> None:
+    """Render the offline HTML report and qualification.json of a qualify or sweep folder.
+
+    RESULTS/report.html and RESULTS/qualification.json are re-rendered in place; elsewhere an
+    existing file is refused without --overwrite (docs/guarantees.md).
+    """
     with library_errors():
-        click.echo(write_report(results, out))
+        click.echo(write_report(results, out, overwrite=overwrite))
