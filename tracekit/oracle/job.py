@@ -48,7 +48,8 @@ from tracekit.oracle.rollout import (
 from tracekit.replay.closed_mode import recorded_workload
 from tracekit.strategies import StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
-from tracekit.trace.bundle import open_trace
+from tracekit.trace.validate import open_checked
+from tracekit.trace.values import ALL_COLUMNS
 
 __all__ = [
     "ORACLE_LABEL",
@@ -298,7 +299,7 @@ def run_oracle(
         raise ConfigError(f"{final}: output folder already exists; choose a new --out")
     if settings.horizon < 1:
         raise ConfigError(f"--horizon {settings.horizon}: expected a number of steps >= 1")
-    bundles = list(open_trace(trace))
+    bundles = list(open_checked(trace, {"requests": ALL_COLUMNS}))
     if len(bundles) != 1:
         raise ConfigError(
             f"{trace}: holds {len(bundles)} runs; pass one run's bundle folder to the oracle"

@@ -28,7 +28,9 @@ from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
-from tracekit.trace.bundle import Bundle, check_parquet, open_trace
+from tracekit.trace.bundle import Bundle, check_parquet
+from tracekit.trace.validate import open_checked
+from tracekit.trace.values import ALL_COLUMNS
 from tracekit.workloads import Workload, with_shared_prefix
 
 __all__ = ["CLOSED_SUMMARY", "ClosedReplay", "recorded_workload", "replay_closed"]
@@ -193,7 +195,8 @@ def replay_closed(
     """
     if not strategies:
         raise ConfigError("--strategy names no strategy to replay")
-    dataset = open_trace(trace)
+    # The requests table is the workload and the recorded run's metrics: read whole, checked.
+    dataset = open_checked(trace, {"requests": ALL_COLUMNS})
     final = Path(out)
     if final.exists():
         raise ConfigError(f"{final}: output folder already exists; choose a new --out")

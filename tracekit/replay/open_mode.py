@@ -32,10 +32,19 @@ from tracekit.replay.runs import Job, Progress, replay_all
 from tracekit.replay.summary import dumps, render_summary, summary_records
 from tracekit.replay.table import COMPRESSION
 from tracekit.strategies import StrategySpec
-from tracekit.trace.bundle import Bundle, TraceDataset, open_trace
+from tracekit.trace.bundle import Bundle, TraceDataset
 from tracekit.trace.inspect import recompute_split
+from tracekit.trace.validate import open_checked
+from tracekit.trace.values import ALL_COLUMNS
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "OUTPUT_FILES", "OpenReplayResult", "replay_open"]
+
+#: What open mode reads: every decision and candidate column, and the requests' recomputation.
+READS = {
+    "decisions": ALL_COLUMNS,
+    "candidates": ALL_COLUMNS,
+    "requests": ("run_id", "recomputed_tokens", "resume_cached_tokens"),
+}
 
 #: Decisions per chunk: the trace writers' row group size.
 DEFAULT_CHUNK_ROWS = 65_536
@@ -150,9 +159,8 @@ def replay_open(
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise ConfigError(f"{out}: output folder already exists; choose a new --out or remove it")
-    dataset = open_trace(trace_path)
-    for table in ("decisions", "candidates"):
-        dataset.scan(table)  # checks every file's Parquet footer and columns before any work
+    # Structure, row counts and every value replay reads, before any work.
+    dataset = open_checked(trace_path, READS)
     jobs, total = _jobs(dataset.root, dataset.bundles, specs, names, fast, chunk_rows, limit)
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     if partial.exists():
