@@ -277,8 +277,9 @@ _FILE = "__tracekit_file"
 def check_values(bundle: Bundle, reads: Reads) -> None:
     """Refuse a bundle whose tables break a row rule in the columns a reader reads.
 
-    One lazy scan per table (only the columns read), every rule a sum and a first offending
-    key of that scan. Tables the bundle does not hold are skipped (the structure check,
+    One lazy scan per table (only the columns the rules read), every rule a sum of that scan;
+    only when a rule is broken does a second scan find its first row and file. Tables the
+    bundle does not hold are skipped (the structure check,
     :func:`tracekit.trace.validate.check_readable`, says which must be there).
 
     Parameters
@@ -304,35 +305,47 @@ def check_values(bundle: Bundle, reads: Reads) -> None:
         rules = row_rules(spec, bundle.run_id, block_size=size, columns=columns)
         if not rules:
             continue
-        key = KEYS[table]
-        aggregations: list[pl.Expr] = []
-        for i, rule in enumerate(rules):
-            bad = rule.bad.fill_null(False)
-            aggregations += [
-                bad.sum().alias(f"n{i}"),
-                pl.col(key).filter(bad).first().alias(f"k{i}"),
-                pl.col(_FILE).filter(bad).first().alias(f"f{i}"),
-            ]
-        try:
-            found = (
-                pl.scan_parquet(files, schema=spec.polars_schema, include_file_paths=_FILE)
-                .select(aggregations)
-                .collect()
-                .row(0, named=True)
-            )
-        except (pl.exceptions.PolarsError, OSError) as exc:
-            message = " ".join(str(exc).split())[:200]
-            raise TraceSchemaError(
-                f"{files[0]}: cannot read table {table!r} ({type(exc).__name__}: {message}); "
-                f"the file is truncated or corrupt: {RERECORD}"
-            ) from None
-        for i, rule in enumerate(rules):
-            count = found[f"n{i}"]
-            if count:
-                raise TraceSchemaError(
-                    f"{found[f'f{i}']}: {rule.message}: {count} row(s), the first at {key} "
-                    f"{found[f'k{i}']!r}; {RERECORD}"
-                )
+        counts = _scan(files, spec, table, [r.bad.fill_null(False).sum() for r in rules])
+        broken = next((i for i, n in enumerate(counts) if n), None)
+        if broken is None:
+            continue
+        # Only now, for the first rule broken: which file and row (a second, rare scan).
+        rule, key = rules[broken], KEYS[table]
+        bad = rule.bad.fill_null(False)
+        file, first = _scan(
+            files,
+            spec,
+            table,
+            [pl.col(_FILE).filter(bad).first(), pl.col(key).filter(bad).first()],
+            with_file=True,
+        )
+        raise TraceSchemaError(
+            f"{file}: {rule.message}: {counts[broken]} row(s), the first at {key} {first!r}; "
+            f"{RERECORD}"
+        )
+
+
+def _scan(
+    files: list[Path],
+    spec: TableSpec,
+    table: str,
+    aggregations: list[pl.Expr],
+    *,
+    with_file: bool = False,
+) -> list[Any]:
+    """The values of ``aggregations`` over one lazy scan of ``files`` (read in the schema)."""
+    try:
+        frame = pl.scan_parquet(
+            files, schema=spec.polars_schema, include_file_paths=_FILE if with_file else None
+        )
+        row = frame.select(e.alias(f"a{i}") for i, e in enumerate(aggregations)).collect().row(0)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        message = " ".join(str(exc).split())[:200]
+        raise TraceSchemaError(
+            f"{files[0]}: cannot read table {table!r} ({type(exc).__name__}: {message}); "
+            f"the file is truncated or corrupt: {RERECORD}"
+        ) from None
+    return list(row)
 
 
 # --- the manifest's numbers -----------------------------------------------------------------
