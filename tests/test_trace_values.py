@@ -117,8 +117,13 @@ def test_the_largest_plausible_values_are_valid(tmp_path: Path) -> None:
         (lambda m: m["engine_config"].update(block_size=True), "'engine_config.block_size'"),
         (lambda m: m["engine_config"].update(num_blocks=2**62), "'engine_config.num_blocks'"),
     ],
-    ids=["no-decisions-entry", "num-blocks-minus-1", "block-size-0", "block-size-true",
-         "num-blocks-2-62"],  # fmt: skip
+    ids=[
+        "no-decisions-entry",
+        "num-blocks-minus-1",
+        "block-size-0",
+        "block-size-true",
+        "num-blocks-2-62",
+    ],
 )
 def test_validate_and_readers_refuse_a_bad_manifest(tmp_path: Path, change, words: str) -> None:  # type: ignore[no-untyped-def]
     bundle = write_bundle(tmp_path / "b")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.params import SEED, Number
 
 __all__ = ["calibrate"]
 
@@ -21,12 +22,12 @@ __all__ = ["calibrate"]
 @out_option(folder=False, required=True, help="Model file to write (JSON).")
 @click.option(
     "--holdout",
-    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    type=Number(0.0, 1.0, low_open=True, high_open=True),
     default=0.2,
     show_default=True,
     help="Fraction of the steps held out to measure the error.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the hold-out split.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the hold-out split.")
 def calibrate(traces: tuple[Path, ...], out: Path, holdout: float, seed: int) -> None:
     """Fit a step-time model to the measured step durations of TRACES (docs/latency.md).
 

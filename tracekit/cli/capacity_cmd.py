@@ -20,6 +20,7 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import SEED, Number
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import load_run_workload
 from tracekit.workloads.load_spec import apply_load
@@ -37,19 +38,19 @@ from tracekit.workloads.load_spec import apply_load
 )
 @click.option(
     "--target",
-    type=float,
+    type=Number(0.0, 1.0, low_open=True),
     default=0.9,
     show_default=True,
     help="SLO attainment the built-in policy must reach.",
 )
 @click.option(
     "--tolerance",
-    type=float,
+    type=Number(0.0, 1.0, low_open=True, high_open=True),
     default=0.02,
     show_default=True,
     help="Stop when the meeting and missing rates are this close (relative).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated arrivals.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of generated arrivals.")
 @output_options("knee, the rate above it and every probe")
 def capacity(**options: Any) -> None:
     """Find the largest request rate at which the built-in policy meets the SLO target.

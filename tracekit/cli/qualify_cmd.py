@@ -22,6 +22,7 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import Choice, count, jobs_option
 from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
 from tracekit.qualify.job import check_results_folder
@@ -29,6 +30,13 @@ from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
 from tracekit.recording.sim import load_run_workload
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
 from tracekit.workloads.load_spec import apply_load
+
+
+def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse bad --load-fractions while parsing, before the capacity search and every run."""
+    with library_errors():
+        parse_fractions(value)
+    return value
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -46,10 +54,10 @@ from tracekit.workloads.load_spec import apply_load
     "--candidate", default="bidkv", show_default=True, help="The policy under qualification."
 )
 @policy_options
-@click.option("--repeats", type=int, default=3, show_default=True, help="At least 3.")
+@click.option("--repeats", type=count(3, 1000), default=3, show_default=True, help="At least 3.")
 @click.option(
     "--repeat-by",
-    type=click.Choice(["windows", "seeds"]),
+    type=Choice(["windows", "seeds"]),
     default="windows",
     show_default=True,
     help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
@@ -62,7 +70,7 @@ from tracekit.workloads.load_spec import apply_load
 )
 @click.option(
     "--load-plan",
-    type=click.Choice(["capacity", "single"]),
+    type=Choice(["capacity", "single"]),
     default="capacity",
     show_default=True,
     help="capacity: measure the saturation point, then qualify at 0.6, 0.9, 1.0 and 1.2 of it "
@@ -73,11 +81,12 @@ from tracekit.workloads.load_spec import apply_load
     default="0.6,0.9,1.0,1.2",
     show_default=True,
     metavar="F,F,...",
+    callback=_check_fractions,
     help="Fractions of the measured capacity of the capacity plan's rate cells.",
 )
 @click.option(
     "--load-concurrency",
-    type=click.IntRange(min=0),
+    type=count(0),
     default=8,
     show_default=True,
     help="Users of the capacity plan's closed-loop cell (0: no such cell).",
@@ -88,13 +97,7 @@ from tracekit.workloads.load_spec import apply_load
     is_flag=True,
     help="Also run the hindsight oracle on repeat 0 (headroom section; docs/oracle.md).",
 )
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Worker processes recording the runs (default: the number of cores; 1 runs in this "
-    "process). Results are identical for any number.",
-)
+@jobs_option("recording the runs")
 @out_option(required=True)
 @output_options("paths of the results")
 def qualify(**options: Any) -> None:
