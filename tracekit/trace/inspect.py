@@ -135,6 +135,9 @@ def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
         )
         .collect()
     )
+    copies: dict[Path, list[str]] = {}
+    for copy, kept in dataset.copies:
+        copies.setdefault(kept, []).append(str(copy))
     summaries = []
     for bundle in dataset:
         run = bundle.run_id
@@ -147,6 +150,9 @@ def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
             "strategy": bundle.manifest.get("strategy"),
             "scheduling_policy": bundle.manifest.get("scheduling_policy"),
         }
+        if bundle.path in copies:
+            # The same run recorded again elsewhere in the folder (qualify's diff/typed).
+            summary["copies"] = copies[bundle.path]
         for frame in (requests, steps):
             row = frame.filter(pl.col("run_id") == run)
             if row.height:
@@ -170,6 +176,8 @@ def _fmt(value: Any) -> str:
         return f"{value:.3f}"
     if isinstance(value, dict):
         return ", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "none"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
     return str(value)
 
 
