@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import SEED, Number
 
 __all__ = ["calibrate"]
@@ -28,7 +30,10 @@ __all__ = ["calibrate"]
     help="Fraction of the steps held out to measure the error.",
 )
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the hold-out split.")
-def calibrate(traces: tuple[Path, ...], out: Path, holdout: float, seed: int) -> None:
+@output_options("model file, its coefficients, errors and fitted range")
+def calibrate(
+    traces: tuple[Path, ...], out: Path, holdout: float, seed: int, as_json: bool
+) -> None:
     """Fit a step-time model to the measured step durations of TRACES (docs/latency.md).
 
     Each trace is a live bundle (record vllm --live), or a bundle whose steps table has measured
@@ -42,20 +47,39 @@ def calibrate(traces: tuple[Path, ...], out: Path, holdout: float, seed: int) ->
         result = calibrate_trace(traces, out, holdout_fraction=holdout, seed=seed)
     model = result.model
     held = model.errors["holdout"]
-    coefficients = ", ".join(
-        f"{term} {value:.4g}" for term, value in model.describe()["coefficients"].items()
-    )
-    click.echo(f"steps          {result.num_steps} ({held['num_steps']} held out, seed {seed})")
-    click.echo(f"coefficients   {coefficients} (seconds per unit)")
-    click.echo(
-        f"held-out error MAPE {held['mape_pct']:.2f} %, P50 {100 * held['p50_rel']:.2f} %, "
-        f"P95 {100 * held['p95_rel']:.2f} %"
-    )
+    coefficients = model.describe()["coefficients"]
     inputs = model.fit["inputs"]
-    covered = ", ".join(
-        f"{term} {inputs[term]['min']:,.0f}-{inputs[term]['max']:,.0f}"
+    covered = {
+        term: {"min": inputs[term]["min"], "max": inputs[term]["max"]}
         for term in ("num_prefill_tokens", "num_decode_seqs", "kv_tokens_read")
+    }
+    emit(
+        as_json,
+        lambda: {
+            "out": str(result.out),
+            "latency": f"calibrated:{result.out}",
+            "num_steps": result.num_steps,
+            "seed": seed,
+            "holdout": held,
+            "coefficients": coefficients,
+            "fitted_range": covered,
+        },
+        lambda: _text(result, seed, coefficients, covered),
     )
-    # A linear model extrapolates past what it saw; the user should know where that starts.
-    click.echo(f"fitted range   {covered} per step (beyond it the model extrapolates linearly)")
-    click.echo(f"wrote {result.out}; use --latency calibrated:{result.out}")
+
+
+def _text(result: Any, seed: int, coefficients: dict[str, float], covered: dict[str, Any]) -> str:
+    held = result.model.errors["holdout"]
+    terms = ", ".join(f"{term} {value:.4g}" for term, value in coefficients.items())
+    fitted = ", ".join(f"{t} {r['min']:,.0f}-{r['max']:,.0f}" for t, r in covered.items())
+    return "\n".join(
+        [
+            f"steps          {result.num_steps} ({held['num_steps']} held out, seed {seed})",
+            f"coefficients   {terms} (seconds per unit)",
+            f"held-out error MAPE {held['mape_pct']:.2f} %, P50 {100 * held['p50_rel']:.2f} %, "
+            f"P95 {100 * held['p95_rel']:.2f} %",
+            # A linear model extrapolates past what it saw; the user should know where.
+            f"fitted range   {fitted} per step (beyond it the model extrapolates linearly)",
+            f"wrote {result.out}; use --latency calibrated:{result.out}",
+        ]
+    )

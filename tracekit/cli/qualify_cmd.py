@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from tracekit.cli.options import (
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import Choice, count, jobs_option
 from tracekit.engine.config import make_engine_config
-from tracekit.qualify import QualifyPlan, run_qualify, write_report
+from tracekit.qualify import QUALIFICATION_NAME, QualifyPlan, run_qualify, write_report
 from tracekit.qualify.job import check_results_folder
 from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
 from tracekit.recording.sim import load_run_workload
@@ -154,7 +155,18 @@ def qualify(**options: Any) -> None:
     default=None,
     help="HTML file (default RESULTS/report.html); qualification.json is written beside it.",
 )
-def report(results: Path, out: Path | None) -> None:
+@output_options("paths written and the headline")
+def report(results: Path, out: Path | None, as_json: bool) -> None:
     """Render the offline HTML report and qualification.json of a qualify or sweep folder."""
     with library_errors():
-        click.echo(write_report(results, out))
+        page = write_report(results, out)
+    verdicts = page.with_name(QUALIFICATION_NAME)
+    emit(
+        as_json,
+        lambda: {
+            "report": str(page),
+            "qualification": str(verdicts),
+            "headline": json.loads(verdicts.read_text("utf-8")).get("headline"),
+        },
+        lambda: str(page),
+    )
