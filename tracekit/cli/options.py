@@ -82,7 +82,8 @@ def _parse_window(ctx: click.Context, param: click.Parameter, value: str | None)
         end = float(end_text) if end_text else None
     except ValueError:
         start = end = math.nan
-    ok = sep and math.isfinite(start) and 0 <= start <= MAX_TIME_S
+    # ":" alone keeps everything: a slip, not a window.
+    ok = sep and (start_text or end_text) and math.isfinite(start) and 0 <= start <= MAX_TIME_S
     ok = ok and (end is None or start < end <= MAX_TIME_S)
     if not ok:
         raise click.BadParameter(

@@ -25,6 +25,7 @@ from tracekit.cli.options import (
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import Choice, count, jobs_option
 from tracekit.engine.config import make_engine_config
+from tracekit.errors import ConfigError
 from tracekit.qualify import QUALIFICATION_NAME, QualifyPlan, run_qualify, write_report
 from tracekit.qualify.job import check_results_folder
 from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
@@ -121,7 +122,10 @@ def qualify(**options: Any) -> None:
         warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])
         strategies = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
-        candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])
+        try:
+            candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])
+        except ConfigError as error:  # the strategies' message names --strategy
+            raise ConfigError(str(error).replace("--strategy", "--candidate", 1)) from None
         slo = SloTargets(options["slo_ttft_s"], options["slo_tpot_s"])
         loads = None
         if options["load_plan"] == "capacity":
