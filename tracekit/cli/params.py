@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 import click
 
 from tracekit.trace.values import MAX_COUNT, MAX_TIME_S
+from tracekit.workloads._options import MAX_SEED
+from tracekit.workloads.arrivals import MAX_FINITE
 
 __all__ = [
     "JOBS",
@@ -40,12 +42,11 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Largest request rate (requests per second) an option takes: a million, beyond any server.
-MAX_RATE = 1e6
+#: Largest request rate (requests per second) an option takes: a million, beyond any server
+#: (the workload's own bound, which ``--arrivals``' rates and burstiness share).
+MAX_RATE = MAX_FINITE
 #: Largest number of worker processes.
 MAX_JOBS = 4096
-#: Largest seed magnitude: a seed is recorded in the manifest, which readers read as int64.
-MAX_SEED = 2**63 - 1
 
 
 class Count(click.IntRange):

@@ -367,14 +367,16 @@ def _listed_files_missing(bundle: Bundle, name: str) -> list[str]:
 def check_readable(bundle: Bundle) -> None:
     """Raise ``TraceSchemaError`` (one line) for the first malformed part of ``bundle``.
 
-    A manifest field of the wrong type, a table that is gone, a table with a missing, unknown
-    or mistyped column; the rows themselves are not read.
+    A manifest field of the wrong type (or a table it leaves out, an engine configuration that
+    describes no engine), a table that is gone, a table with a missing, unknown or mistyped
+    column, a table whose row count disagrees with the manifest (read from the Parquet
+    footers); the rows themselves are not read.
     """
     problems = _manifest_problems(bundle)
     structure, usable = _structure_problems(bundle)
     problems += structure
-    problems += [problem for name, files in usable.items() for problem in
-                 _row_count_problems(bundle, name, files)[1]]  # fmt: skip
+    for name, files in usable.items():
+        problems += _row_count_problems(bundle, name, files)[1]
     if problems:
         raise TraceSchemaError(problems[0])
 

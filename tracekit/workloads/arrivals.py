@@ -43,6 +43,7 @@ from tracekit.workloads.model import MAX_ARRIVAL_S, Workload
 from tracekit.workloads.seeded import Stream, splitmix64
 
 __all__ = [
+    "MAX_FINITE",
     "ArrivalKind",
     "Arrivals",
     "apply_arrivals",
