@@ -49,8 +49,8 @@ def test_every_json_option_is_the_shared_one() -> None:
     with_json = {c.name: c for c in commands(cli) if any(p.name == "as_json" for p in c.params)}
     assert set(with_json) == {
         "validate", "inspect", "diff", "fidelity", "render", "import", "sim", "vllm", "sglang",
-        "replay", "qualify", "sweep", "capacity", "outputs", "oracle",
-    }  # fmt: skip
+        "replay", "qualify", "sweep", "capacity", "outputs", "oracle", "report", "calibrate",
+    }  # fmt: skip  (manifest validate is named "validate" too)
     for command in with_json.values():
         (option,) = [p for p in command.params if p.name == "as_json"]
         assert option.opts == ["--json"] and option.help.startswith("Print the ")
