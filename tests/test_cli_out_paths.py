@@ -18,8 +18,9 @@ from click.testing import CliRunner
 
 from tracekit.cli import cli
 
-# Each command with --out, its other arguments ({trace}, {workload}, {matrix}, {results} are
-# real inputs), and whether --out is a folder (True) or a file (False).
+# Each command with --out, its other arguments ({trace}, {workload}, {matrix}, {results},
+# {result} and {server_log} are real inputs), and whether --out is a folder (True) or a file
+# (False).
 COMMANDS: dict[str, tuple[list[str], bool]] = {
     "replay": (["replay", "{trace}", "--strategy", "bidkv"], True),
     "record sim": (["record", "sim", "--workload", "{workload}", "--limit", "5"], True),
@@ -34,6 +35,8 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
     "experiment run": (["experiment", "run", "--runs", "1"], True),
     "oracle": (["oracle", "{trace}"], True),
     "calibrate": (["calibrate", "{trace}"], False),
+    "accuracy": (["accuracy", "{result}", "--server-log", "{server_log}"], False),
+    "capacity": (["capacity", "--workload", "{workload}", "--limit", "5"], False),
 }
 
 
@@ -41,7 +44,10 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
 def inputs(tmp_path: Path, write_bundle: Callable[..., Path], azure_sample: Path,
            tiny_matrix: Path) -> dict[str, str]:  # fmt: skip
     trace = write_bundle(tmp_path / "trace")
-    return {"trace": str(trace), "workload": str(azure_sample), "matrix": str(tiny_matrix)}
+    results = Path(__file__).parent / "data" / "bench-results"
+    return {"trace": str(trace), "workload": str(azure_sample), "matrix": str(tiny_matrix),
+            "result": str(results / "vllm-bench-rate8.json"),
+            "server_log": str(results / "vllm-serve.log")}  # fmt: skip
 
 
 def run(name: str, out: Path, inputs: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -84,6 +90,28 @@ def test_the_wrong_kind_of_path(name: str, tmp_path: Path, inputs: dict[str, str
     result = run(name, out, inputs)
     assert_refused(result, out, before, tmp_path)
     assert ("is a file, not a folder" if folder else "is a folder, not a file") in result.output
+
+
+@pytest.mark.parametrize("kind", ["dangling", "to a folder", "to a file"])
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_symbolic_link(name: str, kind: str, tmp_path: Path, inputs: dict[str, str]) -> None:
+    """Outputs are renamed into place, never written through a link: one line, exit 2.
+
+    ``record sim --out`` at a dangling link used to run, fail at the final rename with a
+    traceback, and leave its partial folder.
+    """
+    target = tmp_path / "target"
+    if kind == "to a folder":
+        target.mkdir()
+    elif kind == "to a file":
+        target.write_text("theirs", "utf-8")
+    out = tmp_path / "link"
+    out.symlink_to(target)
+    before = snapshot(tmp_path)
+    result = run(name, out, inputs)
+    assert_refused(result, out, before, tmp_path)
+    assert "is a symbolic link" in result.output
+    assert out.is_symlink()
 
 
 def _unwritable(tmp_path: Path) -> list[Path]:

@@ -40,7 +40,7 @@ def qualified(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--max-model-len", "4608", "--strategy", "builtin,bidkv", "--load-plan", "single",
             "--jobs", "1", "--out", out]  # fmt: skip
     result = invoke(*args)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 1), result.output  # GO or NO-GO
     return out
 
 

@@ -42,7 +42,7 @@ def _workload(manifest: Path) -> dict:  # type: ignore[type-arg]
 
 def _invoke(*args: str) -> None:
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code in (0, 1), result.output  # qualify: 1 is a NO-GO
 
 
 @pytest.mark.parametrize("spelling", ["data/w.csv", "./data/w.csv", "{abs}"])

@@ -7,9 +7,10 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.accuracy_cmd import measured_engine_options, measured_options
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.output import emit, output_options
-from tracekit.cli.params import SEED, Number
+from tracekit.cli.params import SEED, Number, count
 
 __all__ = ["calibrate"]
 
@@ -19,7 +20,7 @@ __all__ = ["calibrate"]
     "traces",
     nargs=-1,
     required=True,
-    type=click.Path(exists=False, file_okay=False, path_type=Path),
+    type=click.Path(exists=False, path_type=Path),
 )
 @out_option(folder=False, required=True, help="Model file to write (JSON).")
 @click.option(
@@ -30,9 +31,26 @@ __all__ = ["calibrate"]
     help="Fraction of the steps held out to measure the error.",
 )
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the hold-out split.")
-@output_options("model file, its coefficients, errors and fitted range")
+@measured_engine_options
+@click.option(
+    "--max-iterations",
+    type=count(1, 1000),
+    default=12,
+    show_default=True,
+    help="Benchmark results: simulate-and-fit rounds at most.",
+)
+@overwrite_option("a model file calibrate wrote")
+@output_options("model file, its coefficients and errors")
 def calibrate(
-    traces: tuple[Path, ...], out: Path, holdout: float, seed: int, as_json: bool
+    traces: tuple[Path, ...],
+    out: Path,
+    holdout: float,
+    seed: int,
+    server_log: Path | None,
+    max_iterations: int,
+    overwrite: bool,
+    as_json: bool,
+    **options: Any,
 ) -> None:
     """Fit a step-time model to the measured step durations of TRACES (docs/latency.md).
 
@@ -40,11 +58,24 @@ def calibrate(
     duration_s and whose scheduled table was recorded. Several traces of one kind are pooled
     into one fit, which averages the run-to-run wander of a machine's speed. Prints the error on
     the held-out steps; use the model with --latency calibrated:OUT.
+
+    Or each is a benchmark result (vllm bench serve --save-detailed JSON, GuideLLM report,
+    AIPerf profile_export.jsonl): the model and the per-request overheads are then fitted to the
+    measured per-request latencies (simulate, fit, repeat until stable), with the server's engine
+    options given here or read from --server-log (docs/latency.md, "Calibration from measured
+    runs").
     """
     from tracekit.latency.measured import calibrate_trace
+    from tracekit.measured.runs import is_measured_result
+
+    if any(is_measured_result(t) for t in traces):
+        _calibrate_results(traces, out, server_log, max_iterations, overwrite, as_json, options)
+        return
 
     with library_errors():
-        result = calibrate_trace(traces, out, holdout_fraction=holdout, seed=seed)
+        result = calibrate_trace(
+            traces, out, holdout_fraction=holdout, seed=seed, overwrite=overwrite
+        )
     model = result.model
     held = model.errors["holdout"]
     coefficients = model.describe()["coefficients"]
@@ -83,3 +114,79 @@ def _text(result: Any, seed: int, coefficients: dict[str, float], covered: dict[
             f"wrote {result.out}; use --latency calibrated:{result.out}",
         ]
     )
+
+
+def _calibrate_results(
+    results: tuple[Path, ...],
+    out: Path,
+    server_log: Path | None,
+    max_iterations: int,
+    overwrite: bool,
+    as_json: bool,
+    options: dict[str, Any],
+) -> None:
+    from tracekit.measured.runs import calibrate_results, is_measured_result, measured_engine_config
+
+    others = [str(r) for r in results if not is_measured_result(r)]
+    if others:
+        raise click.UsageError(
+            f"{others[0]} is not a benchmark result; calibrate benchmark results and trace "
+            "bundles separately"
+        )
+    click.echo(f"calibrate: started ({len(results)} measured run(s))", err=True)
+    with library_errors():
+        config, provenance = measured_engine_config(measured_options(options), server_log)
+        fit = calibrate_results(
+            results,
+            out,
+            config,
+            provenance=provenance,
+            max_iterations=max_iterations,
+            overwrite=overwrite,
+        )
+    click.echo(f"calibrate: done {fit.iterations} round(s)", err=True)
+    model = fit.model
+    errors = model.measured_error["fitted_runs"]
+    emit(
+        as_json,
+        lambda: {
+            "out": str(out),
+            "latency": f"calibrated:{out}",
+            "runs": len(results),
+            "num_latencies": model.fit["num_latencies"],
+            "rounds": fit.iterations,
+            "converged": fit.converged,
+            "coefficients": model.describe()["coefficients"],
+            "request_overheads": dict(model.request_overheads),
+            "error_on_fitted_runs": errors,
+            "defaulted": list(provenance["defaulted"]),
+        },
+        lambda: _results_text(fit, len(results), out, provenance),
+    )
+
+
+def _results_text(fit: Any, runs: int, out: Path, provenance: dict[str, Any]) -> str:
+    model = fit.model
+    coefficients = ", ".join(
+        f"{term} {value:.4g}" for term, value in model.describe()["coefficients"].items()
+    )
+    state = "converged" if fit.converged else "not converged (the last round is kept)"
+    overheads = ", ".join(f"{k} {v:.4g}" for k, v in model.request_overheads.items())
+    errors = model.measured_error["fitted_runs"]
+    shown = ", ".join(
+        f"{name} {errors[name]:+.1%}"
+        for name in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p99", "output_throughput")
+        if name in errors
+    )
+    lines = [
+        f"runs           {runs}, {model.fit['num_latencies']} latencies",
+        f"rounds         {fit.iterations}, {state}",
+        f"coefficients   {coefficients} (seconds per unit)",
+        f"overheads      {overheads} (seconds)",
+        f"error on them  {shown} (simulated / measured - 1)",
+    ]
+    if provenance["defaulted"]:
+        defaulted = ", ".join(provenance["defaulted"])
+        lines.append(f"defaulted      {defaulted} (not given, not in a log)")
+    lines.append(f"wrote {out}; use --latency calibrated:{out}")
+    return "\n".join(lines)

@@ -6,7 +6,13 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
+from tracekit.cli.common import (
+    CONTEXT_SETTINGS,
+    library_errors,
+    out_option,
+    overwrite_option,
+    trace_argument,
+)
 from tracekit.cli.options import slo_target
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import SEED, Choice, count, deprecated_alias, jobs_option
@@ -26,6 +32,7 @@ MAX_HORIZON = 2**20
 @click.command(context_settings=CONTEXT_SETTINGS)
 @trace_argument
 @out_option(required=True)
+@overwrite_option("a folder oracle wrote")
 @click.option(
     "--objective",
     type=Choice(OBJECTIVES),
@@ -90,7 +97,7 @@ def oracle(**options: Any) -> None:
         result = run_oracle(
             options["trace"], options["out"], specs, settings, jobs=options["jobs"],
             limit=options["limit"], greedy=not options["no_greedy"],
-            progress=StderrProgress(),
+            progress=StderrProgress(), overwrite=options["overwrite"],
         )  # fmt: skip
     emit(
         options["as_json"],

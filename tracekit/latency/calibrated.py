@@ -63,8 +63,13 @@ __all__ = [
 
 FORMAT = "tracekit-step-time-model"
 FORMAT_VERSION = 2
-#: Versions :func:`load_calibrated_model` reads (version 1: no ``prefill_attention_pairs``).
-READABLE_VERSIONS = (1, 2)
+#: Written instead of :data:`FORMAT_VERSION` when a model carries request overheads or a
+#: measured error (a model fitted to measured per-request latencies, ``tracekit calibrate
+#: RESULT``); otherwise the file is version 2 as before.
+FORMAT_VERSION_MEASURED = 3
+#: Versions :func:`load_calibrated_model` reads (version 1: no ``prefill_attention_pairs``;
+#: version 3: ``request_overheads`` and ``measured_error``).
+READABLE_VERSIONS = (1, 2, 3)
 #: Feature columns of the design, in coefficient order (``intercept`` is the constant 1).
 TERMS = (
     "intercept",
@@ -125,12 +130,24 @@ class CalibratedModel:
         ``{"train": FitErrors, "holdout": FitErrors}`` as plain mappings.
     source
         Where the model was loaded from or what it was fitted on (recorded, not interpreted).
+    request_overheads
+        Per-request time outside the step loop, seconds (``ttft_s``,
+        ``ttft_per_prompt_token_s``, ``e2e_s``; ``tracekit.measured.simulate.RequestOverheads``):
+        fitted with the step coefficients from measured per-request latencies. Empty for a
+        model fitted to step times.
+    measured_error
+        The model's error against measured runs (``tracekit.measured.calibrate``): per metric,
+        the relative error on the runs it was fitted on and on held-out runs, with the runs'
+        own noise floor. Carried into manifests, so reports whose step times came from this
+        model print it next to their verdicts (``docs/latency.md``, "Measured error").
     """
 
     coefficients: tuple[float, ...]
     fit: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    request_overheads: dict[str, float] = field(default_factory=dict)
+    measured_error: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.coefficients) != len(TERMS):
@@ -185,13 +202,16 @@ class CalibratedModel:
             "coefficients": dict(zip(TERMS, self.coefficients, strict=True)),
             "fit": self.fit,
             "errors": self.errors,
+            **({"request_overheads": self.request_overheads} if self.request_overheads else {}),
+            **({"measured_error": self.measured_error} if self.measured_error else {}),
         }
 
     def to_json(self) -> dict[str, Any]:
         """The versioned JSON document :func:`load_calibrated_model` reads."""
+        measured = bool(self.request_overheads or self.measured_error)
         return {
             "format": FORMAT,
-            "version": FORMAT_VERSION,
+            "version": FORMAT_VERSION_MEASURED if measured else FORMAT_VERSION,
             "kind": "calibrated",
             "model": "t = "
             + " + ".join(f"c[{t}] * {t}" for t in TERMS).replace(" * intercept", ""),
@@ -200,6 +220,8 @@ class CalibratedModel:
             "coefficients": dict(zip(TERMS, self.coefficients, strict=True)),
             "fit": self.fit,
             "errors": self.errors,
+            **({"request_overheads": self.request_overheads} if self.request_overheads else {}),
+            **({"measured_error": self.measured_error} if self.measured_error else {}),
         }
 
     def save(self, path: str | Path) -> Path:
@@ -215,7 +237,8 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
     Raises
     ------
     ConfigError
-        When the file is missing, is not JSON, or is not a version-1 step-time model.
+        When the file is missing, is not JSON, or is not a step-time model of a readable
+        version.
     """
     path = Path(path)
     try:
@@ -232,7 +255,7 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
             f"{path}: step-time model version {version!r} is not supported "
             f"(expected one of {', '.join(map(str, READABLE_VERSIONS))})"
         )
-    terms = TERMS if version == 2 else TERMS[:5]
+    terms = TERMS if version != 1 else TERMS[:5]
     coeffs = doc.get("coefficients")
     if not isinstance(coeffs, dict) or set(coeffs) != set(terms):
         raise ConfigError(f"{path}: field coefficients must have exactly {', '.join(terms)}")
@@ -241,9 +264,19 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
         values = tuple(float(coeffs[t]) for t in TERMS)
     except (TypeError, ValueError):
         raise ConfigError(f"{path}: field coefficients must be numbers") from None
+    overheads = doc.get("request_overheads") or {}
+    if not isinstance(overheads, dict) or not all(
+        isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in overheads.values()
+    ):
+        raise ConfigError(f"{path}: field request_overheads must map names to finite seconds >= 0")
     try:
         return CalibratedModel(
-            values, dict(doc.get("fit") or {}), dict(doc.get("errors") or {}), str(path)
+            values,
+            dict(doc.get("fit") or {}),
+            dict(doc.get("errors") or {}),
+            str(path),
+            {k: float(v) for k, v in overheads.items()},
+            dict(doc.get("measured_error") or {}),
         )
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None

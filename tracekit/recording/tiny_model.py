@@ -20,9 +20,11 @@ from typing import Any
 
 __all__ = [
     "LIVE_FIRST_TOKEN",
+    "LLAMA_8B_CONFIG",
     "LIVE_MODEL_CONFIG",
     "TINY_MODEL_CONFIG",
     "live_model_key",
+    "write_dummy_model",
     "write_live_model",
     "write_tiny_model",
 ]
@@ -129,6 +131,75 @@ def write_live_model(parent: Path, seed: int = 0) -> Path:
             if not (folder / "model.safetensors").is_file():
                 raise
             shutil.rmtree(tmp)  # another process made it first
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+#: Meta-Llama-3.1-8B's architecture (its published ``config.json``): for ``vllm serve
+#: --load-format dummy`` on a GPU, which gives the real model's shapes and speed with random
+#: weights and nothing downloaded (``benchmarks/serve_fidelity.py --model llama-3.1-8b-dummy``).
+LLAMA_8B_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def write_dummy_model(parent: Path, config: dict[str, Any], name: str) -> Path:
+    """A model folder of ``config.json`` and a word-level tokenizer, without weights.
+
+    For ``vllm serve FOLDER --load-format dummy`` (random weights of the architecture's shapes).
+    The tokenizer maps the word ``t<i>`` to token ``i`` over the whole vocabulary, as the live
+    model's does, so the benchmark clients' random prompts round-trip. Needs ``tokenizers`` and
+    ``transformers`` (the vLLM environment); made once, appearing complete or not at all.
+    """
+    folder = parent / name
+    if (folder / "tokenizer.json").is_file():
+        return folder
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
+    try:
+        (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True), "utf-8")
+        vocab = {f"t{i}": i for i in range(config["vocab_size"])}
+        word_level = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+        word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        PreTrainedTokenizerFast(
+            tokenizer_object=word_level, unk_token="t0", bos_token="t1", eos_token="t2"
+        ).save_pretrained(tmp)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "tokenizer.json").is_file():
+                raise
+            shutil.rmtree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

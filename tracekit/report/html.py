@@ -14,10 +14,8 @@ clock or on dictionary order).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import altair as alt
 from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import esc, fmt_value, script_json
 from tracekit.report.sections import Section, build_sections
+from tracekit.safe_output import write_files as write_files_safely
 
 __all__ = ["REPORT_NAME", "javascript_bundle", "page_html", "render_page", "write_files"]
 
@@ -180,6 +179,39 @@ def latency_text(engine: dict[str, Any]) -> str:
     return f"{spec} ({note})" if note else spec
 
 
+#: The metrics the measured-error row names, with their labels.
+_ERROR_LABELS = (
+    ("ttft_p50", "TTFT P50"), ("tpot_p50", "TPOT P50"), ("e2e_p50", "E2E P50"),
+    ("e2e_p99", "E2E P99"), ("output_throughput", "throughput"),
+)  # fmt: skip
+
+
+def measured_error_text(measured: dict[str, Any] | None) -> str | None:
+    """The step-time model's error against measured runs, or None (docs/latency.md).
+
+    ``measured`` is ``qualify.json``'s ``latency_measured_error``: the errors on the runs the
+    model was fitted on and on each held-out measurement (``tracekit accuracy --record-error``).
+    """
+    if not measured:
+        return None
+
+    def errors(values: dict[str, Any]) -> str:
+        return ", ".join(
+            f"{label} {values[key]:+.1%}"
+            for key, label in _ERROR_LABELS
+            if isinstance(values.get(key), int | float)
+        )
+
+    fitted = measured.get("fitted_runs") or {}
+    parts = [f"on the {len(measured.get('fitted_on') or [])} runs it was fitted on: "
+             f"{errors(fitted) or 'none recorded'}"]  # fmt: skip
+    for label, entry in (measured.get("held_out") or {}).items():
+        parts.append(f"held out, {label}: {errors(entry.get('errors') or {}) or '-'}")
+    if len(parts) == 1:
+        parts.append("no held-out measurement recorded (tracekit accuracy --record-error)")
+    return "simulated vs measured: " + "; ".join(parts)
+
+
 def _windows_text(repeats: list[dict[str, Any]]) -> str:
     return "; ".join(
         f"r{r.get('repeat')}: "
@@ -305,6 +337,11 @@ def _qualify_rows(view: ReportInputs) -> list[tuple[str, str]]:
         ("policy settings", _settings_text(view.changed_settings)),
         ("engine", _engine_text(engine) or fmt_value(engine)),
         ("step times", latency_text(engine)),
+        *(
+            [("measured error", text)]
+            if (text := measured_error_text(inputs.get("latency_measured_error")))
+            else []
+        ),
         ("repeats", _repeats_text(view, _windows_text(inputs.get("repeat_details") or []))),
         *_common_rows(view),
     ]
@@ -395,25 +432,13 @@ def render_page(view: ReportInputs, out_html: str | Path) -> Path:
 def write_files(files: Mapping[Path, str]) -> None:
     """Write text files so that a failure leaves no partial file and replaces nothing.
 
-    Every file is first written in full to a hidden temporary file beside it; only when all are
-    written are they renamed into place (an atomic rename on one file system). If anything fails,
-    the temporary files are removed and the existing files are left as they were.
+    :func:`tracekit.safe_output.write_files`: each file is written in full beside its name,
+    then all are renamed into place; a failure removes them and leaves existing files as they
+    were.
 
     Parameters
     ----------
     files
         Each file's path and text (UTF-8); their folders are created if needed.
     """
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
-            staged.append((temporary, path))
-            temporary.write_text(text, "utf-8")
-        for temporary, path in staged:
-            os.replace(temporary, path)
-    finally:
-        for temporary, _ in staged:
-            with contextlib.suppress(FileNotFoundError):
-                temporary.unlink()
+    write_files_safely(files, cleanup=True)

@@ -31,6 +31,13 @@ class WorkloadFormat(str, Enum):
     """Plain canonical table as CSV (``arrival_s,prompt_tokens,output_tokens,...``)."""
     PARQUET = "parquet"
     """Plain canonical table as Parquet."""
+    VLLM_BENCH = "vllm-bench"
+    """``vllm bench serve --save-result --save-detailed`` result JSON: a measured run
+    (:mod:`tracekit.workloads.vllm_bench`)."""
+    GUIDELLM = "guidellm"
+    """GuideLLM benchmark report JSON: a measured run (:mod:`tracekit.workloads.guidellm`)."""
+    AIPERF = "aiperf"
+    """AIPerf ``profile_export.jsonl``: a measured run (:mod:`tracekit.workloads.aiperf`)."""
     SESSIONS = "sessions"
     """Multi-turn conversation log, CSV or Parquet (``session_id``, ``turn``, ``arrival_s``,
     ``new_prompt_tokens``, ``output_tokens``): :mod:`tracekit.workloads.sessions`."""
@@ -96,7 +103,17 @@ def _classify_csv_header(header: list[str]) -> WorkloadFormat | None:
     return None
 
 
+#: Top-level keys of a ``vllm bench serve --save-result`` JSON.
+_VLLM_BENCH_KEYS = {"request_rate", "burstiness", "max_concurrency", "duration", "completed"}
+
+
 def _classify_json_object(keys: set[str]) -> WorkloadFormat | None:
+    if keys >= _VLLM_BENCH_KEYS:
+        return WorkloadFormat.VLLM_BENCH
+    if {"metadata", "metrics"} <= keys:
+        return WorkloadFormat.AIPERF
+    if {"benchmarks", "metadata"} <= keys:
+        return WorkloadFormat.GUIDELLM
     if {"timestamp", "input_length", "output_length"} <= keys:
         return WorkloadFormat.MOONCAKE
     if {"prompt_tokens", "max_new_tokens"} <= keys or "arrival_offset_ms" in keys:
@@ -118,6 +135,12 @@ def _sniff_json(path: Path, head: bytes) -> WorkloadFormat:
         if detected is not None:
             return detected
         found = f"a JSON object with keys {', '.join(sorted(value)[:8])}"
+    elif first.lstrip().startswith("{") and all(f'"{k}"' in text for k in _VLLM_BENCH_KEYS):
+        # A vllm bench result is one line; beyond the sniffed bytes it does not parse.
+        return WorkloadFormat.VLLM_BENCH
+    elif first.lstrip().startswith("{") and '"benchmarks"' in text and '"guidellm_version"' in text:
+        # GuideLLM's report is one pretty-printed document.
+        return WorkloadFormat.GUIDELLM
     elif first.lstrip().startswith("{") and '"requests"' in text:
         # A pretty-printed document (the vLLM workload JSON is written with indent=2).
         return WorkloadFormat.VLLM_WORKLOAD
@@ -127,8 +150,9 @@ def _sniff_json(path: Path, head: bytes) -> WorkloadFormat:
         path,
         expected=(
             "a Mooncake line (timestamp, input_length, output_length), a BidKV trace line "
-            "(prompt_tokens, max_new_tokens, arrival_offset_ms) or a vLLM workload document "
-            "(requests)"
+            "(prompt_tokens, max_new_tokens, arrival_offset_ms), a vLLM workload document "
+            "(requests), a vllm bench serve result, a GuideLLM report or an AIPerf "
+            "profile_export.jsonl line (metadata, metrics)"
         ),
         found=found,
         fix="pass format= explicitly or convert the file to one of these formats",

@@ -30,15 +30,18 @@ from tracekit.workloads._errors import (
     check_positive_option,
     option_error,
 )
+from tracekit.workloads.aiperf import read_aiperf
 from tracekit.workloads.azure import read_azure
 from tracekit.workloads.bidkv_trace import read_bidkv_trace
 from tracekit.workloads.detect import WorkloadFormat, detect_format, parse_format
+from tracekit.workloads.guidellm import read_guidellm
 from tracekit.workloads.model import Workload
 from tracekit.workloads.mooncake import read_mooncake
 from tracekit.workloads.seeded import Stream, uniform_integers
 from tracekit.workloads.sessions import read_sessions
 from tracekit.workloads.table import read_table
 from tracekit.workloads.vidur import read_vidur
+from tracekit.workloads.vllm_bench import read_vllm_bench
 from tracekit.workloads.vllm_workload import read_vllm_workload
 
 __all__ = ["READERS", "load_workload"]
@@ -53,6 +56,9 @@ READERS: Mapping[WorkloadFormat, Callable[..., Workload]] = {
     WorkloadFormat.CSV: partial(read_table, format=WorkloadFormat.CSV),
     WorkloadFormat.PARQUET: partial(read_table, format=WorkloadFormat.PARQUET),
     WorkloadFormat.SESSIONS: read_sessions,
+    WorkloadFormat.VLLM_BENCH: read_vllm_bench,
+    WorkloadFormat.GUIDELLM: read_guidellm,
+    WorkloadFormat.AIPERF: read_aiperf,
 }
 
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Install one of the field's benchmark clients, pinned, into its own virtual environment outside
+# the project, for the measured-run workloads (docs/workloads.md, "Benchmark results") and the
+# end-to-end latency check (benchmarks/serve_fidelity.py, docs/latency.md):
+#
+#   scripts/install-bench-client.sh guidellm     # GuideLLM 0.8.1  -> ~/.cache/bidkv/guidellm-venv
+#   scripts/install-bench-client.sh aiperf       # AIPerf 0.13.0   -> ~/.cache/bidkv/aiperf-venv
+#
+# (`vllm bench serve` is vLLM's own client: it comes with scripts/install-vllm-serve.sh.)
+#
+# Environment:
+#   BIDKV_CLIENT_VENV   where the environment goes (default: $HOME/.cache/bidkv/<client>-venv)
+#   PYTHON              the interpreter to build the environment from (default: python3)
+#
+# Idempotent: an environment whose stamp file names exactly the pinned versions is reused as it
+# is; any other content at that path is replaced. The client's own dependencies are resolved by
+# pip from its pinned version; what was installed is written to <venv>/.bidkv-freeze.txt.
+# Nothing here downloads a model or a data set: both clients are pointed at a local server and
+# its tokenizer folder. Prints the environment's path on its last line.
+set -euo pipefail
+
+client="${1:-}"
+case "$client" in
+    guidellm) reqs=("guidellm==0.8.1"); check="import importlib.metadata as m, guidellm; print('guidellm', m.version('guidellm'))";
+              exe="guidellm" ;;
+    aiperf) reqs=("aiperf==0.13.0"); check="import importlib.metadata as m, aiperf; print('aiperf', m.version('aiperf'))"; exe="aiperf" ;;
+    *) echo "install-bench-client: give the client to install: guidellm or aiperf, not '$client'" >&2
+       exit 2 ;;
+esac
+venv="${BIDKV_CLIENT_VENV:-$HOME/.cache/bidkv/$client-venv}"
+python="${PYTHON:-python3}"
+stamp_text="bidkv-bench-client 1
+python $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+${reqs[*]}"
+stamp="$venv/.bidkv-client-stamp"
+
+reuse() {
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] && [ -x "$venv/bin/$exe" ]; then
+        echo "install-bench-client: reusing $venv ($client)" >&2
+        echo "$venv"
+        exit 0
+    fi
+}
+reuse
+mkdir -p "$(dirname "$venv")"
+# One installer at a time per environment; the second one waits, then finds the stamp.
+exec 9>"$venv.lock"
+flock 9
+reuse
+
+start=$(date +%s)
+echo "install-bench-client: installing ${reqs[*]} into $venv" >&2
+rm -rf "$venv"
+"$python" -m venv "$venv" >&2
+"$venv/bin/python" -m pip install -qq --disable-pip-version-check "${reqs[@]}" >&2
+"$venv/bin/python" -c "$check" >&2
+"$venv/bin/$exe" --help >/dev/null
+"$venv/bin/python" -m pip freeze --disable-pip-version-check >"$venv/.bidkv-freeze.txt"
+printf '%s' "$stamp_text" >"$stamp"
+echo "install-bench-client: done in $(( $(date +%s) - start )) s" >&2
+echo "$venv"

@@ -1,0 +1,324 @@
+"""tracekit.measured: measured runs replayed, compared and calibrated (docs/latency.md).
+
+The measured runs are the real client outputs of tests/data/bench-results/. The fit is checked
+on runs whose "measured" latencies come from the engine under a known model and known
+overheads (the fit must give them back), and the comparison and metrics on hand-worked
+examples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from tracekit.cli import cli
+from tracekit.engine.config import make_engine_config
+from tracekit.errors import ConfigError
+from tracekit.latency.calibrated import TERMS, CalibratedModel, load_calibrated_model
+from tracekit.measured.calibrate import fit_from_runs
+from tracekit.measured.compare import compare_metrics
+from tracekit.measured.metrics import run_metrics
+from tracekit.measured.server_log import read_vllm_server_log
+from tracekit.measured.simulate import RequestOverheads, simulate_run
+from tracekit.workloads.vllm_bench import read_vllm_bench_run
+
+DATA = Path(__file__).parent / "data" / "bench-results"
+RATE8 = DATA / "vllm-bench-rate8.json"
+FAILURES = DATA / "vllm-bench-failures.json"
+GUIDELLM = DATA / "guidellm-poisson.json"
+LOG = DATA / "vllm-serve.log"
+#: A step model of every term (the pairs term too), seconds per unit.
+TRUTH = (0.004, 3e-6, 2e-4, 2e-7, 5e-5, 2e-9)
+OVERHEADS = RequestOverheads(ttft_s=0.006, ttft_per_prompt_token_s=2e-6, e2e_s=0.001)
+
+
+def _config(tmp_path: Path, coefficients: tuple[float, ...] = TRUTH, name: str = "m.json"):
+    path = CalibratedModel(coefficients).save(tmp_path / name)
+    return make_engine_config(
+        block_size=32,
+        num_blocks=256,
+        max_model_len=4096,
+        max_num_seqs=32,
+        max_num_batched_tokens=2048,
+        async_scheduling=False,
+        latency=f"calibrated:{path}",
+    )
+
+
+def test_walk_prices_back_the_engines_own_step_times(tmp_path: Path) -> None:
+    sim = simulate_run(read_vllm_bench_run(FAILURES), _config(tmp_path))
+    busy = sim.steps.filter(~pl.col("idle"))
+    priced = busy.select(sum(pl.col(t) * c for t, c in zip(TERMS, TRUTH, strict=True)))
+    assert priced.to_series().to_list() == pytest.approx(busy["duration_s"].to_list(), rel=1e-12)
+    assert busy["prefill_attention_pairs"].sum() > 0
+
+
+def test_simulated_token_times_agree_with_the_engines_records(tmp_path: Path) -> None:
+    run = read_vllm_bench_run(RATE8)
+    sim = simulate_run(run, _config(tmp_path))
+    records = {r.request_id: r for r in sim.result.requests}
+    measured = dict(zip(run.frame["request_id"], run.frame["output_tokens"], strict=True))
+    for row in sim.requests.iter_rows(named=True):
+        r = records[row["request_id"]]
+        assert row["output_tokens"] == measured[row["request_id"]] == r.num_output_tokens
+        assert row["ttft_s"] == pytest.approx(r.first_token_s - r.arrival_s)
+        assert row["e2e_s"] == pytest.approx(r.finish_s - r.arrival_s)
+        assert len(row["itl_s"]) == row["output_tokens"] - 1
+        assert sum(row["itl_s"]) == pytest.approx(row["e2e_s"] - row["ttft_s"])
+    # Overheads add to both latencies and leave the schedule alone.
+    shifted = simulate_run(run, _config(tmp_path), overheads=OVERHEADS)
+    both = sim.requests.join(shifted.requests, on="request_id", suffix="_o")
+    expected = OVERHEADS.ttft_s + OVERHEADS.ttft_per_prompt_token_s * both["prompt_tokens"]
+    assert (both["ttft_s_o"] - both["ttft_s"]).to_list() == pytest.approx(expected.to_list())
+    assert (both["e2e_s_o"] - both["e2e_s"]).to_list() == pytest.approx(
+        (expected + OVERHEADS.e2e_s).to_list()
+    )
+
+
+def _as_measured(run, sim):
+    """``run`` with its latencies replaced by the simulation's (a run of a known engine)."""
+    frame = run.frame.drop("ttft_s", "e2e_s", "itl_s").join(
+        sim.requests.select("request_id", "ttft_s", "e2e_s", "itl_s"), on="request_id"
+    )
+    frame = frame.select(run.frame.columns)
+    return dataclasses.replace(run, frame=frame)
+
+
+def test_fit_gives_back_a_known_model_and_its_overheads(tmp_path: Path) -> None:
+    runs = []
+    for path in (RATE8, FAILURES):
+        run = read_vllm_bench_run(path)
+        runs.append(_as_measured(run, simulate_run(run, _config(tmp_path), overheads=OVERHEADS)))
+    config = dataclasses.replace(_config(tmp_path), latency=None)
+    fit = fit_from_runs(runs, config, max_iterations=15, tol=1e-6)
+    model = fit.model
+    # Every measured latency is reproduced (the schedule converges to the true one) ...
+    for run in runs:
+        sim = simulate_run(
+            run, _config(tmp_path, model.coefficients, "fit.json"), overheads=fit.overheads
+        )
+        both = run.frame.filter(pl.col("ok")).join(sim.requests, on="request_id", suffix="_s")
+        assert both["e2e_s_s"].to_list() == pytest.approx(both["e2e_s"].to_list(), rel=0.05)
+        # A TTFT moves by a step when an arrival falls on the other side of a step boundary.
+        ttft = both.select(((pl.col("ttft_s_s") / pl.col("ttft_s")) - 1).abs().mean()).item()
+        assert ttft < 0.08
+    # ... and the large terms come back: the fixed step cost and the TTFT overhead (per
+    # decoding sequence and per scheduled request move together in decode steps, and trade off
+    # against each other on 42 requests).
+    assert model.coefficients[0] == pytest.approx(TRUTH[0], rel=0.1)
+    assert fit.overheads.ttft_s == pytest.approx(OVERHEADS.ttft_s, rel=0.3)
+    errors = model.measured_error["fitted_runs"]
+    assert all(abs(errors[m]) < 0.05 for m in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p99"))
+    assert errors["output_throughput"] == pytest.approx(0, abs=0.01)
+    assert model.request_overheads == fit.overheads.as_dict()
+    assert len(fit.history) == fit.iterations
+
+
+def test_the_fit_refuses_too_few_requests(tmp_path: Path) -> None:
+    run = read_vllm_bench_run(FAILURES)  # 11 served requests
+    with pytest.raises(ConfigError, match=r"11 requests were served .* at least 20"):
+        fit_from_runs([run], dataclasses.replace(_config(tmp_path), latency=None))
+
+
+def test_metric_definitions_on_a_hand_worked_run() -> None:
+    frame = pl.DataFrame(
+        {
+            "start_s": [0.0, 1.0, 2.0, 3.0],
+            "ok": [True, True, True, False],
+            "output_tokens": [3, 1, 5, 0],
+            "ttft_s": [0.5, 0.2, 1.0, None],
+            "e2e_s": [0.9, 0.2, 2.0, None],
+            "itl_s": [[0.2, 0.2], [], [0.25, 0.25, 0.25, 0.25], []],
+        }
+    )
+    m = run_metrics(frame)
+    assert m["ttft_mean"] == pytest.approx(1.7 / 3)
+    assert m["ttft_p50"] == pytest.approx(0.5)
+    # TPOT without the first token, requests with two or more tokens: 0.4/2 and 1.0/4.
+    assert m["tpot_mean"] == pytest.approx((0.2 + 0.25) / 2)
+    assert m["itl_mean"] == pytest.approx(1.4 / 6)
+    assert m["e2e_p90"] == pytest.approx(0.9 + 0.8 * (2.0 - 0.9))
+    # Span: first send (0) to last token (2 + 2.0): 9 tokens, 3 requests over 4 s.
+    assert m["output_throughput"] == pytest.approx(9 / 4)
+    assert m["request_throughput"] == pytest.approx(3 / 4)
+    assert m["num_ok"] == 3 and m["num_requests"] == 4
+
+
+def test_noise_floor_and_within_on_hand_worked_repeats() -> None:
+    measured = [{"e2e_mean": 1.0}, {"e2e_mean": 1.2}, {"e2e_mean": 0.8}]
+    simulated = [{"e2e_mean": 1.1}] * 3
+    e2e = next(m for m in compare_metrics(measured, simulated, 0.05) if m.name == "e2e_mean")
+    assert e2e.measured == pytest.approx(1.0)
+    assert e2e.error == pytest.approx(0.1)
+    # 1.2 against the mean of 1.0 and 0.8 (0.9): +33 %; the floor is the largest such gap.
+    assert e2e.noise == pytest.approx(1.2 / 0.9 - 1)
+    assert e2e.within is True
+    tight = compare_metrics([{"e2e_mean": 1.0}] * 2, simulated[:2], 0.05)
+    assert next(m for m in tight if m.name == "e2e_mean").within is False
+
+
+def test_server_log_gives_the_engine_configuration() -> None:
+    log = read_vllm_server_log(LOG)
+    assert log.options == {
+        "block_size": 32,
+        "num_blocks": 256,
+        "max_model_len": 4096,
+        "max_num_seqs": 32,
+        "max_num_batched_tokens": 2048,
+        "enable_prefix_caching": True,
+        "async_scheduling": False,
+    }
+    assert log.vllm_version == "0.32.0" and log.kv_cache_tokens == 256 * 32
+    assert log.missing == ()
+
+
+def test_server_log_without_arguments_lists_what_is_missing(tmp_path: Path) -> None:
+    lines = [line for line in LOG.read_text().splitlines() if "non-default args" not in line]
+    short = tmp_path / "serve.log"
+    short.write_text("\n".join(lines))
+    log = read_vllm_server_log(short)
+    # From the engine's config line: max_model_len, prefix caching, the CPU platform.
+    assert log.options == {
+        "max_model_len": 4096,
+        "enable_prefix_caching": True,
+        "async_scheduling": False,
+    }
+    assert set(log.missing) == {
+        "block_size",
+        "num_blocks",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+    }
+
+
+def test_a_file_that_is_not_a_server_log_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.log"
+    other.write_text("hello\n")
+    with pytest.raises(ConfigError, match=r"--server-log .*other.log: no vLLM start-up lines"):
+        read_vllm_server_log(other)
+
+
+def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None:
+    runner = CliRunner()
+    model = tmp_path / "model.json"
+    result = runner.invoke(
+        cli, ["calibrate", str(RATE8), str(GUIDELLM), "--server-log", str(LOG), "--out", str(model)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "overheads" in result.output and "wrote" in result.output
+    doc = json.loads(model.read_text())
+    assert doc["version"] == 3
+    assert set(doc["request_overheads"]) == {"ttft_s", "ttft_per_prompt_token_s", "e2e_s"}
+    assert "e2e_p50" in doc["measured_error"]["fitted_runs"]
+    assert doc["fit"]["engine_provenance"]["sources"]["num_blocks"].startswith("server log")
+    loaded = load_calibrated_model(model)
+    assert loaded.request_overheads == pytest.approx(doc["request_overheads"])
+    out = tmp_path / "accuracy.json"
+    result = runner.invoke(
+        cli,
+        [
+            "accuracy",
+            str(RATE8),
+            "--latency",
+            f"calibrated:{model}",
+            "--server-log",
+            str(LOG),
+            "--json",
+            "--out",
+            str(out),
+            "--target",
+            "10",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    assert payload["all_within"] is True
+    assert {m["metric"] for m in payload["metrics"]} >= {"ttft_p99", "tpot_p50", "itl_p90"}
+    assert payload["overheads"] == pytest.approx(doc["request_overheads"])
+    # With a 0.1 % target a single run (no noise floor) is outside it: exit 1.
+    strict = runner.invoke(
+        cli,
+        [
+            "accuracy",
+            str(RATE8),
+            "--latency",
+            f"calibrated:{model}",
+            "--server-log",
+            str(LOG),
+            "--target",
+            "0.001",
+        ],
+    )
+    assert strict.exit_code == 1
+    assert "NO" in strict.output
+
+
+def test_calibrate_refuses_results_mixed_with_bundles(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    out = tmp_path / "model.json"
+    result = CliRunner().invoke(cli, ["calibrate", str(RATE8), str(bundle), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "not a benchmark result" in result.output
+    assert not out.exists()
+
+
+def test_a_summary_only_result_is_refused_by_accuracy(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["accuracy", str(DATA / "vllm-bench-summary-only.json"), "--server-log", str(LOG)]
+    )
+    assert result.exit_code == 2
+    assert "--save-detailed" in result.output
+
+
+def test_accuracy_records_a_held_out_error_in_the_model_file(tmp_path: Path) -> None:
+    runner = CliRunner()
+    model = tmp_path / "model.json"
+    fitted = runner.invoke(
+        cli, ["calibrate", str(RATE8), str(GUIDELLM), "--server-log", str(LOG), "--out", str(model)]
+    )
+    assert fitted.exit_code == 0, fitted.output
+    before = json.loads(model.read_text())
+    result = runner.invoke(
+        cli,
+        [
+            "accuracy",
+            str(FAILURES),
+            "--latency",
+            f"calibrated:{model}",
+            "--server-log",
+            str(LOG),
+            "--record-error",
+            "vllm bench long prompts",
+            "--target",
+            "100",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    after = json.loads(model.read_text())
+    held = after["measured_error"]["held_out"]["vllm bench long prompts"]
+    assert held["runs"] == [str(FAILURES)]
+    assert set(held["errors"]) == {
+        "ttft_p50",
+        "ttft_p99",
+        "tpot_p50",
+        "tpot_p99",
+        "e2e_p50",
+        "e2e_p99",
+        "output_throughput",
+    }
+    # The rest of the model is unchanged.
+    assert after["coefficients"] == before["coefficients"]
+    assert after["measured_error"]["fitted_runs"] == before["measured_error"]["fitted_runs"]
+    # Without a calibrated model there is nowhere to record it.
+    refused = runner.invoke(
+        cli, ["accuracy", str(FAILURES), "--server-log", str(LOG), "--record-error", "x"]
+    )
+    assert refused.exit_code == 2 and "--record-error needs --latency calibrated:FILE" in (
+        refused.output
+    )

@@ -1,0 +1,361 @@
+"""The calibrated step-time model fitted to measured per-request latencies.
+
+A benchmark client measures each request's TTFT and end-to-end latency, not the engine's steps.
+The engine's schedule is exact (``docs/engine.md``), so, given the schedule, each latency is a
+sum of step times plus the time the request spends outside the step loop:
+
+    TTFT_i = o_ttft + o_tok * prompt_i + share_i * t(s_a) + sum(t(s), a < s <= f)
+    E2E_i  = TTFT_i + o_e2e + sum(t(s), f < s <= l)
+
+where ``s_a`` is the step under way when request ``i`` arrived (``share_i`` of it still to run),
+``f`` the step producing its first token, ``l`` its last token's step, and ``t(s) = c . x(s)``
+the linear step-time model of :mod:`tracekit.latency.calibrated` over the step's make-up
+``x(s)``. Both latencies are linear in the unknowns (the six step coefficients and the three
+overheads ``o_ttft``, ``o_tok``, ``o_e2e``; :class:`~tracekit.measured.simulate.RequestOverheads`),
+so for a fixed schedule they are one non-negative least-squares problem, in seconds, the TTFTs
+and the E2Es each scaled by their mean (:func:`_weights`). The schedule depends on the step
+times (which
+requests have arrived by which step), so :func:`fit_from_runs` alternates: simulate the runs with
+the current model, fit to the latencies given that schedule (from the second round on, the
+mean of that fit and the previous round's: damping, since a new schedule moves a few requests
+across a step boundary and the undamped iteration can cycle between neighbouring schedules), and
+repeat until the predicted latencies move by less than ``tol`` (relative, mean over requests) or
+``max_iterations`` is reached. Leaving the overheads out loses a fixed share of every TTFT
+(peers lost 17 to 56 %).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tracekit.engine.config import EngineConfig
+from tracekit.errors import ConfigError
+from tracekit.latency.calibrated import TERMS, CalibratedModel, FitError, nnls
+from tracekit.measured.compare import compare_metrics
+from tracekit.measured.metrics import run_metrics
+from tracekit.measured.simulate import RequestOverheads, SimulatedRun, simulate_run
+from tracekit.workloads.measured import MeasuredRun
+
+__all__ = ["OVERHEADS", "RequestFit", "fit_from_runs", "initial_model"]
+
+#: The overhead unknowns, after the step terms, in design order.
+OVERHEADS = ("ttft_s", "ttft_per_prompt_token_s", "e2e_s")
+#: Fewest successful measured requests a fit accepts.
+MIN_REQUESTS = 20
+
+
+@dataclass(frozen=True)
+class RequestFit:
+    """A model fitted to measured runs, and how the fit went.
+
+    Attributes
+    ----------
+    model
+        The step coefficients, with ``request_overheads`` and ``measured_error`` (the error of
+        every metric on the runs it was fitted on).
+    overheads
+        The fitted overheads.
+    iterations
+        Simulate-and-fit rounds run.
+    converged
+        Whether the last round moved the predicted latencies by less than the tolerance.
+    history
+        Per round: the coefficients, the overheads and the mean relative change.
+    """
+
+    model: CalibratedModel
+    overheads: RequestOverheads
+    iterations: int
+    converged: bool
+    history: tuple[dict[str, Any], ...]
+
+
+def initial_model(runs: Sequence[MeasuredRun]) -> CalibratedModel:
+    """A starting model: every step lasts the measured median TPOT (its decode-step time)."""
+    tpots = []
+    for run in runs:
+        ok = run.frame.filter(pl.col("ok") & (pl.col("output_tokens") > 1))
+        tpots.extend(
+            ok.select(
+                (pl.col("e2e_s") - pl.col("ttft_s")) / (pl.col("output_tokens") - 1)
+            ).to_series()
+        )
+    tpots = sorted(t for t in tpots if t > 0)
+    step = tpots[len(tpots) // 2] if tpots else 0.01
+    return CalibratedModel((step, 0.0, 0.0, 0.0, 0.0, 0.0), source="initial: median TPOT")
+
+
+def _with_model(config: EngineConfig, model: CalibratedModel, folder: Path, k: int) -> EngineConfig:
+    path = model.save(folder / f"round-{k}.json")
+    return dataclasses.replace(config, latency=f"calibrated:{path}")
+
+
+def _design(
+    run: MeasuredRun, sim: SimulatedRun, terms: Sequence[str]
+) -> list[tuple[list[float], float]]:
+    """(features, measured) rows, TTFT and E2E of every request served on both sides.
+
+    The features are the step terms summed over the request's windows (see the module
+    docstring) followed by the overhead columns; the constant part of a window (idle steps'
+    fixed length, the engine's wait for an idle request's arrival) is taken off the measured
+    value.
+    """
+    steps = sim.steps
+    x = [steps[t].to_list() for t in terms]
+    idle = steps["idle"].to_list()
+    duration = steps["duration_s"].to_list()
+    starts = steps["time_s"].to_list()
+    n = steps.height
+    # Prefix sums of each term and of the idle steps' durations.
+    cum = [[0.0] * (n + 1) for _ in terms]
+    cum_idle = [0.0] * (n + 1)
+    for j in range(n):
+        for t in range(len(terms)):
+            cum[t][j + 1] = cum[t][j] + x[t][j]
+        cum_idle[j + 1] = cum_idle[j] + (duration[j] if idle[j] else 0.0)
+    measured = run.frame.select("request_id", "ok", "ttft_s", "e2e_s").rows_by_key(
+        "request_id", named=True, unique=True
+    )
+    rows: list[tuple[list[float], float]] = []
+    for r in sim.requests.filter(pl.col("ok")).iter_rows(named=True):
+        m = measured.get(r["request_id"])
+        if m is None or not m["ok"]:
+            continue
+        a, f, last, share = r["first_step"], r["token_step"], r["last_step"], r["first_frac"]
+        if a > f:
+            continue
+        # The engine waits for an arrival while idle: that wait is no step's time.
+        wait = max(0.0, starts[a] - r["arrival_s"])
+
+        def window(lo: int, hi: int, first_share: float) -> list[float]:
+            # Steps lo..hi inclusive, the first counted at first_share.
+            return [
+                first_share * x[t][lo] + (cum[t][hi + 1] - cum[t][lo + 1])
+                for t in range(len(terms))
+            ]
+
+        ttft_x = window(a, f, share)
+        ttft_const = (
+            wait + share * (duration[a] if idle[a] else 0.0) + (cum_idle[f + 1] - cum_idle[a + 1])
+        )
+        e2e_x = window(a, last, share)
+        e2e_const = ttft_const + (cum_idle[last + 1] - cum_idle[f + 1])
+        prompt = float(r["prompt_tokens"])
+        rows.append(([*ttft_x, 1.0, prompt, 0.0], m["ttft_s"] - ttft_const))
+        rows.append(([*e2e_x, 1.0, prompt, 1.0], m["e2e_s"] - e2e_const))
+    return rows
+
+
+def _weights(rows: list[tuple[list[float], float]]) -> list[float]:
+    """One over the mean measured value of its kind (TTFT rows, E2E rows), for every row.
+
+    Least squares in seconds within each kind, so the model's TTFTs and E2Es add up to the
+    measured ones (latency percentiles and throughput are sums of step times), with the two
+    kinds on one scale. A relative error per request (one over each value) is biased towards
+    the fastest requests: on a loaded machine whose repeats ran 8 times apart in speed, it fitted
+    a model 55 % short of both (``docs/latency.md``, "Calibration from measured runs").
+    """
+    kinds = [features[-1] for features, _ in rows]  # 0: TTFT row, 1: E2E row
+    means = {}
+    for kind in (0.0, 1.0):
+        values = [max(y, 0.0) for (_, y), k in zip(rows, kinds, strict=True) if k == kind]
+        means[kind] = max(sum(values) / len(values), 1e-6) if values else 1.0
+    return [1.0 / means[k] for k in kinds]
+
+
+def _solve(rows: list[tuple[list[float], float]], weights: list[float]) -> list[float]:
+    k = len(rows[0][0])
+    gram = [[0.0] * k for _ in range(k)]
+    rhs = [0.0] * k
+    for (features, y), w in zip(rows, weights, strict=True):
+        fw = [v * w for v in features]
+        yw = y * w
+        for i in range(k):
+            if fw[i] == 0.0:
+                continue
+            rhs[i] += fw[i] * yw
+            gi = gram[i]
+            for j in range(k):
+                gi[j] += fw[i] * fw[j]
+    # Column scaling (unit diagonal); a column that is zero in every row stays at 0.
+    active = [i for i in range(k) if gram[i][i] > 0]
+    scale = [math.sqrt(gram[i][i]) for i in active]
+    scaled = [
+        [gram[i][j] / (si * sj) for j, sj in zip(active, scale, strict=True)]
+        for i, si in zip(active, scale, strict=True)
+    ]
+    beta = nnls(scaled, [rhs[i] / s for i, s in zip(active, scale, strict=True)])
+    out = [0.0] * k
+    for i, b, s in zip(active, beta, scale, strict=True):
+        out[i] = b / s
+    return out
+
+
+def _predicted(rows: list[tuple[list[float], float]], solution: Sequence[float]) -> list[float]:
+    return [sum(f * c for f, c in zip(features, solution, strict=True)) for features, _ in rows]
+
+
+def fit_from_runs(
+    runs: Sequence[MeasuredRun],
+    config: EngineConfig,
+    *,
+    initial: CalibratedModel | None = None,
+    max_iterations: int = 12,
+    tol: float = 1e-2,
+    pairs: bool = True,
+    source: str = "",
+    workdir: str | os.PathLike[str] | None = None,
+) -> RequestFit:
+    """Fit the step-time model and the request overheads to measured runs.
+
+    Parameters
+    ----------
+    runs
+        Measured runs of one server configuration (any request rates, any clients; pooled).
+    config
+        The server's engine configuration (``config.latency`` is replaced each round).
+    initial
+        The model of the first simulation (default :func:`initial_model`).
+    max_iterations, tol
+        Stop after this many rounds, or when the predicted latencies moved by less than ``tol``
+        (mean relative change over the latencies).
+    pairs
+        Fit the prefill attention-pairs term (off: five step terms).
+    source
+        Recorded in the model (what it was fitted on).
+    workdir
+        Where the rounds' model files go (a temporary folder by default).
+
+    Raises
+    ------
+    FitError
+        Fewer than :data:`MIN_REQUESTS` requests served in both the measurement and the
+        simulation.
+    """
+    if not runs:
+        raise ConfigError("calibrate: no measured run given")
+    model = initial or initial_model(runs)
+    terms = list(TERMS if pairs else TERMS[:5])
+    history: list[dict[str, Any]] = []
+    previous: list[float] | None = None
+    last_solution: list[float] | None = None
+    converged = False
+    overheads = RequestOverheads()
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        folder = Path(tmp)
+        for k in range(1, max_iterations + 1):
+            cfg = _with_model(config, model, folder, k)
+            sims = [simulate_run(run, cfg) for run in runs]
+            rows: list[tuple[list[float], float]] = []
+            for run, sim in zip(runs, sims, strict=True):
+                rows.extend(_design(run, sim, terms))
+            if len(rows) < 2 * MIN_REQUESTS:
+                raise FitError(
+                    f"calibrate: {len(rows) // 2} requests were served in both the measured runs "
+                    f"and their simulation; fit on at least {MIN_REQUESTS}"
+                )
+            weights = _weights(rows)
+            solution = _solve(rows, weights)
+            if last_solution is not None:
+                # Damped: a new schedule moves a few requests across a step boundary, and the
+                # undamped fixed point can cycle between two neighbouring schedules.
+                solution = [(a + b) / 2 for a, b in zip(solution, last_solution, strict=True)]
+            last_solution = solution
+            coefficients = tuple(solution[: len(terms)]) + (0.0,) * (len(TERMS) - len(terms))
+            overheads = RequestOverheads(*solution[len(terms) :])
+            predicted = _predicted(rows, solution)
+            change = (
+                math.inf
+                if previous is None or len(previous) != len(predicted)
+                else sum(
+                    abs(p - q) / max(abs(y), 1e-9)
+                    for p, q, (_, y) in zip(predicted, previous, rows, strict=True)
+                )
+                / len(rows)
+            )
+            previous = predicted
+            history.append(
+                {
+                    "round": k,
+                    "coefficients": dict(zip(TERMS, coefficients, strict=True)),
+                    "overheads": overheads.as_dict(),
+                    "mean_relative_change": None if math.isinf(change) else change,
+                    "latencies": len(rows),
+                }
+            )
+            if coefficients[0] <= 0 and not any(coefficients):
+                raise FitError("calibrate: the fit gave an all-zero step model; cannot simulate")
+            model = CalibratedModel(coefficients, source=source)
+            if change < tol:
+                converged = True
+                break
+        # The fitted model's own error on the runs it was fitted on, metric by metric.
+        cfg = _with_model(config, model, folder, 0)
+        measured, simulated = [], []
+        for run in runs:
+            sim = simulate_run(run, cfg, overheads=overheads)
+            measured.append(run_metrics(run.frame))
+            simulated.append(run_metrics(sim.requests, start="arrival_s"))
+        errors = {
+            m.name: m.error
+            for m in compare_metrics(measured, simulated, 0.10)
+            if m.error is not None
+        }
+    fit = {
+        "method": "non-negative least squares on per-request TTFT and E2E (seconds, each kind "
+        "scaled by its mean), re-simulated until stable",
+        "target": "per-request latencies",
+        "weighting": "seconds, each kind (TTFT, E2E) over its mean",
+        "terms": terms,
+        "overhead_terms": list(OVERHEADS),
+        "iterations": len(history),
+        "converged": converged,
+        "tol": tol,
+        "num_runs": len(runs),
+        "num_latencies": len(previous or []),
+        "runs": [
+            {
+                "source": str(run.source),
+                "client": run.client,
+                "request_rate": run.settings.get("request_rate"),
+                "burstiness": run.settings.get("burstiness"),
+                "num_requests": run.num_requests,
+            }
+            for run in runs
+        ],
+        "engine_config": {
+            key: getattr(config, key)
+            for key in (
+                "block_size",
+                "num_blocks",
+                "max_model_len",
+                "max_num_seqs",
+                "max_num_batched_tokens",
+                "enable_prefix_caching",
+            )
+        },
+        "history": history,
+        "source": source,
+    }
+    measured_error = {
+        "what": "simulated / measured - 1 of each metric, mean over the runs it was fitted on",
+        "fitted_runs": errors,
+    }
+    final = CalibratedModel(
+        model.coefficients,
+        fit,
+        {},
+        source,
+        overheads.as_dict(),
+        measured_error,
+    )
+    return RequestFit(final, overheads, len(history), converged, tuple(history))
