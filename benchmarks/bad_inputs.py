@@ -34,13 +34,15 @@ process (``click.testing.CliRunner``). It is one of:
 folder by a command that refused its input (a partial output, a staging folder).
 
 Usage: ``python benchmarks/bad_inputs.py [--family F] [--every N] [--show CATEGORY] [--json]``
-(``--every 10`` runs every tenth case of each family; the test suite runs such a slice).
+(``--every 10`` runs about one case in ten of each family, chosen by a hash of its name, and at
+least one of each; the test suite runs such a slice).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fnmatch
 import hashlib
 import json
@@ -66,6 +68,8 @@ from click.testing import CliRunner
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
 EXTENSION = ROOT / "bidkv" / "manifests" / "vllm-hust-extension-v0.3.json"
+# A vllm bench serve result (--save-detailed): the input of tracekit accuracy.
+BENCH_RESULT = ROOT / "tests" / "data" / "bench-results" / "vllm-bench-rate8.json"
 SMALL = ["--limit", "40", "--num-blocks", "300", "--max-model-len", "4608"]
 CATEGORIES = ("clear", "wrong-exit", "unclear", "silent", "traceback")
 
@@ -102,6 +106,9 @@ class Case:
     keeps
         Name patterns of what a refused (or interrupted) command may leave: the partial folder
         that the next run removes.
+    removes
+        Name patterns of what the command must remove (a stale staging folder); such a case is
+        not refused: it is a clear answer when it exits 0 and they are gone.
     """
 
     family: str
@@ -114,6 +121,7 @@ class Case:
     owner: str = ""
     interrupt_after: float = 0.0
     keeps: tuple[str, ...] = ()
+    removes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -138,6 +146,7 @@ def build_fixtures(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     shutil.copy(SAMPLE, root / "w.csv")
     shutil.copy(EXTENSION, root / "ext.json")
+    shutil.copy(BENCH_RESULT, root / "bench.json")
     for host in ("typed", "legacy"):
         if not (root / host / "manifest.json").exists():
             args = ["record", "sim", "--workload", str(root / "w.csv"), *SMALL, "--strategy",
@@ -242,6 +251,7 @@ BASES: dict[str, tuple[tuple[str, ...], Args]] = {
     "manifest validate": (("ext.json",), lambda c: ["manifest", "validate", str(c / "ext.json")]),
     "manifest render": (("ext.json",), lambda c: ["manifest", "render", str(c / "ext.json")]),
     "outputs": (("typed",), lambda c: ["outputs", str(c / "typed"), str(c / "typed")]),
+    "accuracy": (("bench.json",), lambda c: ["accuracy", str(c / "bench.json")]),
 }  # fmt: skip
 
 
@@ -353,6 +363,7 @@ SPELLINGS: dict[str, tuple[tuple[str, ...], list[list[str]]]] = {
     "--env": (("manifest render",), [[v] for v in ("NOEQUALS", "=x")]),
     "--ray": (("sweep",), [[v] for v in ("", "  ")]),
     "--strategies": (("experiment run",), [[v] for v in ("nosuch", "")]),
+    "--server-log": (("accuracy",), [[v] for v in ("/nonexistent.log",)]),
 }  # fmt: skip
 # What an error must name where it is not the option's own spelling (the library's field).
 SPELLING_MENTIONS = {
@@ -369,6 +380,10 @@ def spelling_cases() -> list[Case]:
                 cases.append(_with(command, option, *value, name=f"{option} {' '.join(value)!r}",
                                    family="spelling",
                                    mentions=SPELLING_MENTIONS.get(option, option)))  # fmt: skip
+    for kind in ("aiconfig", "", "AICONFIGURATOR", "roofline"):
+        cases.append(Case("spelling", "latency tables", f"KIND {kind!r}",
+                          lambda c, k=kind: ["latency", "tables", k], None, frozenset({2}),
+                          f"{kind!r}"))  # fmt: skip
     return cases
 
 
@@ -730,6 +745,7 @@ INPUT_PATHS: list[tuple[str, Callable[[Path, str], list[str]]]] = [
     ("record sim", lambda c, p: ["record", "sim", "--workload", p, "--out", str(c / "out")]),
     ("experiment traces", lambda c, p: ["experiment", "traces", "--mode", "verify", "--out", p]),
     ("experiment run", lambda c, p: ["experiment", "run", "--pool", p, "--out", str(c / "out")]),
+    ("accuracy", lambda c, p: ["accuracy", p]),
 ]
 # What a bad path is: (name, how to make it, the path given)
 BAD_PATHS: list[tuple[str, Callable[[Path], None], str]] = [
@@ -792,9 +808,11 @@ def output_cases() -> list[Case]:
     for command in ("record sim", "replay", "oracle", "qualify", "sweep", "record import"):
         cases.append(_with(command, name="--out is a dangling symlink", family="output",
                            mentions="--out", owner="output", prepare=_dangling))  # fmt: skip
-    cases.append(_with("record sim", name="a stale staging folder with a huge pid beside --out",
-                       family="output", mentions="", owner="output",
-                       prepare=lambda c: (c / f".out.partial-{2**70}").mkdir()))  # fmt: skip
+    # Not refused: the run goes on, and removes the staging folder no process can own.
+    stale = _with("record sim", name="a stale staging folder with a huge pid beside --out",
+                  family="output", mentions="", owner="output",
+                  prepare=lambda c: (c / f".out.partial-{2**70}").mkdir())  # fmt: skip
+    cases.append(dataclasses.replace(stale, exits=frozenset({0}), removes=(".out.partial-*",)))
     cases.append(_with("report", name="--out over an existing qualification.json",
                        family="output", mentions="qualification.json", owner="output",
                        prepare=_existing_qualification))  # fmt: skip
@@ -1086,14 +1104,22 @@ def run_case(case: Case, fixtures: Path, work: Path, timeout: float = 120.0) -> 
             return Outcome(case, "traceback", None, [], str(hung), time.perf_counter() - started)
         seconds = time.perf_counter() - started
         after = _snapshot(folder)
-        changed = [k for k in before if after.get(k) != before[k]]
+        changed = [
+            k for k in before if after.get(k) != before[k]
+            and not any(fnmatch.fnmatch(k.split("/")[0], p) for p in case.removes)
+        ]  # fmt: skip
+        kept = [k for k in after if any(fnmatch.fnmatch(k.split("/")[0], p) for p in case.removes)]
         left = [
             k for k in after
             if k not in before and not any(fnmatch.fnmatch(k.split("/")[0], p) for p in case.keeps)
         ]  # fmt: skip
         code = result.exit_code
-        damage = changed + (left if code != 0 else [])
         category = _category(case, result, folder)
+        if case.removes:
+            category = category if category == "traceback" or code != 0 else "clear"
+            changed += kept  # what it had to remove and did not
+        # A run that took its bad input made outputs: counted as the silent accept it is.
+        damage = changed + (left if code != 0 and category != "silent" else [])
         return Outcome(case, category, code, damage, _last(result.output), seconds)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -1171,15 +1197,24 @@ def _category(case: Case, result: Any, folder: Path) -> str:
 
 
 def select(cases: list[Case], family: str | None, every: int) -> list[Case]:
-    """The cases of ``family`` (all when None), every ``every``-th of each family."""
+    """The cases of ``family`` (all when None), about one in ``every``, at least one a family.
+
+    Which ones is decided by a hash of the case's command and name, not its position, so that
+    a slice samples every part of a family (its values, its commands) and is the same each run.
+    """
     chosen = []
-    seen: Counter[str] = Counter()
     for case in cases:
         if family is not None and case.family != family:
             continue
-        if seen[case.family] % every == 0:
+        key = hashlib.sha256(f"{case.family} {case.command} {case.name}".encode()).digest()
+        if int.from_bytes(key[:8], "big") % every == 0:
             chosen.append(case)
-        seen[case.family] += 1
+    # Every family is sampled, however small.
+    found = {case.family for case in chosen}
+    for case in cases:
+        if case.family not in found and (family is None or case.family == family):
+            chosen.append(case)
+            found.add(case.family)
     return chosen
 
 
@@ -1260,7 +1295,7 @@ def render(report: dict[str, Any], show: str | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default=None, help="Run one family only.")
-    parser.add_argument("--every", type=int, default=1, help="Every N-th case of each family.")
+    parser.add_argument("--every", type=int, default=1, help="About one case in N of a family.")
     parser.add_argument("--show", default=None, help="List only failing cases of a category.")
     parser.add_argument("--json", action="store_true", help="Print the summary as JSON.")
     parser.add_argument("--fixtures", type=Path, default=None, help="Reuse a fixtures folder.")

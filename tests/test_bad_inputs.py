@@ -1,8 +1,9 @@
 """A slice of the bad-input suite (``benchmarks/bad_inputs.py``): every case a clear error.
 
 The full suite (3,000 cases over every command) runs as ``python benchmarks/bad_inputs.py``;
-this runs every 20th case of each family (interrupts, which need seconds each, aside) on the
-same fixtures. A case is a clear error when the command refuses it with its documented exit
+this runs about one case in 20 of each family, chosen by a hash of its name (interrupts, which
+need seconds each, aside; 184 cases), on the same fixtures: about 40 s under load, fixtures
+included. A case is a clear error when the command refuses it with its documented exit
 code and an ``Error:`` line naming the option or file, with no traceback and nothing left
 behind. Cases another engineer's change makes pass (``owner``) are expected to fail until it
 is merged: they are reported, and fail the test only once that engineer's part is in.
@@ -52,7 +53,9 @@ def test_a_slice_of_bad_inputs_gets_clear_errors(fixtures: Path, tmp_path: Path)
     assert len(mine) > 100
 
 
-OWNED = [case for case in SLICE if case.owner]
+# Until their fix is merged, these cases run their command to the end: the slice keeps the
+# cheap ones (a qualify or an oracle run would take most of a minute each).
+OWNED = [case for case in SLICE if case.owner and case.command not in ("qualify", "oracle")]
 
 
 @pytest.mark.parametrize("case", OWNED, ids=[f"{c.owner}: {c.command}: {c.name}" for c in OWNED])
