@@ -18,8 +18,16 @@ are those of a valid trace of that size.
 
 Target: a ten-million-decision trace validated with a peak RSS under 2 GB.
 
+``--readers`` measures instead what the readers' check costs (docs/trace-format.md,
+"Validation"): the row rules every reader applies before it reads (``check_values``, one lazy
+scan per table), on the whole Azure conversation hour (19,366 requests) recorded once with
+``record sim --strategy bidkv --record-scheduled`` (cached), against reading the same tables
+whole with polars and against ``validate``. Figures are CPU time of this process (every polars
+thread), best of ``--repeat`` rounds run side by side.
+
 Usage: ``python benchmarks/validate.py [--decisions 10000000] [--steps 16500000]
-[--requests 1000000] [--cache DIR] [--source DATASET]``
+[--requests 1000000] [--cache DIR] [--source DATASET]``, or ``python benchmarks/validate.py
+--readers [--repeat 5] [--cache DIR]``
 """
 
 from __future__ import annotations
@@ -171,6 +179,60 @@ def child(bundle: str) -> None:
     )
 
 
+HOUR = ROOT / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
+
+
+def hour_bundle(cache: Path) -> Path:
+    """The whole Azure hour recorded with BidKV and its scheduled table (cached)."""
+    out = cache / "validate-readers-hour"
+    if not (out / "manifest.json").exists():
+        print("recording the Azure hour ...", flush=True)
+        workload = load_workload(HOUR)
+        run = SimRun(workload, make_engine_config(), resolve_strategy("bidkv"), "typed")
+        record_sim(run, out, record_scheduled=True)
+    return out
+
+
+def readers(cache: Path, repeat: int) -> None:
+    """Print the CPU time of the readers' check against reading the tables and validating."""
+    import polars as pl
+
+    from tracekit.trace.inspect import READS as INSPECT_READS
+    from tracekit.trace.inspect import inspect_trace
+    from tracekit.trace.validate import check_readable, validate_trace
+    from tracekit.trace.values import ALL_COLUMNS, check_values
+
+    bundle = open_trace(hour_bundle(cache)).bundles[0]
+    tables = [t for t in trace_schema().tables if bundle.has_table(t)]
+    every = dict.fromkeys(tables, ALL_COLUMNS)
+
+    def read() -> None:
+        for table in tables:
+            pl.read_parquet(bundle.table_files(table))
+
+    tasks = {
+        "read every table (polars)": read,
+        "structure and row counts": lambda: check_readable(bundle),
+        "row rules, every column": lambda: check_values(bundle, every),
+        "row rules, inspect's columns": lambda: check_values(bundle, INSPECT_READS),
+        "inspect (its check included)": lambda: inspect_trace(bundle.path),
+        "validate": lambda: validate_trace(bundle.path),
+    }
+    best = dict.fromkeys(tasks, float("inf"))
+    for _ in range(repeat):
+        for name, task in tasks.items():
+            started = time.process_time()
+            task()
+            best[name] = min(best[name], time.process_time() - started)
+    rows = {t: pq.ParquetFile(bundle.table_files(t)[0]).metadata.num_rows for t in tables}
+    print(f"bundle     {bundle.path}")
+    print(f"rows       {', '.join(f'{t} {n:,}' for t, n in rows.items())}")
+    base = best["read every table (polars)"]
+    for name, cpu in best.items():
+        print(f"{name:30} {cpu * 1000:8.1f} ms CPU  {cpu / base:5.2f} x reading")
+    print(f"load average     {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=10_000_000)
@@ -179,9 +241,15 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=default_cache())
     parser.add_argument("--source", type=Path, default=None, help="Dataset to repeat.")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--readers", action="store_true", help="The readers' check instead.")
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     if args.child:
         child(args.child)
+        return
+    if args.readers:
+        args.cache.mkdir(parents=True, exist_ok=True)
+        readers(args.cache, args.repeat)
         return
     args.cache.mkdir(parents=True, exist_ok=True)
     source = args.source or source_dataset(args.cache)

@@ -1,7 +1,8 @@
-"""diff and fidelity on damaged bundles: one line and exit 2, or a report, never a traceback.
+"""diff and fidelity on damaged bundles: one line and exit 2, never a report or a traceback.
 
-NaN in ``kv_usage``, ``time_s`` or ``arrival_time`` is rendered (diff's report used to crash on
-``int(nan)``); an extra column or a column of the wrong type is found by ``check_readable``
+NaN in ``kv_usage``, ``time_s`` or ``arrival_time`` is refused before the diff (its report
+used to crash on ``int(nan)``, then reported a difference, exit 1); an extra column or a
+column of the wrong type is found by ``check_readable``
 before polars reads the table (it used to raise a polars SchemaError); ``"engine_config": "x"``
 is one line.
 """
@@ -54,13 +55,16 @@ def invoke(*args: Path | str):  # type: ignore[no-untyped-def]
     "table, column",
     [("decisions", "kv_usage"), ("decisions", "time_s"), ("candidates", "arrival_time")],
 )
-def test_diff_renders_nan(pair: tuple[Path, Path], tmp_path: Path, table: str, column: str) -> None:
+def test_diff_refuses_nan(pair: tuple[Path, Path], tmp_path: Path, table: str, column: str) -> None:
+    """A damaged table is bad input (exit 2, one line), not a difference (exit 1, as it was)."""
     legacy, typed = pair
     nan = pl.lit(float("nan")).alias(column)
     broken = damaged(typed, tmp_path / "typed", table, lambda f: f.with_columns(nan))
     result = invoke("diff", legacy, broken)
-    assert result.exit_code == 1, result.output
-    assert "nan" in result.output
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"Error: {broken / f'{table}.parquet'}: ")
+    assert f"{table}.{column} is NaN or infinite" in result.output
+    assert len(result.output.splitlines()) == 1
 
 
 BAD_TABLES = {

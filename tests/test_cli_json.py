@@ -113,3 +113,38 @@ def test_record_import_json(tmp_path: Path) -> None:
     _, payload = invoke("record", "import", log, "--json", "--out", out)
     assert payload["bundle"] == str(out)
     assert len(payload["runs"]) == 1
+
+
+def test_report_json(report_results_copy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "page" / "report.html"
+    _, payload = invoke("report", report_results_copy, "--out", out, "--json")
+    assert payload["report"] == str(out)
+    assert payload["qualification"] == str(out.with_name("qualification.json"))
+    written = json.loads(out.with_name("qualification.json").read_text("utf-8"))
+    assert payload["headline"] == written["headline"]
+
+
+def test_calibrate_json(azure_sample: Path, tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    invoke("record", "sim", "--workload", azure_sample, *SMALL, "--record-scheduled", "--json",
+           "--out", bundle)  # fmt: skip
+    model = tmp_path / "model.json"
+    _, payload = invoke("calibrate", bundle, "--out", model, "--json")
+    assert payload["out"] == str(model) and payload["latency"] == f"calibrated:{model}"
+    assert payload["num_steps"] > payload["holdout"]["num_steps"] > 0
+    assert payload["coefficients"] == json.loads(model.read_text("utf-8"))["coefficients"]
+    assert set(payload["fitted_range"]) == {"num_prefill_tokens", "num_decode_seqs",
+                                            "kv_tokens_read"}  # fmt: skip
+
+
+def test_manifest_validate_json(repo_root: Path, tmp_path: Path) -> None:
+    good = repo_root / "bidkv" / "manifests" / "vllm-hust-extension-v0.3.json"
+    _, payload = invoke("manifest", "validate", good, "--json")
+    assert payload["valid"] is True and payload["problem"] is None and payload["checks"]
+    broken = tmp_path / "broken.json"
+    manifest = json.loads(good.read_text("utf-8"))
+    manifest.pop("name", None)
+    manifest["schema_version"] = "9"
+    broken.write_text(json.dumps(manifest), "utf-8")
+    _, payload = invoke("manifest", "validate", broken, "--json", exit_code=1)
+    assert payload["valid"] is False and str(broken) in payload["problem"]

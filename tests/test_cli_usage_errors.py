@@ -10,7 +10,7 @@ from tracekit.cli import cli
 CASES = {
     "a word for an integer": (
         ["record", "sim", "--workload", "w.csv", "--limit", "abc", "--out", "o"],
-        "'abc' is not a valid integer; pass --limit with a whole number, e.g. 5",
+        "'abc' is not a valid integer; pass --limit with a whole number >= 1 and <= 1099511627776",
     ),
     "a word for a number": (
         ["qualify", "--workload", "w.csv", "--slo-ttft-s", "abc", "--out", "o"],
@@ -20,9 +20,17 @@ CASES = {
         ["record", "sim", "--workload", "w.csv", "--engine-mode", "bogus", "--out", "o"],
         "'bogus' is not one of 'vllm', 'sglang'; pass --engine-mode with one of: vllm, sglang",
     ),
+    "a near miss of a choice": (
+        ["record", "sim", "--workload", "w.csv", "--engine-mode", "sglng", "--out", "o"],
+        "(did you mean 'sglang'?); pass --engine-mode with one of: vllm, sglang",
+    ),
+    "a number that is not finite": (
+        ["record", "sim", "--workload", "w.csv", "--watermark", "nan", "--out", "o"],
+        "'nan' is not a finite number; pass --watermark with a number >= 0.0 and < 1.0",
+    ),
     "a value out of range": (
-        ["replay", "t", "--strategy", "bidkv", "--out", "o", "--workers", "0"],
-        "0 is not in the range x>=1; pass --workers with a whole number >= 1",
+        ["replay", "t", "--strategy", "bidkv", "--out", "o", "--jobs", "0"],
+        "0 is not in the range 1<=x<=4096; pass --jobs with a whole number >= 1 and <= 4096",
     ),
     "a missing option": (
         ["record", "sim", "--workload", "w.csv"],

@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from trace_helpers import rewrite_table
 
 from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy
@@ -95,8 +96,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[Path, 
 def doctored(source: Path, out: Path, table: str, edit: Callable[[pl.DataFrame], pl.DataFrame]):
     """A copy of bundle ``source`` with ``table`` rewritten by ``edit``."""
     shutil.copytree(source, out)
-    path = out / f"{table}.parquet"
-    edit(pl.read_parquet(path)).write_parquet(path)
+    rewrite_table(out, table, edit(pl.read_parquet(out / f"{table}.parquet")))
     return out
 
 

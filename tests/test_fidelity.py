@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from trace_helpers import rewrite_table
 
 from tracekit.engine import EngineConfig
 from tracekit.errors import TraceSchemaError
@@ -31,8 +32,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tampered(tmp_path: Path, table: str, change) -> Path:
     copy = tmp_path / "vllm"
     shutil.copytree(FIXTURE, copy)
-    frame = pl.read_parquet(copy / f"{table}.parquet")
-    change(frame).write_parquet(copy / f"{table}.parquet")
+    rewrite_table(copy, table, change(pl.read_parquet(copy / f"{table}.parquet")))
     return copy
 
 
@@ -76,11 +76,10 @@ def test_a_different_victim_is_a_decision_mismatch(sim: Path, tmp_path: Path) ->
     vllm = tampered(
         tmp_path,
         "decisions",
+        # A built-in decision: the engine's own victim is the one applied (both change).
         lambda f: f.with_columns(
-            pl.when(pl.col("seq") == 5)
-            .then(pl.lit(other))
-            .otherwise(pl.col("applied_victim_id"))
-            .alias("applied_victim_id")
+            pl.when(pl.col("seq") == 5).then(pl.lit(other)).otherwise(pl.col(name)).alias(name)
+            for name in ("applied_victim_id", "builtin_victim_id")
         ),
     )
     report = compare_fidelity(sim, vllm)

@@ -135,7 +135,13 @@ def test_changed_freed_blocks_and_candidate_blocks_are_caught(sim: Path, tmp_pat
     vllm = tampered(
         tmp_path,
         "decisions",
-        lambda f: shifted(f, "freed_blocks", 1, pl.col("seq") == seq),
+        # One more block freed, and its tokens (freed_tokens = freed_blocks * block_size).
+        lambda f: shifted(
+            shifted(f, "freed_blocks", 1, pl.col("seq") == seq),
+            "freed_tokens",
+            16,
+            pl.col("seq") == seq,
+        ),
     )
     report = compare_fidelity(sim, vllm)
     assert report.mismatch is not None and report.mismatch.step == step

@@ -184,3 +184,12 @@ def test_bad_logs_are_one_line_errors_and_leave_no_output(
 def test_unknown_applied_strategy(events_file: Path, tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="use one of pe-lifo"):
         import_logs(events_file, tmp_path / "b", applied_strategy="magic")
+
+
+def test_a_json_list_of_other_things_is_one_line(tmp_path: Path) -> None:
+    """A list whose items are not objects raised a TypeError (found by the bad-input suite)."""
+    log = tmp_path / "log.json"
+    log.write_text("[1, 2]\n", "utf-8")
+    with pytest.raises(WorkloadError, match=r"item 1 of the JSON list is int, expected a JSON"):
+        import_logs(log, tmp_path / "b")
+    assert not (tmp_path / "b").exists()

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 from replay_helpers import HAND, cand, column, ctx, read_rows, write_trace
+from trace_helpers import rewrite_table
 
 from tracekit.errors import ConfigError, TraceSchemaError
 from tracekit.replay import OUTPUT_FILES, replay_open, summarize
@@ -239,7 +240,7 @@ def test_an_error_mid_replay_leaves_no_output(tmp_path: Path) -> None:
     write_trace(tmp_path / "data" / "a", HAND, run_id="run-a")
     broken = write_trace(tmp_path / "data" / "b", HAND, run_id="run-b")
     table = pl.read_parquet(broken / "candidates.parquet").filter(pl.col("seq") != 1)
-    table.write_parquet(broken / "candidates.parquet")
+    rewrite_table(broken, "candidates", table)
     with pytest.raises(TraceSchemaError, match="decision seq 1 has 0 candidate"):
         replay_open(tmp_path / "data", parse_strategy_list("all"), tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

@@ -18,6 +18,7 @@ from replay_helpers import cand, column, ctx, read_rows, write_trace
 
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy
 from tracekit.engine.config import make_engine_config
+from tracekit.errors import TraceSchemaError
 from tracekit.hosts.preemption_policy import PreemptionPolicyController
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay import replay_open
@@ -179,14 +180,17 @@ def test_ties_and_repeated_ids_match_the_controller(tmp_path: Path) -> None:
     assert column(rows, "mcf", "applied_victim_id") == ["c", "a", "z", "q", "d", "f", "q"]
 
 
-def test_non_finite_times_send_the_run_to_the_reference_path(tmp_path: Path) -> None:
+def test_non_finite_times_are_refused_before_any_replay(tmp_path: Path) -> None:
+    """A NaN arrival time used to send the run to the reference path and replay it; it is a
+    damaged trace, refused in one line naming the file, the column and the first decision."""
     decisions = [ctx([cand("a", 10, arrival=float("nan")), cand("b", 20)], "a") for _ in range(3)]
-    result = replay_open(
-        write_trace(tmp_path / "t", decisions), parse_strategy_list("all"), tmp_path / "out"
-    )
-    assert result.fast_path == ()
-    (run,) = json.loads((tmp_path / "out" / "replay.json").read_text())["runs"]
-    assert "not finite" in run["note"]
+    trace = write_trace(tmp_path / "t", decisions)
+    with pytest.raises(TraceSchemaError) as error:
+        replay_open(trace, parse_strategy_list("all"), tmp_path / "out")
+    message = str(error.value)
+    assert message.startswith(f"{trace / 'candidates.parquet'}: candidates.arrival_time is NaN")
+    assert "3 row(s), the first at seq 0" in message and "\n" not in message
+    assert not (tmp_path / "out").exists()
 
 
 # -- stateful strategies evolve in decision order ------------------------------------------

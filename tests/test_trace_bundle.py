@@ -100,9 +100,13 @@ def test_dataset_of_two_runs(tmp_path: Path) -> None:
 
 def test_duplicate_run_ids_in_a_dataset_are_refused(tmp_path: Path) -> None:
     write_bundle(tmp_path / "d" / "one")
-    write_bundle(tmp_path / "d" / "two")
+    write_bundle(tmp_path / "d" / "two", seed=1)
     with pytest.raises(TraceSchemaError, match="run_id"):
         open_trace(tmp_path / "d")
+    # The same run recorded twice is read once (docs/trace-format.md, "Datasets").
+    write_bundle(tmp_path / "e" / "one")
+    write_bundle(tmp_path / "e" / "two")
+    assert len(open_trace(tmp_path / "e")) == 1
 
 
 def _decisions_with(tmp: Path, **changes: object) -> list[tuple]:

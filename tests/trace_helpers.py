@@ -146,3 +146,21 @@ def record_engine_bundle(
         )
         run_engine(requests, config, None, observer, collect=False, check_consistency=True)
     return out
+
+
+def rewrite_table(bundle: Path, table: str, frame: Any) -> Path:
+    """Write ``frame`` (polars) as ``table`` of ``bundle``, and its row count into the manifest.
+
+    A tampered table that keeps its manifest consistent: readers refuse a table whose rows
+    disagree with the manifest (docs/trace-format.md, "Validation"), so tests that change a
+    run's rows to provoke a finding say how many rows the table now holds, as a recorder would.
+    """
+    import json
+
+    path = bundle / f"{table}.parquet"
+    frame.write_parquet(path)
+    manifest_path = bundle / "manifest.json"
+    manifest = json.loads(manifest_path.read_text("utf-8"))
+    manifest["tables"][table]["rows"] = frame.height
+    manifest_path.write_text(json.dumps(manifest, indent=2), "utf-8")
+    return path

@@ -370,8 +370,11 @@ def find_capacity(
     slo = slo or SloTargets()
     if isinstance(target, bool) or not (0 < target <= 1):
         raise ConfigError(f"--target {target!r}: expected a share in (0, 1]; pass e.g. 0.9")
-    if not (tolerance > 0):
-        raise ConfigError(f"tolerance {tolerance!r}: expected a number > 0")
+    # A relative gap: 1 or more (or inf) would stop at the first bracket, without a search.
+    if isinstance(tolerance, bool) or not (0 < tolerance < 1):
+        raise ConfigError(
+            f"--tolerance {tolerance!r}: expected a relative gap in (0, 1); pass e.g. 0.02"
+        )
     if spec.client.closed_loop:
         raise ConfigError(
             "--concurrency: a closed loop has no offered rate to search; drop --concurrency "

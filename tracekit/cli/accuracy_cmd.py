@@ -11,8 +11,9 @@ from typing import Any, TypeVar
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
-from tracekit.cli.options import latency_option
+from tracekit.cli.options import engine_range, latency_option
 from tracekit.cli.output import echo_json, output_options
+from tracekit.cli.params import Number
 
 __all__ = ["accuracy", "measured_engine_options", "measured_options"]
 
@@ -30,11 +31,15 @@ def measured_engine_options(function: F) -> F:
                 help="vllm serve's start-up log: block size, KV blocks, max_num_seqs, token "
                 "budget, max_model_len, prefix caching (options given here win).",
             ),
-            click.option("--block-size", type=click.IntRange(min=1), default=None),
-            click.option("--num-blocks", type=click.IntRange(min=2), default=None),
-            click.option("--max-model-len", type=click.IntRange(min=1), default=None),
-            click.option("--max-num-seqs", type=click.IntRange(min=1), default=None),
-            click.option("--max-num-batched-tokens", type=click.IntRange(min=1), default=None),
+            click.option("--block-size", type=engine_range("block_size"), default=None),
+            click.option("--num-blocks", type=engine_range("num_blocks"), default=None),
+            click.option("--max-model-len", type=engine_range("max_model_len"), default=None),
+            click.option("--max-num-seqs", type=engine_range("max_num_seqs"), default=None),
+            click.option(
+                "--max-num-batched-tokens",
+                type=engine_range("max_num_batched_tokens"),
+                default=None,
+            ),
             click.option(
                 "--prefix-caching/--no-prefix-caching", "enable_prefix_caching", default=None
             ),
@@ -80,7 +85,8 @@ def _write_json(path: Path, payload: Any, inputs: tuple[Path, ...]) -> None:
 @measured_engine_options
 @click.option(
     "--target",
-    type=click.FloatRange(0.0, min_open=True),
+    # Above 10 (a 1,000 % error) every comparison would pass: a slip, not a target.
+    type=Number(0.0, 10.0, low_open=True),
     default=0.10,
     show_default=True,
     help="Relative error each metric is held to (or the repeats' noise floor, if larger).",

@@ -9,6 +9,8 @@ import click
 
 from tracekit.cli.accuracy_cmd import measured_engine_options, measured_options
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
+from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import SEED, Number, count
 
 __all__ = ["calibrate"]
 
@@ -23,21 +25,22 @@ __all__ = ["calibrate"]
 @out_option(folder=False, required=True, help="Model file to write (JSON).")
 @click.option(
     "--holdout",
-    type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+    type=Number(0.0, 1.0, low_open=True, high_open=True),
     default=0.2,
     show_default=True,
     help="Fraction of the steps held out to measure the error.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the hold-out split.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the hold-out split.")
 @measured_engine_options
 @click.option(
     "--max-iterations",
-    type=click.IntRange(min=1),
+    type=count(1, 1000),
     default=12,
     show_default=True,
     help="Benchmark results: simulate-and-fit rounds at most.",
 )
 @overwrite_option("a model file calibrate wrote")
+@output_options("model file, its coefficients and errors")
 def calibrate(
     traces: tuple[Path, ...],
     out: Path,
@@ -46,6 +49,7 @@ def calibrate(
     server_log: Path | None,
     max_iterations: int,
     overwrite: bool,
+    as_json: bool,
     **options: Any,
 ) -> None:
     """Fit a step-time model to the measured step durations of TRACES (docs/latency.md).
@@ -65,7 +69,7 @@ def calibrate(
     from tracekit.measured.runs import is_measured_result
 
     if any(is_measured_result(t) for t in traces):
-        _calibrate_results(traces, out, server_log, max_iterations, overwrite, options)
+        _calibrate_results(traces, out, server_log, max_iterations, overwrite, as_json, options)
         return
 
     with library_errors():
@@ -74,23 +78,42 @@ def calibrate(
         )
     model = result.model
     held = model.errors["holdout"]
-    coefficients = ", ".join(
-        f"{term} {value:.4g}" for term, value in model.describe()["coefficients"].items()
-    )
-    click.echo(f"steps          {result.num_steps} ({held['num_steps']} held out, seed {seed})")
-    click.echo(f"coefficients   {coefficients} (seconds per unit)")
-    click.echo(
-        f"held-out error MAPE {held['mape_pct']:.2f} %, P50 {100 * held['p50_rel']:.2f} %, "
-        f"P95 {100 * held['p95_rel']:.2f} %"
-    )
+    coefficients = model.describe()["coefficients"]
     inputs = model.fit["inputs"]
-    covered = ", ".join(
-        f"{term} {inputs[term]['min']:,.0f}-{inputs[term]['max']:,.0f}"
+    covered = {
+        term: {"min": inputs[term]["min"], "max": inputs[term]["max"]}
         for term in ("num_prefill_tokens", "num_decode_seqs", "kv_tokens_read")
+    }
+    emit(
+        as_json,
+        lambda: {
+            "out": str(result.out),
+            "latency": f"calibrated:{result.out}",
+            "num_steps": result.num_steps,
+            "seed": seed,
+            "holdout": held,
+            "coefficients": coefficients,
+            "fitted_range": covered,
+        },
+        lambda: _text(result, seed, coefficients, covered),
     )
-    # A linear model extrapolates past what it saw; the user should know where that starts.
-    click.echo(f"fitted range   {covered} per step (beyond it the model extrapolates linearly)")
-    click.echo(f"wrote {result.out}; use --latency calibrated:{result.out}")
+
+
+def _text(result: Any, seed: int, coefficients: dict[str, float], covered: dict[str, Any]) -> str:
+    held = result.model.errors["holdout"]
+    terms = ", ".join(f"{term} {value:.4g}" for term, value in coefficients.items())
+    fitted = ", ".join(f"{t} {r['min']:,.0f}-{r['max']:,.0f}" for t, r in covered.items())
+    return "\n".join(
+        [
+            f"steps          {result.num_steps} ({held['num_steps']} held out, seed {seed})",
+            f"coefficients   {terms} (seconds per unit)",
+            f"held-out error MAPE {held['mape_pct']:.2f} %, P50 {100 * held['p50_rel']:.2f} %, "
+            f"P95 {100 * held['p95_rel']:.2f} %",
+            # A linear model extrapolates past what it saw; the user should know where.
+            f"fitted range   {fitted} per step (beyond it the model extrapolates linearly)",
+            f"wrote {result.out}; use --latency calibrated:{result.out}",
+        ]
+    )
 
 
 def _calibrate_results(
@@ -99,6 +122,7 @@ def _calibrate_results(
     server_log: Path | None,
     max_iterations: int,
     overwrite: bool,
+    as_json: bool,
     options: dict[str, Any],
 ) -> None:
     from tracekit.measured.runs import calibrate_results, is_measured_result, measured_engine_config
@@ -122,22 +146,47 @@ def _calibrate_results(
         )
     click.echo(f"calibrate: done {fit.iterations} round(s)", err=True)
     model = fit.model
+    errors = model.measured_error["fitted_runs"]
+    emit(
+        as_json,
+        lambda: {
+            "out": str(out),
+            "latency": f"calibrated:{out}",
+            "runs": len(results),
+            "num_latencies": model.fit["num_latencies"],
+            "rounds": fit.iterations,
+            "converged": fit.converged,
+            "coefficients": model.describe()["coefficients"],
+            "request_overheads": dict(model.request_overheads),
+            "error_on_fitted_runs": errors,
+            "defaulted": list(provenance["defaulted"]),
+        },
+        lambda: _results_text(fit, len(results), out, provenance),
+    )
+
+
+def _results_text(fit: Any, runs: int, out: Path, provenance: dict[str, Any]) -> str:
+    model = fit.model
     coefficients = ", ".join(
         f"{term} {value:.4g}" for term, value in model.describe()["coefficients"].items()
     )
     state = "converged" if fit.converged else "not converged (the last round is kept)"
-    click.echo(f"runs           {len(results)}, {model.fit['num_latencies']} latencies")
-    click.echo(f"rounds         {fit.iterations}, {state}")
-    click.echo(f"coefficients   {coefficients} (seconds per unit)")
     overheads = ", ".join(f"{k} {v:.4g}" for k, v in model.request_overheads.items())
-    click.echo(f"overheads      {overheads} (seconds)")
     errors = model.measured_error["fitted_runs"]
     shown = ", ".join(
         f"{name} {errors[name]:+.1%}"
         for name in ("ttft_p50", "tpot_p50", "e2e_p50", "e2e_p99", "output_throughput")
         if name in errors
     )
-    click.echo(f"error on them  {shown} (simulated / measured - 1)")
+    lines = [
+        f"runs           {runs}, {model.fit['num_latencies']} latencies",
+        f"rounds         {fit.iterations}, {state}",
+        f"coefficients   {coefficients} (seconds per unit)",
+        f"overheads      {overheads} (seconds)",
+        f"error on them  {shown} (simulated / measured - 1)",
+    ]
     if provenance["defaulted"]:
-        click.echo(f"defaulted      {', '.join(provenance['defaulted'])} (not given, not in a log)")
-    click.echo(f"wrote {out}; use --latency calibrated:{out}")
+        defaulted = ", ".join(provenance["defaulted"])
+        lines.append(f"defaulted      {defaulted} (not given, not in a log)")
+    lines.append(f"wrote {out}; use --latency calibrated:{out}")
+    return "\n".join(lines)

@@ -22,6 +22,7 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import SEED, Number
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import load_run_workload
 from tracekit.workloads.load_spec import apply_load
@@ -41,19 +42,19 @@ from tracekit.workloads.prompt_limit import fit_prompts
 )
 @click.option(
     "--target",
-    type=float,
+    type=Number(0.0, 1.0, low_open=True),
     default=DEFAULT_TARGET,
     show_default=True,
     help="SLO attainment the built-in policy must reach.",
 )
 @click.option(
     "--tolerance",
-    type=float,
+    type=Number(0.0, 1.0, low_open=True, high_open=True),
     default=DEFAULT_TOLERANCE,
     show_default=True,
     help="Stop when the meeting and missing rates are this close (relative).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated arrivals.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of generated arrivals.")
 @out_option(
     folder=False,
     default=None,

@@ -10,6 +10,7 @@ import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.options import Progress, field_defaults, paper_latency_option, slo_target
+from tracekit.cli.params import MAX_RATE, SEED, Choice, Number, count, jobs_option
 from tracekit.engine.config import EngineConfig, make_engine_config
 from tracekit.experiment import (
     HookSettings,
@@ -21,6 +22,7 @@ from tracekit.experiment import (
     run_matrix,
     verify_traces,
 )
+from tracekit.sweep.executors import default_jobs
 
 # The experiment's defaults are MatrixSpec's and SloSpec's; the options show them, not restate them.
 MATRIX = field_defaults(MatrixSpec)
@@ -30,9 +32,14 @@ RATES = ",".join(str(rate) for rate in MATRIX["rates"])
 
 def _float_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[float, ...]:
     try:
-        return tuple(float(v) for v in value.split(",") if v.strip())
+        rates = tuple(float(v) for v in value.split(",") if v.strip())
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated numbers, got {value!r}") from None
+        rates = ()
+    if not rates or not all(0 < rate <= MAX_RATE for rate in rates):
+        raise click.BadParameter(
+            f"expected comma-separated request rates > 0 and <= {MAX_RATE:g}, got {value!r}"
+        )
+    return rates
 
 
 def _name_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -47,7 +54,7 @@ def experiment() -> None:
 @experiment.command("traces", context_settings=CONTEXT_SETTINGS)
 @click.option(
     "--mode",
-    type=click.Choice(["formal", "verify"]),
+    type=Choice(["formal", "verify"]),
     default="formal",
     show_default=True,
     help="formal: write traces and manifest; verify: regenerate and compare SHA-256 hashes.",
@@ -64,15 +71,13 @@ def experiment() -> None:
 )
 @click.option(
     "--max-prompt-tokens",
-    type=click.IntRange(min=1),
+    type=count(),
     default=None,
     help="Keep pool rows with at most this many prompt tokens [default pool: 1350].",
 )
 @click.option("--rates", default=RATES, show_default=True, callback=_float_list)
-@click.option("--seed", type=int, default=MATRIX["seed"], show_default=True)
-@click.option(
-    "--num-requests", type=click.IntRange(min=1), default=MATRIX["num_requests"], show_default=True
-)
+@click.option("--seed", type=SEED, default=MATRIX["seed"], show_default=True)
+@click.option("--num-requests", type=count(), default=MATRIX["num_requests"], show_default=True)
 def experiment_traces(
     mode: str,
     out: Path,
@@ -120,12 +125,10 @@ def _with_latency(latency: str) -> EngineConfig:
     "policy's of the same names (docs/bidkv-core.md).",
 )
 @click.option("--rates", default=RATES, show_default=True, callback=_float_list)
-@click.option("--runs", type=click.IntRange(min=1), default=MATRIX["runs"], show_default=True)
+@click.option("--runs", type=count(1, 1000), default=MATRIX["runs"], show_default=True)
+@click.option("--num-requests", type=count(), default=MATRIX["num_requests"], show_default=True)
 @click.option(
-    "--num-requests", type=click.IntRange(min=1), default=MATRIX["num_requests"], show_default=True
-)
-@click.option(
-    "--seed", type=int, default=MATRIX["seed"], show_default=True, help="Run i uses seed + i."
+    "--seed", type=SEED, default=MATRIX["seed"], show_default=True, help="Run i uses seed + i."
 )
 @click.option(
     "--slo-ttft-ms", type=float, default=SLO["ttft_ms"], show_default=True, callback=slo_target
@@ -139,20 +142,20 @@ def _with_latency(latency: str) -> EngineConfig:
 )
 @click.option(
     "--load-scale",
-    type=float,
+    type=Number(0.0, MAX_RATE, low_open=True),
     default=MATRIX["load_scale"],
     show_default=True,
     help="Arrival rate = rate x this (cells keep the nominal rate).",
 )
 @click.option(
     "--client-max-in-flight",
-    type=click.IntRange(min=1),
+    type=count(),
     default=None,
     help="Emulate the original client's cap on requests in flight.",
 )
 @click.option(
     "--latency-from",
-    type=click.Choice(["arrival", "sent"]),
+    type=Choice(["arrival", "sent"]),
     default=MATRIX["latency_from"],
     show_default=True,
     help="sent: the original runner's (defective) measurement.",
@@ -164,7 +167,7 @@ def _with_latency(latency: str) -> EngineConfig:
     help="Workload whose lengths are sampled [default: shipped ShareGPT lengths].",
 )
 @paper_latency_option
-@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True)
+@jobs_option("running the matrix's runs")
 @click.option("--resume", is_flag=True, help="Keep complete bundles already in --out.")
 def experiment_run(**options: Any) -> None:
     """Run the paper's matrix (5 strategies x 3 rates x 3 runs) and compare with the paper."""
@@ -195,7 +198,7 @@ def experiment_run(**options: Any) -> None:
         result = run_matrix(
             spec,
             options["out"],
-            jobs=options["jobs"],
+            jobs=options["jobs"] or default_jobs(),
             resume=options["resume"],
             progress=Progress("experiment"),
         )

@@ -14,7 +14,7 @@ from tracekit.cli.common import (
     LibraryError,
     library_errors,
 )
-from tracekit.cli.output import emit, output_options
+from tracekit.cli.output import echo_json, emit, output_options
 from tracekit.errors import ManifestReadError
 
 
@@ -25,12 +25,15 @@ def manifest() -> None:
 
 @manifest.command("validate", context_settings=CONTEXT_SETTINGS)
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
-def manifest_validate(path: Path) -> None:
+@output_options("result: valid, the rules passed, the problem")
+def manifest_validate(path: Path, as_json: bool) -> None:
     """Check PATH against its JSON Schema and the scheduler-policy rules.
 
     Imports the policy's implementation_ref. Prints one line per passed rule; on the first
     problem prints it (file, JSON pointer, fix) and exits with status 1. A PATH that is missing,
-    not a file, or not readable as UTF-8 JSON exits with status 2 (bad input).
+    not a file, or not readable as UTF-8 JSON exits with status 2 (bad input). With --json a
+    broken rule is printed as {"valid": false, "problem": ...} (exit 1); bad input stays a
+    one-line error.
     """
     try:
         with library_errors(EXIT_FAILED if path.is_file() else EXIT_BAD_INPUT):
@@ -38,10 +41,15 @@ def manifest_validate(path: Path) -> None:
     except LibraryError as error:
         if isinstance(error.__cause__, ManifestReadError):
             error.exit_code = EXIT_BAD_INPUT
-        raise
-    for check in checks:
-        click.echo(f"ok {check}")
-    click.echo(f"{path}: valid")
+        if not as_json or error.exit_code != EXIT_FAILED:
+            raise
+        echo_json({"path": str(path), "valid": False, "checks": [], "problem": error.message})
+        raise SystemExit(EXIT_FAILED) from None
+    emit(
+        as_json,
+        lambda: {"path": str(path), "valid": True, "checks": list(checks), "problem": None},
+        lambda: "\n".join([*(f"ok {check}" for check in checks), f"{path}: valid"]),
+    )
 
 
 def _key_values(

@@ -21,11 +21,23 @@ from tracekit.analysis.serving import check_slo_target
 from tracekit.capacity.rejections import find_rejections
 from tracekit.capacity.search import Probe, expected_probes
 from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError
+from tracekit.cli.params import (
+    MAX_RATE,
+    RATE,
+    SEED,
+    Choice,
+    Count,
+    Number,
+    count,
+    deprecated_alias,
+    seconds,
+)
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import (
     CLOCKS,
     ENGINE_DEFAULTS,
     ENGINE_MODES,
+    ENGINE_RANGES,
     RETRACTION_POLICIES,
     SCHEDULING_POLICIES,
     VLLM_VERSIONS,
@@ -33,6 +45,7 @@ from tracekit.engine.config import (
 )
 from tracekit.errors import ConfigError
 from tracekit.sweep.progress import format_duration
+from tracekit.trace.values import MAX_TIME_S
 from tracekit.workloads import Workload
 from tracekit.workloads.client import ClientModel
 from tracekit.workloads.load_spec import LoadSpec
@@ -78,10 +91,13 @@ def _parse_window(ctx: click.Context, param: click.Parameter, value: str | None)
         end = float(end_text) if end_text else None
     except ValueError:
         start = end = math.nan
-    ok = sep and math.isfinite(start) and start >= 0 and (end is None or end > start)
-    if not ok or (end is not None and not math.isfinite(end)):
+    # ":" alone keeps everything: a slip, not a window.
+    ok = sep and (start_text or end_text) and math.isfinite(start) and 0 <= start <= MAX_TIME_S
+    ok = ok and (end is None or start < end <= MAX_TIME_S)
+    if not ok:
         raise click.BadParameter(
-            f"expected START:END in seconds with 0 <= START < END, got {value!r}; "
+            f"expected START:END in seconds with 0 <= START < END <= {MAX_TIME_S:g}, got "
+            f"{value!r}; "
             "pass e.g. --window 0:600, or --window 60: for everything after 60 s"
         )
     return (start, end)
@@ -92,7 +108,7 @@ def slo_target(ctx: click.Context, param: click.Parameter, value: float | None) 
     if value is None:
         return None
     try:
-        return check_slo_target(f"--{param.name.replace('_', '-')}", value)  # type: ignore[union-attr]
+        return check_slo_target(param.opts[0], value)
     except ConfigError as error:
         raise LibraryError(str(error), EXIT_BAD_INPUT) from error
 
@@ -105,8 +121,15 @@ workload_options = _stack(
         required=True,
         help="Workload file (Azure CSV, Mooncake JSONL, BidKV trace, vidur CSV, CSV/Parquet).",
     ),
-    click.option("--format", "workload_format", default=None, help="Override format detection."),
-    click.option("--limit", type=int, default=None, help="Keep the first N requests."),
+    click.option(
+        "--workload-format",
+        "workload_format",
+        default=None,
+        help="The workload's format, instead of detecting it.",
+    ),
+    # --format means the output format (query); the workload's was --format before.
+    deprecated_alias("--format", "--workload-format", "workload_format"),
+    click.option("--limit", type=count(), default=None, help="Keep the first N requests."),
     click.option(
         "--window",
         callback=_parse_window,
@@ -115,25 +138,29 @@ workload_options = _stack(
         help="Keep arrivals in [START, END) seconds, re-based to 0.",
     ),
     click.option(
-        "--rate-scale", type=float, default=1.0, show_default=True, help="2.0 = twice the rate."
+        "--rate-scale",
+        type=Number(0.0, MAX_RATE, low_open=True),
+        default=1.0,
+        show_default=True,
+        help="2.0 = twice the rate.",
     ),
-    click.option("--priority-seed", type=int, default=None, help="Assign seeded priorities 0..2."),
+    click.option("--priority-seed", type=SEED, default=None, help="Assign seeded priorities 0..2."),
     # Token content (docs/workloads.md, "Token content"): a synthetic shared prompt prefix.
     click.option(
         "--shared-prefix-tokens",
-        type=int,
+        type=count(),
         default=None,
         help="Give every request a shared prompt prefix of N tokens (prefix caching).",
     ),
     click.option(
         "--prefix-groups",
-        type=int,
+        type=count(),
         default=None,
         help="Number of distinct shared prefixes, drawn per request (default 1).",
     ),
     click.option(
         "--prefix-seed",
-        type=int,
+        type=SEED,
         default=0,
         show_default=True,
         help="Seed of the prefix-group draws.",
@@ -152,6 +179,15 @@ def field_defaults(cls: type) -> dict[str, Any]:
 
 def _default(field: str) -> str:
     return f"default {ENGINE_DEFAULTS[field]}"
+
+
+def engine_range(field: str) -> Count | Number:
+    """The option type of engine setting ``field``: its range in ``ENGINE_RANGES``."""
+    low, high = ENGINE_RANGES[field]
+    if isinstance(low, int) and isinstance(high, int):
+        return Count(low, high)
+    # The watermark is a fraction kept free: 1.0 would admit nothing.
+    return Number(low, high, high_open=field == "watermark")
 
 
 # -- --latency: the step-time model (docs/latency.md) ------------------------------------------
@@ -220,83 +256,89 @@ latency_option = click.option(
 engine_options = _stack(
     click.option(
         "--engine-mode",
-        type=click.Choice(ENGINE_MODES),
+        type=Choice(ENGINE_MODES),
         default=ENGINE_DEFAULTS["mode"],
         show_default=True,
     ),
     click.option(
-        "--num-blocks", type=int, default=None, help=f"KV blocks ({_default('num_blocks')})."
+        "--num-blocks",
+        type=engine_range("num_blocks"),
+        default=None,
+        help=f"KV blocks ({_default('num_blocks')}).",
     ),
     click.option(
-        "--block-size", type=int, default=None, help=f"Tokens per block ({_default('block_size')})."
+        "--block-size",
+        type=engine_range("block_size"),
+        default=None,
+        help=f"Tokens per block ({_default('block_size')}).",
     ),
     click.option(
         "--max-num-seqs",
-        type=int,
+        type=engine_range("max_num_seqs"),
         default=None,
         help=f"Running limit ({_default('max_num_seqs')}).",
     ),
     click.option(
         "--max-num-batched-tokens",
-        type=int,
+        type=engine_range("max_num_batched_tokens"),
         default=None,
         help=f"Token budget ({_default('max_num_batched_tokens')}).",
     ),
     click.option(
         "--watermark",
-        type=float,
+        type=engine_range("watermark"),
         default=None,
         help=f"Admission watermark ({ENGINE_DEFAULTS['watermark']}).",
     ),
     click.option(
         "--max-model-len",
-        type=int,
+        type=engine_range("max_model_len"),
         default=None,
         help=f"Longest sequence ({_default('max_model_len')}).",
     ),
     click.option(
         "--long-prefill-token-threshold",
-        type=int,
+        type=engine_range("long_prefill_token_threshold"),
         default=None,
         help="Cap on a long prefill's chunk "
         f"({_default('long_prefill_token_threshold')}; 0 = off, vLLM's default).",
     ),
     click.option(
         "--vllm-version",
-        type=click.Choice(VLLM_VERSIONS),
+        type=Choice(VLLM_VERSIONS),
         default=None,
         help="vLLM release whose scheduling rules the engine follows "
         f"({_default('vllm_version')}).",
     ),
     click.option(
         "--scheduling-policy",
-        type=click.Choice(SCHEDULING_POLICIES),
+        type=Choice(SCHEDULING_POLICIES),
         default=ENGINE_DEFAULTS["scheduling_policy"],
         show_default=True,
     ),
     click.option(
         "--clock",
-        type=click.Choice(CLOCKS),
+        type=Choice(CLOCKS),
         default=ENGINE_DEFAULTS["clock"],
         show_default=True,
         help="steps: fixed step time; cost-model: modelled step times (see docs/engine.md).",
     ),
     click.option(
         "--step-s",
-        type=float,
+        type=engine_range("step_s"),
         default=None,
         help=f"Step time of the steps clock ({_default('step_s')}).",
     ),
     click.option(
         "--cost-model",
-        type=click.Choice(sorted(COST_MODEL_PRESETS)),
+        type=Choice(sorted(COST_MODEL_PRESETS)),
         default=None,
         help=f"Cost-model preset ({_default('cost_model')}).",
     ),
     # --- SGLang mode (see the SGLang mode section of docs/engine.md) ---
     click.option(
         "--retraction-policy",
-        type=click.Choice(RETRACTION_POLICIES),
+        type=Choice(RETRACTION_POLICIES),
         default=None,
         help=f"SGLang mode: retraction policy ({_default('retraction_policy')}).",
     ),
@@ -307,7 +349,7 @@ engine_options = _stack(
     ),
     click.option(
         "--chunked-prefill-size",
-        type=int,
+        type=engine_range("chunked_prefill_size"),
         default=None,
         help="SGLang mode: chunk size (default: the token budget; 0 = no chunking).",
     ),
@@ -338,17 +380,37 @@ policy_options = _stack(
     click.option(
         "--host",
         "host_path",
-        type=click.Choice(["typed", "legacy"]),
+        type=Choice(["typed", "legacy"]),
         default="typed",
         show_default=True,
         help="Engine contract the policy is called through.",
     ),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed of every choice."),
+    click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of every choice."),
 )
 
 
+#: The engine options of SGLang mode only: given in vllm mode they would change nothing.
+_SGLANG_ONLY = {
+    "retraction_policy": "--retraction-policy",
+    "radix_cache": "--radix-cache/--no-radix-cache",
+    "chunked_prefill_size": "--chunked-prefill-size",
+}
+
+
 def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
-    """The engine bundle's values keyed by ``EngineConfig`` field."""
+    """The engine bundle's values keyed by ``EngineConfig`` field.
+
+    Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) for an SGLang-mode option given
+    with ``--engine-mode vllm``, which would be ignored.
+    """
+    if options["engine_mode"] != "sglang":
+        given = [flag for name, flag in _SGLANG_ONLY.items() if options.get(name) is not None]
+        if given:
+            raise LibraryError(
+                f"{given[0]} applies in --engine-mode sglang only (vllm mode would ignore it); "
+                "pass --engine-mode sglang, or drop the option",
+                EXIT_BAD_INPUT,
+            )
     return {
         "mode": options["engine_mode"],
         "num_blocks": options["num_blocks"],
@@ -398,7 +460,7 @@ load_options = _stack(
         help="Arrival process; generated kinds follow vllm bench serve (seeded by --seed).",
     ),
     click.option(
-        "--rate", type=float, default=None, help="Requests per second of generated --arrivals."
+        "--rate", type=RATE, default=None, help="Requests per second of generated --arrivals."
     ),
     click.option(
         "--order",
@@ -411,32 +473,32 @@ load_options = _stack(
     click.option(
         "--max-tokens",
         "client_max_tokens",
-        type=int,
+        type=count(),
         default=None,
         help="Client max_tokens of every request; outputs stop at min(real length, N).",
     ),
     click.option(
         "--max-concurrency",
-        type=int,
+        type=count(),
         default=None,
         help="At most N requests in flight; the rest wait at the client (client queue time).",
     ),
     click.option(
         "--concurrency",
-        type=int,
+        type=count(),
         default=None,
         help="Closed loop: N users, each sending its next request when its last one ends.",
     ),
     click.option(
         "--think-time-s",
-        type=float,
+        type=seconds(zero=True),
         default=0.0,
         show_default=True,
         help="Closed loop: a user's pause between a finish and its next request.",
     ),
     click.option(
         "--ttft-timeout-s",
-        type=float,
+        type=seconds(zero=False),
         default=None,
         help="Abort a request with no first token this long after it was sent.",
     ),
@@ -449,6 +511,10 @@ def load_settings(options: dict[str, Any]) -> LoadSpec:
     Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) with the one-line message of a
     bad value.
     """
+    if options["rate"] == math.inf:
+        # A documented value (vLLM's default --request-rate), said aloud: no arrival process.
+        click.echo("note: --rate inf sends every request at time 0 (vLLM's --request-rate inf)",
+                   err=True)  # fmt: skip
     try:
         client = ClientModel(
             max_concurrency=options["max_concurrency"],

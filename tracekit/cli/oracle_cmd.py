@@ -13,7 +13,9 @@ from tracekit.cli.common import (
     overwrite_option,
     trace_argument,
 )
+from tracekit.cli.options import slo_target
 from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import SEED, Choice, count, deprecated_alias, jobs_option
 from tracekit.oracle.job import ORACLE_LABEL, run_oracle
 from tracekit.oracle.rollout import DEFAULT_SETTINGS, OBJECTIVES, OracleSettings
 from tracekit.strategies import parse_policy_config, parse_strategy_list
@@ -23,6 +25,8 @@ from tracekit.trace.text import Align, text_table
 from tracekit.trace.validate import check_readable
 
 DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
+#: Most steps of a rollout: 2**20, far past any request's life in a recorded run.
+MAX_HORIZON = 2**20
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -31,14 +35,14 @@ DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
 @overwrite_option("a folder oracle wrote")
 @click.option(
     "--objective",
-    type=click.Choice(OBJECTIVES),
+    type=Choice(OBJECTIVES),
     default="recomputed",
     show_default=True,
     help="Score of a candidate: recomputed tokens, sum of end-to-end times, or SLO misses.",
 )
 @click.option(
     "--horizon",
-    type=click.IntRange(min=1),
+    type=count(1, MAX_HORIZON),
     default=DEFAULT_SETTINGS.horizon,
     show_default=True,
     help="Most steps a rollout runs (it stops earlier once the requests live at the decision "
@@ -52,19 +56,28 @@ DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
     help="Comma-separated strategies to score (builtin, lcf, mcf, ..., module:Object) or all.",
 )
 @click.option("--policy-config", default=None, metavar="JSON|@FILE")
-@click.option("--seed", type=int, default=0, show_default=True, help="Strategies' seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Strategies' seed.")
 @click.option(
-    "--ttft-s", type=float, default=DEFAULT_SETTINGS.ttft_s, show_default=True, help="slo: TTFT."
+    "--slo-ttft-s",
+    type=float,
+    default=DEFAULT_SETTINGS.ttft_s,
+    show_default=True,
+    callback=slo_target,
+    help="Objective slo: the TTFT target (s).",
 )
 @click.option(
-    "--tpot-s", type=float, default=DEFAULT_SETTINGS.tpot_s, show_default=True, help="slo: TPOT."
+    "--slo-tpot-s",
+    type=float,
+    default=DEFAULT_SETTINGS.tpot_s,
+    show_default=True,
+    callback=slo_target,
+    help="Objective slo: the TPOT target (s).",
 )
-@click.option(
-    "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes."
-)
-@click.option(
-    "--limit", type=click.IntRange(min=1), default=None, help="Evaluate the first N decisions."
-)
+# The spelling before --slo-ttft-s/--slo-tpot-s, which qualify and capacity use.
+@deprecated_alias("--ttft-s", "--slo-ttft-s", "slo_ttft_s", type=float, callback=slo_target)
+@deprecated_alias("--tpot-s", "--slo-tpot-s", "slo_tpot_s", type=float, callback=slo_target)
+@jobs_option("scoring the candidates' rollouts")
+@click.option("--limit", type=count(), default=None, help="Evaluate the first N decisions.")
 @click.option("--no-greedy", is_flag=True, help="Skip the greedy oracle's closed-loop run.")
 @output_options("summary")
 def oracle(**options: Any) -> None:
@@ -76,8 +89,8 @@ def oracle(**options: Any) -> None:
         settings = OracleSettings(
             objective=options["objective"],
             horizon=options["horizon"],
-            ttft_s=options["ttft_s"],
-            tpot_s=options["tpot_s"],
+            ttft_s=options["slo_ttft_s"],
+            tpot_s=options["slo_tpot_s"],
         )
         policy_config = parse_policy_config(options["policy_config"])
         specs = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])

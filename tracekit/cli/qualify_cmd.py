@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,10 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import Choice, Number, count, jobs_option
 from tracekit.engine.config import make_engine_config
-from tracekit.qualify import QualifyPlan, run_qualify, write_report
+from tracekit.errors import ConfigError
+from tracekit.qualify import QUALIFICATION_NAME, QualifyPlan, run_qualify, write_report
 from tracekit.qualify.endpoints import DEFAULT_ALPHA, VerdictRule, parse_margins, parse_primary
 from tracekit.qualify.job import DEFAULT_REPEATS, check_results_folder
 from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
@@ -36,6 +39,13 @@ from tracekit.report.html import prefetch_javascript_bundle
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
 from tracekit.workloads.load_spec import apply_load
 from tracekit.workloads.prompt_limit import fit_prompts
+
+
+def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse bad --load-fractions while parsing, before the capacity search and every run."""
+    with library_errors():
+        parse_fractions(value)
+    return value
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -56,14 +66,14 @@ from tracekit.workloads.prompt_limit import fit_prompts
 @policy_options
 @click.option(
     "--repeats",
-    type=click.IntRange(min=3),
+    type=count(3, 1000),
     default=DEFAULT_REPEATS,
     show_default=True,
-    help="Paired repeats per load cell (at least 3; docs/qualify.md, \"Repeats\").",
+    help="Paired repeats per load cell (3 to 1000; docs/qualify.md, \"Repeats\").",
 )
 @click.option(
     "--repeat-by",
-    type=click.Choice(["windows", "seeds"]),
+    type=Choice(["windows", "seeds"]),
     default="windows",
     show_default=True,
     help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
@@ -76,7 +86,7 @@ from tracekit.workloads.prompt_limit import fit_prompts
 )
 @click.option(
     "--load-plan",
-    type=click.Choice(["capacity", "single"]),
+    type=Choice(["capacity", "single"]),
     default="capacity",
     show_default=True,
     help="capacity: measure the saturation point, then qualify at 0.6, 0.9, 1.0 and 1.2 of it "
@@ -87,25 +97,26 @@ from tracekit.workloads.prompt_limit import fit_prompts
     default="0.6,0.9,1.0,1.2",
     show_default=True,
     metavar="F,F,...",
+    callback=_check_fractions,
     help="Fractions of the measured capacity of the capacity plan's rate cells.",
 )
 @click.option(
     "--load-concurrency",
-    type=click.IntRange(min=0),
+    type=count(0),
     default=8,
     show_default=True,
     help="Users of the capacity plan's closed-loop cell (0: no such cell).",
 )
 @click.option(
     "--capacity-target",
-    type=float,
+    type=Number(0.0, 1.0, low_open=True),
     default=DEFAULT_TARGET,
     show_default=True,
     help="SLO attainment that defines the knee (tracekit capacity's --target).",
 )
 @click.option(
     "--capacity-tolerance",
-    type=float,
+    type=Number(0.0, 1.0, low_open=True, high_open=True),
     default=DEFAULT_TOLERANCE,
     show_default=True,
     help="Precision of the capacity search (tracekit capacity's --tolerance).",
@@ -125,7 +136,7 @@ from tracekit.workloads.prompt_limit import fit_prompts
 )
 @click.option(
     "--alpha",
-    type=click.FloatRange(min=0, max=1, min_open=True, max_open=True),
+    type=Number(0.0, 1.0, low_open=True, high_open=True),
     default=DEFAULT_ALPHA,
     show_default=True,
     help="Family-wise error rate of the report's labels.",
@@ -142,13 +153,7 @@ from tracekit.workloads.prompt_limit import fit_prompts
     is_flag=True,
     help="Also run the hindsight oracle on repeat 0 (headroom section; docs/oracle.md).",
 )
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Worker processes recording the runs (default: the number of cores; 1 runs in this "
-    "process). Results are identical for any number.",
-)
+@jobs_option("recording the runs")
 @out_option(required=True)
 @output_options("paths of the results")
 def qualify(**options: Any) -> None:
@@ -179,7 +184,10 @@ def qualify(**options: Any) -> None:
         warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])
         strategies = parse_strategy_list(options["strategies"], policy_config, seed=options["seed"])
-        candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])
+        try:
+            candidate = resolve_strategy(options["candidate"], policy_config, seed=options["seed"])
+        except ConfigError as error:  # the strategies' message names --strategy
+            raise ConfigError(str(error).replace("--strategy", "--candidate", 1)) from None
         slo = SloTargets(options["slo_ttft_s"], options["slo_tpot_s"])
         rule = VerdictRule().with_settings(
             parse_margins(options["margins"]), parse_primary(options["primary"]), options["alpha"]
@@ -224,11 +232,22 @@ def qualify(**options: Any) -> None:
     help="HTML file (default RESULTS/report.html); qualification.json is written beside it.",
 )
 @overwrite_option("a report page and qualification.json that report wrote")
-def report(results: Path, out: Path | None, overwrite: bool) -> None:
+@output_options("paths written and the headline")
+def report(results: Path, out: Path | None, overwrite: bool, as_json: bool) -> None:
     """Render the offline HTML report and qualification.json of a qualify or sweep folder.
 
     RESULTS/report.html and RESULTS/qualification.json are re-rendered in place; elsewhere an
     existing file is refused without --overwrite (docs/guarantees.md).
     """
     with library_errors():
-        click.echo(write_report(results, out, overwrite=overwrite))
+        page = write_report(results, out, overwrite=overwrite)
+    verdicts = page.with_name(QUALIFICATION_NAME)
+    emit(
+        as_json,
+        lambda: {
+            "report": str(page),
+            "qualification": str(verdicts),
+            "headline": json.loads(verdicts.read_text("utf-8")).get("headline"),
+        },
+        lambda: str(page),
+    )

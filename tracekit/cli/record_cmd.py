@@ -22,6 +22,7 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import Choice
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
 from tracekit.recording.sim import SimRun, load_run_workload, record_sim
@@ -54,13 +55,13 @@ def record() -> None:
 @out_option(required=True, help="Bundle to create.")
 @click.option(
     "--kind",
-    type=click.Choice(["preemption-events", "snapshots"]),
+    type=Choice(["preemption-events", "snapshots"]),
     default=None,
     help="What FILE holds (default: detected from its first record).",
 )
 @click.option(
     "--applied-strategy",
-    type=click.Choice(EVENT_STRATEGIES),
+    type=Choice(EVENT_STRATEGIES),
     default="pe-lifo",
     show_default=True,
     help="For preemption events: the strategy the engine ran (pe-lifo = vLLM built-in).",

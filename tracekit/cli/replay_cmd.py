@@ -16,8 +16,10 @@ from tracekit.cli.common import (
 )
 from tracekit.cli.options import Progress
 from tracekit.cli.output import echo_json, echo_table, emit, output_options
+from tracekit.cli.params import JOBS, SEED, Choice, count, deprecated_alias, jobs_option
 from tracekit.replay import replay_closed, replay_open
 from tracekit.strategies import parse_policy_config, parse_strategy_list
+from tracekit.sweep.executors import default_jobs
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.text import Align
 from tracekit.trace.validate import check_readable
@@ -33,31 +35,26 @@ from tracekit.trace.validate import check_readable
 )
 @click.option(
     "--mode",
-    type=click.Choice(["open", "closed"]),
+    type=Choice(["open", "closed"]),
     default="open",
     show_default=True,
     help="open: every strategy on the recorded decisions; closed: re-simulate each run.",
 )
 @click.option("--policy-config", default=None, metavar="JSON|@FILE")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @out_option(required=True)
 @overwrite_option("a folder replay wrote")
 @click.option(
     "--host",
     "host_path",
-    type=click.Choice(["typed", "legacy"]),
+    type=Choice(["typed", "legacy"]),
     default="typed",
     show_default=True,
     help="Closed mode: the contract the policies are called through.",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Worker processes: runs replayed (open) or re-simulated (closed) in parallel.",
-)
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Open mode: first N.")
+@jobs_option("replaying runs (open) or re-simulating them (closed) in parallel")
+@deprecated_alias("--workers", "--jobs", "jobs", type=JOBS)
+@click.option("--limit", type=count(), default=None, help="Open mode: first N.")
 @click.option(
     "--reference", is_flag=True, help="Open mode: the plain controller loop only (no fast path)."
 )
@@ -72,7 +69,7 @@ def replay(**options: Any) -> None:
         if options["mode"] == "closed":
             closed = replay_closed(
                 options["trace"], specs, options["out"], host_path=options["host_path"],
-                progress=lambda label: Progress(f"replay {label}"), jobs=options["workers"],
+                progress=lambda label: Progress(f"replay {label}"), jobs=options["jobs"],
                 overwrite=options["overwrite"],
             )  # fmt: skip
             columns = [
@@ -90,7 +87,7 @@ def replay(**options: Any) -> None:
             return
         result = replay_open(
             options["trace"], specs, options["out"], fast=not options["reference"],
-            workers=options["workers"], limit=options["limit"],
+            workers=options["jobs"] or default_jobs(), limit=options["limit"],
             progress=Progress("replay"), overwrite=options["overwrite"],
         )  # fmt: skip
         emit(

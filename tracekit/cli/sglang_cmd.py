@@ -8,8 +8,9 @@ from typing import Any
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
-from tracekit.cli.options import Progress, workload_options, workload_settings
+from tracekit.cli.options import Progress, engine_range, workload_options, workload_settings
 from tracekit.cli.output import output_options
+from tracekit.cli.params import Choice, count
 from tracekit.cli.record_cmd import emit_bundle, record
 from tracekit.engine.config import RETRACTION_POLICIES
 from tracekit.errors import ConfigError
@@ -24,35 +25,35 @@ _DEFAULT = SglangConfig()
 @workload_options
 @click.option(
     "--kv-tokens",
-    type=click.IntRange(min=1),
+    type=count(),
     default=_DEFAULT.kv_tokens,
     show_default=True,
     help="Size of the KV token pool (page size 1).",
 )
 @click.option(
     "--max-running-requests",
-    type=click.IntRange(min=1),
+    type=count(),
     default=_DEFAULT.max_running_requests,
     show_default=True,
     help="SGLang --max-running-requests.",
 )
 @click.option(
     "--chunked-prefill-size",
-    type=click.IntRange(min=0),
+    type=count(0),
     default=_DEFAULT.chunked_prefill_size,
     show_default=True,
     help="SGLang --chunked-prefill-size; 0 turns chunking off.",
 )
 @click.option(
     "--max-prefill-tokens",
-    type=click.IntRange(min=1),
+    type=count(),
     default=_DEFAULT.max_prefill_tokens,
     show_default=True,
     help="SGLang --max-prefill-tokens: the prefill token budget of one step.",
 )
 @click.option(
     "--context-length",
-    type=click.IntRange(min=2),
+    type=count(2),
     default=_DEFAULT.max_context_len,
     show_default=True,
     help="SGLang --context-length; longer prompts are rejected.",
@@ -66,21 +67,21 @@ _DEFAULT = SglangConfig()
 )
 @click.option(
     "--retraction-policy",
-    type=click.Choice(RETRACTION_POLICIES),
+    type=Choice(RETRACTION_POLICIES),
     default=_DEFAULT.retraction_policy,
     show_default=True,
     help="SGLang --retraction-policy (priority also turns on priority scheduling).",
 )
 @click.option(
     "--schedule-policy",
-    type=click.Choice(SCHEDULE_POLICIES),
+    type=Choice(SCHEDULE_POLICIES),
     default=_DEFAULT.schedule_policy,
     show_default=True,
     help="SGLang --schedule-policy.",
 )
 @click.option(
     "--step-s",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=engine_range("step_s"),
     default=_DEFAULT.step_s,
     show_default=True,
     help="Seconds per step of the steps clock that places arrivals.",

@@ -10,6 +10,7 @@ import click
 from tracekit.capacity.rejections import rejection_warnings
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
 from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import jobs_option
 from tracekit.sweep import (
     StderrProgress,
     SweepInterrupted,
@@ -28,10 +29,8 @@ from tracekit.sweep.run import execute_plan
     required=True,
     help="Sweep folder: created, or resumed (complete runs are skipped).",
 )
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=None,
+@jobs_option(
+    "running the runs",
     help="Local worker processes (default: the number of cores; 1 runs in this process). "
     "With --ray: the most runs in flight.",
 )

@@ -8,6 +8,7 @@ import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
 from tracekit.cli.output import emit, output_options
+from tracekit.cli.params import Choice
 from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.trace.query import check_output, run_query, write_query_result
 from tracekit.trace.text import text_table
@@ -61,7 +62,7 @@ def inspect(trace: Path, as_json: bool) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["table", "csv", "json", "parquet"]),
+    type=Choice(["table", "csv", "json", "parquet"]),
     default="table",
     show_default=True,
 )

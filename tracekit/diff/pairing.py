@@ -16,9 +16,13 @@ from typing import Any
 
 from tracekit.errors import TracekitError
 from tracekit.trace.bundle import Bundle, TraceDataset, open_trace
-from tracekit.trace.validate import check_readable
+from tracekit.trace.validate import check_bundle
+from tracekit.trace.values import ALL_COLUMNS
 
 __all__ = ["IncomparableTracesError", "RunPair", "pair_runs"]
+
+#: The diff compares every column of the tables it reads (docs/diff.md).
+READS = dict.fromkeys(("decisions", "candidates", "requests", "steps"), ALL_COLUMNS)
 
 
 class IncomparableTracesError(TracekitError):
@@ -149,7 +153,7 @@ def pair_runs(legacy_path: str | Path, typed_path: str | Path) -> list[RunPair]:
     """
     legacy_data, typed_data = open_trace(legacy_path), open_trace(typed_path)
     for bundle in (*legacy_data, *typed_data):
-        check_readable(bundle)
+        check_bundle(bundle, READS)
     same_host = _same_host_path(legacy_data, typed_data)
     if same_host is not None:
         raise IncomparableTracesError(

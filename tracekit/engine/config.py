@@ -20,6 +20,7 @@ __all__ = [
     "CLOCKS",
     "DEFAULT_CLOCK",
     "ENGINE_DEFAULTS",
+    "ENGINE_RANGES",
     "ENGINE_MODES",
     "RETRACTION_POLICIES",
     "SCHEDULING_POLICIES",
@@ -48,6 +49,26 @@ VLLM_VERSIONS: tuple[str, ...] = get_args(VllmVersion)
 RETRACTION_POLICIES: tuple[str, ...] = get_args(RetractionPolicyName)
 #: The clock every run uses unless told otherwise (the engine, the CLI and the sweep alike).
 DEFAULT_CLOCK: ClockName = "cost-model"
+
+#: The range of every numeric setting, ``(lowest, highest)``, which the command line's options
+#: take too. The highest values are beyond any real deployment (4,194,304 KV blocks hold 67
+#: million 16-token slots, more than a node of eight 141 GB GPUs caches for an 8B model) and
+#: keep the engine's memory bounded: the prefix cache keeps a few objects per block, about
+#: 0.5 GB at 2**22 blocks. A step of 1 us is far below any GPU's, and step indices of a run of
+#: 1e10 s stay within int64 at that step.
+ENGINE_RANGES: MappingProxyType[str, tuple[float, float]] = MappingProxyType(
+    {
+        "num_blocks": (2, 2**22),
+        "block_size": (1, 2**16),
+        "max_num_seqs": (1, 2**16),
+        "max_num_batched_tokens": (1, 2**24),
+        "max_model_len": (2, 2**24),
+        "long_prefill_token_threshold": (0, 2**24),
+        "chunked_prefill_size": (0, 2**24),
+        "watermark": (0.0, 1.0),
+        "step_s": (1e-6, 3600.0),
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +171,8 @@ class EngineConfig:
         _choice("clock", self.clock, CLOCKS)
         _choice("vllm_version", self.vllm_version, VLLM_VERSIONS)
         # The null block needs one block of its own and a request needs at least one more.
-        _integer("num_blocks", self.num_blocks, minimum=2)
-        _integer("block_size", self.block_size, minimum=1)
-        _integer("max_num_seqs", self.max_num_seqs, minimum=1)
-        _integer("max_num_batched_tokens", self.max_num_batched_tokens, minimum=1)
-        _integer("max_model_len", self.max_model_len, minimum=2)
-        _integer("long_prefill_token_threshold", self.long_prefill_token_threshold, minimum=0)
+        for name in _INTEGER_SETTINGS:
+            _integer(name, getattr(self, name))
         if not isinstance(self.full_sequence_must_fit, bool):
             raise ValueError(
                 f"full_sequence_must_fit must be a bool; found {self.full_sequence_must_fit!r}"
@@ -182,9 +199,12 @@ class EngineConfig:
             not isinstance(self.step_s, (int, float))
             or isinstance(self.step_s, bool)
             or not math.isfinite(self.step_s)
-            or self.step_s <= 0
+            or not _STEP_LOW <= self.step_s <= _STEP_HIGH
         ):
-            raise ValueError(f"step_s must be a finite number > 0; found {self.step_s!r}")
+            raise ValueError(
+                f"step_s must be a number of seconds from {_STEP_LOW:g} to {_STEP_HIGH:g}; "
+                f"found {self.step_s!r}"
+            )
         # vLLM refuses to start when one max-length sequence cannot fit in the KV cache; without
         # this check a long request could wait forever at the head of the queue.
         usable_tokens = (self.num_blocks - 1) * self.block_size
@@ -238,6 +258,13 @@ class EngineConfig:
 
 #: The vLLM features whose unset value means "the mode's default" (on in vllm mode).
 _VLLM_FEATURES = ("enable_prefix_caching", "async_scheduling")
+#: The whole-number settings checked against :data:`ENGINE_RANGES` (chunked_prefill_size, of
+#: SGLang mode, may be None and is checked with the SGLang fields).
+_INTEGER_SETTINGS = (
+    "num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+    "long_prefill_token_threshold",
+)  # fmt: skip
+_STEP_LOW, _STEP_HIGH = ENGINE_RANGES["step_s"]
 
 #: Every :class:`EngineConfig` field and its default, for option help and documentation (the
 #: vLLM features show their ``vllm``-mode default; they are off in ``sglang`` mode).
@@ -286,7 +313,19 @@ def _sglang_checks(config: EngineConfig) -> None:
     if config.radix_cache and config.mode != "sglang":
         raise ValueError("radix_cache is modelled in sglang mode only")
     if config.chunked_prefill_size is not None:
-        _integer("chunked_prefill_size", config.chunked_prefill_size, minimum=0)
+        _integer("chunked_prefill_size", config.chunked_prefill_size)
+    # vLLM mode has neither: a value other than the default would be ignored silently.
+    if config.mode != "sglang" and config.retraction_policy != "length":
+        raise ValueError(
+            f"retraction_policy {config.retraction_policy!r} is an SGLang-mode setting; "
+            "use mode 'sglang', or leave it out in vllm mode (vLLM preempts by the built-in "
+            "victim or the policy)"
+        )
+    if config.mode != "sglang" and config.chunked_prefill_size is not None:
+        raise ValueError(
+            "chunked_prefill_size is an SGLang-mode setting; vllm mode chunks prefills by "
+            "max_num_batched_tokens and long_prefill_token_threshold"
+        )
 
 
 def _check_latency(config: EngineConfig) -> None:
@@ -327,6 +366,7 @@ def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:
         raise ValueError(f"{field} must be one of {', '.join(allowed)}; found {value!r}")
 
 
-def _integer(field: str, value: object, *, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{field} must be an integer >= {minimum}; found {value!r}")
+def _integer(field: str, value: object) -> None:
+    low, high = (int(bound) for bound in ENGINE_RANGES[field])
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{field} must be an integer from {low} to {high}; found {value!r}")

@@ -287,9 +287,11 @@ def _measured_steps(trace: Path) -> tuple[Any, str]:
     """One recording's measured steps, and its kind (see :func:`calibrate_trace`)."""
     import polars as pl
 
-    from tracekit.trace import open_trace
+    from tracekit.trace.validate import open_checked
+    from tracekit.trace.values import ALL_COLUMNS
 
-    dataset = open_trace(trace)
+    tables = ("steps", "scheduled", "decisions", "admissions", "requests")
+    dataset = open_checked(trace, dict.fromkeys(tables, ALL_COLUMNS))
     shapes_path = Path(dataset.root) / LIVE_STEP_SHAPES
     shapes = pl.read_parquet(shapes_path) if shapes_path.is_file() else None
     if shapes is not None and "cpu_s" in shapes.columns and shapes["cpu_s"].min() > 0:

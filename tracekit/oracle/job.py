@@ -48,7 +48,8 @@ from tracekit.oracle.rollout import (
 from tracekit.replay.closed_mode import recorded_workload
 from tracekit.strategies import StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
-from tracekit.trace.bundle import open_trace
+from tracekit.trace.validate import open_checked
+from tracekit.trace.values import ALL_COLUMNS
 
 __all__ = [
     "ORACLE_LABEL",
@@ -310,7 +311,7 @@ def run_oracle(
     safe_output.check_folder_output(final, mark=ORACLE_MARK, overwrite=overwrite, inputs=[trace])
     if settings.horizon < 1:
         raise ConfigError(f"--horizon {settings.horizon}: expected a number of steps >= 1")
-    bundles = list(open_trace(trace))
+    bundles = list(open_checked(trace, {"requests": ALL_COLUMNS}))
     if len(bundles) != 1:
         raise ConfigError(
             f"{trace}: holds {len(bundles)} runs; pass one run's bundle folder to the oracle"

@@ -229,22 +229,33 @@ def plan_loads(
     return LoadPlan(result, tuple(cells), base=workload, spec=spec)
 
 
+#: Largest fraction of the measured capacity a cell may offer: 100 times the knee is far
+#: into overload already, and a larger rate only makes the run longer.
+MAX_LOAD_FRACTION = 100.0
+
+
 def parse_fractions(text: str) -> tuple[float, ...]:
-    """Parse ``--load-fractions`` (``0.6,0.9,1.0,1.2``): finite numbers > 0, at least one.
+    """Parse ``--load-fractions`` (``0.6,0.9,1.0,1.2``): distinct numbers in (0, 100].
 
     Raises
     ------
     tracekit.errors.ConfigError
-        In one line, for anything else.
+        In one line, for anything else (a repeated fraction would name two cells alike).
     """
     try:
         values = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
         values = ()
-    if not values or any(not (0 < v < float("inf")) for v in values):
+    if not values or any(not (0 < v <= MAX_LOAD_FRACTION) for v in values):
         raise ConfigError(
-            f"--load-fractions {text!r}: expected comma-separated numbers > 0; "
-            "pass e.g. --load-fractions 0.6,0.9,1.0,1.2"
+            f"--load-fractions {text!r}: expected comma-separated numbers > 0 and <= "
+            f"{MAX_LOAD_FRACTION:g}; pass e.g. --load-fractions 0.6,0.9,1.0,1.2"
+        )
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ConfigError(
+            f"--load-fractions {text!r}: {repeated[0]:g} is given twice, and each fraction is "
+            "one cell; pass each fraction once"
         )
     return values
 

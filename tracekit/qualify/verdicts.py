@@ -397,7 +397,35 @@ def functional_gate(results: Results) -> dict[str, Any]:
     if results.output_gate is not None:
         checks.append(_output_gate_check(results.output_gate))
     reasons = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]
+    if is_sweep(results) and results.diff is None and results.conformance is None:
+        # A sweep runs neither by design: the gate was not run, which is not a failure.
+        ran = [f"{c['name']}: {c['detail']}" for c in checks[:-2] if not c["passed"]]
+        why = f"{SWEEP_GATE}; run tracekit qualify for the gate"
+        return {"status": "failed" if ran else "not-run", "checks": checks, "reasons": [*ran, why]}
     return {"status": "failed" if reasons else "passed", "checks": checks, "reasons": reasons}
+
+
+#: Why a sweep folder has no functional compatibility verdict (docs/sweep.md, "The report of a
+#: sweep").
+SWEEP_GATE = "a sweep runs no legacy-versus-typed diff and no conformance checks"
+
+
+def is_sweep(results: Results) -> bool:
+    """Whether ``results`` is a ``tracekit sweep`` folder (its ``sweep.json``)."""
+    return results.inputs.get("format") == "tracekit.sweep"
+
+
+def sweep_headline(entries: list[dict[str, Any]], candidate: str) -> dict[str, str]:
+    """The headline of a sweep: what it can conclude (effectiveness per cell), and what not."""
+    mine = [e["label"] for e in entries if e["strategy"] == candidate]
+    counts = ", ".join(f"{label} in {mine.count(label)}" for label in dict.fromkeys(mine))
+    found = f"{candidate} is {counts} of {len(mine)} cells" if mine else "it is in no cell"
+    return {
+        "decision": "none",
+        "text": f"No GO/NO-GO from a sweep: {SWEEP_GATE}, so it cannot qualify {candidate} "
+        f"(run tracekit qualify); it compares each cell's strategies with the built-in rule: "
+        f"{found}",
+    }
 
 
 def _scope(results: Results) -> str:
@@ -584,8 +612,11 @@ def qualification_from_results(results: Results) -> dict[str, Any]:
         "version": 2,
         "candidate": candidate,
         "baseline": BASELINE,
-        # The report's first line: GO or NO-GO, the loads and the reason in one sentence.
-        "headline": go_no_go(gate, entries, candidate, aa),
+        # The report's first line: GO or NO-GO, the loads and the reason in one sentence; a
+        # sweep decides nothing and says so.
+        "headline": sweep_headline(entries, candidate)
+        if is_sweep(results)
+        else go_no_go(gate, entries, candidate, aa),
         "matrix": label_matrix(
             entries, results.cells, strategies, [] if aa is None else aa["cells"]
         ),

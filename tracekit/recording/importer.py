@@ -60,7 +60,13 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             items = json.loads(text)
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
-        yield from enumerate(items, start=1)
+        for number, item in enumerate(items, start=1):
+            if not isinstance(item, dict):
+                raise WorkloadError(
+                    f"{path}: item {number} of the JSON list is {type(item).__name__}, expected "
+                    "a JSON object (an event or a snapshot)"
+                )
+            yield number, item
         return
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()

@@ -28,7 +28,9 @@ from tracekit.replay.marks import MARKER, REPLAY_MARK
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
-from tracekit.trace.bundle import Bundle, check_parquet, open_trace
+from tracekit.trace.bundle import Bundle, check_parquet
+from tracekit.trace.validate import open_checked
+from tracekit.trace.values import ALL_COLUMNS
 from tracekit.workloads import Workload, with_shared_prefix
 
 __all__ = ["CLOSED_SUMMARY", "ClosedReplay", "recorded_workload", "replay_closed"]
@@ -199,7 +201,8 @@ def replay_closed(
         raise ConfigError("--strategy names no strategy to replay")
     final = Path(out)
     safe_output.check_folder_output(final, mark=REPLAY_MARK, overwrite=overwrite, inputs=[trace])
-    dataset = open_trace(trace)
+    # The requests table is the workload and the recorded run's metrics: read whole, checked.
+    dataset = open_checked(trace, {"requests": ALL_COLUMNS})
     executor = make_executor(jobs)
     # docs/guarantees.md, "Safe output": staged beside OUT, renamed into place when complete
     # (a killed replay's staging folder is removed by the next replay into OUT).

@@ -32,10 +32,19 @@ from tracekit.replay.runs import Job, Progress, replay_all
 from tracekit.replay.summary import dumps, render_summary, summary_records
 from tracekit.replay.table import COMPRESSION
 from tracekit.strategies import StrategySpec
-from tracekit.trace.bundle import Bundle, TraceDataset, open_trace
+from tracekit.trace.bundle import Bundle, TraceDataset
 from tracekit.trace.inspect import recompute_split
+from tracekit.trace.validate import open_checked
+from tracekit.trace.values import ALL_COLUMNS
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "OUTPUT_FILES", "OpenReplayResult", "replay_open"]
+
+#: What open mode reads: every decision and candidate column, and the requests' recomputation.
+READS = {
+    "decisions": ALL_COLUMNS,
+    "candidates": ALL_COLUMNS,
+    "requests": ("run_id", "recomputed_tokens", "resume_cached_tokens"),
+}
 
 #: Decisions per chunk: the trace writers' row group size.
 DEFAULT_CHUNK_ROWS = 65_536
@@ -141,12 +150,9 @@ def replay_open(
     names = tuple(labels) if labels is not None else tuple(s.name for s in specs)
     _check_arguments(specs, names, workers, chunk_rows, limit)
     out = Path(out_dir)
-    safe_output.check_folder_output(
-        out, mark=REPLAY_MARK, overwrite=overwrite, inputs=[trace_path]
-    )
-    dataset = open_trace(trace_path)
-    for table in ("decisions", "candidates"):
-        dataset.scan(table)  # checks every file's Parquet footer and columns before any work
+    safe_output.check_folder_output(out, mark=REPLAY_MARK, overwrite=overwrite, inputs=[trace_path])
+    # Structure, row counts and every value replay reads, before any work.
+    dataset = open_checked(trace_path, READS)
     jobs, total = _jobs(dataset.root, dataset.bundles, specs, names, fast, chunk_rows, limit)
     # docs/guarantees.md, "Safe output": staged beside OUT, renamed into place when complete.
     with safe_output.staged_folder(

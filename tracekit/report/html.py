@@ -95,6 +95,7 @@ ul.reasons { color: var(--bad); }
 p.headline { font-size: 17px; margin: 0 0 10px; padding: 8px 12px; border-radius: 4px;
              border-left: 6px solid var(--bad); background: #ffebe9; max-width: 1100px; }
 p.headline.ok { border-left-color: var(--ok); background: #dafbe1; }
+p.headline.warn { border-left-color: var(--warn); background: #fff8c5; }
 table.matrix td { white-space: nowrap; }
 table.matrix th.cand { text-decoration: underline; }
 td.lbl-beneficial { color: var(--ok); font-weight: 600; }

@@ -3,7 +3,9 @@
 Every string that reaches the page from a trace or a configuration (request ids, strategy
 names, settings, reasons) goes through :func:`esc` (HTML text and attributes) or
 :func:`script_json` (data inside a ``<script>`` element), so that it shows as text and never
-runs.
+runs. Both show Unicode's bidirectional controls (U+202E RIGHT-TO-LEFT OVERRIDE and the rest)
+as visible text, ``<U+202E>``: a request id that holds one cannot reorder what follows it on
+the page, and the reader sees that it is there.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import polars as pl
 
 __all__ = [
+    "BIDI_CONTROLS",
     "MISSING",
     "Column",
     "esc",
@@ -28,11 +31,36 @@ __all__ = [
     "fmt_value",
     "html_table",
     "script_json",
+    "show_bidi",
 ]
 
 Formatter = Callable[[Any], str]
 # Shown for a missing value (an en dash).
 MISSING = "\u2013"
+
+#: The characters that change the direction of the text around them: the embeddings and
+#: overrides (U+202A-U+202E), the isolates (U+2066-U+2069) and the marks (U+200E, U+200F,
+#: U+061C). Unicode Technical Standard #39 and CVE-2021-42574 ("Trojan Source").
+BIDI_CONTROLS = frozenset(
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+)
+_VISIBLE = {ord(c): f"<U+{ord(c):04X}>" for c in BIDI_CONTROLS}
+
+
+def show_bidi(text: str) -> str:
+    """``text`` with every bidirectional control written out as ``<U+XXXX>``."""
+    return text.translate(_VISIBLE)
+
+
+def _shown(value: Any) -> Any:
+    """``value`` with :func:`show_bidi` applied to every string in it (keys included)."""
+    if isinstance(value, str):
+        return show_bidi(value)
+    if isinstance(value, dict):
+        return {_shown(k): _shown(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_shown(v) for v in value]
+    return value
 
 
 def esc(value: Any) -> str:
@@ -46,9 +74,10 @@ def esc(value: Any) -> str:
     Returns
     -------
     str
-        Text safe in element content and in quoted attribute values.
+        Text safe in element content and in quoted attribute values, its bidirectional
+        controls shown (:func:`show_bidi`).
     """
-    return MISSING if value is None else html.escape(str(value), quote=True)
+    return MISSING if value is None else html.escape(show_bidi(str(value)), quote=True)
 
 
 def script_json(value: Any) -> str:
@@ -56,7 +85,8 @@ def script_json(value: Any) -> str:
 
     ``<``, ``>`` and ``&`` become ``\u003c``, ``\u003e`` and ``\u0026`` (so neither
     ``</script>`` nor ``<!--`` can appear), and the line separators U+2028/U+2029 are escaped.
-    Keys are sorted, so equal values give equal text.
+    Bidirectional controls in strings are shown as text (:func:`show_bidi`), so a chart's
+    labels cannot be reordered by them. Keys are sorted, so equal values give equal text.
 
     Parameters
     ----------
@@ -68,7 +98,7 @@ def script_json(value: Any) -> str:
     str
         The JSON text.
     """
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(_shown(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
     for raw, escaped in (
         ("<", "\\u003c"),
         (">", "\\u003e"),

@@ -62,7 +62,9 @@ def _verdicts(q: dict[str, Any]) -> Section:
     gate = q["functional_compatibility"]
     passed = gate["status"] == "passed"
     section.html(
-        f"<h3>Functional compatibility gate {badge(gate['status'], 'ok' if passed else 'bad')}</h3>"
+        f"<h3>Functional compatibility gate "
+        f"{badge(gate['status'], {'passed': 'ok', 'not-run': 'warn'}.get(gate['status'], 'bad'))}"
+        "</h3>"
     )
     if not passed:
         items = "".join(f"<li>{esc(r)}</li>" for r in gate["reasons"])

@@ -30,7 +30,8 @@ def headline_html(q: dict[str, Any]) -> str:
     headline = q.get("headline")
     if not headline:
         return ""
-    kind = "ok" if headline["decision"] == "go" else "bad"
+    # A sweep's headline decides nothing ("none"): neither green nor red.
+    kind = {"go": "ok", "no-go": "bad"}.get(headline["decision"], "warn")
     return f'<p class="headline {kind}" id="go-no-go"><strong>{esc(headline["text"])}</strong></p>'
 
 

@@ -129,6 +129,8 @@ class Checker:
             expects = _KINDS.get(value) if isinstance(value, str) else None
         if keyword == "minimum" and expects is None:
             return self.fail(key, f"must be at least {value}, got {instance}", fix)
+        if keyword == "maximum" and expects is None:
+            return self.fail(key, f"must be at most {value:g}, got {show(instance)}", fix)
         if keyword == "exclusiveMinimum" and expects is None:
             expects = f"a finite number > {value}"
         return self.fail(key, f"must be {expects or error.message}, got {show(instance)}", fix)

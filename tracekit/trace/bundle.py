@@ -171,10 +171,22 @@ def _short(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TraceDataset:
-    """One or more bundles, scanned together."""
+    """One or more bundles, scanned together.
+
+    Attributes
+    ----------
+    root
+        The folder opened.
+    bundles
+        Every run once, in path order.
+    copies
+        ``(copy, kept)`` for each bundle left out because it records a run already in
+        ``bundles`` again (see :func:`open_trace`).
+    """
 
     root: Path
     bundles: tuple[Bundle, ...]
+    copies: tuple[tuple[Path, Path], ...] = ()
 
     def __iter__(self) -> Iterator[Bundle]:
         return iter(self.bundles)
@@ -254,7 +266,14 @@ def check_parquet(file: Path, expected: list[str], version: int = SCHEMA_VERSION
 
 
 def open_trace(path: str | Path) -> TraceDataset:
-    """Open a bundle or a dataset folder, checking every manifest."""
+    """Open a bundle or a dataset folder, checking every manifest.
+
+    Every run is read once: a bundle that records a run of the dataset again (same run id,
+    same manifest but for ``created_at`` and ``labels``, same table files; ``tracekit qualify``
+    keeps the candidate's typed run of repeat 0 under ``runs/`` and under ``diff/typed``) is
+    left out and listed in :attr:`TraceDataset.copies`. Another bundle with a run id already
+    seen is an error.
+    """
     root = Path(path)
     if not root.exists():
         raise TraceSchemaError(f"{root}: no such file or folder; pass a trace bundle or dataset")
@@ -268,13 +287,46 @@ def open_trace(path: str | Path) -> TraceDataset:
             f"{root}: no trace bundle found ({MANIFEST} missing); record one with "
             "'tracekit record sim' or pass the right folder"
         )
-    bundles = tuple(Bundle(d, _read_manifest(d)) for d in dirs)
-    seen: dict[str, Path] = {}
-    for bundle in bundles:
-        if bundle.run_id in seen:
+    seen: dict[str, Bundle] = {}
+    kept: list[Bundle] = []
+    copies: list[tuple[Path, Path]] = []
+    for bundle in (Bundle(d, _read_manifest(d)) for d in dirs):
+        first = seen.get(bundle.run_id)
+        if first is None:
+            seen[bundle.run_id] = bundle
+            kept.append(bundle)
+        elif _same_recording(first, bundle):
+            copies.append((bundle.path, first.path))
+        else:
             raise TraceSchemaError(
                 f"{bundle.path / MANIFEST}: field 'run_id' {bundle.run_id!r} repeats the run in "
-                f"{seen[bundle.run_id]}; each bundle of a dataset needs its own run"
+                f"{first.path}, with other contents; each bundle of a dataset needs its own run"
             )
-        seen[bundle.run_id] = bundle.path
-    return TraceDataset(root, bundles)
+    return TraceDataset(root, tuple(kept), tuple(copies))
+
+
+# Fields of a manifest that differ between two recordings of one run: when it was made, and
+# the labels of the job that made it.
+_PER_COPY = frozenset({"created_at", "labels"})
+
+
+def _same_recording(a: Bundle, b: Bundle) -> bool:
+    """Whether ``b`` records the run of ``a`` again (a qualify folder's ``diff/typed``).
+
+    The same run id (a hash of workload, engine, strategy and seed), the same manifest but for
+    its time and labels, both complete, and the same files of the same sizes.
+    """
+    if not (a.complete and b.complete):
+        return False
+    if {k: v for k, v in a.manifest.items() if k not in _PER_COPY} != {
+        k: v for k, v in b.manifest.items() if k not in _PER_COPY
+    }:
+        return False
+    tables = a.manifest.get("tables")
+    names = tables if isinstance(tables, dict) else {}
+    sizes = [
+        tuple(f.stat().st_size for f in bundle.table_files(name))
+        for name in names
+        for bundle in (a, b)
+    ]
+    return sizes[0::2] == sizes[1::2]

@@ -17,9 +17,22 @@ import polars as pl
 
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.text import text_table
-from tracekit.trace.validate import check_readable
+from tracekit.trace.validate import check_bundle
 
-__all__ = ["CACHE_KEYS", "inspect_trace", "recompute_split", "render_inspection"]
+__all__ = ["CACHE_KEYS", "READS", "inspect_trace", "recompute_split", "render_inspection"]
+
+#: The columns the summary reads (checked first: docs/trace-format.md, "Validation").
+READS = {
+    "decisions": ("run_id", "outcome"),
+    "requests": (
+        "run_id", "status", "num_preemptions", "recomputed_tokens", "num_cached_tokens",
+        "resume_cached_tokens",
+    ),
+    "steps": (
+        "run_id", "kv_blocks_used", "kv_blocks_total", "time_s", "duration_s",
+        "cache_hit_tokens", "cached_blocks_evicted", "scheduled_prefill_tokens",
+    ),
+}  # fmt: skip
 
 #: The prefix-cache figures of a run, left out where the trace does not record them (null).
 CACHE_KEYS = (
@@ -62,12 +75,13 @@ def recompute_split(requests: pl.LazyFrame) -> pl.LazyFrame:
 def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
     """Summarise every run at or below ``path``; one dictionary per run, in dataset order.
 
-    Raises ``TraceSchemaError`` if a bundle lacks a table it should hold or a table's columns
-    differ from the schema.
+    Raises ``TraceSchemaError`` if a bundle lacks a table it should hold, a table's columns
+    differ from the schema, its rows from the manifest's count, or a value it reads breaks a
+    row rule (NaN, negative, beyond any run: :mod:`tracekit.trace.values`).
     """
     dataset = open_trace(path)
     for bundle in dataset:
-        check_readable(bundle)
+        check_bundle(bundle, READS)
     outcomes = (
         dataset.scan("decisions")
         .group_by("run_id", "outcome")
@@ -121,6 +135,9 @@ def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
         )
         .collect()
     )
+    copies: dict[Path, list[str]] = {}
+    for copy, kept in dataset.copies:
+        copies.setdefault(kept, []).append(str(copy))
     summaries = []
     for bundle in dataset:
         run = bundle.run_id
@@ -133,6 +150,9 @@ def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
             "strategy": bundle.manifest.get("strategy"),
             "scheduling_policy": bundle.manifest.get("scheduling_policy"),
         }
+        if bundle.path in copies:
+            # The same run recorded again elsewhere in the folder (qualify's diff/typed).
+            summary["copies"] = copies[bundle.path]
         for frame in (requests, steps):
             row = frame.filter(pl.col("run_id") == run)
             if row.height:
@@ -156,6 +176,8 @@ def _fmt(value: Any) -> str:
         return f"{value:.3f}"
     if isinstance(value, dict):
         return ", ".join(f"{k} {v}" for k, v in sorted(value.items())) or "none"
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
     return str(value)
 
 

@@ -33,40 +33,31 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tracekit.errors import TraceSchemaError
-from tracekit.trace.bundle import MANIFEST, Bundle, open_trace
+from tracekit.trace.bundle import MANIFEST, Bundle, TraceDataset, open_trace
 from tracekit.trace.schema import SCHEMA_VERSION, TableSpec, trace_schema
+from tracekit.trace.values import (
+    CALLED,
+    KEYS,
+    RERECORD,
+    Reads,
+    block_size,
+    check_values,
+    manifest_number_problems,
+    row_rules,
+)
 
-__all__ = ["BATCH_ROWS", "BundleReport", "ValidationReport", "check_readable", "validate_trace"]
+__all__ = [
+    "BATCH_ROWS",
+    "BundleReport",
+    "ValidationReport",
+    "check_bundle",
+    "check_readable",
+    "open_checked",
+    "validate_trace",
+]
 
-OUTCOMES = ("selected", "abstained", "invalid", "exception", "disabled", "builtin")
-# Outcomes that mean the controller called the policy (disabled/builtin do not;
-# docs/trace-format.md, "Outcomes and counters").
-CALLED = ("selected", "abstained", "invalid", "exception")
 # Rows read at a time; the writers' row groups hold 65,536 rows.
 BATCH_ROWS = 65_536
-# Integer columns that may be negative (vLLM priorities are any integer); every other integer
-# column counts something or indexes something.
-SIGNED = frozenset({"priority"})
-# Integer columns with a sentinel below 0: live recorders and imports cannot see the scheduler
-# step, and store -1.
-FLOORS = {("decisions", "step"): -1}
-# Times measured from the start of the run, so never negative.
-NON_NEGATIVE_TIMES = {
-    "requests": ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s"),
-    "decisions": ("time_s",),
-    "steps": ("time_s", "duration_s"),
-    "admissions": ("time_s",),
-}
-# The column that locates an offending row in a message.
-KEYS = {
-    "requests": "request_id",
-    "decisions": "seq",
-    "candidates": "seq",
-    "steps": "step",
-    "scheduled": "step",
-    "admissions": "request_id",
-}
-RERECORD = "re-record the bundle"
 
 Status = Literal["ok", "truncated", "invalid", "malformed"]
 
@@ -228,12 +219,39 @@ def _manifest_problems(bundle: Bundle) -> list[str]:
             "a list of table names",
         ),
     ]
-    return [
+    problems = [
         f"{bundle.path / MANIFEST}: field {name!r} is {m.get(name)!r}, expected {expected}; "
         f"correct the manifest or {RERECORD}"
         for name, ok, expected in checks
         if not ok
     ]
+    return problems + _unlisted_tables(bundle) + manifest_number_problems(bundle)
+
+
+def _unlisted_tables(bundle: Bundle) -> list[str]:
+    """Tables the manifest's ``tables`` field leaves out: on disk, or required and closed.
+
+    Without its entry a table's row count cannot be checked, so an emptied or swapped table
+    would pass.
+    """
+    listed = bundle.manifest.get("tables")
+    if not isinstance(listed, dict):
+        return []  # reported as a field of the wrong type
+    schema = trace_schema(bundle.schema_version)
+    declared_missing = bundle.manifest.get("missing_tables") or ()
+    problems = []
+    for name, spec in schema.tables.items():
+        if name in listed:
+            continue
+        on_disk = bool(bundle.table_files(name))
+        required = bundle.complete and not spec.optional and name not in declared_missing
+        if on_disk or required:
+            problems.append(
+                f"{bundle.path / MANIFEST}: field 'tables' has no entry {name!r} "
+                f"({'the table is on disk' if on_disk else 'a closed bundle holds it'}); "
+                f"restore the manifest or {RERECORD}"
+            )
+    return problems
 
 
 def _is_type(actual: pa.DataType, expected: pa.DataType) -> bool:
@@ -349,12 +367,37 @@ def _listed_files_missing(bundle: Bundle, name: str) -> list[str]:
 def check_readable(bundle: Bundle) -> None:
     """Raise ``TraceSchemaError`` (one line) for the first malformed part of ``bundle``.
 
-    A manifest field of the wrong type, a table that is gone, a table with a missing, unknown
-    or mistyped column; the rows themselves are not read.
+    A manifest field of the wrong type (or a table it leaves out, an engine configuration that
+    describes no engine), a table that is gone, a table with a missing, unknown or mistyped
+    column, a table whose row count disagrees with the manifest (read from the Parquet
+    footers); the rows themselves are not read.
     """
-    problems = _manifest_problems(bundle) + _structure_problems(bundle)[0]
+    problems = _manifest_problems(bundle)
+    structure, usable = _structure_problems(bundle)
+    problems += structure
+    for name, files in usable.items():
+        problems += _row_count_problems(bundle, name, files)[1]
     if problems:
         raise TraceSchemaError(problems[0])
+
+
+def check_bundle(bundle: Bundle, reads: Reads) -> None:
+    """The check of every reader: :func:`check_readable`, then the values it reads.
+
+    Raises ``TraceSchemaError`` (one line) for the first malformed part, row count that
+    disagrees with the manifest, or value that breaks a row rule in a column of ``reads``
+    (:func:`tracekit.trace.values.check_values`).
+    """
+    check_readable(bundle)
+    check_values(bundle, reads)
+
+
+def open_checked(path: str | Path, reads: Reads) -> TraceDataset:
+    """:func:`~tracekit.trace.bundle.open_trace` with :func:`check_bundle` on every bundle."""
+    dataset = open_trace(path)
+    for bundle in dataset:
+        check_bundle(bundle, reads)
+    return dataset
 
 
 # --- row checks (invalid) -----------------------------------------------------------------
@@ -381,33 +424,17 @@ def _batches(files: list[Path], columns: list[str]) -> Iterator[tuple[Path, pl.D
 
 
 def _check_values(
-    findings: _Findings, file: Path, frame: pl.DataFrame, spec: TableSpec, run_id: str
+    findings: _Findings,
+    file: Path,
+    frame: pl.DataFrame,
+    spec: TableSpec,
+    run_id: str,
+    block_size: int | None = None,
 ) -> None:
-    """Per-row checks that every table shares: nulls, run id, finite and non-negative values."""
-    table = spec.name
-    key = KEYS[table]
-    for column in spec.columns:
-        col = pl.col(column.name)
-        if not column.nullable:
-            findings.flag(file, frame, col.is_null(), key, f"{table}.{column.name} is null")
-        if column.type == "float64":
-            findings.flag(
-                file, frame, ~col.is_finite(), key, f"{table}.{column.name} is NaN or infinite"
-            )
-        floor = FLOORS.get((table, column.name))
-        if floor is not None:
-            findings.flag(file, frame, col < floor, key, f"{table}.{column.name} is below {floor}")
-        elif (column.type == "int64" and column.name not in SIGNED) or (
-            column.name in NON_NEGATIVE_TIMES.get(table, ())
-        ):
-            findings.flag(file, frame, col < 0, key, f"{table}.{column.name} is negative")
-    findings.flag(
-        file,
-        frame,
-        pl.col("run_id") != run_id,
-        key,
-        f"{table}.run_id differs from the manifest's run_id {run_id!r}",
-    )
+    """The row rules every reader shares (:func:`tracekit.trace.values.row_rules`)."""
+    key = KEYS[spec.name]
+    for rule in row_rules(spec, run_id, block_size=block_size):
+        findings.flag(file, frame, rule.bad, key, rule.message)
 
 
 def _id_hash(ids: pl.Series) -> pl.Series:
@@ -422,22 +449,7 @@ def _check_requests(
     cached = "num_cached_tokens" in spec.column_names
     for file, frame in _batches(files, spec.column_names):
         _check_values(findings, file, frame, spec, run_id)
-        findings.flag(
-            file,
-            frame,
-            pl.col("prompt_tokens") <= 0,
-            "request_id",
-            "requests.prompt_tokens is not positive",
-        )
         if cached:
-            # vLLM caps a hit at num_tokens - 1: the first schedule computes the last prompt token.
-            findings.flag(
-                file,
-                frame,
-                pl.col("num_cached_tokens") >= pl.col("prompt_tokens"),
-                "request_id",
-                "requests.num_cached_tokens is not below prompt_tokens",
-            )
             # A request never scheduled has no first-schedule hit (null): it counts 0.
             hits.add(
                 "requests",
@@ -507,16 +519,7 @@ def _check_decisions(
     state = _DecisionState()
     freed = "freed_blocks" in spec.column_names
     for file, frame in _batches(files, spec.column_names):
-        _check_values(findings, file, frame, spec, run_id)
-        if freed and block_size is not None:
-            findings.flag(
-                file,
-                frame,
-                pl.col("freed_tokens") != pl.col("freed_blocks") * block_size,
-                "seq",
-                f"decisions.freed_tokens is not freed_blocks * engine_config.block_size "
-                f"({block_size})",
-            )
+        _check_values(findings, file, frame, spec, run_id, block_size)
         n = frame.height
         start = state.count
         frame = frame.with_columns(
@@ -538,31 +541,6 @@ def _check_decisions(
             (pl.col("time_s") < pl.col("prev_time")) | (pl.col("step") < pl.col("prev_step")),
             "seq",
             "decisions.time_s or step decreases",
-        )
-        findings.flag(
-            file,
-            frame,
-            ~pl.col("outcome").is_in(OUTCOMES),
-            "seq",
-            f"decisions.outcome is not one of {', '.join(OUTCOMES)}",
-        )
-        findings.flag(
-            file,
-            frame,
-            (pl.col("kv_usage") < 0) | (pl.col("kv_usage") > 1),
-            "seq",
-            "decisions.kv_usage is outside [0, 1]",
-        )
-        findings.flag(
-            file,
-            frame,
-            (pl.col("outcome") == "selected")
-            & (pl.col("applied_victim_id") != pl.col("raw_result"))
-            | (pl.col("outcome") != "selected")
-            & (pl.col("applied_victim_id") != pl.col("builtin_victim_id")),
-            "seq",
-            "decisions.applied_victim_id disagrees with the outcome (selected: the policy's id; "
-            "otherwise: the built-in victim)",
         )
         _check_counters(findings, file, frame, state)
         # What the candidates check needs, by stored row (which is the seq when valid).
@@ -688,13 +666,6 @@ def _check_candidates(
             f"store candidates in seq order, as replay reads them: {RERECORD}",
         )
         if "num_blocks_exclusive" in spec.column_names:
-            findings.flag(
-                file,
-                frame,
-                pl.col("num_blocks_exclusive") > pl.col("num_blocks_held"),
-                "seq",
-                "candidates.num_blocks_exclusive is above num_blocks_held",
-            )
             exclusive = pl.col("num_blocks_exclusive")
         else:
             exclusive = pl.lit(None, pl.Int64).alias("num_blocks_exclusive")
@@ -862,13 +833,6 @@ def _check_steps(
             "step",
             "steps.step is not increasing or steps.time_s decreases",
         )
-        findings.flag(
-            file,
-            frame,
-            pl.col("kv_blocks_used") > pl.col("kv_blocks_total"),
-            "step",
-            "steps.kv_blocks_used is outside [0, kv_blocks_total]",
-        )
         if frame.height:
             last_step = frame.get_column("step")[-1]
             last_time = frame.get_column("time_s")[-1]
@@ -885,6 +849,27 @@ def _row_count(files: list[Path]) -> int:
     return total
 
 
+def _row_count_problems(bundle: Bundle, name: str, files: list[Path]) -> tuple[int, list[str]]:
+    """The rows of table ``name`` on disk, and a problem if the manifest says otherwise.
+
+    A closed bundle holds exactly the rows its manifest lists. An unfinished one holds at least
+    them: a recorder lists a part file after writing it, so a kill in between leaves more rows
+    than listed, never fewer.
+    """
+    rows = _row_count(files)
+    listed = bundle.manifest.get("tables")
+    entry = listed.get(name) if isinstance(listed, dict) else None
+    declared = entry.get("rows") if isinstance(entry, dict) else None
+    if not _is_int(declared):
+        return rows, []
+    if declared == rows or (not bundle.complete and rows > declared):
+        return rows, []
+    return rows, [
+        f"{files[0]}: table {name!r} has {rows} rows, the manifest's field 'tables' says "
+        f"{declared}; restore the file or {RERECORD}"
+    ]
+
+
 def _check_bundle(bundle: Bundle) -> BundleReport:
     schema = trace_schema(bundle.schema_version)
     complete = bundle.complete
@@ -896,27 +881,17 @@ def _check_bundle(bundle: Bundle) -> BundleReport:
         report.problems = format_problems
         report.malformed = True
     findings = _Findings()
-    listed = bundle.manifest.get("tables")
     for name, files in usable.items():
-        report.rows[name] = _row_count(files)
-        entry = listed.get(name) if isinstance(listed, dict) else None
-        declared = entry.get("rows") if isinstance(entry, dict) else None
-        if complete and _is_int(declared) and declared != report.rows[name]:
-            report.problems.append(
-                f"{files[0]}: table {name!r} has {report.rows[name]} rows, the manifest's "
-                f"field 'tables' says {declared}; restore the file or {RERECORD}"
-            )
+        report.rows[name], problems = _row_count_problems(bundle, name, files)
+        report.problems += problems
     run = bundle.run_id
     hits = _CacheHits()
-    engine_config = bundle.manifest.get("engine_config")
-    block_size = engine_config.get("block_size") if isinstance(engine_config, dict) else None
-    if not (_is_int(block_size) and block_size > 0):
-        block_size = None
+    size = block_size(bundle)
     if "requests" in usable:
         _check_requests(findings, usable["requests"], schema.table("requests"), run, hits)
     if "decisions" in usable:
         state = _check_decisions(
-            findings, usable["decisions"], schema.table("decisions"), run, block_size
+            findings, usable["decisions"], schema.table("decisions"), run, size
         )
         if "candidates" in usable:
             _check_candidates(

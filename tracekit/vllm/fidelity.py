@@ -42,8 +42,10 @@ from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
 from tracekit.sglang.fidelity import SglangFidelityReport, compare_sglang_fidelity
 from tracekit.sglang.record import is_sglang_bundle
 from tracekit.trace.bundle import Bundle, open_trace
+from tracekit.trace.schema import trace_schema
 from tracekit.trace.text import text_table
-from tracekit.trace.validate import check_readable
+from tracekit.trace.validate import open_checked
+from tracekit.trace.values import ALL_COLUMNS
 
 __all__ = [
     "EngineState",
@@ -243,7 +245,6 @@ def _load(path: str | Path) -> _Run:
             f"{path}: holds {len(dataset)} bundles; pass one bundle folder per engine"
         )
     bundle: Bundle = dataset.bundles[0]
-    check_readable(bundle)
     if not bundle.complete:
         raise FidelityInputError(f"{bundle.path}: the recording never completed; re-record it")
     steps = dataset.scan("steps").drop("run_id").sort("step").collect().to_dicts()
@@ -372,6 +373,9 @@ def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport | Sgla
     TraceSchemaError
         A bundle cannot be read.
     """
+    # Every table is compared step by step: each is checked whole first (either path).
+    for path in (sim, vllm):
+        open_checked(path, dict.fromkeys(trace_schema().tables, ALL_COLUMNS))
     if is_sglang_bundle(sim) or is_sglang_bundle(vllm):  # SGLang recordings: their own path
         return compare_sglang_fidelity(sim, vllm)
     a, b = _load(sim), _load(vllm)

@@ -114,9 +114,14 @@ def option_error(
 
 
 def check_int_option(
-    path: str | Path, name: str, value: object, *, minimum: int | None = None
+    path: str | Path,
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
 ) -> int:
-    """Return ``value`` if it is an integer (not a bool) >= ``minimum``, else raise.
+    """Return ``value`` if it is an integer (not a bool) in ``[minimum, maximum]``, else raise.
 
     Parameters
     ----------
@@ -128,6 +133,8 @@ def check_int_option(
         The value given.
     minimum
         Smallest allowed value, or ``None``.
+    maximum
+        Largest allowed value, or ``None``.
 
     Returns
     -------
@@ -138,8 +145,10 @@ def check_int_option(
         isinstance(value, bool)
         or not isinstance(value, int)
         or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
     ):
         bound = "" if minimum is None else f" >= {minimum}"
+        bound += "" if maximum is None else f"{' and' if bound else ''} <= {maximum}"
         raise option_error(
             path, name, value, expected=f"an integer{bound}", fix=f"pass {name}=<integer{bound}>"
         )

@@ -14,12 +14,17 @@ from collections.abc import Sequence
 from tracekit.errors import ConfigError
 
 __all__ = [
+    "MAX_SEED",
     "check_count",
     "check_seed",
     "check_seconds",
     "client_option_error",
     "suggest",
 ]
+
+
+#: Largest seed magnitude: a seed is recorded in the manifest, which readers read as int64.
+MAX_SEED = 2**63 - 1
 
 
 def suggest(value: str, choices: Sequence[str]) -> str | None:
@@ -150,6 +155,8 @@ def check_seed(flag: str, value: object) -> int:
     int
         The seed.
     """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise client_option_error(flag, value, expected="an integer seed", fix=f"pass {flag} 0")
+    if isinstance(value, bool) or not isinstance(value, int) or not -MAX_SEED <= value <= MAX_SEED:
+        raise client_option_error(
+            flag, value, expected="an integer seed within +-(2**63 - 1)", fix=f"pass {flag} 0"
+        )
     return value

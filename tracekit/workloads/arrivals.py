@@ -43,6 +43,7 @@ from tracekit.workloads.model import MAX_ARRIVAL_S, Workload
 from tracekit.workloads.seeded import Stream, splitmix64
 
 __all__ = [
+    "MAX_FINITE",
     "ArrivalKind",
     "Arrivals",
     "apply_arrivals",
@@ -113,13 +114,22 @@ class Arrivals:
         }
 
 
+#: Largest finite rate (requests per second) or burstiness.
+MAX_FINITE = 1e6
+
+
 def _parse_positive(flag: str, value: object, fix: str) -> float:
     try:
         number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         number = math.nan
-    if isinstance(value, bool) or math.isnan(number) or number <= 0:
-        raise client_option_error(flag, value, expected="a number > 0 (inf allowed)", fix=fix)
+    # inf is a documented value (every request at 0; a constant rate); a finite value beyond a
+    # million is none a server sees, and gamma draws overflow to NaN gaps near 1e308.
+    within = 0 < number <= MAX_FINITE or number == math.inf
+    if isinstance(value, bool) or not within:
+        raise client_option_error(
+            flag, value, expected=f"a number > 0 and <= {MAX_FINITE:g} (inf allowed)", fix=fix
+        )
     return number
 
 

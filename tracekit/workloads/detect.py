@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from enum import Enum
 from pathlib import Path
@@ -72,13 +73,16 @@ def parse_format(name: str | WorkloadFormat, path: str | Path) -> WorkloadFormat
     try:
         return WorkloadFormat(normalised)
     except ValueError:
-        known = ", ".join(member.value for member in WorkloadFormat)
+        names = [member.value for member in WorkloadFormat]
+        near = difflib.get_close_matches(normalised, names, n=1)
         raise workload_error(
             path,
             field="format",
-            expected=f"one of {known}",
+            expected=f"one of {', '.join(names)}",
             found=describe_value(name),
-            fix="pass a known format name, or none to auto-detect",
+            fix=f"pass {near[0]!r} (the closest name)"
+            if near
+            else "pass a known format name, or none to auto-detect",
         ) from None
 
 

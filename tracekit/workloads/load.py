@@ -150,7 +150,8 @@ def load_workload(
     path = Path(path)
     fmt = detect_format(path) if format is None else parse_format(format, path)
     if limit is not None:
-        check_int_option(path, "limit", limit, minimum=1)
+        # 2**40: the largest count of a trace (docs/trace-format.md, "Validation").
+        check_int_option(path, "limit", limit, minimum=1, maximum=2**40)
     bounds = _check_window(path, window)
     scale = check_positive_option(path, "rate_scale", rate_scale)
     if priority_seed is not None:

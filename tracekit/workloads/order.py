@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from tracekit.workloads._options import client_option_error, suggest
+from tracekit.workloads._options import MAX_SEED, client_option_error, suggest
 from tracekit.workloads.model import Workload
 from tracekit.workloads.seeded import Stream, uniform
 
@@ -92,14 +92,17 @@ def parse_order(text: str | Order) -> Order:
     name, colon, argument = spelled.partition(":")
     if name == "shuffled" and colon:
         try:
-            return Order(OrderKind.SHUFFLED, int(argument))
+            seed: int | None = int(argument)
         except ValueError:
+            seed = None
+        if seed is None or not -MAX_SEED <= seed <= MAX_SEED:
             raise client_option_error(
                 "--order shuffled:<seed>",
                 argument,
-                expected="an integer seed",
+                expected="an integer seed within +-(2**63 - 1)",
                 fix="pass e.g. --order shuffled:0",
             ) from None
+        return Order(OrderKind.SHUFFLED, seed)
     if name in ("recorded", "ascending", "descending") and not colon:
         return Order(OrderKind(name))
     near = "shuffled:<seed>" if name == "shuffled" else suggest(spelled, _SPELLINGS)

@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.errors import ConfigError
-from tracekit.trace.bundle import open_trace
+from tracekit.trace.validate import open_checked
 
 __all__ = ["OUTPUT_GATE_FILE", "OutputGate", "compare_outputs"]
 
@@ -103,7 +103,7 @@ class OutputGate:
 
 def _load(path: str | Path) -> tuple[str, dict[str, Any], pl.DataFrame]:
     """Run id, manifest, and one row per request: request_id, num_preemptions, token_ids."""
-    dataset = open_trace(path)
+    dataset = open_checked(path, {"requests": ("run_id", "request_id", "num_preemptions")})
     if len(dataset) != 1:
         raise ConfigError(f"{path}: expected one live bundle, found {len(dataset)} runs")
     bundle = dataset.bundles[0]
