@@ -9,9 +9,11 @@ The production policy's settings are resolved once, from ``--policy-config`` alo
 deliberately ignores ``BIDKV_UTILITY_*`` environment variables, so that a recorded run's manifest
 holds its complete configuration and re-running it gives the same result on any machine.
 
-This is the only tracekit module that imports ``bidkv``: the rest of tracekit reaches the policy,
-its strategy names and settings, and its decision rule (``decide``, ``utility``, used by the
-replay fast path) through the public names here.
+This is the only tracekit module that imports ``bidkv`` (besides the hosts, which import vLLM's
+built-in victim rule): the rest of tracekit reaches the policy, its strategy table
+(:data:`STRATEGY_TABLE`, whose row names key the replay's columnar forms and the diff's
+classes), its settings, and its decision rule (``decide``, ``utility``, used by the replay fast
+path) through the public names here.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from typing import Any, Literal
 
 from bidkv.adapters.vllm_hust.config import (
     KNOWN_STRATEGY_NAMES,
-    STRATEGIES,
     BidkvSelectorConfig,
     canonical_strategy,
     parse_bool,
@@ -35,6 +36,12 @@ from bidkv.adapters.vllm_hust.config import (
 from bidkv.adapters.vllm_hust.decision import DecisionRules, DecisionState, Step, decide
 from bidkv.adapters.vllm_hust.scoring import utility
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvVictimSelector
+from bidkv.adapters.vllm_hust.strategies import (
+    STRATEGY_TABLE,
+    Strategy,
+    StrategyInputs,
+    strategy_row,
+)
 from bidkv.baselines.base import CompressionAction
 from bidkv.baselines.base import RequestState as LegacyRequest
 from bidkv.baselines.registry import create_default_registry as legacy_strategy_registry
@@ -55,10 +62,14 @@ __all__ = [
     "legacy_strategy_registry",
     "POLICY_SETTINGS",
     "PRODUCTION_STRATEGIES",
+    "STRATEGY_TABLE",
+    "BidkvSelectorConfig",
     "DecisionRules",
     "DecisionState",
     "HostPath",
     "Step",
+    "Strategy",
+    "StrategyInputs",
     "StrategySpec",
     "canonical_strategy",
     "changed_settings",
@@ -69,6 +80,7 @@ __all__ = [
     "parse_strategy_list",
     "policy_manifests",
     "resolve_strategy",
+    "strategy_row",
     "utility",
 ]
 
@@ -88,8 +100,8 @@ def policy_manifests() -> list[tuple[str, Traversable]]:
 NAMED_SETTINGS = ("enable_utility_victim_selection", "utility_strategy")
 _DEFAULT_SETTINGS = BidkvSelectorConfig().to_additional_config()
 
-#: The production policy's canonical strategy names.
-PRODUCTION_STRATEGIES: tuple[str, ...] = tuple(STRATEGIES)
+#: The production policy's canonical strategy names: the strategy table's rows, in its order.
+PRODUCTION_STRATEGIES: tuple[str, ...] = tuple(row.name for row in STRATEGY_TABLE)
 #: What ``--strategy all`` means: the built-in rule and every canonical production strategy.
 ALL_STRATEGIES: tuple[str, ...] = ("builtin", *PRODUCTION_STRATEGIES)
 #: The production policy's setting names (``--policy-config`` keys), in declaration order.

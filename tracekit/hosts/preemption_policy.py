@@ -16,6 +16,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, Protocol, runtime_checkable
 
+# vLLM's built-in victim rule, written once (docs/contracts.md, "The built-in victim"). It lives in
+# the standard-library-only policy package because bidkv never imports tracekit.
+from bidkv.adapters.vllm_hust.builtin import builtin_victim
+
 __all__ = [
     "CANDIDATE_FIELDS",
     "PREEMPTION_POLICY_API_VERSION",
@@ -26,6 +30,7 @@ __all__ = [
     "PreemptionPolicyController",
     "PreemptionPolicyStats",
     "SchedulingPolicyName",
+    "builtin_victim",
     "builtin_victim_id",
     "decision_reason_of",
     "load_policy",
@@ -116,9 +121,7 @@ def builtin_victim_id(context: PreemptionContext) -> str:
     supplied = context.builtin_victim_id
     if supplied is not None and any(c.request_id == supplied for c in candidates):
         return supplied
-    if context.scheduling_policy == "priority":
-        return max(candidates, key=lambda c: (c.priority, c.arrival_time)).request_id
-    return candidates[-1].request_id
+    return builtin_victim(candidates, context.scheduling_policy).request_id
 
 
 def decision_reason_of(policy: object) -> str | None:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from bidkv.adapters.vllm_hust.strategies import STRATEGY_TABLE
+
 __all__ = [
     "BidkvSelectorConfig",
     "ENV_VARS",
@@ -25,25 +27,10 @@ __all__ = [
     "parse_bool",
 ]
 
-# Canonical strategy names; the values of STRATEGY_ALIASES map the long legacy names onto them.
-STRATEGIES: tuple[str, ...] = (
-    "bidkv",
-    "pe",
-    "pe-sjf",
-    "static-random",
-    "largest-first",
-    "sglang-default",
-    "slack-aware",
-    "lcf",
-    "mcf",
-)
+# Canonical strategy names and the aliases that map onto them, from the strategy table.
+STRATEGIES: tuple[str, ...] = tuple(row.name for row in STRATEGY_TABLE)
 STRATEGY_ALIASES: dict[str, str] = {
-    "preempt-evict": "pe",
-    "preempt-evict-sjf": "pe-sjf",
-    "least-computed-first": "lcf",
-    "most-computed-first": "mcf",
-    # SGLang's length order (fewest output tokens, then longest prompt) is sglang-default.
-    "fewest-output": "sglang-default",
+    alias: row.name for row in STRATEGY_TABLE for alias in row.aliases
 }
 # Every name ``utility_strategy`` accepts, sorted for error messages and docs.
 KNOWN_STRATEGY_NAMES: tuple[str, ...] = tuple(sorted((*STRATEGIES, *STRATEGY_ALIASES)))
