@@ -357,9 +357,10 @@ class PreemptionPolicyController:
     """Owns one policy for one engine process and always returns a valid victim id.
 
     Counts calls, selections, abstentions, failures and invalid selections; applies the built-in
-    victim on abstention; on an exception or an id that is not a candidate, logs once and restores
-    the built-in policy for the rest of the process
-    (docs/contracts.md#the-controller-and-its-counters).
+    victim on abstention; on an exception, an id that is not a candidate or a context that breaks
+    the contract, logs once and restores the built-in policy for the rest of the process
+    (docs/contracts.md#the-controller-and-its-counters, docs/contracts.md, "Malformed contexts").
+    It never raises past :meth:`select_victim`, except on a call from another thread.
 
     Parameters
     ----------
