@@ -125,6 +125,8 @@ class BidkvPreemptionPolicy:
         )
         # Our own generator: reproducible, and never disturbs the process-wide ``random`` state.
         self._rng = random.Random(config.utility_seed)
+        # What the table's victim functions read; the per-call fields are set on each call.
+        self._inputs = StrategyInputs(None, None, 0.0, self._rng, config.utility_slo_s)
         # Settings read on every call, copied out of the dataclass once.
         self._wc = config.utility_completion_weight
         self._wp = config.utility_preempt_weight
@@ -349,10 +351,12 @@ class BidkvPreemptionPolicy:
         self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
     ) -> Any:
         row = self._row
-        requester = getattr(context, "requesting_request_id", "") if row.needs_requester else None
-        victim, log_values = row.victim(  # type: ignore[misc]
-            candidates, StrategyInputs(policy, requester, now, self._rng, self._slo_s)
-        )
+        inputs = self._inputs
+        inputs.scheduling_policy = policy
+        inputs.now = now
+        if row.needs_requester:
+            inputs.requester = getattr(context, "requesting_request_id", "")
+        victim, log_values = row.victim(candidates, inputs)  # type: ignore[misc]
         if self._log_format is not None:
             _LOGGER.info(
                 self._log_format,
