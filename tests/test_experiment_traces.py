@@ -202,7 +202,7 @@ def test_shipped_sharegpt_pool_matches_the_original_mean_prompt() -> None:
 def test_the_default_pool_is_found_outside_the_checkout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 18 item 11: the default pool was a path relative to the working directory.
+    """The default pool is not a path relative to the working directory (it once was).
 
     It is read from the package (``tracekit/data``) and recorded by its stable name, so the
     traces are byte-identical whichever folder they are frozen from.

@@ -80,8 +80,8 @@ def test_readme_main_command_produces_the_report(tmp_path: Path, monkeypatch) ->
 
 
 def test_no_doc_installs_a_name_from_the_package_index() -> None:
-    """``pip install bidkv`` fetched an unrelated ``bidkv`` 0.1.0 from the index (issue 18 item
-    10): every ``pip install`` in the README and docs installs this checkout or a wheel of it."""
+    """``pip install bidkv`` fetches an unrelated ``bidkv`` 0.1.0 from the package index, so
+    every ``pip install`` in the README and docs installs this checkout or a wheel of it."""
     texts = {"README.md": README}
     texts.update({str(p.relative_to(ROOT)): p.read_text("utf-8") for p in ROOT.glob("docs/*.md")})
     found = 0

@@ -91,6 +91,8 @@ class ExperimentRun:
     def strategy_config(self) -> dict[str, Any]:
         """The manifest's ``strategy_config``: plan, settings and where the strategy came from."""
         config: dict[str, Any] = {
+            # The original BidKV's name of the registry the strategies reproduce (ours is
+            # bidkv.legacy.baselines.registry); kept so that recorded manifests do not change.
             "source": "bidkv.baselines.create_default_registry",
             "plan": dataclasses.asdict(STRATEGY_PLANS[self.strategy]),
             "hooks": self.settings.as_dict(),
