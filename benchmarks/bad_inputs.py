@@ -9,13 +9,13 @@ per bad input, in families:
   near miss, an empty string and the wrong case;
 - ``spelling``: options parsed from text (``--window``, ``--arrivals``, ``--order``,
   ``--latency``, ``--strategy``, ``--load-fractions``, ``--rates``, ``--env``, ``--ray``);
-- ``policy-config``: bad ``--policy-config`` documents (settings: engineer ``strategy``);
+- ``policy-config``: bad ``--policy-config`` documents;
 - ``workload``: damaged workload files of each format, for the commands that load one;
 - ``bundle``: damaged trace bundles (manifest, files, columns, row counts) for every reader;
 - ``value``: one bad value (NaN, infinite, negative, beyond any run, null, another run id) in
   each column a reader reads, for every reader (validate reads every column);
 - ``path``: missing inputs, files for folders, folders without bundles, unwritable ``--out``;
-- ``output``: outputs that must not be written (engineer ``output``'s part);
+- ``output``: outputs that must not be written;
 - ``sql``, ``matrix``, ``manifest``, ``results``, ``import``: bad queries, sweep matrices,
   extension manifests, results folders and legacy logs.
 
@@ -98,8 +98,6 @@ class Case:
     mentions
         Text the error must contain (the option or the file), or "" for none; ``{case}``
         stands for the case's folder.
-    owner
-        The engineer whose change makes the case pass, where it is not this branch's.
     interrupt_after
         Seconds after which the command, run in a process of its own, gets SIGINT (Ctrl-C);
         0 runs it in this process to the end.
@@ -118,7 +116,6 @@ class Case:
     prepare: Prepare | None = None
     exits: frozenset[int] = frozenset({2})
     mentions: str = ""
-    owner: str = ""
     interrupt_after: float = 0.0
     keeps: tuple[str, ...] = ()
     removes: tuple[str, ...] = ()
@@ -257,7 +254,7 @@ BASES: dict[str, tuple[tuple[str, ...], Args]] = {
 
 
 def _with(command: str, *extra: str | Callable[[Path], str], name: str, family: str,
-          mentions: str = "", owner: str = "", prepare: Prepare | None = None,
+          mentions: str = "", prepare: Prepare | None = None,
           exits: frozenset[int] = frozenset({2})) -> Case:  # fmt: skip
     """A case: ``command``'s base command line followed by ``extra``."""
     fixtures, base = BASES[command]
@@ -266,7 +263,7 @@ def _with(command: str, *extra: str | Callable[[Path], str], name: str, family: 
         return [*base(case), *(e(case) if callable(e) else e for e in extra)]
 
     ready = _copy(*fixtures) if prepare is None else _then(_copy(*fixtures), prepare)  # type: ignore[arg-type]
-    return Case(family, command, name, args, ready, exits, mentions, owner)
+    return Case(family, command, name, args, ready, exits, mentions)
 
 
 # --- options: every numeric option, every closed choice ---------------------------------------
@@ -420,7 +417,7 @@ def policy_config_cases() -> list[Case]:
             extra = ["--strategy", "bidkv"] if command != "qualify" else []
             cases.append(_with(command, *extra, "--policy-config", value,
                                name=f"--policy-config {value[:40]!r}", family="policy-config",
-                               mentions="policy", owner="strategy"))  # fmt: skip
+                               mentions="policy"))  # fmt: skip
     for value in POLICY_CONFIGS:
         cases.append(Case("policy-config", "diff", f"--conformance --policy-config {value[:40]!r}",
                           lambda c, v=value: ["diff", "--conformance", "--policy-config", v],
@@ -804,18 +801,18 @@ def _existing_qualification(case: Path) -> None:
 
 
 def output_cases() -> list[Case]:
-    """Outputs that must not be written or left behind (engineer ``output``'s part)."""
+    """Outputs that must not be written or left behind."""
     cases = []
     for command in ("record sim", "replay", "oracle", "qualify", "sweep", "record import"):
         cases.append(_with(command, name="--out is a dangling symlink", family="output",
-                           mentions="--out", owner="output", prepare=_dangling))  # fmt: skip
+                           mentions="--out", prepare=_dangling))  # fmt: skip
     # Not refused: the run goes on, and removes the staging folder no process can own.
     stale = _with("record sim", name="a stale staging folder with a huge pid beside --out",
-                  family="output", mentions="", owner="output",
+                  family="output", mentions="",
                   prepare=lambda c: (c / f".out.partial-{2**70}").mkdir())  # fmt: skip
     cases.append(dataclasses.replace(stale, exits=frozenset({0}), removes=(".out.partial-*",)))
     cases.append(_with("report", name="--out over an existing qualification.json",
-                       family="output", mentions="qualification.json", owner="output",
+                       family="output", mentions="qualification.json",
                        prepare=_existing_qualification))  # fmt: skip
     for label, target in (("into a trace bundle", "typed"), ("into the workload's folder", ".")):
         cases.append(Case("output", "sweep", f"--out {label}",
@@ -1253,7 +1250,6 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
                 "case": o.case.name,
                 "category": o.category,
                 "exit": o.exit_code,
-                "owner": o.case.owner,
                 "damage": o.damage[:3],
                 "output": o.detail,
             }
@@ -1278,7 +1274,7 @@ def render(report: dict[str, Any], show: str | None) -> str:
         lines.append(f"{family:16}" + "".join(f"{row.get(c, 0):>11}" for c in CATEGORIES))
     failing = report["failing"]
     if failing:
-        lines += ["", "not a clear error, or damage (owner: the engineer whose part it is):"]
+        lines += ["", "not a clear error, or damage "]
         for f in failing:
             if (
                 show is not None
@@ -1286,9 +1282,8 @@ def render(report: dict[str, Any], show: str | None) -> str:
                 and not (show == "damage" and f["damage"])
             ):
                 continue
-            owner = f" [{f['owner']}]" if f["owner"] else ""
             damage = f" damage {f['damage']}" if f["damage"] else ""
-            lines.append(f"  {f['category']:10} {f['command']}: {f['case']}{owner} "
+            lines.append(f"  {f['category']:10} {f['command']}: {f['case']} "
                          f"(exit {f['exit']}){damage}: {f['output'][:160]}")  # fmt: skip
     return "\n".join(lines)
 

@@ -22,6 +22,9 @@ ALLOWED = {
     # The distribution's one version string, re-exported as tracekit.__version__.
     "*": set(),
     "tracekit/__init__.py": {"bidkv._version"},
+    # vLLM's built-in victim rule, written once where the policy (which never imports tracekit)
+    # and the hosts, the embedded engine and the vLLM hooks (through the hosts) all reach it.
+    "tracekit/hosts/preemption_policy.py": {"bidkv.adapters.vllm_hust.builtin"},
 }
 
 

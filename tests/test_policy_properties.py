@@ -39,17 +39,25 @@ EXTREME_FLOAT = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0.0, -0.0, 1.0, 1e308, -1e308]),
 )
+# What a host may pass (the typed contract's times are finite): extreme, never NaN or infinite.
+FINITE_FLOAT = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 1.0, 1e308, -1e308]),
+)
 IDS = st.one_of(st.sampled_from(["a", "b", "c", "d", "", "r1", "r10"]), st.text(max_size=4))
 
 
 @st.composite
-def candidates(draw: st.DrawFn, max_size: int = 512) -> tuple[PreemptionCandidate, ...]:
+def candidates(
+    draw: st.DrawFn, max_size: int = 512, finite: bool = False
+) -> tuple[PreemptionCandidate, ...]:
     n = draw(st.integers(min_value=1, max_value=max_size))
+    floats = FINITE_FLOAT if finite else EXTREME_FLOAT
     # Most candidates come from a cheap template so that large lists stay fast to draw.
     template = draw(
         st.tuples(
             EXTREME_INT,
-            EXTREME_FLOAT,
+            floats,
             EXTREME_INT,
             EXTREME_INT,
             EXTREME_INT,
@@ -62,7 +70,7 @@ def candidates(draw: st.DrawFn, max_size: int = 512) -> tuple[PreemptionCandidat
             st.tuples(
                 IDS,
                 EXTREME_INT,
-                EXTREME_FLOAT,
+                floats,
                 EXTREME_INT,
                 EXTREME_INT,
                 EXTREME_INT,
@@ -83,8 +91,9 @@ def candidates(draw: st.DrawFn, max_size: int = 512) -> tuple[PreemptionCandidat
 
 
 @st.composite
-def contexts(draw: st.DrawFn, max_size: int = 512) -> PreemptionContext:
-    cands = draw(candidates(max_size))
+def contexts(draw: st.DrawFn, max_size: int = 512, finite: bool = False) -> PreemptionContext:
+    """Contexts with extreme values; ``finite`` keeps to what the typed contract allows."""
+    cands = draw(candidates(max_size, finite))
     ids = [c.request_id for c in cands]
     requester = draw(st.one_of(st.sampled_from(ids), st.just(""), st.just("not-a-candidate")))
     return PreemptionContext(
@@ -93,7 +102,9 @@ def contexts(draw: st.DrawFn, max_size: int = 512) -> PreemptionContext:
         requester,
         draw(
             st.one_of(
-                st.floats(min_value=0.0, max_value=1.0), st.sampled_from([0.0, 1.0]), st.none()
+                st.floats(min_value=0.0, max_value=1.0),
+                st.sampled_from([0.0, 1.0]),
+                *(() if finite else (st.none(),)),
             )
         ),
         draw(st.one_of(st.floats(min_value=-1e6, max_value=1e6), st.just(0.0))),
@@ -154,17 +165,33 @@ def test_policy_returns_none_or_a_candidate(
     policy.get_recent_snapshots()
 
 
+def breaks_the_contract(ctx: PreemptionContext) -> bool:
+    """Written out from docs/contracts.md, "Malformed contexts", for what contexts() draws."""
+    return ctx.kv_cache_usage is None or not all(
+        math.isfinite(c.arrival_time) for c in ctx.candidates
+    )
+
+
 @SETTINGS
 @given(config=configs(), steps=st.lists(contexts(max_size=64), min_size=1, max_size=6))
 def test_controller_never_returns_a_non_candidate(
     config: BidkvSelectorConfig, steps: list[PreemptionContext]
 ) -> None:
+    # The policy takes every well-formed context, extreme values included, without failing; a
+    # context the contract forbids (a None KV usage, a NaN or infinite arrival) is a contract
+    # failure that disables it, and still gets a candidate.
     controller = PreemptionPolicyController(BidkvPreemptionPolicy, host_config(config))
+    first_bad = next((i for i, ctx in enumerate(steps) if breaks_the_contract(ctx)), None)
     for ctx in steps:
         assert controller.select_victim(ctx) in {c.request_id for c in ctx.candidates}
     stats = controller.export_stats()
-    assert (stats["enabled"], stats["failures"], stats["invalid_selections"]) == (True, 0, 0)
-    assert stats["calls"] == stats["selections"] + stats["abstentions"] == len(steps)
+    if first_bad is None:
+        assert (stats["enabled"], stats["failures"], stats["invalid_selections"]) == (True, 0, 0)
+        assert stats["calls"] == stats["selections"] + stats["abstentions"] == len(steps)
+    else:
+        assert (stats["enabled"], stats["failures"], stats["invalid_selections"]) == (False, 1, 0)
+        assert stats["calls"] == first_bad + 1
+        assert stats["selections"] + stats["abstentions"] == first_bad
 
 
 def test_pick_victim_shim_returns_a_running_object_on_extreme_inputs() -> None:
@@ -212,7 +239,7 @@ class Broken:
 @given(
     mode=st.sampled_from(["raise", "junk", "object", "int"]),
     good_calls=st.integers(min_value=0, max_value=3),
-    steps=st.lists(contexts(max_size=16), min_size=5, max_size=8),
+    steps=st.lists(contexts(max_size=16, finite=True), min_size=5, max_size=8),
 )
 def test_broken_policies_are_disabled_for_the_process(
     mode: str, good_calls: int, steps: list[PreemptionContext]

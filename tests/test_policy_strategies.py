@@ -11,7 +11,7 @@ import random
 import pytest
 
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvSelectorConfig
-from bidkv.adapters.vllm_hust.strategies import sglang_default_victim
+from bidkv.adapters.vllm_hust.strategies import StrategyInputs, sglang_default_victim
 from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
 
 LOGGER = "vllm"
@@ -214,7 +214,8 @@ def test_sglang_default_matches_sglangs_sort_and_pop() -> None:
             key=lambda i: (cands[i].num_output_tokens, -cands[i].num_prompt_tokens),
             reverse=True,
         )
-        assert sglang_default_victim(cands, "fcfs") is cands[order[-1]]
+        inputs = StrategyInputs("fcfs", None, 0.0, random.Random(0), 120.0)
+        assert sglang_default_victim(cands, inputs)[0] is cands[order[-1]]
 
 
 # -- slack-aware ----------------------------------------------------------------------------

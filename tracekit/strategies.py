@@ -9,9 +9,11 @@ The production policy's settings are resolved once, from ``--policy-config`` alo
 deliberately ignores ``BIDKV_UTILITY_*`` environment variables, so that a recorded run's manifest
 holds its complete configuration and re-running it gives the same result on any machine.
 
-This is the only tracekit module that imports ``bidkv``: the rest of tracekit reaches the policy,
-its strategy names and settings, and its decision rule (``decide``, ``utility``, used by the
-replay fast path) through the public names here.
+This is the only tracekit module that imports ``bidkv`` (besides the hosts, which import vLLM's
+built-in victim rule): the rest of tracekit reaches the policy, its strategy table
+(:data:`STRATEGY_TABLE`, whose row names key the replay's columnar forms and the diff's
+classes), its settings, and its decision rule (``decide``, ``utility``, used by the replay fast
+path) through the public names here.
 """
 
 from __future__ import annotations
@@ -27,14 +29,19 @@ from typing import Any, Literal
 
 from bidkv.adapters.vllm_hust.config import (
     KNOWN_STRATEGY_NAMES,
-    STRATEGIES,
     BidkvSelectorConfig,
     canonical_strategy,
-    parse_bool,
+    parse_settings,
 )
 from bidkv.adapters.vllm_hust.decision import DecisionRules, DecisionState, Step, decide
 from bidkv.adapters.vllm_hust.scoring import utility
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvVictimSelector
+from bidkv.adapters.vllm_hust.strategies import (
+    STRATEGY_TABLE,
+    Strategy,
+    StrategyInputs,
+    strategy_row,
+)
 from bidkv.legacy.baselines.base import BaselineCandidate as LegacyRequest
 from bidkv.legacy.baselines.base import CompressionAction
 from bidkv.legacy.baselines.registry import create_default_registry as legacy_strategy_registry
@@ -55,10 +62,14 @@ __all__ = [
     "legacy_strategy_registry",
     "POLICY_SETTINGS",
     "PRODUCTION_STRATEGIES",
+    "STRATEGY_TABLE",
+    "BidkvSelectorConfig",
     "DecisionRules",
     "DecisionState",
     "HostPath",
     "Step",
+    "Strategy",
+    "StrategyInputs",
     "StrategySpec",
     "canonical_strategy",
     "changed_settings",
@@ -69,6 +80,7 @@ __all__ = [
     "parse_strategy_list",
     "policy_manifests",
     "resolve_strategy",
+    "strategy_row",
     "utility",
 ]
 
@@ -88,8 +100,8 @@ def policy_manifests() -> list[tuple[str, Traversable]]:
 NAMED_SETTINGS = ("enable_utility_victim_selection", "utility_strategy")
 _DEFAULT_SETTINGS = BidkvSelectorConfig().to_additional_config()
 
-#: The production policy's canonical strategy names.
-PRODUCTION_STRATEGIES: tuple[str, ...] = tuple(STRATEGIES)
+#: The production policy's canonical strategy names: the strategy table's rows, in its order.
+PRODUCTION_STRATEGIES: tuple[str, ...] = tuple(row.name for row in STRATEGY_TABLE)
 #: What ``--strategy all`` means: the built-in rule and every canonical production strategy.
 ALL_STRATEGIES: tuple[str, ...] = ("builtin", *PRODUCTION_STRATEGIES)
 #: The production policy's setting names (``--policy-config`` keys), in declaration order.
@@ -220,21 +232,32 @@ def decision_rules(settings: Mapping[str, Any]) -> DecisionRules:
 
 
 def parse_policy_config(text: str | None) -> dict[str, Any]:
-    """``--policy-config`` as a dictionary: inline JSON, or ``@path`` to a JSON file."""
-    if not text:
+    """``--policy-config`` as a dictionary: inline JSON, or ``@path`` to a JSON file.
+
+    ``None`` (the option not given) is no configuration; an empty value is refused, as are a
+    JSON value other than an object and a key given twice. The values are checked later, without
+    coercion (:func:`resolve_strategy`).
+    """
+    if text is None:
         return {}
     source = "--policy-config"
+    if not text.strip():
+        raise ConfigError(
+            f"{source} {text!r} is empty; pass a JSON object such as "
+            '{"utility_preempt_weight": 5.0}, @FILE, or leave the option out'
+        )
     if text.startswith("@"):
         path = Path(text[1:])
+        if not text[1:]:
+            raise ConfigError(f"{source} '@' names no file; pass @PATH to a JSON file")
         source = str(path)
         try:
             text = path.read_text("utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                f"{path}: cannot read the policy configuration ({exc.strerror})"
-            ) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError(f"{path}: cannot read the policy configuration ({reason})") from None
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_refuse_repeated_keys)
     except RecursionError:
         raise ConfigError(
             f"{source}: JSON nested too deeply to read; pass a flat object of settings such as "
@@ -245,11 +268,23 @@ def parse_policy_config(text: str | None) -> dict[str, Any]:
             f"{source}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
             'pass an object such as {"utility_preempt_weight": 5.0}'
         ) from None
+    except ValueError as exc:  # an integer literal past Python's digit limit, a repeated key
+        raise ConfigError(f"{source}: {exc}") from None
     if not isinstance(value, dict):
         raise ConfigError(
             f"{source}: must be a JSON object of settings, got {type(value).__name__}"
         )
     return value
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of repeated keys silently; a configuration must say one thing.
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"{key} is given twice; keep one value")
+        result[key] = value
+    return result
 
 
 def resolve_strategy(
@@ -282,7 +317,7 @@ def resolve_strategy(
             f"--strategy {spec!r} is unknown{did_you_mean(spec)}; use builtin, all, "
             f"module:Object or one of {', '.join(KNOWN_STRATEGY_NAMES)}"
         ) from None
-    _refuse_unknown_settings(settings)
+    _check_setting_types(settings)
     _check_named_settings(spec, name, settings)
     settings.setdefault("utility_seed", seed)
     settings["enable_utility_victim_selection"] = True
@@ -324,7 +359,7 @@ def _check_builtin_settings(settings: Mapping[str, Any]) -> None:
     """
     if not settings:
         return
-    _refuse_unknown_settings(settings)
+    _check_setting_types(settings)
     named = settings.get("utility_strategy")
     if named is not None:
         raise ConfigError(
@@ -334,19 +369,22 @@ def _check_builtin_settings(settings: Mapping[str, Any]) -> None:
     _selector_config(settings)
 
 
-def _refuse_unknown_settings(settings: Mapping[str, Any]) -> None:
-    """Refuse a ``--policy-config`` key that is no setting of the production policy."""
-    unknown = sorted(set(settings) - set(BidkvSelectorConfig.__dataclass_fields__))
-    if unknown:
-        raise ConfigError(
-            f"--policy-config: unknown setting(s) {', '.join(unknown)}; see docs/policy.md"
-        )
+def _check_setting_types(settings: Mapping[str, Any]) -> None:
+    """Refuse an unknown ``--policy-config`` key ("did you mean") and a value of the wrong type.
+
+    Nothing is coerced (docs/policy.md, "Parsing and precedence"): ``1.5`` or ``"7"`` for an
+    integer, ``"yes"`` or ``1`` for a boolean are refused, naming the setting.
+    """
+    try:
+        parse_settings(settings)
+    except ValueError as exc:
+        raise ConfigError(f'--policy-config: {exc}; see docs/policy.md, "Settings"') from None
 
 
 def _selector_config(settings: Mapping[str, Any]) -> BidkvSelectorConfig:
     """The production policy's configuration from ``settings``; an impossible value refused."""
     try:
-        return BidkvSelectorConfig.from_additional_config(dict(settings), environ={})
+        return BidkvSelectorConfig.from_settings(settings)
     except ValueError as exc:
         raise ConfigError(f"--policy-config: {exc}") from None
 
@@ -356,7 +394,7 @@ def _check_named_settings(spec: str, name: str, settings: Mapping[str, Any]) -> 
     named = settings.get("utility_strategy")
     if named is not None:
         try:
-            agrees = canonical_strategy(str(named).strip().lower()) == name
+            agrees = canonical_strategy(named.strip().lower()) == name
         except ValueError:
             agrees = False
         if not agrees:
@@ -365,17 +403,12 @@ def _check_named_settings(spec: str, name: str, settings: Mapping[str, Any]) -> 
                 f"--strategy {spec}; remove it from the configuration (the strategy name sets it)"
             )
     enabled = settings.get("enable_utility_victim_selection")
-    if enabled is not None:
-        try:
-            on = parse_bool(enabled, "enable_utility_victim_selection")
-        except ValueError as exc:
-            raise ConfigError(f"--policy-config: {exc}") from None
-        if not on:
-            raise ConfigError(
-                f"--policy-config sets enable_utility_victim_selection={enabled!r}, which "
-                f"contradicts --strategy {spec} (naming a strategy turns the policy on); remove "
-                "it, or use --strategy builtin (or utility_kill_switch) for the engine's own rule"
-            )
+    if enabled is False:  # a boolean: the types were checked first
+        raise ConfigError(
+            f"--policy-config sets enable_utility_victim_selection={enabled!r}, which "
+            f"contradicts --strategy {spec} (naming a strategy turns the policy on); remove "
+            "it, or use --strategy builtin (or utility_kill_switch) for the engine's own rule"
+        )
 
 
 def parse_strategy_list(

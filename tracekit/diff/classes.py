@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tracekit.strategies import STRATEGY_TABLE
+
 __all__ = [
     "ABSTENTION",
     "AFTER_DIVERGENCE",
@@ -47,6 +49,13 @@ class DifferenceClass:
     contract: bool | None
     cause: str
 
+
+# The strategy table's rows that skip the requester: the rows that need it, but the decision rule
+# (bidkv), which has the cascade classes instead.
+_SKIPPERS = [row.name for row in STRATEGY_TABLE if row.needs_requester and row.victim is not None]
+_SKIPPER_NAMES = " and ".join(
+    [", ".join(_SKIPPERS[:-1]), _SKIPPERS[-1]] if _SKIPPERS[1:] else _SKIPPERS
+)
 
 CASCADE = "cascade-contract"
 ABSTENTION = "abstention-contract"
@@ -85,8 +94,8 @@ CLASSES: dict[str, DifferenceClass] = {
         DifferenceClass(
             REQUESTER_SKIP,
             True,
-            "the legacy contract passes no requesting request, so lcf and mcf cannot skip it "
-            "there: the legacy path took the requester where the typed path took the next "
+            f"the legacy contract passes no requesting request, so {_SKIPPER_NAMES} cannot skip "
+            "it there: the legacy path took the requester where the typed path took the next "
             "candidate by computed tokens",
         ),
         DifferenceClass(

@@ -6,6 +6,10 @@ every condition a polars expression over the joined decisions and the policy's r
 of the candidates (:mod:`tracekit.diff.policy_views`):
 
 1. ``policy-failure``: either side's outcome is ``invalid``, ``exception`` or ``disabled``.
+The strategy table (:data:`tracekit.strategies.STRATEGY_TABLE`) says which classes a run's
+strategy can have: the cascade and barrier classes belong to the row whose rule is the policy's
+decision (``bidkv``), the requester-skip class to the other rows that need the requester.
+
 2. ``cascade-contract`` (``bidkv`` only): the cascade condition holds on the candidates, the
    legacy path took the utility top with reason ``strategy``, and the typed path abstained with
    ``cascade_abstain`` (or, in barrier mode, took the requester).
@@ -13,7 +17,8 @@ of the candidates (:mod:`tracekit.diff.policy_views`):
    ``liveness_fallback``; typed took the requester, legacy the policy's default victim.
 4. ``abstention-contract``: the typed path abstained and applied the host's built-in victim; the
    legacy path, with the same reason, applied the policy's own default victim.
-5. ``requester-skip-contract`` (``lcf``, ``mcf``): both paths selected by the strategy; the
+5. ``requester-skip-contract`` (``lcf``, ``mcf``: the rows with ``needs_requester`` other than
+   ``bidkv``): both paths selected by the strategy; the
    legacy path took the typed path's requester, which the typed rule skips (the legacy contract
    names no requester). Only a legacy victim equal to the requester can differ: the rule without
    the requester picks the same victim otherwise.
@@ -31,6 +36,7 @@ from tracekit.diff import classes as k
 from tracekit.diff.align import RESULT_FIELDS, Alignment, decision_context
 from tracekit.diff.policy_views import policy_views
 from tracekit.diff.report import Divergence
+from tracekit.strategies import strategy_row
 
 __all__ = ["DECISION_SCHEMA", "classify_decisions", "find_divergence"]
 
@@ -97,7 +103,11 @@ def classify_decisions(
     if rows.is_empty():
         return pl.DataFrame(schema=DECISION_SCHEMA)
     rows = rows.join(policy_views(alignment.candidates, rows, config), on="seq", how="left")
-    bidkv = strategy == "bidkv"
+    row = strategy_row(strategy)
+    # The row whose rule is the policy's decision (bidkv) has the cascade and barrier classes;
+    # another row that reads the requester skips it, which the legacy contract cannot pass.
+    bidkv = row is not None and row.victim is None
+    skips_requester = row is not None and row.needs_requester and not bidkv
     barrier = bidkv and config.get("utility_liveness_mode") == "barrier"
     requester = _t("requesting_request_id")
     legacy_top = (
@@ -133,7 +143,7 @@ def classify_decisions(
         & _t("applied_victim_id").eq_missing(_t("builtin_victim_id"))
     )
     requester_skip = (
-        pl.lit(strategy in ("lcf", "mcf"))
+        pl.lit(skips_requester)
         & requester.is_not_null()
         & _l("applied_victim_id").eq_missing(requester)
         & _t("applied_victim_id").ne_missing(requester)

@@ -20,6 +20,7 @@ from tracekit.diff.pairing import RunPair, pair_runs
 from tracekit.diff.policy_views import policy_views
 from tracekit.diff.report import Difference, DiffReport, Divergence, PairDiff, RunInfo
 from tracekit.diff.state import Split, compare_state
+from tracekit.strategies import strategy_row
 
 __all__ = ["diff_pair", "diff_traces"]
 
@@ -53,7 +54,8 @@ def _exposure(alignment: Alignment, strategy: str, config: dict[str, Any]) -> di
     Past the first divergence the runs are not comparable, but this counts, over the whole
     legacy run, the decisions a typed host would have answered differently.
     """
-    if strategy != "bidkv":
+    row = strategy_row(strategy)
+    if row is None or row.victim is not None:  # only the decision rule (bidkv) has a cascade
         return {}
     picks = alignment.decisions.filter(pl.col("decision_reason_legacy") == "strategy")
     if picks.is_empty():

@@ -5,14 +5,15 @@ policy's utility top" and "the cascade condition held" are recomputed from the r
 candidates with the run's configuration. The utility is the replay fast path's column form of the
 policy's scan (:func:`tracekit.replay.rules.utility_columns`, which calls the policy's own
 ``utility``), so the utilities are bit-identical to the policy's (docs/policy.md, "The bidkv
-decision"):
+decision"), and the selections are the fast path's (:func:`tracekit.replay.rules.select_rows`),
+so each rule has one columnar form:
 
 - ``r = max(num_computed_tokens, 0)``, ``c = clamp(num_output_tokens / M, 0, 1)`` with ``M`` the
   candidate's ``max_tokens`` or ``utility_default_max_tokens`` when not positive,
   ``P = max(num_preemptions, 0)``, ``U = r / ((1 + w_c c) + w_p P + eps)``;
 - the utility top is the first candidate by ``(-U, arrival_time, request_id, position)``;
-- the policy's own default victim is the FCFS tail, or under PRIORITY the first candidate with
-  the largest ``(priority, arrival_time)``;
+- the policy's own default victim is vLLM's built-in rule: the FCFS tail, or under PRIORITY the
+  first candidate with the largest ``(priority, arrival_time)``;
 - the cascade condition: the requester is a candidate other than the top and
   ``r_requester * rho >= r_top`` (the requester's best-ranked record).
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.replay.rules import utility_columns
+from tracekit.replay.rules import select_rows, utility_columns
 from tracekit.strategies import decision_rules
 
 __all__ = ["policy_views"]
@@ -77,55 +78,57 @@ def policy_views(
         col("max_tokens"),
         col("num_preemptions"),
     )
+    # One row per candidate in host order, named as the replay's rules expect: ``dec`` the
+    # decision (its seq), ``row`` the candidate (its position).
     scored = (
         candidates.join(keys, on="seq", how="semi")
         .filter(col("request_id").is_not_null())
         .select(
-            "seq",
-            "position",
+            pl.col("seq").alias("dec"),
+            pl.col("position").alias("row"),
             col("request_id").alias("rid"),
             col("priority").alias("priority"),
             col("arrival_time").alias("arrival"),
             tokens.alias("r"),
             utility.alias("utility"),
         )
+        .join(keys.rename({"seq": "dec"}), on="dec", how="left")
+        .sort("dec", "row")
+        .collect()
     )
-    ranked = scored.sort(
-        ["seq", "utility", "arrival", "rid", "position"],
-        descending=[False, True, False, False, False],
+    # The same selections as the replay's fast path (tracekit.replay.rules), on the same
+    # formula: the utility top by (-U, arrival, id), host order on ties; the requester's best
+    # record; the built-in rule (FCFS tail, or PRIORITY's first largest (priority, arrival)).
+    top = select_rows(
+        scored, [(pl.col("utility"), True), (pl.col("arrival"), False), (pl.col("rid"), False)]
     )
-    top = ranked.group_by("seq", maintain_order=True).agg(
-        pl.col("rid").first().alias("top_id"), pl.col("r").first().alias("top_r")
+    requester = select_rows(
+        scored.filter(pl.col("rid") == pl.col("requester")),
+        [(pl.col("utility"), True), (pl.col("arrival"), False)],
     )
-    requester = (
-        ranked.join(keys, on="seq")
-        .filter(pl.col("rid") == pl.col("requester"))
-        .group_by("seq", maintain_order=True)
-        .agg(pl.col("r").first().alias("requester_r"))
+    tail = scored.group_by("dec", maintain_order=True).agg(pl.col("row").last())
+    priority = select_rows(
+        scored.filter(pl.col("policy") == "priority"),
+        [(pl.col("priority"), True), (pl.col("arrival"), True)],
     )
-    fcfs = (
-        scored.sort("seq", "position")
-        .group_by("seq")
-        .agg(pl.col("rid").last().alias("fcfs_default"))
+    default = tail.join(priority, on="dec", how="left", suffix="_priority").select(
+        "dec", pl.coalesce("row_priority", "row").alias("row")
     )
-    priority = (
-        scored.sort(
-            ["seq", "priority", "arrival", "position"], descending=[False, True, True, False]
+
+    def picked(rows: pl.DataFrame, **fields: str) -> pl.DataFrame:
+        # The picked candidate's fields, by decision.
+        return rows.join(scored, on=["dec", "row"], how="left").select(
+            pl.col("dec").alias("seq"), *(pl.col(c).alias(name) for name, c in fields.items())
         )
-        .group_by("seq", maintain_order=True)
-        .agg(pl.col("rid").first().alias("priority_default"))
-    )
+
     return (
-        keys.join(top, on="seq", how="left")
-        .join(requester, on="seq", how="left")
-        .join(fcfs, on="seq", how="left")
-        .join(priority, on="seq", how="left")
+        keys.collect()
+        .join(picked(top, top_id="rid", top_r="r"), on="seq", how="left")
+        .join(picked(requester, requester_r="r"), on="seq", how="left")
+        .join(picked(default, default_id="rid"), on="seq", how="left")
         .select(
             "seq",
-            pl.when(pl.col("policy") == "priority")
-            .then(pl.col("priority_default"))
-            .otherwise(pl.col("fcfs_default"))
-            .alias("default_id"),
+            "default_id",
             "top_id",
             "top_r",
             "requester_r",
@@ -137,5 +140,4 @@ def policy_views(
             .fill_null(False)
             .alias("cascade"),
         )
-        .collect()
     )

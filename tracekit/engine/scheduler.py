@@ -28,14 +28,19 @@ victims are exactly vLLM's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.prefix_cache import PrefixCachingBlockPool
 from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.hosts.preemption_policy import builtin_victim
 
 __all__ = ["VllmPrefixCachingScheduler", "VllmScheduler", "make_vllm_scheduler"]
+
+# The built-in rule's PRIORITY key on the engine's requests, which call the arrival ``arrival_s``.
+_PRIORITY_KEY = attrgetter("priority", "arrival_s")
 
 
 class VllmScheduler(SchedulerBase):
@@ -428,11 +433,7 @@ class VllmScheduler(SchedulerBase):
 
     def _builtin_victim(self) -> RequestState:
         """Return vLLM's victim: PRIORITY the max ``(priority, arrival_time)``, FCFS the tail."""
-        running = self.running
-        if self.policy == "priority":
-            # max() keeps the first maximal element, as vLLM's does.
-            return max(running, key=lambda r: (r.priority, r.arrival_s))
-        return running[-1]
+        return builtin_victim(self.running, self.policy, _PRIORITY_KEY)
 
     def _preempt(self, victim: RequestState, req_index: int) -> tuple[int, int]:
         """Preempt ``victim`` and put it back in the waiting queue (vLLM ``_preempt_request``).

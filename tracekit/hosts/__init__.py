@@ -5,7 +5,8 @@ Two engine hosts load a victim policy (docs/contracts.md):
 - :mod:`tracekit.hosts.preemption_policy`: the typed ``vllm.preemption-policy.v1`` contract
   (current vLLM-HUST). ``--preemption-policy package.module.Class`` is loaded by
   :func:`load_policy`, and a :class:`PreemptionPolicyController` per engine process counts calls,
-  applies the built-in victim on abstention and disables a failing policy.
+  applies the built-in victim on abstention, disables a failing policy, and never raises on a
+  context that breaks the contract (:func:`context_problem`, :func:`fallback_victim_id`).
 - :mod:`tracekit.hosts.victim_selector`: the legacy ``VictimSelector`` contract (pre-0.28
   vLLM-HUST), discovered by :func:`get_victim_selector` from an admitted typed Bundle v1
   component (:mod:`tracekit.hosts.bundles`) or a ``vllm.victim_selector`` entry point, and
@@ -32,7 +33,10 @@ from tracekit.hosts.preemption_policy import (
     PreemptionPolicyController,
     PreemptionPolicyStats,
     SchedulingPolicyName,
+    builtin_victim,
     builtin_victim_id,
+    context_problem,
+    fallback_victim_id,
     load_policy,
 )
 from tracekit.hosts.victim_selector import (
@@ -64,7 +68,10 @@ __all__ = [
     "SchedulingPolicyName",
     "VictimSelector",
     "VictimSelectorMaterializationError",
+    "builtin_victim",
     "builtin_victim_id",
+    "context_problem",
+    "fallback_victim_id",
     "get_victim_selector",
     "load_policy",
     "resolve_admitted_bundles",

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
+from operator import attrgetter
 from typing import Any, Literal, Protocol, runtime_checkable
+
+# vLLM's built-in victim rule, written once (docs/contracts.md, "The built-in victim"). It lives in
+# the standard-library-only policy package because bidkv never imports tracekit.
+from bidkv.adapters.vllm_hust.builtin import builtin_victim
 
 __all__ = [
     "CANDIDATE_FIELDS",
@@ -26,8 +32,11 @@ __all__ = [
     "PreemptionPolicyController",
     "PreemptionPolicyStats",
     "SchedulingPolicyName",
+    "builtin_victim",
     "builtin_victim_id",
+    "context_problem",
     "decision_reason_of",
+    "fallback_victim_id",
     "load_policy",
     "resolve_qualname",
 ]
@@ -116,9 +125,174 @@ def builtin_victim_id(context: PreemptionContext) -> str:
     supplied = context.builtin_victim_id
     if supplied is not None and any(c.request_id == supplied for c in candidates):
         return supplied
-    if context.scheduling_policy == "priority":
-        return max(candidates, key=lambda c: (c.priority, c.arrival_time)).request_id
-    return candidates[-1].request_id
+    return builtin_victim(candidates, context.scheduling_policy).request_id
+
+
+# What the typed contract says each candidate field holds: a string id, a finite time, counts.
+_GET_CANDIDATE = attrgetter(*CANDIDATE_FIELDS)
+_POLICIES = ("fcfs", "priority")
+_MISSING = object()
+
+
+def context_problem(context: object) -> str | None:
+    """What makes ``context`` break the typed contract, or ``None`` when it keeps it.
+
+    Checked (docs/contracts.md, "Malformed contexts"): ``candidates`` is a non-empty tuple (or
+    list); every candidate has every :data:`CANDIDATE_FIELDS` field, ``request_id`` a string,
+    ``arrival_time`` a finite number and the other six integers (``bool`` is not one);
+    ``scheduling_policy`` is ``"fcfs"`` or ``"priority"``; ``requesting_request_id`` is a string;
+    ``kv_cache_usage`` and ``now`` are finite numbers; ``builtin_victim_id`` is ``None`` or a
+    string. Values are not range-checked: the policy's own coercions apply to them.
+
+    Parameters
+    ----------
+    context
+        Any object.
+
+    Returns
+    -------
+    str or None
+        One line naming the candidate (its index and id) and the field, for example
+        ``"candidates[2] (request_id 'r2'): priority is None; expected an int"``. Never raises.
+    """
+    try:
+        return _context_problem(context)
+    except Exception as exc:  # an object whose attributes or length raise
+        return f"the context cannot be read ({type(exc).__name__}: {_short(str(exc))})"
+
+
+def _safe_repr(value: object) -> str:
+    # repr() of anything, even of an object whose __repr__ raises.
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+
+
+def _short(value: object, limit: int = 80) -> str:
+    # A bounded, one-line repr of a value named in a malformed context's message.
+    text = " ".join(_safe_repr(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return _is_int(value)
+
+
+def _field_problem(name: str, value: object) -> str | None:
+    if name == "request_id":
+        ok, expected = isinstance(value, str), "a string"
+    elif name == "arrival_time":
+        ok, expected = _is_finite(value), "a finite number"
+    else:
+        ok, expected = _is_int(value), "an int"
+    return None if ok else f"{name} is {_short(value)}; expected {expected}"
+
+
+def _context_problem(context: object) -> str | None:
+    candidates = getattr(context, "candidates", _MISSING)
+    if candidates is _MISSING:
+        return "the context has no candidates field"
+    if not isinstance(candidates, tuple | list):
+        return f"candidates is a {type(candidates).__name__}; expected a tuple of candidates"
+    if not candidates:
+        return "candidates is empty; a host asks only with at least one running request"
+    policy = getattr(context, "scheduling_policy", _MISSING)
+    if not (isinstance(policy, str) and policy in _POLICIES):
+        return f"scheduling_policy is {_short(policy)}; expected 'fcfs' or 'priority'"
+    requester = getattr(context, "requesting_request_id", _MISSING)
+    if not isinstance(requester, str):
+        return f"requesting_request_id is {_short(requester)}; expected a string"
+    for name in ("kv_cache_usage", "now"):
+        value = getattr(context, name, _MISSING)
+        if not _is_finite(value):
+            return f"{name} is {_short(value)}; expected a finite number"
+    supplied = getattr(context, "builtin_victim_id", None)
+    if supplied is not None and not isinstance(supplied, str):
+        return f"builtin_victim_id is {_short(supplied)}; expected a string or None"
+    get = _GET_CANDIDATE
+    for index, candidate in enumerate(candidates):
+        try:
+            values = get(candidate)
+        except AttributeError:
+            rid = getattr(candidate, "request_id", None)
+            missing = next(f for f in CANDIDATE_FIELDS if not hasattr(candidate, f))
+            return f"{_which(index, rid)}: has no {missing} field"
+        rid, priority, arrival, prompt, output, computed, preemptions, max_tokens = values
+        # Exact classes first, spelled out (a generator would cost three times as much): a typed
+        # host's candidates pass with nine identity checks. ``arrival - arrival`` is NaN for an
+        # infinite or NaN arrival, so the equality also checks that it is finite.
+        if (
+            rid.__class__ is str
+            and priority.__class__ is int
+            and arrival.__class__ is float
+            and arrival - arrival == 0.0
+            and prompt.__class__ is int
+            and output.__class__ is int
+            and computed.__class__ is int
+            and preemptions.__class__ is int
+            and max_tokens.__class__ is int
+        ):
+            continue
+        for name, value in zip(CANDIDATE_FIELDS, values, strict=True):
+            problem = _field_problem(name, value)
+            if problem is not None:
+                return f"{_which(index, rid)}: {problem}"
+    return None
+
+
+def _which(index: int, rid: object) -> str:
+    return (
+        f"candidates[{index}] (request_id {rid!r})"
+        if isinstance(rid, str)
+        else (f"candidates[{index}]")
+    )
+
+
+def fallback_victim_id(context: object) -> str:
+    """The victim the controller applies to a malformed context; never raises.
+
+    In order (docs/contracts.md, "Malformed contexts"): the context's ``builtin_victim_id`` if it
+    names a candidate; the built-in rule if every field it reads is well formed (PRIORITY: every
+    candidate's id, priority and arrival; FCFS: the last candidate's id); the last candidate with
+    a string id; the requester's id if it is a non-empty string (the request whose allocation
+    failed is running, so it can always be preempted); ``""`` for a context that names no
+    request at all.
+    """
+    try:
+        candidates = getattr(context, "candidates", ())
+        candidates = tuple(candidates) if isinstance(candidates, tuple | list) else ()
+    except Exception:
+        candidates = ()
+    ids = [_safe_get(c, "request_id") for c in candidates]
+    named = [rid for rid in ids if isinstance(rid, str)]
+    supplied = _safe_get(context, "builtin_victim_id")
+    if isinstance(supplied, str) and supplied in named:
+        return supplied
+    if candidates and isinstance(ids[-1], str):
+        policy = _safe_get(context, "scheduling_policy")
+        if policy != "priority":
+            return ids[-1]
+        keys = [(_safe_get(c, "priority"), _safe_get(c, "arrival_time")) for c in candidates]
+        if len(named) == len(ids) and all(_is_int(p) and _is_finite(a) for p, a in keys):
+            return ids[builtin_victim(range(len(ids)), "priority", keys.__getitem__)]
+    if named:
+        return named[-1]
+    requester = _safe_get(context, "requesting_request_id")
+    return requester if isinstance(requester, str) else ""
+
+
+def _safe_get(obj: object, name: str) -> Any:
+    try:
+        return getattr(obj, name, None)
+    except Exception:
+        return None
 
 
 def decision_reason_of(policy: object) -> str | None:
@@ -191,9 +365,10 @@ class PreemptionPolicyController:
     """Owns one policy for one engine process and always returns a valid victim id.
 
     Counts calls, selections, abstentions, failures and invalid selections; applies the built-in
-    victim on abstention; on an exception or an id that is not a candidate, logs once and restores
-    the built-in policy for the rest of the process
-    (docs/contracts.md#the-controller-and-its-counters).
+    victim on abstention; on an exception, an id that is not a candidate or a context that breaks
+    the contract, logs once and restores the built-in policy for the rest of the process
+    (docs/contracts.md#the-controller-and-its-counters, docs/contracts.md, "Malformed contexts").
+    It never raises past :meth:`select_victim`, except on a call from another thread.
 
     Parameters
     ----------
@@ -232,17 +407,31 @@ class PreemptionPolicyController:
         return self._policy
 
     def select_victim(self, context: PreemptionContext) -> str:
-        """Ask the policy for a victim and return a valid candidate id."""
+        """Ask the policy for a victim and return a valid candidate id; never raises.
+
+        The context is checked first and the built-in victim computed inside the same guard as
+        the policy's call (docs/contracts.md, "Malformed contexts"): a context that breaks the
+        contract is a contract failure, named by its candidate and field, and handled as one
+        (the policy is not called but disabled, and :func:`fallback_victim_id` is applied).
+        The one exception is a call from another thread, refused with ``RuntimeError``.
+        """
         if self._owner is not None and threading.get_ident() != self._owner:
             raise RuntimeError("PreemptionPolicyController must be used by its scheduler thread")
-        fallback = builtin_victim_id(context)
         policy = self._policy
+        stats = self.stats
+        try:
+            problem = context_problem(context)
+            fallback = fallback_victim_id(context) if problem else builtin_victim_id(context)
+        except Exception as exc:  # unreachable on a checked context; kept inside the guard
+            problem = f"the built-in victim cannot be computed ({type(exc).__name__})"
+            fallback = fallback_victim_id(context)
+        if problem is not None:
+            return self._malformed(problem, fallback)
         if policy is None:
             self._notify(
-                "disabled" if self.stats.policy_name != "builtin" else "builtin", None, fallback
+                "disabled" if stats.policy_name != "builtin" else "builtin", None, fallback
             )
             return fallback
-        stats = self.stats
         stats.calls += 1
         try:
             selected = policy.select_victim(context)
@@ -254,16 +443,38 @@ class PreemptionPolicyController:
             stats.abstentions += 1
             self._notify("abstained", None, fallback)
             return fallback
-        if not isinstance(selected, str) or not any(
-            c.request_id == selected for c in context.candidates
-        ):
+        try:
+            valid = isinstance(selected, str) and any(
+                c.request_id == selected for c in context.candidates
+            )
+        except Exception:  # a str subclass whose comparison raises
+            valid = False
+        if not valid:
             stats.invalid_selections += 1
-            self._disable(f"returned unknown request ID {selected!r}")
+            self._disable(f"returned unknown request ID {_safe_repr(selected)}")
             self._notify("invalid", selected, fallback)
             return fallback
         stats.selections += 1
         self._notify("selected", selected, selected)
         return selected
+
+    def _malformed(self, problem: str, fallback: str) -> str:
+        """A context that breaks the contract: the policy is not asked, and is disabled."""
+        if self._policy is None:
+            logger.error(
+                "Preemption context is malformed (%s); applying the fallback victim %r",
+                problem,
+                fallback,
+            )
+            outcome: PolicyOutcome = (
+                "disabled" if self.stats.policy_name != "builtin" else "builtin"
+            )
+            self._notify(outcome, None, fallback)
+            return fallback
+        self.stats.calls += 1
+        self._disable(f"received a malformed context: {problem}")
+        self._notify("exception", None, fallback)
+        return fallback
 
     def export_stats(self) -> dict[str, Any]:
         """The counters as a plain dictionary."""

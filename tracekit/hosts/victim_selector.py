@@ -34,7 +34,7 @@ from tracekit.hosts.bundles import (
     components_for,
     resolve_admitted_bundles,
 )
-from tracekit.hosts.preemption_policy import PreemptionContext
+from tracekit.hosts.preemption_policy import PreemptionContext, builtin_victim
 
 __all__ = [
     "SCHEDULER_PLANE",
@@ -169,9 +169,7 @@ class NoOpVictimSelector:
         """
         if not running:
             raise ValueError("cannot pick a victim from an empty running list")
-        if SchedulingPolicy(policy) is SchedulingPolicy.PRIORITY:
-            return max(running, key=lambda request: (request.priority, request.arrival_time))
-        return running[-1]
+        return builtin_victim(running, SchedulingPolicy(policy).value)
 
     def emit_observability_log(self, logger: logging.Logger, scheduler_name: str) -> None:
         """Log nothing: the built-in rule keeps no state."""

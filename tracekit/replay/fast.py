@@ -1,10 +1,11 @@
 """The fast path: the production strategies evaluated chunk by chunk without calling the policy.
 
-Stateless rules (``builtin``, ``pe``, ``pe-sjf``, ``largest-first``, ``sglang-default``,
-``slack-aware``, ``lcf``, ``mcf``) are polars expressions over the chunk
-(:mod:`tracekit.replay.rules`). The two
-stateful strategies get one ordered pass in Python over per-decision values computed by polars,
-the only loops over decisions in the fast path:
+Every row of the strategy table (``tracekit.strategies.STRATEGY_TABLE``) has a fast form here,
+keyed by its name. The built-in rule and the stateless rows (``pe``, ``pe-sjf``,
+``largest-first``, ``sglang-default``, ``slack-aware``, ``lcf``, ``mcf``) are polars
+expressions over the chunk (:data:`tracekit.replay.rules.ROW_RULES`). The two stateful rows
+(:data:`ORDERED_PASSES`) get one ordered pass in Python over per-decision values computed by
+polars, the only loops over decisions in the fast path:
 
 ``bidkv`` (V4, ``utility_liveness_mode="abstain"``)
     The policy's own decision function (``decide``, through :mod:`tracekit.strategies`) on
@@ -33,17 +34,22 @@ from itertools import repeat
 import polars as pl
 
 from tracekit.replay.contexts import Chunk
-from tracekit.replay.rules import ChunkRules, UtilityTop
+from tracekit.replay.rules import ROW_RULES, ChunkRules, UtilityTop
 from tracekit.replay.table import OUTCOME, RAW_TYPE, REASON
-from tracekit.strategies import Step, StrategySpec, decide
+from tracekit.strategies import STRATEGY_TABLE, Step, StrategySpec, decide
 
-__all__ = ["FAST_RULES", "FastStrategy", "fast_rule"]
+__all__ = ["FAST_RULES", "NO_FAST_FORM", "ORDERED_PASSES", "FastStrategy", "fast_rule"]
 
-#: The rules the fast path reproduces.
+#: The strategy table's rows whose fast form is an ordered pass over the decisions, because their
+#: victim functions carry state (the bidkv decision state, the static-random generator).
+ORDERED_PASSES: tuple[str, ...] = ("bidkv", "static-random")
+#: Rows declared to have no fast form: the reference path replays them (none today).
+NO_FAST_FORM: tuple[str, ...] = ()
+#: The rules the fast path reproduces: the built-in rule and every row with a fast form.
 FAST_RULES: tuple[str, ...] = (
-    "builtin", "bidkv", "pe", "pe-sjf", "static-random", "largest-first", "sglang-default",
-    "slack-aware", "lcf", "mcf",
-)  # fmt: skip
+    "builtin",
+    *(row.name for row in STRATEGY_TABLE if row.name in ROW_RULES or row.name in ORDERED_PASSES),
+)
 
 
 # Whether random.Random.choice is CPython's getrandbits rejection sampler, which the fast path
@@ -88,6 +94,8 @@ def fast_rule(spec: StrategySpec) -> str | None:
     """
     rule = spec.rule
     config = spec.policy_config()
+    if rule not in FAST_RULES:
+        return None
     if rule == "bidkv" and config is not None and config.utility_liveness_mode == "barrier":
         return None
     return rule
@@ -138,19 +146,11 @@ class FastStrategy:
             return _builtin_result(rules.builtin_rows)
         if rule == "bidkv":
             return self._bidkv(rules)
-        if rule in ("pe", "pe-sjf"):
-            rows = rules.default_rows
-        elif rule == "largest-first":
-            rows = rules.largest_first_rows
-        elif rule == "sglang-default":
-            rows = rules.sglang_default_rows
-        elif rule in ("lcf", "mcf"):
-            rows = rules.computed_rows(most=rule == "mcf")
-        elif rule == "slack-aware":
-            assert self.config is not None
-            rows = rules.slack_aware_rows(self.config.utility_slo_s)
-        else:
+        if rule == "static-random":
             rows = self._static_random(rules.chunk)
+        else:
+            assert self.config is not None  # every other rule is a production strategy's
+            rows = ROW_RULES[rule](rules, self.config)
         return _selected_result(rules.canonical(rows), self.reason)
 
     def _static_random(self, chunk: Chunk) -> pl.Series:

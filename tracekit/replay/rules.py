@@ -2,8 +2,11 @@
 
 Every rule gives, per decision, the row of the chosen candidate in the chunk's candidates table.
 
-Each rule reproduces one function of ``bidkv/adapters/vllm_hust`` (or the host's built-in rule)
-exactly, ties included: :func:`select_rows` picks, per decision, the candidate that is best on a
+Each rule is the columnar twin of one victim function of the strategy table
+(``bidkv.adapters.vllm_hust.strategies``, through :mod:`tracekit.strategies`) or of vLLM's
+built-in rule (``builtin_victim``), exact, ties included; :data:`ROW_RULES` maps the table's
+stateless rows to their twins by name, and a test holds each twin equal to its function. They
+match exactly: :func:`select_rows` picks, per decision, the candidate that is best on a
 list of keys compared lexicographically, exact ties going to the first (or last) in host order,
 which is what the policy's ``max``/``<=`` loops do. The utility is the policy's own formula
 (``utility``, through :mod:`tracekit.strategies`) evaluated on columns, after the policy's
@@ -18,15 +21,15 @@ sorts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 
 import polars as pl
 
 from tracekit.replay.contexts import Chunk
-from tracekit.strategies import DecisionRules, utility
+from tracekit.strategies import BidkvSelectorConfig, DecisionRules, utility
 
-__all__ = ["ChunkRules", "UtilityTop", "select_rows", "utility_columns"]
+__all__ = ["ROW_RULES", "ChunkRules", "RowRule", "UtilityTop", "select_rows", "utility_columns"]
 
 _DEC = "dec"
 _ROW = "row"
@@ -181,7 +184,7 @@ class ChunkRules:
 
     @cached_property
     def default_rows(self) -> pl.Series:
-        """The policy's own default victim (``scoring.default_victim``).
+        """The built-in rule of vLLM (``builtin_victim``), the policy's own default victim.
 
         PRIORITY: the first candidate with the largest ``(priority, arrival_time)``; otherwise
         the last candidate (the FCFS tail).
@@ -209,12 +212,12 @@ class ChunkRules:
 
     @cached_property
     def largest_first_rows(self) -> pl.Series:
-        """``largest_first_victim``: most ``num_computed_tokens``, first maximal in host order."""
+        """``largest-first``: most ``num_computed_tokens``, first maximal in host order."""
         return select_rows(self.frame, [(pl.col("num_computed_tokens"), True)])[_ROW]
 
     @cached_property
     def sglang_default_rows(self) -> pl.Series:
-        """``sglang_default_victim``: min ``(-priority if PRIORITY, out, -prompt)``, last on tie."""
+        """``sglang-default``: min ``(-priority if PRIORITY, out, -prompt)``, last on ties."""
         keys = [(pl.col("num_output_tokens"), False), (pl.col("num_prompt_tokens"), True)]
         if self.any_priority:
             priority = pl.when(pl.col("is_priority")).then(pl.col("priority")).otherwise(0)
@@ -222,7 +225,7 @@ class ChunkRules:
         return select_rows(self.frame, keys, last=True)[_ROW]
 
     def computed_rows(self, *, most: bool) -> pl.Series:
-        """``computed_victim`` (``lcf``, ``mcf``): least (most) ``num_computed_tokens``.
+        """``lcf``, ``mcf`` (``computed_victim``): least (most) ``num_computed_tokens``.
 
         The requester's rows (every row with its id) are not eligible; exact ties go to the last
         in host order; a decision with no eligible row takes the last candidate (the FCFS tail).
@@ -242,7 +245,7 @@ class ChunkRules:
         return rows
 
     def slack_aware_rows(self, slo_s: float) -> pl.Series:
-        """``slack_aware_victim``: most ``(arrival_time + slo_s) - now``, last on ties."""
+        """``slack-aware``: most ``(arrival_time + slo_s) - now``, last on ties."""
         if slo_s not in self._slack:
             slack = (pl.col("arrival_time") + pl.lit(slo_s, pl.Float64)) - pl.col("now")
             self._slack[slo_s] = select_rows(self.frame, [(slack, True)], last=True)[_ROW]
@@ -302,3 +305,20 @@ class ChunkRules:
         )
         self._utility[key] = result
         return result
+
+
+#: ``rule(chunk_rules, config) -> rows``: a stateless row's victim per decision of the chunk.
+RowRule = Callable[[ChunkRules, BidkvSelectorConfig], pl.Series]
+
+#: The columnar twins of the strategy table's stateless victim functions, by row name. The
+#: stateful rows (``bidkv``, ``static-random``) are ordered passes of the fast path
+#: (:data:`tracekit.replay.fast.ORDERED_PASSES`).
+ROW_RULES: Mapping[str, RowRule] = {
+    "pe": lambda rules, config: rules.default_rows,
+    "pe-sjf": lambda rules, config: rules.default_rows,
+    "largest-first": lambda rules, config: rules.largest_first_rows,
+    "sglang-default": lambda rules, config: rules.sglang_default_rows,
+    "slack-aware": lambda rules, config: rules.slack_aware_rows(config.utility_slo_s),
+    "lcf": lambda rules, config: rules.computed_rows(most=False),
+    "mcf": lambda rules, config: rules.computed_rows(most=True),
+}

@@ -37,7 +37,11 @@ from typing import Any, NamedTuple
 
 from tracekit.engine.hosts import VictimChoice, VictimHost
 from tracekit.engine.outputs import DecisionRecord
-from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
+from tracekit.hosts.preemption_policy import (
+    PreemptionCandidate,
+    PreemptionContext,
+    builtin_victim,
+)
 
 __all__ = ["SchedulerHooks", "ShimError"]
 
@@ -263,10 +267,7 @@ class SchedulerHooks:
             for held in (req_to_blocks.get(r.request_id, ()) for r in running)
         )
         # vLLM's rule as documented (docs/engine.md): PRIORITY max, FCFS the tail.
-        if self.scheduling_policy == "priority":
-            builtin = max(running, key=lambda r: (r.priority, r.arrival_time))
-        else:
-            builtin = running[-1]
+        builtin = builtin_victim(running, self.scheduling_policy)
         if self.host is None:
             return _Pending(requester, candidates, usage, builtin.request_id, None, blocks)
         context = PreemptionContext(

@@ -8,42 +8,32 @@ engine that is given a bad setting fails at startup instead of at its first pree
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from bidkv.adapters.vllm_hust.strategies import STRATEGY_TABLE
+
 __all__ = [
     "BidkvSelectorConfig",
     "ENV_VARS",
     "LIVENESS_MODES",
+    "MAX_INT_SETTING",
     "MAX_SNAPSHOT_HISTORY",
     "STRATEGIES",
     "STRATEGY_ALIASES",
     "canonical_strategy",
     "parse_bool",
+    "parse_settings",
 ]
 
-# Canonical strategy names; the values of STRATEGY_ALIASES map the long legacy names onto them.
-STRATEGIES: tuple[str, ...] = (
-    "bidkv",
-    "pe",
-    "pe-sjf",
-    "static-random",
-    "largest-first",
-    "sglang-default",
-    "slack-aware",
-    "lcf",
-    "mcf",
-)
+# Canonical strategy names and the aliases that map onto them, from the strategy table.
+STRATEGIES: tuple[str, ...] = tuple(row.name for row in STRATEGY_TABLE)
 STRATEGY_ALIASES: dict[str, str] = {
-    "preempt-evict": "pe",
-    "preempt-evict-sjf": "pe-sjf",
-    "least-computed-first": "lcf",
-    "most-computed-first": "mcf",
-    # SGLang's length order (fewest output tokens, then longest prompt) is sglang-default.
-    "fewest-output": "sglang-default",
+    alias: row.name for row in STRATEGY_TABLE for alias in row.aliases
 }
 # Every name ``utility_strategy`` accepts, sorted for error messages and docs.
 KNOWN_STRATEGY_NAMES: tuple[str, ...] = tuple(sorted((*STRATEGIES, *STRATEGY_ALIASES)))
@@ -51,6 +41,9 @@ KNOWN_STRATEGY_NAMES: tuple[str, ...] = tuple(sorted((*STRATEGIES, *STRATEGY_ALI
 LIVENESS_MODES: tuple[str, ...] = ("abstain", "barrier")
 #: The largest ``utility_snapshot_history_size`` (a 32-bit signed maximum, any platform).
 MAX_SNAPSHOT_HISTORY = 2**31 - 1
+#: The bound of every other integer setting (a signed 64-bit maximum: the replay reads recorded
+#: configurations into 64-bit columns); ``utility_seed`` may go down to its negative.
+MAX_INT_SETTING = 2**63 - 1
 
 _TRUE_WORDS = frozenset({"1", "true", "yes"})
 _FALSE_WORDS = frozenset({"0", "false", "no"})
@@ -113,19 +106,29 @@ def parse_bool(value: object, name: str) -> bool:
     raise ValueError(f"{name} must be a boolean (1/0/true/false/yes/no), got {value!r}")
 
 
+def _shown(value: object) -> str:
+    # A value in an error message, bounded: a huge integer by its size, a long text cut short.
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"an integer of {int(math.log10(abs(value))) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:45]}... ({len(text)} characters)"
+
+
 def _parse_int(value: object, name: str) -> int:
     # int() truncates floats as the original did; text must be an integer literal.
     try:
         return int(value)  # type: ignore[call-overload]
     except (TypeError, ValueError, OverflowError) as exc:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from exc
+        raise ValueError(f"{name} must be an integer, got {_shown(value)}") from exc
 
 
 def _parse_float(value: object, name: str) -> float:
     try:
         result = float(value)  # type: ignore[arg-type]
+    except OverflowError as exc:  # an integer beyond the largest double
+        raise ValueError(f"{name} must be a finite number, got {_shown(value)}") from exc
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a number, got {value!r}") from exc
+        raise ValueError(f"{name} must be a number, got {_shown(value)}") from exc
     if math.isnan(result):
         # NaN passes every ``<``/``>`` check and would silently poison the ranking.
         raise ValueError(f"{name} must be a number, got {value!r}")
@@ -157,6 +160,61 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "utility_liveness_mode": _parse_str,
     "utility_slo_s": _parse_float,
 }
+
+
+# setting name -> the JSON type its value must have in parse_settings (a float takes an int too).
+_KINDS: dict[str, type] = {
+    name: {parse_bool: bool, _parse_int: int, _parse_float: float, _parse_str: str}[parser]
+    for name, parser in _PARSERS.items()
+}
+_KIND_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def parse_settings(values: Mapping[str, object]) -> dict[str, Any]:
+    """Check typed settings (a JSON or TOML object) without coercing them.
+
+    The strict counterpart of ``additional_config``'s parsing, for settings a user writes as a
+    typed object (tracekit's ``--policy-config``, docs/policy.md, "Parsing and precedence"):
+    a boolean setting takes only ``true``/``false``, an integer setting only an integer (not
+    ``1.5``, not ``"7"``, not ``true``), a number setting an integer or a float, a text setting
+    only a string. Ranges are checked afterwards, by :meth:`BidkvSelectorConfig.validate`.
+
+    Parameters
+    ----------
+    values
+        Setting name -> value.
+
+    Returns
+    -------
+    dict
+        The same settings, number settings as floats.
+
+    Raises
+    ------
+    ValueError
+        One line naming the setting: an unknown name (with the closest known one), a value of
+        the wrong type, or an integer too large for a number setting.
+    """
+    unknown = sorted(set(values) - set(_PARSERS))
+    if unknown:
+        described = []
+        for name in unknown:
+            close = difflib.get_close_matches(str(name), list(_PARSERS), n=1, cutoff=0.6)
+            described.append(f"{name} (did you mean {close[0]}?)" if close else str(name))
+        raise ValueError(f"unknown setting(s) {', '.join(described)}")
+    parsed: dict[str, Any] = {}
+    for name, value in values.items():
+        kind = _KINDS[name]
+        if kind is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise ValueError(f"{name} must be {_KIND_WORDS[kind]}, got {_shown(value)}")
+        parsed[name] = _parse_float(value, name) if kind is float else value
+    return parsed
 
 
 def canonical_strategy(name: str) -> str:
@@ -194,6 +252,17 @@ def _env_values(environ: Mapping[str, str] | None) -> dict[str, Any]:
         if raw is not None:
             values[name] = _PARSERS[name](raw, f"{var} ({name})")
     return values
+
+
+# The integer settings bounded by MAX_INT_SETTING, with their smallest values (the seed's is the
+# negative bound; the others' lower bounds are checked first, with the original's messages).
+_INT_LOWER_BOUNDS = {
+    "utility_min_running": 1,
+    "utility_liveness_preemptions": 0,
+    "utility_snapshot_top_k": 1,
+    "utility_default_max_tokens": 1,
+    "utility_seed": -MAX_INT_SETTING - 1,
+}
 
 
 @dataclass(frozen=True)
@@ -300,6 +369,29 @@ class BidkvSelectorConfig:
         return cls(**_env_values(environ))
 
     @classmethod
+    def from_settings(cls, values: Mapping[str, object]) -> BidkvSelectorConfig:
+        """Build the configuration from typed settings alone, checked by :func:`parse_settings`.
+
+        Nothing is coerced and the environment is not read: unset settings take their defaults.
+
+        Parameters
+        ----------
+        values
+            Setting name -> value, for example a parsed JSON object.
+
+        Returns
+        -------
+        BidkvSelectorConfig
+            The validated configuration.
+
+        Raises
+        ------
+        ValueError
+            For an unknown setting, a value of the wrong type, or a value out of its range.
+        """
+        return cls(**parse_settings(values))
+
+    @classmethod
     def from_additional_config(
         cls,
         additional_config: Mapping[str, Any] | None,
@@ -395,10 +487,24 @@ class BidkvSelectorConfig:
             raise ValueError("utility_epsilon must be positive")
         if self.utility_default_max_tokens <= 0:
             raise ValueError("utility_default_max_tokens must be positive")
-        # An infinite weight or epsilon turns utilities into NaN (inf * 0), which no ranking orders.
-        for name in ("utility_completion_weight", "utility_preempt_weight", "utility_epsilon"):
+        # An infinite weight or epsilon turns utilities into NaN (inf * 0), which no ranking
+        # orders; an infinite time or ratio is no setting anyone means.
+        for name in (
+            "utility_completion_weight",
+            "utility_preempt_weight",
+            "utility_epsilon",
+            "utility_cooldown_s",
+            "utility_cascade_gain_ratio",
+            "utility_slo_s",
+        ):
             if math.isinf(getattr(self, name)):
                 raise ValueError(f"{name} must be finite")
+        for name, low in _INT_LOWER_BOUNDS.items():
+            value = getattr(self, name)
+            if value > MAX_INT_SETTING or value < low:
+                raise ValueError(
+                    f"{name} must be between {low} and {MAX_INT_SETTING}, got {_shown(value)}"
+                )
         if self.utility_liveness_mode not in LIVENESS_MODES:
             raise ValueError(
                 f"utility_liveness_mode must be one of {', '.join(LIVENESS_MODES)}; "

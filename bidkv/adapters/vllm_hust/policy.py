@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bidkv.adapters.vllm_hust.builtin import builtin_victim
 from bidkv.adapters.vllm_hust.config import BidkvSelectorConfig
 from bidkv.adapters.vllm_hust.decision import (
     DecisionRules,
@@ -29,17 +30,10 @@ from bidkv.adapters.vllm_hust.scoring import (
     ScanResult,
     UtilityCandidateScore,
     best_record_with_id,
-    default_victim,
     last_with_id,
     rank_candidates,
 )
-from bidkv.adapters.vllm_hust.strategies import (
-    pick_computed,
-    pick_largest_first,
-    pick_random,
-    pick_sglang_default,
-    pick_slack_aware,
-)
+from bidkv.adapters.vllm_hust.strategies import StrategyInputs, strategy_row
 
 __all__ = ["BidkvPreemptionPolicy", "BidkvVictimSelector"]
 
@@ -121,20 +115,18 @@ class BidkvPreemptionPolicy:
         self.config = config
         #: The strategy in force (aliases resolved; ``pe`` when switched off).
         self.strategy = config.resolved_strategy if config.utility_enabled else "pe"
-        strategies: dict[str, _Decide] = {
-            "bidkv": self._pick_bidkv,
-            "pe": self._pick_default,
-            "pe-sjf": self._pick_default,
-            "static-random": self._pick_random,
-            "largest-first": self._pick_largest_first,
-            "sglang-default": self._pick_sglang_default,
-            "slack-aware": self._pick_slack_aware,
-            "lcf": self._pick_lcf,
-            "mcf": self._pick_mcf,
-        }
-        self._decide = strategies[self.strategy]
+        # The strategy table's row decides the call (docs/policy.md, "Strategies"); bidkv's rule
+        # needs the policy's state, every other row is its victim function.
+        self._row = row = strategy_row(self.strategy)
+        assert row is not None  # the configuration was validated against the same table
+        self._decide: _Decide = self._pick_bidkv if row.victim is None else self._pick_row
+        self._log_format = (
+            None if row.log is None else f"[BidKV] {row.log} | kv_util=%.2f | running=%d"
+        )
         # Our own generator: reproducible, and never disturbs the process-wide ``random`` state.
         self._rng = random.Random(config.utility_seed)
+        # What the table's victim functions read; the per-call fields are set on each call.
+        self._inputs = StrategyInputs(None, None, 0.0, self._rng, config.utility_slo_s)
         # Settings read on every call, copied out of the dataclass once.
         self._wc = config.utility_completion_weight
         self._wp = config.utility_preempt_weight
@@ -260,7 +252,7 @@ class BidkvPreemptionPolicy:
         context = _LegacyContext(tuple(running), policy_value, kv_utilization or 0.0, now)
         selected = self.select_victim(context)
         if selected is None:
-            return default_victim(running, policy_value)
+            return builtin_victim(running, policy_value)
         return next(c for c in running if c.request_id == selected)
 
     # -- metrics ----------------------------------------------------------------------------
@@ -355,63 +347,30 @@ class BidkvPreemptionPolicy:
 
     # -- strategies -------------------------------------------------------------------------
 
-    def _pick_default(
+    def _pick_row(
         self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
     ) -> Any:
-        victim = default_victim(candidates, policy)
-        self._metrics.record(victim, False, policy, kv, now, _rid(victim), len(candidates))
+        row = self._row
+        inputs = self._inputs
+        inputs.scheduling_policy = policy
+        inputs.now = now
+        if row.needs_requester:
+            inputs.requester = getattr(context, "requesting_request_id", "")
+        victim, log_values = row.victim(candidates, inputs)  # type: ignore[misc]
+        if self._log_format is not None:
+            _LOGGER.info(
+                self._log_format,
+                getattr(victim, "request_id", "?"),
+                *log_values,
+                kv or 0.0,
+                len(candidates),
+            )
+        # Another strategy's choice counts as a strategy ("utility") hit, as in the original.
+        default = victim if row.default_hit else builtin_victim(candidates, policy)
+        self._metrics.record(
+            victim, not row.default_hit, policy, kv, now, _rid(default), len(candidates)
+        )
         return victim
-
-    def _pick_random(
-        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
-    ) -> Any:
-        victim = pick_random(self._rng, candidates, kv)
-        self._record_strategy_pick(victim, candidates, policy, kv, now)
-        return victim
-
-    def _pick_largest_first(
-        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
-    ) -> Any:
-        victim = pick_largest_first(candidates, kv)
-        self._record_strategy_pick(victim, candidates, policy, kv, now)
-        return victim
-
-    def _pick_sglang_default(
-        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
-    ) -> Any:
-        victim = pick_sglang_default(candidates, policy, kv)
-        self._record_strategy_pick(victim, candidates, policy, kv, now)
-        return victim
-
-    def _pick_slack_aware(
-        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
-    ) -> Any:
-        victim = pick_slack_aware(candidates, now, self._slo_s, kv)
-        self._record_strategy_pick(victim, candidates, policy, kv, now)
-        return victim
-
-    def _pick_lcf(
-        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
-    ) -> Any:
-        requester = getattr(context, "requesting_request_id", "")
-        victim = pick_computed(candidates, requester, kv, most=False)
-        self._record_strategy_pick(victim, candidates, policy, kv, now)
-        return victim
-
-    def _pick_mcf(
-        self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
-    ) -> Any:
-        requester = getattr(context, "requesting_request_id", "")
-        victim = pick_computed(candidates, requester, kv, most=True)
-        self._record_strategy_pick(victim, candidates, policy, kv, now)
-        return victim
-
-    def _record_strategy_pick(
-        self, victim: Any, candidates: Sequence[Any], policy: Any, kv: Any, now: float
-    ) -> None:
-        # A non-default strategy's choice counts as a strategy ("utility") hit, as in the original.
-        default_id = _rid(default_victim(candidates, policy))
-        self._metrics.record(victim, True, policy, kv, now, default_id, len(candidates))
 
     # -- bidkv --------------------------------------------------------------------------------
 
@@ -423,7 +382,7 @@ class BidkvPreemptionPolicy:
         gate = rules.kv_gate
         if gate > 0 and kv is not None and kv >= gate:
             metrics.kv_pressure_events += 1
-        default = default_victim(candidates, policy)
+        default = builtin_victim(candidates, policy)
         n = len(candidates)
         requester = getattr(context, "requesting_request_id", "")
         state = self._state

@@ -1,4 +1,4 @@
-"""Utility scoring, ranking and the built-in default victim (docs/policy.md, "Strategies").
+"""Utility scoring and ranking of the ``bidkv`` strategy (docs/policy.md, "The bidkv decision").
 
 ``U = r / (delta + epsilon)`` with ``r = max(num_computed_tokens, 0)``,
 ``delta = 1 + w_c * completion + w_p * num_preemptions`` and
@@ -26,16 +26,12 @@ __all__ = [
     "ScanResult",
     "UtilityCandidateScore",
     "best_record_with_id",
-    "default_victim",
     "last_with_id",
     "rank_candidates",
     "scan_top",
     "score_candidate",
     "utility",
 ]
-
-# vLLM's PRIORITY victim: the largest (priority, arrival_time); max() keeps the first maximal one.
-_PRIORITY_KEY = attrgetter("priority", "arrival_time")
 
 
 @dataclass(frozen=True)
@@ -109,29 +105,6 @@ def utility(
     return tokens_freed / (
         1.0 + completion_weight * completion + preempt_weight * num_preemptions + epsilon
     )
-
-
-def default_victim(candidates: Sequence[Any], scheduling_policy: object) -> Any:
-    """Return the built-in victim the policy computes for itself.
-
-    Parameters
-    ----------
-    candidates
-        Non-empty, in host (running-queue) order.
-    scheduling_policy
-        ``"priority"`` selects vLLM's PRIORITY rule; anything else is FCFS.
-
-    Returns
-    -------
-    object
-        PRIORITY: the first candidate with the largest ``(priority, arrival_time)`` (larger
-        priority value = less important, ties to the latest arrival). FCFS: the last candidate
-        (vLLM pops the running tail). Like the original, the host's ``builtin_victim_id`` is not
-        consulted.
-    """
-    if scheduling_policy == "priority":
-        return max(candidates, key=_PRIORITY_KEY)
-    return candidates[-1]
 
 
 def score_candidate(
