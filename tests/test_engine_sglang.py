@@ -1,4 +1,9 @@
-"""SGLang mode: retraction order, the policy's place in it, and end-to-end consistency."""
+"""SGLang mode: retraction order, the policy's place in it, and end-to-end consistency.
+
+The hand-worked runs state SGLang's loop: the normal one (``--disable-overlap-schedule``) unless
+a test works the overlap loop, and the radix cache off unless a test is about it (its tree is
+modelled at page size 1, and these runs use 16-token blocks).
+"""
 
 from __future__ import annotations
 
@@ -32,9 +37,16 @@ def _running(scheduler: SglangScheduler, request_id: str, prompt: int, outputs: 
     scheduler.running.append(state)
 
 
+def _sglang(**overrides: object):
+    """``make_engine`` in SGLang mode: the normal loop and no radix cache unless overridden."""
+    return make_engine(
+        **{"mode": "sglang", "overlap_schedule": False, "radix_cache": False, **overrides}
+    )
+
+
 def _crowded(host: object) -> tuple[SglangScheduler, list]:
     decisions: list = []
-    scheduler = SglangScheduler(make_engine(mode="sglang"), host, decisions.append)  # type: ignore[arg-type]
+    scheduler = SglangScheduler(_sglang(), host, decisions.append)  # type: ignore[arg-type]
     # Each request's KV ends exactly on a block boundary, so every next decode needs a block.
     _running(scheduler, "R1", 28, 5)  # 32 computed, 2 blocks
     _running(scheduler, "R2", 44, 5)  # 48 computed, 3 blocks
@@ -84,7 +96,7 @@ def test_policy_chooses_each_retraction_victim() -> None:
 
 
 def test_retraction_keeps_at_least_one_request() -> None:
-    scheduler = SglangScheduler(make_engine(mode="sglang"), BuiltinHost())
+    scheduler = SglangScheduler(_sglang(), BuiltinHost())
     _running(scheduler, "solo", 150, 11)  # 160 computed: all 10 blocks
     with pytest.raises(RuntimeError):
         # Nothing can be retracted and no block is free: the engine refuses to overcommit.
@@ -92,9 +104,7 @@ def test_retraction_keeps_at_least_one_request() -> None:
 
 
 def test_prefill_first_then_decode() -> None:
-    result = run_checked(
-        make_engine(mode="sglang"), make_requests(("A", 0, 20, 3), ("B", 1, 20, 3))
-    )
+    result = run_checked(_sglang(), make_requests(("A", 0, 20, 3), ("B", 1, 20, 3)))
     # Step 0 prefills A; step 1 prefills B (A waits: no mixed batches); then both decode.
     assert [s.num_scheduled_tokens for s in result.steps] == [
         {"A": 20},
@@ -115,9 +125,18 @@ def _workload(seed: int) -> list[EngineRequest]:
     ]
 
 
-def test_sglang_runs_are_consistent_and_deterministic() -> None:
-    config = make_engine(
-        mode="sglang", num_blocks=30, max_num_seqs=16, max_num_batched_tokens=64, max_model_len=400
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("radix", [False, True])
+def test_sglang_runs_are_consistent_and_deterministic(overlap: bool, radix: bool) -> None:
+    # 464 tokens either way (the radix cache needs page size 1).
+    pages = {"num_blocks": 465, "block_size": 1} if radix else {"num_blocks": 30}
+    config = _sglang(
+        max_num_seqs=16,
+        max_num_batched_tokens=64,
+        max_model_len=400,
+        overlap_schedule=overlap,
+        radix_cache=radix,
+        **pages,
     )
     first = run_checked(config, _workload(1))
     second = run_checked(config, _workload(1))
@@ -137,9 +156,7 @@ def test_new_requests_reserve_their_whole_max_new() -> None:
     300 - 20 - 138.6 = 141.4 > 111 admits c. (Reserving max_new * ratio for the candidate too, as
     the engine once did, admits all three at step 0; real SGLang admits a and b, then c.)
     """
-    config = make_engine(
-        mode="sglang", num_blocks=301, block_size=1, max_num_batched_tokens=256, max_model_len=300
-    )
+    config = _sglang(num_blocks=301, block_size=1, max_num_batched_tokens=256, max_model_len=300)
     result = run_checked(
         config, make_requests(("a", 0, 10, 100), ("b", 0, 10, 100), ("c", 0, 10, 100))
     )
@@ -156,7 +173,11 @@ def test_radix_hits_stop_one_token_short_of_the_input() -> None:
     from tracekit.sglang.protocol import SglangConfig
 
     config = SglangConfig(
-        kv_tokens=4000, max_context_len=2000, chunked_prefill_size=None, step_s=1.0
+        kv_tokens=4000,
+        max_context_len=2000,
+        chunked_prefill_size=0,
+        overlap_schedule=False,
+        step_s=1.0,
     )
     rows = [
         ("x", 0.0, 600, 4, 4, 0, [7, 8]),  # fills the tree with blocks 7 and 8 (88 tokens of it)

@@ -139,8 +139,8 @@ def test_scenario_message_is_json_and_keeps_hash_ids() -> None:
     message = scenario_message(3, CONFIG, [("x", 1, 5, 2, 2, 0, (7, 8)), *REQUESTS])
     again = json.loads(json.dumps(message))
     assert again["run"] == 3 and again["protocol"] == PROTOCOL_VERSION
-    assert again["requests"][0] == ["x", 1.0, 5, 2, 2, 0, [7, 8]]
-    assert again["requests"][1][-1] is None
+    assert again["requests"][0] == ["x", 1.0, 5, 2, 2, 0, [7, 8], False]
+    assert again["requests"][1][6] is None
     assert again["config"]["kv_tokens"] == 300
 
 

@@ -86,7 +86,7 @@ def find_rejections(workload: Workload, config: EngineConfig) -> Rejections:
     >>> (r.num_rejected, r.longest_prompt)
     (10, 4085)
     """
-    refused = pl.col("prompt_tokens") >= config.max_model_len
+    refused = pl.col("prompt_tokens") > config.max_prompt_tokens
     count, longest = workload.frame.select(
         refused.sum().alias("count"), pl.col("prompt_tokens").filter(refused).max().alias("longest")
     ).row(0)
