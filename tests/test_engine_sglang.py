@@ -194,3 +194,101 @@ def test_radix_hits_stop_one_token_short_of_the_input() -> None:
     assert prefills == {"x": (600, 0), "y": (1, 599), "z": (1, 511), "w": (600, 0)}
     off = engine_steps(dataclasses.replace(config, radix_cache=False), rows)
     assert all(r[2] == 0 for s in off if s.mode == "prefill" for r in s.reqs)
+
+
+def _steps(config, *specs) -> list[dict]:
+    return [s.num_scheduled_tokens for s in run_checked(config, make_requests(*specs)).steps]
+
+
+def test_overlap_decodes_once_more_a_request_that_ends_at_its_end_of_sequence() -> None:
+    """event_loop_overlap: step k's result is processed after step k + 1 was scheduled.
+
+    A (20 prompt tokens, target 2, max_tokens 5) ends at its end of sequence: the result of its
+    step-1 decode (its 2nd token) comes back once step 2 already decoded it again, so SGLang
+    runs one decode the normal loop does not. B (target 2 = max_tokens 2) ends by length:
+    ``_reqs_finishing_inflight`` keeps it out of that decode, as the normal loop does.
+    """
+    overlap = _sglang(overlap_schedule=True)
+    assert _steps(_sglang(), ("A", 0, 20, 2, 0, 5)) == [{"A": 20}, {"A": 1}]
+    assert _steps(overlap, ("A", 0, 20, 2, 0, 5)) == [{"A": 20}, {"A": 1}, {"A": 1}]
+    assert _steps(overlap, ("B", 0, 20, 2, 0, 2)) == [{"B": 20}, {"B": 1}]
+
+
+def test_overlap_admits_next_to_a_prefill_whose_first_token_is_not_back() -> None:
+    """A request prefilled at step 0 decodes at step 2 although its token came back at step 1."""
+    config = _sglang(overlap_schedule=True)
+    result = run_checked(config, make_requests(("A", 0, 20, 3), ("B", 1, 20, 3)))
+    assert [s.num_scheduled_tokens for s in result.steps] == [
+        {"A": 20},
+        {"B": 20},
+        {"A": 1, "B": 1},
+        {"A": 1, "B": 1},
+    ]
+    # The outputs of a step are applied after the next step: A's first token at the end of
+    # step 0 (1 s), its last with step 3's (4 s) although step 4 never runs.
+    first = {r.request_id: (r.first_token_s, r.finish_s) for r in result.requests}
+    assert first == {"A": (1.0, 4.0), "B": (2.0, 4.0)}
+
+
+@pytest.mark.parametrize(("low_first", "order"), [(False, ["hi", "lo"]), (True, ["lo", "hi"])])
+def test_priority_scheduling_direction(low_first: bool, order: list[str]) -> None:
+    """--enable-priority-scheduling sorts the queue by priority; SGLang's default puts larger
+    values first, --schedule-low-priority-values-first smaller ones. One running slot."""
+    config = _sglang(
+        max_num_seqs=1,
+        enable_priority_scheduling=True,
+        schedule_low_priority_values_first=low_first,
+        disable_priority_preemption=True,
+    )
+    steps = _steps(config, ("lo", 0, 20, 2, 0), ("hi", 0, 20, 2, 5))
+    # One request at a time: its prefill and its one decode, then the other's.
+    assert [next(iter(s)) for s in steps] == [order[0], order[0], order[1], order[1]]
+
+
+@pytest.mark.parametrize(("priority", "preempts"), [(21, True), (20, False), (5, False)])
+def test_priority_preemption_needs_a_difference_above_the_threshold(
+    priority: int, preempts: bool
+) -> None:
+    """PrefillAdder.preempt_to_schedule: with the one slot taken by r (priority 10), an arrival
+    preempts it only when its priority exceeds r's by more than the threshold (10)."""
+    config = _sglang(max_num_seqs=1, enable_priority_scheduling=True)
+    result = run_checked(config, make_requests(("r", 0, 20, 6, 10), ("x", 2, 20, 2, priority)))
+    steps = [s.num_scheduled_tokens for s in result.steps]
+    assert steps[2] == ({"x": 20} if preempts else {"r": 1})
+    r = next(q for q in result.requests if q.request_id == "r")
+    assert r.num_preemptions == int(preempts)
+    assert sum(s.num_preemptions for s in result.steps) == int(preempts)
+    assert not result.decisions  # SGLang's own rule, not a victim decision of the host
+
+
+@pytest.mark.parametrize(("ignore_eos", "step_1"), [(False, {"b": 10}), (True, {"a": 1})])
+def test_a_running_ignore_eos_request_reserves_its_whole_output(
+    ignore_eos: bool, step_1: dict[str, int]
+) -> None:
+    """PrefillAdder._get_running_request_total_token_offset: ratio 1 for ignore_eos.
+
+    200 tokens; a (10 prompt tokens, 100 max) runs, b (10, 100) arrives at step 1. a holds 10
+    tokens: 190 free. a reserves 99 * 0.7 = 69.3 of its remaining output (b needs 10 + 100 + 1
+    = 111 < 120.7: admitted), or all 99 with ignore_eos (111 >= 91: refused, a decodes).
+    """
+    config = _sglang(num_blocks=201, block_size=1, max_model_len=200)
+    a = EngineRequest("a", 0.0, 10, 100, 100, ignore_eos=ignore_eos)
+    b = EngineRequest("b", 1.0, 10, 100, 100)
+    result = run_checked(config, [a, b])
+    assert result.steps[1].num_scheduled_tokens == step_1
+
+
+def test_ignore_eos_insert_keeps_sglangs_index_quirk() -> None:
+    """add_one_req_ignore_eos's insert: before the first entry with as many tokens left or
+    more; with none, SGLang's loop leaves its index at the last entry and inserts before it."""
+    from tracekit.engine.sglang import _add_state
+
+    states = [(10.0, 1), (20.0, 2)]
+    _add_state(states, _state("x", 15, 30), 15, 0.7, True)
+    assert [left for left, _ in states] == [10.0, 15.0, 20.0]
+    _add_state(states, _state("y", 99, 30), 99, 0.7, True)
+    assert [left for left, _ in states] == [10.0, 15.0, 99.0, 20.0]
+
+
+def _state(rid: str, max_tokens: int, prompt: int) -> RequestState:
+    return RequestState(EngineRequest(rid, 0.0, prompt, max_tokens, max_tokens, ignore_eos=True), 0)

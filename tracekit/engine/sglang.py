@@ -762,16 +762,9 @@ class SglangScheduler(SchedulerBase):
                         states.sort(key=_left)
                     else:
                         _add_state(states, request, max_new[rid], ratio, True)
-                    left_now = rem_current - paged
-                    freed = 0
-                    size = len(states)
-                    for i, (left, occupied) in enumerate(states):
-                        bs = size - i
-                        if left_now + freed - left * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
-                            result = _NO_TOKEN
-                            break
-                        freed += occupied
-                    if result == _CONTINUE and rem_chunk is not None and cand > rem_chunk:
+                    if not _drains(states, rem_current - paged):
+                        result = _NO_TOKEN
+                    elif rem_chunk is not None and cand > rem_chunk:
                         if rem_chunk <= 0:
                             result = _OTHER
                         else:
@@ -1221,6 +1214,24 @@ class SglangScheduler(SchedulerBase):
         for r in self.waiting:
             assert r.num_blocks == 0 and r.num_computed_tokens == 0, r
         assert len(holders) + len(self.waiting) == len(self.requests)
+
+
+def _drains(states: list[tuple[float, int]], free_now: float) -> bool:
+    """``add_one_req_ignore_eos``'s check: the batch drains without running out of tokens.
+
+    The requests by tokens left (ascending): when the i-th finishes, every request still
+    running has taken as many tokens as it has; what is free then (``free_now``, plus what the
+    finished ones occupied, less that) must stay above ``IGNORE_EOS_RESERVE_TOKENS`` per
+    request still running.
+    """
+    freed = 0
+    size = len(states)
+    for i, (left, occupied) in enumerate(states):
+        running = size - i
+        if free_now + freed - left * running <= IGNORE_EOS_RESERVE_TOKENS * running:
+            return False
+        freed += occupied
+    return True
 
 
 def _left(state: tuple[float, int]) -> float:

@@ -52,13 +52,17 @@ The scenarios of the overlap, ``ignore_eos`` and priority options (workloads und
     ``high-retract`` and ``low-retract`` (``--retraction-policy priority``), and
     ``high-retract-noradix``. On a 3,000-token pool with at most 4 running requests (slot
     bound): ``preempt`` and ``preempt-low`` (SGLang's default preemption at admission,
-    threshold 10: each more important arrival preempts one running request) and
+    threshold 10: each more important arrival preempts one running request),
+    ``preempt-threshold`` (threshold 15: a difference of exactly 15 does not preempt) and
     ``preempt-disabled`` (``--disable-priority-preemption``: it waits at the head of the queue).
 ``ignore-eos-<...>``
     ``ignore-eos.csv``: requests whose ``max_tokens`` exceeds their natural output, sent with
     ``ignore_eos`` (all of them: ``all``; every other one: ``mixed``), on an 1,500-token pool:
     ``PrefillAdder`` reserves their whole remaining output, and with the radix cache off admits
     them through ``add_one_req_ignore_eos``. ``-radix`` / ``-noradix`` say which.
+    ``ignore-eos-long-noradix``: ``ignore-eos-long.csv`` on a 17,000-token pool, outputs past
+    ``CLIP_MAX_NEW_TOKENS``: ``add_one_req_ignore_eos``'s drain check refuses a request the
+    clipped reservation would admit.
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ _SYNTHETIC = Path("traces") / "vllm-fixtures" / "workloads" / "synthetic-chunked
 _SHARED_PREFIX = Path("traces") / "vllm-fixtures" / "workloads" / "shared-prefix.parquet"
 _PRIORITY = SCENARIO_WORKLOADS / "priority.csv"
 _IGNORE_EOS = SCENARIO_WORKLOADS / "ignore-eos.csv"
+_IGNORE_EOS_LONG = SCENARIO_WORKLOADS / "ignore-eos-long.csv"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +265,12 @@ _SCENARIOS: dict[str, tuple[Path, dict[str, Any], SglangConfig, str | None]] = {
         dataclasses.replace(_PREEMPT_BASE, schedule_low_priority_values_first=True),
         None,
     ),
+    "priority-preempt-threshold": (
+        _PRIORITY,
+        {},
+        dataclasses.replace(_PREEMPT_BASE, priority_scheduling_preemption_threshold=15),
+        None,
+    ),
     "priority-preempt-disabled": (
         _PRIORITY,
         {},
@@ -274,6 +285,21 @@ _IGNORE_EOS_BASE = SglangConfig(
     max_prefill_tokens=1024,
     max_context_len=1500,
     step_s=0.05,
+)
+# Outputs longer than CLIP_MAX_NEW_TOKENS (4,096): the running requests' reservation is clipped,
+# add_one_req_ignore_eos's drain check is not.
+_SCENARIOS["ignore-eos-long-noradix"] = (
+    _IGNORE_EOS_LONG,
+    {},
+    SglangConfig(
+        kv_tokens=17000,
+        chunked_prefill_size=2048,
+        max_prefill_tokens=8192,
+        max_context_len=8192,
+        radix_cache=False,
+        step_s=0.05,
+    ),
+    "all",
 )
 for _mode in ("all", "mixed"):
     for _radix in (False, True):
@@ -318,12 +344,13 @@ FIXTURES: dict[str, SglangFixture] = _fixtures()
 def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]]:
     """The rows of a scenario workload (deterministic for a seed): ``priority`` or ``ignore-eos``.
 
-    ``seed`` defaults to the committed workloads' (21 and 11).
+    ``seed`` defaults to the committed workloads' (21, 11 and 5).
 
     ``priority``: 12 bursts 1 s apart of three to five requests 20 ms apart (prompts 40 to
     400 tokens, outputs 20 to 300, priorities 0, 5 or 20), each followed 0.2 s later by one
     more important request (priority 40). ``ignore-eos``: 40 requests 0.15 s apart (prompts
     30 to 300, natural outputs 10 to 120 with ``max_tokens`` up to three times longer).
+    ``ignore-eos-long``: six requests 0.1 s apart (prompts 100 to 600, outputs 4,200 to 4,600).
     """
     rng = random.Random(seed if seed is not None else _SEEDS.get(kind, 0))
     rows: list[dict[str, Any]] = []
@@ -360,12 +387,27 @@ def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]
                 }
             )
         prefix = "eos"
+    elif kind == "ignore-eos-long":
+        for i in range(6):
+            output = rng.randint(4200, 4600)
+            rows.append(
+                {
+                    "arrival_s": round(0.1 * i, 3),
+                    "prompt_tokens": rng.randint(100, 600),
+                    "output_tokens": output,
+                    "max_tokens": output,
+                    "priority": 0,
+                }
+            )
+        prefix = "long"
     else:
-        raise ValueError(f"unknown scenario workload {kind!r}; expected priority or ignore-eos")
+        raise ValueError(
+            f"unknown scenario workload {kind!r}; expected priority, ignore-eos or ignore-eos-long"
+        )
     return [{"request_id": f"{prefix}-{i:03d}", **row} for i, row in enumerate(rows)]
 
 
-_SEEDS = {"priority": 21, "ignore-eos": 11}
+_SEEDS = {"priority": 21, "ignore-eos": 11, "ignore-eos-long": 5}
 
 
 def scenario_csv(kind: str) -> str:
@@ -433,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workloads:
         folder = args.root / SCENARIO_WORKLOADS
         folder.mkdir(parents=True, exist_ok=True)
-        for kind in ("priority", "ignore-eos"):
+        for kind in _SEEDS:
             path = folder / f"{kind}.csv"
             path.write_text(scenario_csv(kind), "utf-8")
             print(path)
