@@ -138,3 +138,22 @@ def test_record_sim_in_sglang_mode_defaults_to_sglang(tmp_path: Path) -> None:
     assert recorded == expected
     assert recorded["overlap_schedule"] and recorded["radix_cache"]
     assert (out / "admissions.parquet").is_file()  # the radix hits of each admission
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--retraction-policy", "priority"], "--enable-priority-scheduling"),
+        (["--block-size", "16"], "radix_cache False"),
+        (["--chunked-prefill-size", "-1"], "chunked_prefill_size"),
+    ],
+)
+def test_a_bad_sglang_configuration_is_one_line_and_exit_2(
+    tmp_path: Path, flags: list[str], words: str
+) -> None:
+    out = tmp_path / "run"
+    args = ["record", "sim", "--workload", str(ROOT / "tests/data/workloads/azure_small.csv")]
+    result = CliRunner().invoke(cli, [*args, "--engine-mode", "sglang", *flags, "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and words in result.output, result.output
+    assert not out.exists()

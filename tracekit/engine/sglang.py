@@ -15,7 +15,7 @@ One step (``managers/scheduler.py`` ``Scheduler.get_next_batch_to_run``):
   was empty (the merged batch is a new ``ScheduleBatch``).
 - **Prefill first** (``Scheduler._get_new_batch_prefill_raw``): nothing is admitted while
   ``batch_is_full`` (unless a chunked prefill continues). Under ``--enable-priority-scheduling``
-  the waiting queue is sorted by ``(priority, entry time)`` (``schedule_policy.py``
+  the waiting queue is sorted by ``(priority * sign, entry time)`` (``schedule_policy.py``
   ``SchedulePolicy._sort_by_priority_and_fcfs``). A fresh ``PrefillAdder``
   (``schedule_policy.py``) reserves, for each running request, ``min(max_new - outputs, 4096) *
   new_token_ratio`` (``_get_running_request_total_token_offset``); the continuing chunk first
@@ -43,14 +43,34 @@ One step (``managers/scheduler.py`` ``Scheduler.get_next_batch_to_run``):
   ``estimate_new_token_ratio_after_retract``). A decode step without retraction decays the ratio
   by ``(0.7 - 0.098) / 600`` down to 0.098 (``NewTokenRatioTracker.decay_step``); it returns to
   0.7 when the scheduler falls idle (``Scheduler.on_idle``).
-- ``max_new`` is ``min(max_tokens, context - prompt, pool - prompt - 2)``
-  (``Scheduler.handle_generate_request`` -> ``init_req_max_new_tokens``), which also caps the
-  output.
+- ``max_new`` is ``min(max_tokens, min(context, pool) - prompt - 2, pool - prompt - 2)``
+  (``Scheduler.init_req_max_new_tokens``, ``max_new_tokens_for_memory``), which also caps the
+  output; a prompt of ``min(context, pool) - 6`` tokens or more is refused on arrival
+  (``validate_input_length``; ``EngineConfig.max_prompt_tokens``).
 
-The radix cache (``radix_cache=True``; ``mem_cache/unified_radix_cache.py``) is a token trie over
-the requests' token content (:mod:`tracekit.engine.content`: Mooncake ``hash_ids`` make shared
-prefixes), see :class:`RadixTree`. Not modelled: mixed chunked prefill, overlap scheduling,
-priority preemption at admission, ``ignore_eos`` requests, HiCache, page sizes above 1 exactly.
+The radix cache (``radix_cache=True``, SGLang's default; ``mem_cache/unified_radix_cache.py``)
+is a token trie over the requests' token content (:mod:`tracekit.engine.content`: Mooncake
+``hash_ids`` make shared prefixes), see :class:`RadixTree`; each admission's hit is the step's
+``cache_hits`` (the trace's radix hits).
+
+SGLang's defaults also shape the loop (docs/engine.md, "Overlap scheduling in SGLang mode",
+"ignore_eos in SGLang mode", "Priority scheduling in SGLang mode"):
+
+- **Overlap** (``overlap_schedule``, ``Scheduler.event_loop_overlap``): a batch's result is
+  processed after the next batch was formed; a request its result in flight ends by length
+  leaves the decode batch (``_reqs_finishing_inflight``); an iteration that forms no batch
+  applies the result in flight and takes no step.
+- **ignore_eos**: such a request runs to ``max_new``, reserves its whole remaining output while
+  running (``_get_running_request_total_token_offset``), and with the tree disabled is admitted
+  by ``add_one_req_ignore_eos`` (a drain check over the batch).
+- **Priority** (``--enable-priority-scheduling``): the waiting queue sorted by priority in
+  SGLang's direction (larger values first unless ``--schedule-low-priority-values-first``),
+  retraction in the same direction under ``--retraction-policy priority``, and preemption of
+  less important running requests at admission when the batch is full
+  (``PrefillAdder.preempt_to_schedule``, above ``--priority-scheduling-preemption-threshold``).
+
+Not modelled: mixed chunked prefill, HiCache, LoRA, speculative decoding, page sizes above 1
+exactly (and the radix cache with them), SGLang's one-token prefill of a refused prompt.
 """
 
 from __future__ import annotations
@@ -312,22 +332,25 @@ def _common(a: tuple[int, ...], key: tuple[int, ...], start: int, end: int) -> i
 class _Launched:
     """A batch and what its result applies: SGLang's ``result_queue`` entry (a batch copy).
 
-    ``no_sample``: the request whose prefill the batch leaves part-way (a middle chunk, whose
-    result adds no token: ``inflight_middle_chunks``); ``ends``: with the radix cache, each
-    prefilled request's tokens in KV after the batch (``extend_end``, up to which an unfinished
-    prefill is checkpointed into the tree).
+    ``reqs``: its requests in batch order (the copy's ``reqs``); ``no_sample``: the request
+    whose prefill the batch leaves part-way (a middle chunk, whose result adds no token:
+    ``inflight_middle_chunks``); ``ends``: with the radix cache, each prefilled request's
+    tokens in KV after the batch (``extend_end``, up to which an unfinished prefill is
+    checkpointed into the tree).
     """
 
-    __slots__ = ("end_s", "ends", "no_sample", "out", "prefill")
+    __slots__ = ("end_s", "ends", "no_sample", "out", "prefill", "reqs")
 
     def __init__(
         self,
         out: ScheduledStep,
+        reqs: list[RequestState],
         prefill: bool,
-        no_sample: str | None,
+        no_sample: RequestState | None,
         ends: dict[str, int] | None,
     ) -> None:
         self.out = out
+        self.reqs = reqs
         self.prefill = prefill
         self.no_sample = no_sample
         self.ends = ends
@@ -419,6 +442,7 @@ class SglangScheduler(SchedulerBase):
         self._pending: list[RequestState] = []
         self._unfiltered = False
         self._ends: dict[str, int] | None = None
+        self._batch_reqs: list[RequestState] = []
         self.outputs_end_s = 0.0
         # Records of the last schedule() (for comparisons and the trace): retraction events
         # (victims, kept order), requests preempted at admission, why admission stopped, the
@@ -580,10 +604,12 @@ class SglangScheduler(SchedulerBase):
 
     def _launch(self, out: ScheduledStep) -> _Launched:
         """What the result of the step ``out`` applies (see :class:`_Launched`)."""
-        prefill = out.num_prefill_tokens > 0
-        chunked = self.chunked
-        no_sample = chunked.request_id if prefill and chunked is not None else None
-        return _Launched(out, prefill, no_sample, self._ends if prefill else None)
+        if out.num_prefill_tokens > 0:
+            chunked = self.chunked
+            reqs = self._batch_reqs
+            return _Launched(out, reqs, True, chunked, self._ends)
+        # A decode batch is the running batch as it is now (later steps edit that list).
+        return _Launched(out, self.running[:], False, None, None)
 
     def _free_tokens(self) -> int:
         return self.block_pool.num_free_blocks * self.config.block_size
@@ -842,6 +868,7 @@ class SglangScheduler(SchedulerBase):
             if request is not self.chunked:
                 running.append(request)
         self._ends = ends
+        self._batch_reqs = [request for request, _ in batch]
         return True
 
     def _requeue_preempted(self, preempted: list[RequestState], out: ScheduledStep) -> None:
@@ -937,10 +964,13 @@ class SglangScheduler(SchedulerBase):
         """
         launched = in_flight.out.num_scheduled_tokens
         max_new = self.max_new
+        # (A request stops no later than max_new: the stop count filters first, cheaply.)
         return [
             r
             for r in running
-            if r.request_id in launched and r.num_output_tokens + 1 >= max_new[r.request_id]
+            if r.num_output_tokens + 1 >= r.stop_output_tokens
+            and r.num_output_tokens + 1 >= max_new[r.request_id]
+            and r.request_id in launched
         ]
 
     def _blocks_needed(self, request: RequestState, computed: int) -> int:
@@ -1151,11 +1181,9 @@ class SglangScheduler(SchedulerBase):
         running_status = RequestStatus.RUNNING
         finished: list[RequestState] = []
         processed: list[RequestState] | None = [] if self.radix is not None else None
-        for request_id in launched.out.num_scheduled_tokens:
-            if request_id == no_sample:
-                continue
-            request = requests.get(request_id)
-            if request is None or request.status != running_status:
+        for request in launched.reqs:
+            # (A finished request has its final status; a retracted one waits again.)
+            if request.status != running_status or request is no_sample:
                 continue
             if processed is not None:
                 processed.append(request)
@@ -1168,7 +1196,7 @@ class SglangScheduler(SchedulerBase):
             request.status = request.stop_status
             request.finish_s = end_s
             self._release_finished(request)
-            del requests[request_id]
+            del requests[request.request_id]
             finished.append(request)
         if finished:
             before = len(self.running)
