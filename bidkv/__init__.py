@@ -1,85 +1,77 @@
 """BidKV: a KV-cache preemption victim-selection library with no dependencies.
 
-Layers, each a subpackage: ``protocol`` (bid value types and errors), ``scoring`` (token
-importance and bid building), ``pool`` / ``solver`` / ``pressure`` (the legacy bid path),
-``baselines`` (the ``select_victims`` strategies), ``adapters`` (framework contracts) and
-``experiments`` (metric records). The production preemption policy loaded by engines lives in
-``bidkv.adapters.vllm_hust`` and is deliberately not imported here.
+The production preemption policy, which engines load by qualified name, lives in
+``bidkv.adapters.vllm_hust`` (docs/policy.md); ``import bidkv`` does not import it. The original
+BidKV's bid path and the strategies of its paper's experiments live apart, in ``bidkv.legacy``
+(docs/bidkv-core.md).
+
+The names below are the original BidKV's public API, which its README's examples use. Each is
+loaded from ``bidkv.legacy`` on first use, so an engine that loads only the production policy
+never imports the legacy modules.
 """
 
-from bidkv._version import __version__
-from bidkv.adapters.base import BaseAdapterMetrics, FrameworkAdapter
-from bidkv.baselines import (
-    BaselineContext,
-    BaselineRegistry,
-    BaselineStrategy,
-    BidKVStrategy,
-    CompressionAction,
-    LargestFirstStrategy,
-    PreemptEvictSJFStrategy,
-    PreemptEvictStrategy,
-    RequestState,
-    StaticRandomStrategy,
-)
-from bidkv.config import BidKVConfig
-from bidkv.experiments import ExperimentMetrics
-from bidkv.pool import BidPoolManager
-from bidkv.pressure import PressureConfig, PressureDetector
-from bidkv.protocol import (
-    FEATURE_GATE_ID,
-    BidAcceptance,
-    BidCapacityError,
-    BidExecutionError,
-    BidExpiredError,
-    BidPool,
-    CompressionBid,
-    CompressionBidError,
-    CompressionBidProvider,
-    compute_utility,
-    make_bid_id,
-)
-from bidkv.scoring import PositionalScoring, ScoringStrategy, build_bids
-from bidkv.solver import GreedyBidSolver, SolverConfig
+from __future__ import annotations
 
-__all__ = [
-    "__version__",
-    # protocol
-    "FEATURE_GATE_ID",
-    "BidAcceptance",
-    "BidCapacityError",
-    "BidExecutionError",
-    "BidExpiredError",
-    "BidKVConfig",
-    "BidPool",
-    "CompressionBid",
-    "CompressionBidError",
-    "CompressionBidProvider",
-    "compute_utility",
-    "make_bid_id",
-    # legacy bid path
-    "BidPoolManager",
-    "GreedyBidSolver",
-    "PressureConfig",
-    "PressureDetector",
-    "SolverConfig",
+import importlib
+from typing import Any
+
+from bidkv._version import __version__
+
+# Public name -> (module under bidkv.legacy, attribute of that module).
+_LEGACY_NAMES: dict[str, tuple[str, str]] = {
+    # the bid protocol
+    "FEATURE_GATE_ID": ("bids", "FEATURE_GATE_ID"),
+    "BidAcceptance": ("bids", "BidAcceptance"),
+    "BidPool": ("bids", "BidPool"),
+    "CompressionBid": ("bids", "CompressionBid"),
+    "compute_utility": ("bids", "compute_utility"),
+    "make_bid_id": ("bids", "make_bid_id"),
+    "CompressionBidError": ("bid_errors", "CompressionBidError"),
+    "BidCapacityError": ("bid_errors", "BidCapacityError"),
+    "BidExecutionError": ("bid_errors", "BidExecutionError"),
+    "BidExpiredError": ("bid_errors", "BidExpiredError"),
+    "CompressionBidProvider": ("bid_provider", "CompressionBidProvider"),
+    "BidKVConfig": ("bid_config", "BidKVConfig"),
+    # the bid path
+    "BidPoolManager": ("bid_pool", "BidPoolManager"),
+    "PressureConfig": ("pressure", "PressureConfig"),
+    "PressureDetector": ("pressure", "PressureDetector"),
+    "SolverConfig": ("solver", "SolverConfig"),
+    "GreedyBidSolver": ("solver", "GreedyBidSolver"),
     # scoring
-    "PositionalScoring",
-    "ScoringStrategy",
-    "build_bids",
-    # baselines
-    "BaselineContext",
-    "BaselineRegistry",
-    "BaselineStrategy",
-    "BidKVStrategy",
-    "CompressionAction",
-    "LargestFirstStrategy",
-    "PreemptEvictStrategy",
-    "PreemptEvictSJFStrategy",
-    "RequestState",
-    "StaticRandomStrategy",
-    # adapters
-    "BaseAdapterMetrics",
-    "FrameworkAdapter",
-    # experiments
-    "ExperimentMetrics",
-]
+    "ScoringStrategy": ("token_scoring", "ScoringStrategy"),
+    "PositionalScoring": ("token_scoring", "PositionalScoring"),
+    "build_bids": ("bid_builder", "build_bids"),
+    # the experiments' select_victims strategies
+    "BaselineContext": ("baselines.base", "BaselineContext"),
+    "BaselineStrategy": ("baselines.base", "BaselineStrategy"),
+    "CompressionAction": ("baselines.base", "CompressionAction"),
+    "RequestState": ("baselines.base", "BaselineCandidate"),
+    "BaselineRegistry": ("baselines.registry", "BaselineRegistry"),
+    "BidKVStrategy": ("baselines.bid_ranking", "BidKVStrategy"),
+    "LargestFirstStrategy": ("baselines.largest_first", "LargestFirstStrategy"),
+    "PreemptEvictStrategy": ("baselines.preempt_evict", "PreemptEvictStrategy"),
+    "PreemptEvictSJFStrategy": ("baselines.preempt_evict", "PreemptEvictSJFStrategy"),
+    "StaticRandomStrategy": ("baselines.static_random", "StaticRandomStrategy"),
+    # adapters and experiment records
+    "BaseAdapterMetrics": ("adapter", "BaseAdapterMetrics"),
+    "FrameworkAdapter": ("adapter", "FrameworkAdapter"),
+    "ExperimentMetrics": ("run_metrics", "ExperimentMetrics"),
+}
+
+__all__ = ["__version__", *_LEGACY_NAMES]
+
+
+def __getattr__(name: str) -> Any:
+    """Load a legacy public name from ``bidkv.legacy`` on first use."""
+    try:
+        module, attribute = _LEGACY_NAMES[name]
+    except KeyError:
+        raise AttributeError(f"module 'bidkv' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"bidkv.legacy.{module}"), attribute)
+    globals()[name] = value  # later look-ups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

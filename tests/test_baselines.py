@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bidkv.baselines import (
+from bidkv import (
     BaselineContext,
     BaselineRegistry,
     BaselineStrategy,
@@ -25,8 +25,8 @@ from bidkv.baselines import (
     PreemptEvictStrategy,
     RequestState,
     StaticRandomStrategy,
-    create_default_registry,
 )
+from bidkv.legacy.baselines.registry import create_default_registry
 
 STRATEGY_NAMES = ["bidkv", "largest-first", "preempt-evict", "preempt-evict-sjf", "static-random"]
 

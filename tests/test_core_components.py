@@ -21,14 +21,24 @@ from typing import Any
 import pytest
 
 import bidkv
-from bidkv.adapters.base import BaseAdapterMetrics, FrameworkAdapter
-from bidkv.baselines import BaselineRegistry, BaselineStrategy, CompressionAction, RequestState
-from bidkv.config import BidKVConfig
-from bidkv.experiments import ExperimentMetrics
-from bidkv.pool import BidPoolManager
-from bidkv.pressure import PressureConfig, PressureDetector
-from bidkv.protocol import BidPool, CompressionBid
-from bidkv.scoring import PositionalScoring, ScoringStrategy, build_bids
+from bidkv import (
+    BaseAdapterMetrics,
+    BaselineRegistry,
+    BaselineStrategy,
+    BidKVConfig,
+    BidPool,
+    BidPoolManager,
+    CompressionAction,
+    CompressionBid,
+    ExperimentMetrics,
+    FrameworkAdapter,
+    PositionalScoring,
+    PressureConfig,
+    PressureDetector,
+    RequestState,
+    ScoringStrategy,
+    build_bids,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -770,11 +780,25 @@ class TestPackage:
             shipped = data.get("bundle_version", data.get("extension_version"))
             assert shipped == bidkv.__version__, manifest.name
 
+    def test_public_names_are_the_legacy_objects(self) -> None:
+        # docs/bidkv-core.md, "Public names": loaded from bidkv.legacy on first use.
+        from bidkv.legacy.baselines.base import BaselineCandidate
+        from bidkv.legacy.bid_config import BidKVConfig as LegacyConfig
+
+        assert bidkv.RequestState is BaselineCandidate
+        assert bidkv.BidKVConfig is LegacyConfig
+        for name in REFERENCE_ALL - {"__version__", "FEATURE_GATE_ID"}:
+            assert getattr(bidkv, name).__module__.startswith("bidkv.legacy."), name
+        assert set(dir(bidkv)) >= REFERENCE_ALL
+        with pytest.raises(AttributeError, match="no attribute 'RequestStat'"):
+            bidkv.RequestStat  # noqa: B018
+
     def test_import_is_cheap_and_stdlib_only(self) -> None:
         code = (
             "import sys\n"
             "before = set(sys.modules)\n"
-            "import bidkv, bidkv.baselines, bidkv.adapters.base\n"
+            "import bidkv\n"
+            "for name in bidkv.__all__: getattr(bidkv, name)\n"
             "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"
             "third = sorted(n for n in new if n != 'bidkv' and n not in sys.stdlib_module_names"
             " and not n.startswith('_'))\n"

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from bidkv.baselines import create_default_registry
-from bidkv.baselines.base import CompressionAction
-from bidkv.baselines.base import RequestState as StrategyRequest
+from bidkv.legacy.baselines.base import BaselineCandidate as StrategyRequest
+from bidkv.legacy.baselines.base import CompressionAction
+from bidkv.legacy.baselines.registry import create_default_registry
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
 from tracekit.engine.block_pool import cdiv
 from tracekit.engine.outputs import DecisionRecord

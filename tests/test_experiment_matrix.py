@@ -215,7 +215,7 @@ def test_detached_experiment_runs_return_their_send_times(tmp_path: Path) -> Non
 
 
 def test_experiment_run_takes_a_pool(tmp_path: Path) -> None:
-    """Issue 18 item 11: ``experiment run`` had no ``--pool``."""
+    """``experiment run`` takes ``--pool``, as ``experiment traces`` does (it once had none)."""
     import polars as pl
     from click.testing import CliRunner
 

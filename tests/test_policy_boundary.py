@@ -2,11 +2,16 @@
 
 ``bidkv`` never imports ``tracekit``. In ``tracekit``, only ``strategies.py`` imports the policy's
 modules; the exceptions below are listed with their reason, so that a new one is a decision.
+Inside ``bidkv``, the production policy and the original bid path (``bidkv.legacy``) never import
+each other.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +60,51 @@ def test_only_tracekit_strategies_imports_the_policy() -> None:
 def test_bidkv_never_imports_tracekit() -> None:
     for path in sorted((ROOT / "bidkv").rglob("*.py")):
         assert not {m for m in imported_modules(path) if m.split(".")[0] == "tracekit"}, path
+
+
+def test_the_production_policy_and_the_legacy_bid_path_never_import_each_other() -> None:
+    # docs/bidkv-core.md: bidkv.legacy holds the original bid path, bidkv.adapters.vllm_hust the
+    # production policy. Neither reaches the other, not even through the top-level bidkv names.
+    for path in sorted((ROOT / "bidkv" / "adapters" / "vllm_hust").rglob("*.py")):
+        found = {m for m in imported_modules(path) if m == "bidkv" or m.startswith("bidkv.legacy")}
+        assert not found, path
+    for path in sorted((ROOT / "bidkv" / "legacy").rglob("*.py")):
+        found = {m for m in imported_modules(path) if m.startswith("bidkv.adapters")}
+        assert not found, path
+
+
+def test_loading_the_production_policy_loads_no_legacy_module() -> None:
+    # What an engine does: load the policy by its qualified name and call it. The legacy modules
+    # stay unloaded, while a top-level legacy name loads them.
+    code = textwrap.dedent(
+        """
+        import importlib, sys
+        from types import SimpleNamespace
+        module, _, name = "bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy".rpartition(".")
+        policy_class = getattr(importlib.import_module(module), name)
+        from bidkv.adapters.vllm_hust.selector import BidkvSelectorConfig
+        policy = policy_class(BidkvSelectorConfig(enable_utility_victim_selection=True))
+        candidates = tuple(
+            SimpleNamespace(request_id=f"r{i}", priority=0, arrival_time=float(i),
+                            num_prompt_tokens=10, num_output_tokens=i, num_computed_tokens=10 + i,
+                            num_preemptions=0, max_tokens=16)
+            for i in range(4)
+        )
+        context = SimpleNamespace(candidates=candidates, scheduling_policy="fcfs",
+                                  requesting_request_id="r0", kv_cache_usage=0.99, now=1.0,
+                                  builtin_victim_id="r3")
+        policy.select_victim(context)
+        print(sorted(m for m in sys.modules if m.startswith("bidkv.legacy")))
+        import bidkv
+        bidkv.BidKVConfig
+        print("bidkv.legacy.bid_config" in sys.modules)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "True"]
 
 
 def test_a_dynamic_import_counts(tmp_path: Path) -> None:

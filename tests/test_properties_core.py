@@ -12,19 +12,21 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bidkv.baselines import (
+from bidkv import (
     BaselineStrategy,
     BidKVStrategy,
+    BidPool,
     CompressionAction,
+    CompressionBid,
+    GreedyBidSolver,
     LargestFirstStrategy,
     PreemptEvictSJFStrategy,
     PreemptEvictStrategy,
     RequestState,
+    SolverConfig,
     StaticRandomStrategy,
-    create_default_registry,
 )
-from bidkv.protocol import BidPool, CompressionBid
-from bidkv.solver import GreedyBidSolver, SolverConfig
+from bidkv.legacy.baselines.registry import create_default_registry
 
 # Applied per test so that other test modules keep their own Hypothesis settings.
 PROPERTY = settings(deadline=None, max_examples=150)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bidkv.protocol import (
+from bidkv import (
     FEATURE_GATE_ID,
     BidAcceptance,
     BidCapacityError,

@@ -14,9 +14,15 @@ from typing import Any
 
 import pytest
 
-from bidkv.pressure import PressureConfig, PressureDetector
-from bidkv.protocol import BidAcceptance, BidPool, CompressionBid
-from bidkv.solver import GreedyBidSolver, SolverConfig
+from bidkv import (
+    BidAcceptance,
+    BidPool,
+    CompressionBid,
+    GreedyBidSolver,
+    PressureConfig,
+    PressureDetector,
+    SolverConfig,
+)
 
 REASON = "kv_pool_pressure_threshold_exceeded"
 

@@ -35,10 +35,10 @@ from bidkv.adapters.vllm_hust.config import (
 from bidkv.adapters.vllm_hust.decision import DecisionRules, DecisionState, Step, decide
 from bidkv.adapters.vllm_hust.scoring import utility
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvVictimSelector
-from bidkv.baselines.base import CompressionAction
-from bidkv.baselines.base import RequestState as LegacyRequest
-from bidkv.baselines.registry import create_default_registry as legacy_strategy_registry
-from bidkv.baselines.static_random import StaticRandomStrategy
+from bidkv.legacy.baselines.base import BaselineCandidate as LegacyRequest
+from bidkv.legacy.baselines.base import CompressionAction
+from bidkv.legacy.baselines.registry import create_default_registry as legacy_strategy_registry
+from bidkv.legacy.baselines.static_random import StaticRandomStrategy
 from bidkv.manifests import manifest_names
 from tracekit.engine.hosts import BuiltinHost, LegacyHost, TypedHost, VictimHost
 from tracekit.errors import ConfigError

@@ -1,7 +1,6 @@
 """Framework adapters: the bridge between BidKV and serving engines.
 
-``base`` defines the legacy :class:`~bidkv.adapters.base.FrameworkAdapter` contract and the
-counters every adapter keeps. Engine-specific adapters live in subpackages (``vllm_hust`` holds
-the production preemption policy) and are imported only by the engines that load them, so that
-``import bidkv`` stays cheap.
+``vllm_hust`` holds the production preemption policy. Engine-specific adapters are imported only
+by the engines that load them, so that ``import bidkv`` stays cheap. (The original BidKV's
+``FrameworkAdapter`` contract lives with the rest of its bid path, in ``bidkv.legacy.adapter``.)
 """

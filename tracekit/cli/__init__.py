@@ -35,10 +35,10 @@ __all__ = ["cli"]
 def cli() -> None:
     """Replay, compare and qualify KV-cache preemption policies on scheduler traces.
 
-    Exit status of every command: 0 success; 1 a check ran and failed (validate, diff,
+    Exit status of every command: 0 done; 1 a finding (validate, diff, a qualify NO-GO,
     fidelity, a sweep run, manifest validate, experiment traces --mode verify); 2 bad input (a
-    missing or unreadable path, an --out that cannot be created, a bad option value,
-    configuration or workload); validate also exits 3 for a truncated recording.
+    missing or unreadable path, a refused --out, a bad option value, configuration or
+    workload); 3 a truncated recording (validate); 130 interrupted (Ctrl-C or SIGTERM).
     """
 
 

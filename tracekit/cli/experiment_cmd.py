@@ -112,7 +112,12 @@ def _with_latency(latency: str) -> EngineConfig:
     help="Matrix folder (traces, bundles, summary, comparison).",
 )
 @click.option(
-    "--strategies", default=",".join(MATRIX["strategies"]), show_default=True, callback=_name_list
+    "--strategies",
+    default=",".join(MATRIX["strategies"]),
+    show_default=True,
+    callback=_name_list,
+    help="The original experiments' select_victims strategies (bidkv.legacy), not the production "
+    "policy's of the same names (docs/bidkv-core.md).",
 )
 @click.option("--rates", default=RATES, show_default=True, callback=_float_list)
 @click.option("--runs", type=click.IntRange(min=1), default=MATRIX["runs"], show_default=True)

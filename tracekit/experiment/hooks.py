@@ -41,9 +41,9 @@ tracked token list, which a preemption does not reset, and ``bidkv`` ranks at mo
 candidates (the original solver's ``max_bids_per_solve``; both in
 docs/experiments.md, "Experiment mode in the engine").
 
-:class:`HookedVllmScheduler` (``experiment_scheduler.py``) is the scheduler that calls these
-hooks. ``run_engine(..., scheduler_factory=hooks.make_scheduler)`` runs them; the engine never
-imports either module.
+:class:`HookedVllmScheduler` (:mod:`tracekit.experiment.scheduler`) is the scheduler that calls
+these hooks. ``run_engine(..., scheduler_factory=hooks.make_scheduler)`` runs them; the engine
+never imports either module.
 """
 
 from __future__ import annotations
@@ -75,7 +75,9 @@ __all__ = [
     "keep_score",
 ]
 
-#: The strategies of the original matrix, in its order (docs/experiments.md, "The matrix").
+#: The strategies of the original matrix, in its order (docs/experiments.md, "The matrix"): the
+#: legacy registry's names, whose rules are not those of the production policy's strategies of
+#: the same names (docs/bidkv-core.md, "Same names, other rules").
 LEGACY_STRATEGIES: tuple[str, ...] = (
     "preempt-evict",
     "preempt-evict-sjf",
@@ -90,7 +92,7 @@ SRPT = "srpt"
 
 
 class VictimStrategy(Protocol):
-    """A legacy ``select_victims`` strategy (``bidkv.baselines``)."""
+    """A legacy ``select_victims`` strategy (``bidkv.legacy.baselines``)."""
 
     def select_victims(
         self, candidates: Sequence[StrategyRequest], needed_tokens: int, **kwargs: Any
@@ -253,7 +255,7 @@ class ExperimentHooks:
         One of :data:`LEGACY_STRATEGIES`.
     strategy
         The ``select_victims`` strategy; by default the one of that name from
-        ``bidkv.baselines.create_default_registry()``.
+        ``bidkv.legacy.baselines.registry.create_default_registry()``.
     settings
         The hooks' constants.
     seed

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracekit.analysis.serving import check_slo_target
+from tracekit.analysis.stats import t_critical_95
 
 __all__ = [
     "METRICS",
@@ -42,11 +43,9 @@ __all__ = [
     "run_metrics",
 ]
 
-#: The original analysis' two-sided 95% t values by number of runs; 1.96 otherwise
-#: (docs/experiments.md, "Summary figures").
-ORIGINAL_T95: dict[int, float] = {
-    2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365,
-}  # fmt: skip
+#: The original analysis' two-sided 95% t values by number of runs: Student's t for 2 to 8 runs,
+#: 1.96 otherwise (docs/experiments.md, "Summary figures").
+ORIGINAL_T95: dict[int, float] = {n: t_critical_95(n - 1) for n in range(2, 9)}
 
 #: The per-run figures that :func:`aggregate_runs` summarises, in report order.
 METRICS: tuple[str, ...] = (

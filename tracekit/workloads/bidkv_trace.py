@@ -1,4 +1,4 @@
-"""Loader for the original BidKV frozen trace JSON lines (``bidkv/experiments/common/trace.py``).
+"""Loader for the original BidKV's frozen traces: JSON lines of token ids and arrival offsets.
 
 One JSON object a line (docs/workloads.md, "Original BidKV frozen trace (bidkv-trace)")::
 

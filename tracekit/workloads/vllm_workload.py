@@ -1,7 +1,8 @@
-"""Loader for the original BidKV vLLM workload JSON (``bidkv/experiments/vllm/workload.py``).
+"""Loader for the workload JSON the original BidKV's vLLM experiment runner replayed.
 
-One JSON document (docs/workloads.md, "Original BidKV vLLM workload JSON (vllm-workload)"),
-written with ``indent=2``::
+``tracekit experiment traces`` writes it too (docs/experiments.md, "Traces"). One JSON document
+(docs/workloads.md, "Original BidKV vLLM workload JSON (vllm-workload)"), written with
+``indent=2``::
 
     {"workload_name": "mixed", "request_rate": 3.8, "seed": 42, "dataset_source": "...",
      "frozen_at": "", "num_requests": 1000,

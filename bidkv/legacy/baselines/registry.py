@@ -1,13 +1,12 @@
-"""Look strategies up by name."""
+"""Look the experiments' ``select_victims`` strategies up by their names (the original's)."""
 
 from __future__ import annotations
 
-from bidkv.baselines.base import BaselineStrategy
-from bidkv.baselines.bidkv_strategy import BidKVStrategy
-from bidkv.baselines.largest_first import LargestFirstStrategy
-from bidkv.baselines.preempt_evict import PreemptEvictStrategy
-from bidkv.baselines.preempt_evict_sjf import PreemptEvictSJFStrategy
-from bidkv.baselines.static_random import StaticRandomStrategy
+from bidkv.legacy.baselines.base import BaselineStrategy
+from bidkv.legacy.baselines.bid_ranking import BidKVStrategy
+from bidkv.legacy.baselines.largest_first import LargestFirstStrategy
+from bidkv.legacy.baselines.preempt_evict import PreemptEvictSJFStrategy, PreemptEvictStrategy
+from bidkv.legacy.baselines.static_random import StaticRandomStrategy
 
 __all__ = ["BaselineRegistry", "create_default_registry"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from bidkv.protocol.bid import CompressionBid
+from bidkv.legacy.bids import CompressionBid
 
 __all__ = ["CompressionBidProvider"]
 

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from bidkv.protocol.bid import BidAcceptance, BidPool
+from bidkv.legacy.bids import BidAcceptance, BidPool
 
 __all__ = ["GreedyBidSolver", "SolverConfig"]
 
@@ -171,7 +171,7 @@ class GreedyBidSolver:
         pool : BidPool
             The snapshot to choose from.
         detector : object with ``needed_tokens() -> int``
-            Usually a :class:`bidkv.pressure.PressureDetector`.
+            Usually a :class:`bidkv.legacy.pressure.PressureDetector`.
         delta_budget : float or None, optional
             As in :meth:`solve`.
         decision_reason : str or None, optional

@@ -1,9 +1,11 @@
-"""Compression bids: the value types a scheduler ranks.
+"""Compression bids: the value types the original bid path ranks.
 
 A bid says "freeing ``tokens_freed`` tokens of this request costs ``quality_delta``". Bids are
-ranked by the utility ``U = r / (δ + ε)`` with ``ε = 1e-3``
-(docs/bidkv-core.md, "Bids and utility"). ``δ`` is a predicted, surrogate signal and ``U`` an
-operational ranking signal; neither is ground truth.
+ranked by the bid utility ``U = r / (δ + ε)`` with ``ε = 1e-3`` (:func:`bid_utility`,
+docs/bidkv-core.md, "Bids and utility"). The production policy has its own utility, with another
+``ε`` (1e-6) and another ``δ`` (``bidkv.adapters.vllm_hust.scoring.utility``); the two are not
+interchangeable. ``δ`` is a predicted, surrogate signal and ``U`` an operational ranking signal;
+neither is ground truth.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
+    "BID_UTILITY_EPSILON",
     "FEATURE_GATE_ID",
-    "UTILITY_EPSILON",
     "BidAcceptance",
     "BidPool",
     "CompressionBid",
+    "bid_utility",
     "compute_utility",
     "make_bid_id",
 ]
@@ -24,8 +27,9 @@ __all__ = [
 FEATURE_GATE_ID: Final[str] = "compress.scheduling_primitive.v1"
 """Name of the feature gate guarding the bid path (documentation only; nothing reads it)."""
 
-UTILITY_EPSILON: Final[float] = 1e-3
-"""Keeps ``U = r / (δ + ε)`` finite when ``δ == 0``. The production selector uses 1e-6 instead."""
+BID_UTILITY_EPSILON: Final[float] = 1e-3
+"""Keeps ``U = r / (δ + ε)`` finite when ``δ == 0``; the production policy's ``utility_epsilon``
+is a separate setting (1e-6 by default)."""
 
 
 def _require_non_empty(name: str, value: str) -> None:
@@ -39,8 +43,9 @@ def _require_at_least(name: str, value: float, bound: float, shown_bound: str) -
         raise ValueError(f"{name} must be >= {shown_bound}, got {value}")
 
 
-def _utility(tokens_freed: int, quality_delta: float) -> float:
-    return tokens_freed / (quality_delta + UTILITY_EPSILON)
+def bid_utility(tokens_freed: int, quality_delta: float) -> float:
+    """The bid utility ``U = r / (δ + 1e-3)``, unchecked (:func:`compute_utility` checks)."""
+    return tokens_freed / (quality_delta + BID_UTILITY_EPSILON)
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ class CompressionBid:
     @property
     def utility(self) -> float:
         """Ranking value ``tokens_freed / (quality_delta + 1e-3)``; larger is better."""
-        return _utility(self.tokens_freed, self.quality_delta)
+        return bid_utility(self.tokens_freed, self.quality_delta)
 
     @property
     def normalized_utility(self) -> float:
@@ -235,7 +240,7 @@ def compute_utility(tokens_freed: int, quality_delta: float) -> float:
         raise ValueError(f"tokens_freed must be > 0, got {tokens_freed}")
     if not 0.0 <= quality_delta <= 1.0:
         raise ValueError(f"quality_delta must be in [0.0, 1.0], got {quality_delta}")
-    return _utility(tokens_freed, quality_delta)
+    return bid_utility(tokens_freed, quality_delta)
 
 
 def make_bid_id(request_id: str, level: int) -> str:

@@ -1,4 +1,8 @@
-"""Positional token importance: attention sinks and recency, or accumulated attention if fed.
+"""Token importance for the original bid path: the scorer contract and the positional scorer.
+
+A scorer gives every token of a request an importance in ``[0, 1]`` and does nothing else;
+:func:`bidkv.legacy.bid_builder.build_bids` turns scores into bids, once for every scorer. (The
+production policy scores whole candidates, not tokens: ``bidkv.adapters.vllm_hust.scoring``.)
 
 Serving engines with fused attention kernels expose no attention weights, so by default a token's
 importance comes from its position alone (docs/bidkv-core.md, "Positional scoring")::
@@ -15,12 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from bidkv.protocol.bid import CompressionBid
-from bidkv.scoring.bid_builder import build_bids
+from bidkv.legacy.bid_builder import build_bids
+from bidkv.legacy.bids import CompressionBid
 
-__all__ = ["PositionalScoring"]
+__all__ = ["PositionalScoring", "ScoringStrategy"]
 
 _SINK_PEAK = 0.8
 _SINK_DECAY_SHARE = 0.05
@@ -28,6 +32,28 @@ _RECENCY_PEAK = 0.6
 _HEAVY_FLOOR = 0.7
 _RECENT_FLOOR = 0.6
 _CONFIDENCE_WITHOUT_STEPS = 0.3
+
+
+@runtime_checkable
+class ScoringStrategy(Protocol):
+    """Anything with a ``score`` method of this shape (structural; no inheritance needed)."""
+
+    def score(self, token_ids: Sequence[int], **context: Any) -> list[float]:
+        """Return one importance per token.
+
+        Parameters
+        ----------
+        token_ids : sequence of int
+            The request's tokens.
+        **context
+            Scorer-specific inputs, such as an attention pattern.
+
+        Returns
+        -------
+        list of float
+            As many values as ``token_ids``, each in ``[0, 1]``; higher means keep.
+        """
+        ...
 
 
 def _check_ratio(name: str, value: float) -> None:
@@ -205,7 +231,7 @@ class PositionalScoring:
         Returns
         -------
         list of CompressionBid
-            See :func:`bidkv.scoring.bid_builder.build_bids`; the metadata also carries the
+            See :func:`bidkv.legacy.bid_builder.build_bids`; the metadata also carries the
             ratios, the number of decode steps and ``scoring_method="positional"``.
         """
         scores = self.score(token_ids, **context)

@@ -22,17 +22,16 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from bidkv.baselines.base import (
+from bidkv.legacy.baselines.base import (
+    BaselineCandidate,
     BaselineStrategy,
     CompressionAction,
-    RequestState,
     latest_per_request,
 )
-from bidkv.pool.manager import BidPoolManager
-from bidkv.protocol.bid import CompressionBid, make_bid_id
-from bidkv.scoring.base import ScoringStrategy
-from bidkv.scoring.positional import PositionalScoring
-from bidkv.solver.greedy import GreedyBidSolver, SolverConfig
+from bidkv.legacy.bid_pool import BidPoolManager
+from bidkv.legacy.bids import CompressionBid, make_bid_id
+from bidkv.legacy.solver import GreedyBidSolver, SolverConfig
+from bidkv.legacy.token_scoring import PositionalScoring, ScoringStrategy
 
 __all__ = ["BidKVStrategy"]
 
@@ -60,7 +59,7 @@ def _weight(value: float | None, env_name: str, default: float) -> float:
         raise ValueError(f"{env_name} must be a number, got {raw!r}") from None
 
 
-def _completion(request: RequestState) -> float:
+def _completion(request: BaselineCandidate) -> float:
     if request.max_output_tokens <= 0:
         return 0.0
     generated = max(0, request.num_computed_tokens - request.num_prompt_tokens)
@@ -125,12 +124,12 @@ class BidKVStrategy(BaselineStrategy):
         """Budget of the internal solver configuration."""
         return self._delta_budget
 
-    def make_bid(self, request: RequestState) -> CompressionBid | None:
+    def make_bid(self, request: BaselineCandidate) -> CompressionBid | None:
         """Build the single bid of one candidate.
 
         Parameters
         ----------
-        request : RequestState
+        request : BaselineCandidate
             The candidate.
 
         Returns
@@ -183,7 +182,7 @@ class BidKVStrategy(BaselineStrategy):
 
     def select_victims(
         self,
-        candidates: Sequence[RequestState],
+        candidates: Sequence[BaselineCandidate],
         needed_tokens: int,
         **kwargs: Any,
     ) -> list[CompressionAction]:
@@ -193,7 +192,7 @@ class BidKVStrategy(BaselineStrategy):
 
         Parameters
         ----------
-        candidates : sequence of RequestState
+        candidates : sequence of BaselineCandidate
             Running requests; those with ``current_tokens <= 1`` are never returned.
         needed_tokens : int
             Tokens to free; adapters pass the sum over all candidates to get a full ranking.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bidkv.protocol.bid import CompressionBid, make_bid_id
+from bidkv.legacy.bids import CompressionBid, make_bid_id
 
 __all__ = ["build_bids"]
 

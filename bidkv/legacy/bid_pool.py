@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from bidkv.protocol.bid import BidPool, CompressionBid
+from bidkv.legacy.bids import BidPool, CompressionBid
 
 __all__ = ["BidPoolManager"]
 

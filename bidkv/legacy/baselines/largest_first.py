@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bidkv.baselines.base import (
+from bidkv.legacy.baselines.base import (
+    BaselineCandidate,
     BaselineStrategy,
     CompressionAction,
-    RequestState,
     act_until_freed,
     latest_per_request,
 )
-from bidkv.scoring.base import ScoringStrategy
-from bidkv.scoring.positional import PositionalScoring
+from bidkv.legacy.token_scoring import PositionalScoring, ScoringStrategy
 
 __all__ = ["LargestFirstStrategy"]
 
@@ -66,7 +65,7 @@ class LargestFirstStrategy(BaselineStrategy):
 
     def select_victims(
         self,
-        candidates: Sequence[RequestState],
+        candidates: Sequence[BaselineCandidate],
         needed_tokens: int,
         **kwargs: Any,
     ) -> list[CompressionAction]:
@@ -85,7 +84,7 @@ class LargestFirstStrategy(BaselineStrategy):
         scorers: Mapping[str, ScoringStrategy] = kwargs.get("scoring_states", {})
 
         # (request, compressible tokens, estimated quality loss)
-        ranked: list[tuple[RequestState, int, float]] = []
+        ranked: list[tuple[BaselineCandidate, int, float]] = []
         for request in latest_per_request(candidates):
             if request.current_tokens <= 1:
                 continue

@@ -16,10 +16,10 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "ACTION_TYPES",
+    "BaselineCandidate",
     "BaselineContext",
     "BaselineStrategy",
     "CompressionAction",
-    "RequestState",
     "act_until_freed",
     "latest_per_request",
 ]
@@ -32,8 +32,11 @@ ACTION_TYPES: tuple[ActionType, ...] = ("evict", "compress")
 
 
 @dataclass(frozen=True)
-class RequestState:
+class BaselineCandidate:
     """Snapshot of one running request, as the legacy adapters build it.
+
+    Published as ``bidkv.RequestState``, the original's name; called ``BaselineCandidate`` here
+    so that it is not mistaken for the engine's mutable ``RequestState`` in tracekit.
 
     Parameters
     ----------
@@ -119,12 +122,12 @@ class BaselineContext(Protocol):
     A driver asks it for the candidates and the KV occupancy of the current pressure event.
     """
 
-    def get_active_requests(self) -> list[RequestState]:
+    def get_active_requests(self) -> list[BaselineCandidate]:
         """Return a snapshot of every running request.
 
         Returns
         -------
-        list of RequestState
+        list of BaselineCandidate
             The candidates of the current pressure event.
         """
         ...
@@ -157,7 +160,7 @@ class BaselineStrategy(ABC):
     @abstractmethod
     def select_victims(
         self,
-        candidates: Sequence[RequestState],
+        candidates: Sequence[BaselineCandidate],
         needed_tokens: int,
         **kwargs: Any,
     ) -> list[CompressionAction]:
@@ -165,7 +168,7 @@ class BaselineStrategy(ABC):
 
         Parameters
         ----------
-        candidates : sequence of RequestState
+        candidates : sequence of BaselineCandidate
             Running requests of this pressure event. Should a request id appear twice, its last
             snapshot is used, at the position of its first appearance.
         needed_tokens : int
@@ -181,7 +184,7 @@ class BaselineStrategy(ABC):
         """
 
 
-def latest_per_request(candidates: Sequence[RequestState]) -> list[RequestState]:
+def latest_per_request(candidates: Sequence[BaselineCandidate]) -> list[BaselineCandidate]:
     """Keep one snapshot per request id: the last one, at the first one's position.
 
     Mirrors the bid pool (a later submission replaces a request's bids) so that no strategy can
@@ -189,15 +192,15 @@ def latest_per_request(candidates: Sequence[RequestState]) -> list[RequestState]
 
     Parameters
     ----------
-    candidates : sequence of RequestState
+    candidates : sequence of BaselineCandidate
         Possibly with repeated ids.
 
     Returns
     -------
-    list of RequestState
+    list of BaselineCandidate
         Unique by ``request_id``.
     """
-    by_id: dict[str, RequestState] = {}
+    by_id: dict[str, BaselineCandidate] = {}
     for request in candidates:
         by_id[request.request_id] = request
     return list(by_id.values())

@@ -1,4 +1,4 @@
-"""The legacy adapter contract and the counters every adapter keeps.
+"""The original BidKV's adapter contract and the counters every adapter keeps.
 
 An adapter plugs BidKV into one serving framework. It reports KV occupancy, gives BidKV a chance
 to act before the framework's own preemption, feeds decode-step information to the scorer, and
@@ -11,8 +11,8 @@ import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from bidkv.config import BidKVConfig
-from bidkv.scoring.base import ScoringStrategy
+from bidkv.legacy.bid_config import BidKVConfig
+from bidkv.legacy.token_scoring import ScoringStrategy
 
 __all__ = ["BaseAdapterMetrics", "FrameworkAdapter"]
 

@@ -1,7 +1,10 @@
-"""``preempt-evict``: the engine's default, evict the lowest-priority requests whole.
+"""``preempt-evict`` and ``preempt-evict-sjf``: evict the lowest-priority requests whole.
 
 Adapters set ``priority = -arrival_ms``, so the newest request goes first, which is vLLM's LIFO
-preemption. This is the lower bound every other strategy is compared with.
+preemption: the engine's default, the lower bound every other strategy is compared with.
+``preempt-evict-sjf`` has the same victims; its shortest-job-first ordering of the waiting queue
+lives in the scheduler hook, so the strategy exists to isolate that admission change in
+ablations.
 """
 
 from __future__ import annotations
@@ -9,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from bidkv.baselines.base import (
+from bidkv.legacy.baselines.base import (
+    BaselineCandidate,
     BaselineStrategy,
     CompressionAction,
-    RequestState,
     act_until_freed,
     latest_per_request,
 )
 
-__all__ = ["PreemptEvictStrategy"]
+__all__ = ["PreemptEvictSJFStrategy", "PreemptEvictStrategy"]
 
 
 class PreemptEvictStrategy(BaselineStrategy):
@@ -34,7 +37,7 @@ class PreemptEvictStrategy(BaselineStrategy):
 
     def select_victims(
         self,
-        candidates: Sequence[RequestState],
+        candidates: Sequence[BaselineCandidate],
         needed_tokens: int,
         **kwargs: Any,
     ) -> list[CompressionAction]:
@@ -57,3 +60,12 @@ class PreemptEvictStrategy(BaselineStrategy):
                 metadata={"strategy": self.name, "priority": request.priority},
             ),
         )
+
+
+class PreemptEvictSJFStrategy(PreemptEvictStrategy):
+    """Victim rule of :class:`PreemptEvictStrategy`, registered under its own name."""
+
+    @property
+    def name(self) -> str:
+        """``"preempt-evict-sjf"``."""
+        return "preempt-evict-sjf"

@@ -12,10 +12,10 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from bidkv.baselines.base import (
+from bidkv.legacy.baselines.base import (
+    BaselineCandidate,
     BaselineStrategy,
     CompressionAction,
-    RequestState,
     act_until_freed,
     latest_per_request,
 )
@@ -72,7 +72,7 @@ class StaticRandomStrategy(BaselineStrategy):
 
     def select_victims(
         self,
-        candidates: Sequence[RequestState],
+        candidates: Sequence[BaselineCandidate],
         needed_tokens: int,
         **kwargs: Any,
     ) -> list[CompressionAction]:
