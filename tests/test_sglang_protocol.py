@@ -235,6 +235,14 @@ def test_written_bundle_validates_and_keeps_every_step(tmp_path: Path) -> None:
     manifest_json = json.loads((out / "manifest.json").read_text("utf-8"))
     assert manifest_json["engine"] == "sglang-0.5.23"
     assert manifest_json["sglang"]["version"] == "0.5.23"
+    # Compressed as the fixtures are, read the same, and replaceable by a new recording.
+    from tracekit.sglang.record import compress_steps
+
+    compress_steps(out)
+    assert not (out / STEPS_FILE).exists() and read_sglang_steps(out) == steps
+    again = [*MESSAGES, c_done, end]
+    assert _write_bundle(out, manifest, REQUESTS, CONFIG, again, True) == out
+    assert read_sglang_steps(out) == steps
 
 
 def test_record_sglang_refuses_a_bad_option_before_running(tmp_path: Path) -> None:

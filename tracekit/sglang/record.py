@@ -65,6 +65,8 @@ DEFAULT_SGLANG_VENV = Path.home() / ".cache" / "bidkv" / "sglang-cpu-venv"
 STEPS_FILE = "sglang-steps.jsonl"
 #: The bundle file with the scenario sent to the driver (configuration and request rows).
 SCENARIO_FILE = "sglang-scenario.json"
+#: The files a recording holds besides its tables (the step file, or its compressed forms).
+SIDE_FILES = (SCENARIO_FILE, STEPS_FILE, STEPS_FILE + ".xz", STEPS_FILE + ".gz")
 
 Progress = Callable[[int, int], None]
 
@@ -533,7 +535,7 @@ def _write_bundle(
     tables = bundle_rows(manifest["run_id"], config, requests, messages)
     with BundleWriter(
         out, manifest, tables=list(tables), overwrite=overwrite,
-        side_files=(SCENARIO_FILE, STEPS_FILE),
+        side_files=SIDE_FILES,
     ) as writer:  # fmt: skip
         for name, rows in tables.items():
             for values in rows:
