@@ -297,3 +297,12 @@ def test_new_fixtures_cover_overlap_ignore_eos_and_priority() -> None:
     requests = pl.read_parquet(_bundle("ignore-eos-all-noradix") / "requests.parquet")
     assert (requests["output_tokens"] == requests["max_tokens"]).all()
     assert stream("ignore-eos-all-noradix") != stream("ignore-eos-all-radix")
+
+
+def test_the_scenario_workloads_are_their_generator_s_output() -> None:
+    """The committed scenario tables are what scenario_requests makes, byte for byte."""
+    from tracekit.sglang.fixtures import SCENARIO_WORKLOADS, scenario_csv
+
+    for kind in ("priority", "ignore-eos", "ignore-eos-long"):
+        path = ROOT / SCENARIO_WORKLOADS / f"{kind}.csv"
+        assert path.read_text("utf-8") == scenario_csv(kind)

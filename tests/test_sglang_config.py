@@ -157,3 +157,26 @@ def test_a_bad_sglang_configuration_is_one_line_and_exit_2(
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and words in result.output, result.output
     assert not out.exists()
+
+
+def test_sglang_refuses_prompts_of_min_context_pool_less_six() -> None:
+    """TpModelWorker.get_worker_info: max_req_input_len = min(context - 1, pool - 1) - 5; a
+    prompt of that many tokens or more is refused (validate_input_length); vLLM: max_model_len."""
+    from tracekit.capacity.rejections import find_rejections
+    from tracekit.engine import BuiltinHost, EngineRequest, run_engine
+    from tracekit.workloads import load_workload
+
+    config = EngineConfig(mode="sglang", num_blocks=301, max_model_len=200, clock="steps")
+    assert config.max_prompt_tokens == 193  # min(200, 300) - 7
+    requests = [EngineRequest("ok", 0.0, 193, 2, 2), EngineRequest("no", 0.0, 194, 2, 2)]
+    result = run_engine(requests, config, BuiltinHost())
+    assert {r.request_id: r.status for r in result.requests} == {
+        "ok": "finished_length_capped",
+        "no": "rejected",
+    }
+    assert EngineConfig(max_model_len=200, num_blocks=14).max_prompt_tokens == 199
+    warning = find_rejections(
+        load_workload(ROOT / "tracekit/data/azure_conv_sample.csv", limit=50),
+        EngineConfig(mode="sglang", max_model_len=1024),
+    ).warning()
+    assert warning is not None and "prompt >= 1018 tokens" in warning
