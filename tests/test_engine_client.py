@@ -9,6 +9,7 @@ worked by hand from that rule.
 
 from __future__ import annotations
 
+import pytest
 from engine_helpers import make_engine, make_requests
 
 from tracekit.engine import BuiltinHost, EngineRequest, RequestStatus, run_engine
@@ -123,9 +124,10 @@ def test_a_cancel_after_the_finish_changes_nothing() -> None:
     assert result.num_aborted == 0
 
 
-def test_sglang_mode_aborts_waiting_requests_too() -> None:
+@pytest.mark.parametrize("overlap", [False, True])
+def test_sglang_mode_aborts_waiting_requests_too(overlap: bool) -> None:
     requests = make_requests(("a", 0.0, 10, 5), ("b", 0.0, 10, 2))
-    config = make_engine(max_num_seqs=1, mode="sglang")
+    config = make_engine(max_num_seqs=1, mode="sglang", radix_cache=False, overlap_schedule=overlap)
     result = run_engine(
         requests, config, BuiltinHost(), check_consistency=True,
         client=ClientModel(ttft_timeout_s=1.5),

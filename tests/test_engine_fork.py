@@ -41,8 +41,16 @@ CASES = {
     "vllm": (dict(), _plain(40, 1)),
     "vllm-prefix": (dict(enable_prefix_caching=True), random_content(3, 40)),
     "vllm-priority": (dict(scheduling_policy="priority"), random_content(5, 40)),
-    # SGLang retracts only when decoding outgrows the pool: long outputs, short prompts.
-    "sglang": (dict(mode="sglang"), _plain(60, 2, 0.1, (20, 120), (200, 400))),
+    # SGLang retracts only when decoding outgrows the pool: long outputs, short prompts. Its
+    # normal loop, and its default overlap loop with the radix cache (page size 1).
+    "sglang": (
+        dict(mode="sglang", overlap_schedule=False, radix_cache=False),
+        _plain(60, 2, 0.1, (20, 120), (200, 400)),
+    ),
+    "sglang-overlap-radix": (
+        dict(mode="sglang", num_blocks=641, block_size=1),
+        _plain(60, 2, 0.1, (20, 120), (200, 400)),
+    ),
     # vLLM's async scheduling: a step in flight while the next is scheduled.
     "vllm-async": (dict(async_scheduling=True), _plain(40, 1)),
     "vllm-async-prefix": (
@@ -80,7 +88,7 @@ def _tail(result, step: int, decision: int, finished: set[str]):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_engine_run_equals_run_engine(case: str) -> None:
     overrides, requests = CASES[case]
-    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    config = make_engine(**{"num_blocks": 41, "max_num_batched_tokens": 512, **overrides})
     expected = run_engine(requests, config, BuiltinHost())
     assert expected.num_decisions > 0, "the workload must preempt"
     got = EngineRun(requests, config, BuiltinHost()).run_to_end()
@@ -96,7 +104,7 @@ def test_engine_run_equals_run_engine(case: str) -> None:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fork_continues_identically(case: str) -> None:
     overrides, requests = CASES[case]
-    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    config = make_engine(**{"num_blocks": 41, "max_num_batched_tokens": 512, **overrides})
     full = run_engine(requests, config, BuiltinHost())
     decision_steps = sorted({d.step for d in full.decisions})
     assert len(decision_steps) >= 3
@@ -139,7 +147,7 @@ class _Scripted:
 
 def test_fork_with_another_host_diverges_without_touching_the_original() -> None:
     overrides, requests = CASES["vllm-prefix"]
-    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    config = make_engine(**{"num_blocks": 41, "max_num_batched_tokens": 512, **overrides})
     full = run_engine(requests, config, BuiltinHost())
     first = full.decisions[0]
     run = EngineRun(requests, config, BuiltinHost())
@@ -158,7 +166,7 @@ def test_shared_backlog_scores_as_a_full_copy(objective: str, monkeypatch) -> No
     from tracekit.oracle import OracleSettings, evaluate_at
 
     overrides, requests = CASES["vllm-backlog"]
-    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    config = make_engine(**{"num_blocks": 41, "max_num_batched_tokens": 512, **overrides})
     full = run_engine(requests, config, BuiltinHost())
     settings = OracleSettings(objective=objective, horizon=40, ttft_s=5.0, tpot_s=1.5)
     got = []
@@ -187,7 +195,7 @@ def test_fork_copies_a_stateful_policy_host(strategy: str) -> None:
     from tracekit.strategies import resolve_strategy
 
     overrides, requests = CASES["vllm-prefix"]
-    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    config = make_engine(**{"num_blocks": 41, "max_num_batched_tokens": 512, **overrides})
     run = EngineRun(requests, config, resolve_strategy(strategy).make_host("typed"))
     for _ in range(30):
         run.step()
@@ -228,7 +236,7 @@ def test_fork_continues_identically_with_a_client_model(case: str) -> None:
     base = _plain(40, 1, gap=0.1)
     requests = _cancelling(base) if cancels else base
     overrides = dict(async_scheduling=True) if case.startswith("async") else {}
-    config = make_engine(41, max_num_batched_tokens=512, **overrides)
+    config = make_engine(**{"num_blocks": 41, "max_num_batched_tokens": 512, **overrides})
     full = run_engine(requests, config, BuiltinHost(), client=client)
     plain = run_engine(base, config, BuiltinHost())
     assert _records(full) != _records(plain), "the case must use the client model"

@@ -1,4 +1,9 @@
-"""SGLang mode: retraction order, the policy's place in it, and end-to-end consistency."""
+"""SGLang mode: retraction order, the policy's place in it, and end-to-end consistency.
+
+The hand-worked runs state SGLang's loop: the normal one (``--disable-overlap-schedule``) unless
+a test works the overlap loop, and the radix cache off unless a test is about it (its tree is
+modelled at page size 1, and these runs use 16-token blocks).
+"""
 
 from __future__ import annotations
 
@@ -32,9 +37,16 @@ def _running(scheduler: SglangScheduler, request_id: str, prompt: int, outputs: 
     scheduler.running.append(state)
 
 
+def _sglang(**overrides: object):
+    """``make_engine`` in SGLang mode: the normal loop and no radix cache unless overridden."""
+    return make_engine(
+        **{"mode": "sglang", "overlap_schedule": False, "radix_cache": False, **overrides}
+    )
+
+
 def _crowded(host: object) -> tuple[SglangScheduler, list]:
     decisions: list = []
-    scheduler = SglangScheduler(make_engine(mode="sglang"), host, decisions.append)  # type: ignore[arg-type]
+    scheduler = SglangScheduler(_sglang(), host, decisions.append)  # type: ignore[arg-type]
     # Each request's KV ends exactly on a block boundary, so every next decode needs a block.
     _running(scheduler, "R1", 28, 5)  # 32 computed, 2 blocks
     _running(scheduler, "R2", 44, 5)  # 48 computed, 3 blocks
@@ -84,7 +96,7 @@ def test_policy_chooses_each_retraction_victim() -> None:
 
 
 def test_retraction_keeps_at_least_one_request() -> None:
-    scheduler = SglangScheduler(make_engine(mode="sglang"), BuiltinHost())
+    scheduler = SglangScheduler(_sglang(), BuiltinHost())
     _running(scheduler, "solo", 150, 11)  # 160 computed: all 10 blocks
     with pytest.raises(RuntimeError):
         # Nothing can be retracted and no block is free: the engine refuses to overcommit.
@@ -92,9 +104,7 @@ def test_retraction_keeps_at_least_one_request() -> None:
 
 
 def test_prefill_first_then_decode() -> None:
-    result = run_checked(
-        make_engine(mode="sglang"), make_requests(("A", 0, 20, 3), ("B", 1, 20, 3))
-    )
+    result = run_checked(_sglang(), make_requests(("A", 0, 20, 3), ("B", 1, 20, 3)))
     # Step 0 prefills A; step 1 prefills B (A waits: no mixed batches); then both decode.
     assert [s.num_scheduled_tokens for s in result.steps] == [
         {"A": 20},
@@ -115,9 +125,18 @@ def _workload(seed: int) -> list[EngineRequest]:
     ]
 
 
-def test_sglang_runs_are_consistent_and_deterministic() -> None:
-    config = make_engine(
-        mode="sglang", num_blocks=30, max_num_seqs=16, max_num_batched_tokens=64, max_model_len=400
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("radix", [False, True])
+def test_sglang_runs_are_consistent_and_deterministic(overlap: bool, radix: bool) -> None:
+    # 464 tokens either way (the radix cache needs page size 1).
+    pages = {"num_blocks": 465, "block_size": 1} if radix else {"num_blocks": 30}
+    config = _sglang(
+        max_num_seqs=16,
+        max_num_batched_tokens=64,
+        max_model_len=400,
+        overlap_schedule=overlap,
+        radix_cache=radix,
+        **pages,
     )
     first = run_checked(config, _workload(1))
     second = run_checked(config, _workload(1))
@@ -137,9 +156,7 @@ def test_new_requests_reserve_their_whole_max_new() -> None:
     300 - 20 - 138.6 = 141.4 > 111 admits c. (Reserving max_new * ratio for the candidate too, as
     the engine once did, admits all three at step 0; real SGLang admits a and b, then c.)
     """
-    config = make_engine(
-        mode="sglang", num_blocks=301, block_size=1, max_num_batched_tokens=256, max_model_len=300
-    )
+    config = _sglang(num_blocks=301, block_size=1, max_num_batched_tokens=256, max_model_len=300)
     result = run_checked(
         config, make_requests(("a", 0, 10, 100), ("b", 0, 10, 100), ("c", 0, 10, 100))
     )
@@ -156,7 +173,11 @@ def test_radix_hits_stop_one_token_short_of_the_input() -> None:
     from tracekit.sglang.protocol import SglangConfig
 
     config = SglangConfig(
-        kv_tokens=4000, max_context_len=2000, chunked_prefill_size=None, step_s=1.0
+        kv_tokens=4000,
+        max_context_len=2000,
+        chunked_prefill_size=0,
+        overlap_schedule=False,
+        step_s=1.0,
     )
     rows = [
         ("x", 0.0, 600, 4, 4, 0, [7, 8]),  # fills the tree with blocks 7 and 8 (88 tokens of it)
@@ -173,3 +194,101 @@ def test_radix_hits_stop_one_token_short_of_the_input() -> None:
     assert prefills == {"x": (600, 0), "y": (1, 599), "z": (1, 511), "w": (600, 0)}
     off = engine_steps(dataclasses.replace(config, radix_cache=False), rows)
     assert all(r[2] == 0 for s in off if s.mode == "prefill" for r in s.reqs)
+
+
+def _steps(config, *specs) -> list[dict]:
+    return [s.num_scheduled_tokens for s in run_checked(config, make_requests(*specs)).steps]
+
+
+def test_overlap_decodes_once_more_a_request_that_ends_at_its_end_of_sequence() -> None:
+    """event_loop_overlap: step k's result is processed after step k + 1 was scheduled.
+
+    A (20 prompt tokens, target 2, max_tokens 5) ends at its end of sequence: the result of its
+    step-1 decode (its 2nd token) comes back once step 2 already decoded it again, so SGLang
+    runs one decode the normal loop does not. B (target 2 = max_tokens 2) ends by length:
+    ``_reqs_finishing_inflight`` keeps it out of that decode, as the normal loop does.
+    """
+    overlap = _sglang(overlap_schedule=True)
+    assert _steps(_sglang(), ("A", 0, 20, 2, 0, 5)) == [{"A": 20}, {"A": 1}]
+    assert _steps(overlap, ("A", 0, 20, 2, 0, 5)) == [{"A": 20}, {"A": 1}, {"A": 1}]
+    assert _steps(overlap, ("B", 0, 20, 2, 0, 2)) == [{"B": 20}, {"B": 1}]
+
+
+def test_overlap_admits_next_to_a_prefill_whose_first_token_is_not_back() -> None:
+    """A request prefilled at step 0 decodes at step 2 although its token came back at step 1."""
+    config = _sglang(overlap_schedule=True)
+    result = run_checked(config, make_requests(("A", 0, 20, 3), ("B", 1, 20, 3)))
+    assert [s.num_scheduled_tokens for s in result.steps] == [
+        {"A": 20},
+        {"B": 20},
+        {"A": 1, "B": 1},
+        {"A": 1, "B": 1},
+    ]
+    # The outputs of a step are applied after the next step: A's first token at the end of
+    # step 0 (1 s), its last with step 3's (4 s) although step 4 never runs.
+    first = {r.request_id: (r.first_token_s, r.finish_s) for r in result.requests}
+    assert first == {"A": (1.0, 4.0), "B": (2.0, 4.0)}
+
+
+@pytest.mark.parametrize(("low_first", "order"), [(False, ["hi", "lo"]), (True, ["lo", "hi"])])
+def test_priority_scheduling_direction(low_first: bool, order: list[str]) -> None:
+    """--enable-priority-scheduling sorts the queue by priority; SGLang's default puts larger
+    values first, --schedule-low-priority-values-first smaller ones. One running slot."""
+    config = _sglang(
+        max_num_seqs=1,
+        enable_priority_scheduling=True,
+        schedule_low_priority_values_first=low_first,
+        disable_priority_preemption=True,
+    )
+    steps = _steps(config, ("lo", 0, 20, 2, 0), ("hi", 0, 20, 2, 5))
+    # One request at a time: its prefill and its one decode, then the other's.
+    assert [next(iter(s)) for s in steps] == [order[0], order[0], order[1], order[1]]
+
+
+@pytest.mark.parametrize(("priority", "preempts"), [(21, True), (20, False), (5, False)])
+def test_priority_preemption_needs_a_difference_above_the_threshold(
+    priority: int, preempts: bool
+) -> None:
+    """PrefillAdder.preempt_to_schedule: with the one slot taken by r (priority 10), an arrival
+    preempts it only when its priority exceeds r's by more than the threshold (10)."""
+    config = _sglang(max_num_seqs=1, enable_priority_scheduling=True)
+    result = run_checked(config, make_requests(("r", 0, 20, 6, 10), ("x", 2, 20, 2, priority)))
+    steps = [s.num_scheduled_tokens for s in result.steps]
+    assert steps[2] == ({"x": 20} if preempts else {"r": 1})
+    r = next(q for q in result.requests if q.request_id == "r")
+    assert r.num_preemptions == int(preempts)
+    assert sum(s.num_preemptions for s in result.steps) == int(preempts)
+    assert not result.decisions  # SGLang's own rule, not a victim decision of the host
+
+
+@pytest.mark.parametrize(("ignore_eos", "step_1"), [(False, {"b": 10}), (True, {"a": 1})])
+def test_a_running_ignore_eos_request_reserves_its_whole_output(
+    ignore_eos: bool, step_1: dict[str, int]
+) -> None:
+    """PrefillAdder._get_running_request_total_token_offset: ratio 1 for ignore_eos.
+
+    200 tokens; a (10 prompt tokens, 100 max) runs, b (10, 100) arrives at step 1. a holds 10
+    tokens: 190 free. a reserves 99 * 0.7 = 69.3 of its remaining output (b needs 10 + 100 + 1
+    = 111 < 120.7: admitted), or all 99 with ignore_eos (111 >= 91: refused, a decodes).
+    """
+    config = _sglang(num_blocks=201, block_size=1, max_model_len=200)
+    a = EngineRequest("a", 0.0, 10, 100, 100, ignore_eos=ignore_eos)
+    b = EngineRequest("b", 1.0, 10, 100, 100)
+    result = run_checked(config, [a, b])
+    assert result.steps[1].num_scheduled_tokens == step_1
+
+
+def test_ignore_eos_insert_keeps_sglangs_index_quirk() -> None:
+    """add_one_req_ignore_eos's insert: before the first entry with as many tokens left or
+    more; with none, SGLang's loop leaves its index at the last entry and inserts before it."""
+    from tracekit.engine.sglang import _add_state
+
+    states = [(10.0, 1), (20.0, 2)]
+    _add_state(states, _state("x", 15, 30), 15, 0.7, True)
+    assert [left for left, _ in states] == [10.0, 15.0, 20.0]
+    _add_state(states, _state("y", 99, 30), 99, 0.7, True)
+    assert [left for left, _ in states] == [10.0, 15.0, 99.0, 20.0]
+
+
+def _state(rid: str, max_tokens: int, prompt: int) -> RequestState:
+    return RequestState(EngineRequest(rid, 0.0, prompt, max_tokens, max_tokens, ignore_eos=True), 0)

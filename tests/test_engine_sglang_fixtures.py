@@ -3,18 +3,23 @@
 Each bundle under ``tests/data/sglang-0.5.23/`` was recorded by ``record_sglang`` (remake them
 with ``python -m tracekit.sglang.fixtures``): Azure conversation slices, a Mooncake slice with
 ``hash_ids``, a shared-prefix table and a decode-heavy synthetic workload, each with the radix
-cache on and off and with the ``length`` and ``priority`` retraction policies. The engine
-re-runs each scenario and must agree on every step: batch kind, scheduled requests and tokens
-in batch order, radix-cache hit tokens, retraction victims in order, ``new_token_ratio`` and
-the waiting queue in order.
+cache on and off and with the ``length`` and ``priority`` retraction policies, and the
+priority and ``ignore_eos`` scenarios; all in both of SGLang's loops (normal and overlap). The
+engine re-runs each scenario and must agree on every step: batch kind, scheduled requests and
+tokens in batch order, radix-cache hit tokens, retraction victims in order, requests preempted
+at admission, ``new_token_ratio`` and the waiting queue in order.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+import tracekit.engine.sglang as engine_sglang
+from tracekit.engine.sglang import SglangScheduler
 from tracekit.sglang.compare import compare_bundle, engine_steps, first_mismatch
 from tracekit.sglang.fixtures import FIXTURES, FIXTURES_DIR
 from tracekit.sglang.record import read_sglang_scenario, read_sglang_steps
@@ -24,6 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _bundle(name: str) -> Path:
     return ROOT / FIXTURES_DIR / name
+
+
+@functools.cache
+def _recorded(name: str) -> tuple:
+    """A fixture's step records, read once per test session."""
+    return tuple(read_sglang_steps(_bundle(name)))
 
 
 def test_every_fixture_is_committed() -> None:
@@ -39,25 +50,18 @@ def test_engine_matches_sglang_step_by_step(name: str) -> None:
 
 def test_fixtures_cover_retractions_radix_hits_and_both_policies() -> None:
     """The fixtures exercise what they are for (facts of the recordings, not of the engine)."""
-    victims = {n: sum(len(s.victims) for s in read_sglang_steps(_bundle(n))) for n in FIXTURES}
+    victims = {n: sum(len(s.victims) for s in _recorded(n)) for n in FIXTURES}
     assert sum(victims.values()) >= 25
     assert all(victims[n] > 0 for n in FIXTURES if n.startswith(("azure", "synthetic")))
     hits = {
-        n: sum(
-            r.radix_hit_tokens
-            for s in read_sglang_steps(_bundle(n))
-            if s.mode == "prefill"
-            for r in s.reqs
-        )
+        n: sum(r.radix_hit_tokens for s in _recorded(n) if s.mode == "prefill" for r in s.reqs)
         for n in FIXTURES
     }
     assert hits["mooncake-radix-length"] > 0 and hits["shared-prefix-radix-length"] > 10_000
     assert all(hits[n] == 0 for n in FIXTURES if "noradix" in n)
     # The retraction policies choose differently on the same workload.
-    length = [v for s in read_sglang_steps(_bundle("azure-late-noradix-length")) for v in s.victims]
-    priority = [
-        v for s in read_sglang_steps(_bundle("azure-late-noradix-priority")) for v in s.victims
-    ]
+    length = [v for s in _recorded("azure-late-noradix-length") for v in s.victims]
+    priority = [v for s in _recorded("azure-late-noradix-priority") for v in s.victims]
     assert length != priority
 
 
@@ -95,4 +99,210 @@ def test_block_and_tree_accounting_hold_every_step(name: str) -> None:
         collect=False,
         check_consistency=True,
     )
-    assert result.num_steps == len(read_sglang_steps(_bundle(name)))
+    assert result.num_steps == len(_recorded(name))
+
+
+# --- The rules of the overlap loop, ignore_eos and the priority options, each broken on purpose.
+# The fixtures must catch each at the first step where the broken rule changes what the engine
+# does: the first step where the broken engine's stream leaves the correct one (which matches
+# SGLang at every step), no earlier than the step where the broken rule first gave another
+# answer, and in the field that rule decides.
+
+
+def _first_divergence(a: list, b: list) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _break_finishing_inflight(monkeypatch: pytest.MonkeyPatch, fired: list[int]) -> None:
+    """Overlap: decode the requests whose result in flight ends them (no exclusion)."""
+    original = SglangScheduler._finishing_inflight
+
+    def broken(self, running, in_flight):  # type: ignore[no-untyped-def]
+        if original(self, running, in_flight):
+            fired.append(in_flight.out.step + 1)
+        return []
+
+    monkeypatch.setattr(SglangScheduler, "_finishing_inflight", broken)
+
+
+def _break_eos_overdecode(monkeypatch: pytest.MonkeyPatch, fired: list[int]) -> None:
+    """Overlap: also keep out of the decode a request its result ends at its end of sequence."""
+    original = SglangScheduler._finishing_inflight
+
+    def broken(self, running, in_flight):  # type: ignore[no-untyped-def]
+        launched = in_flight.out.num_scheduled_tokens
+        extra = [
+            r
+            for r in running
+            if r.request_id in launched and r.num_output_tokens + 1 >= r.stop_output_tokens
+        ]
+        kept = original(self, running, in_flight)
+        if [r for r in extra if r not in kept]:
+            fired.append(in_flight.out.step + 1)
+        return [r for r in running if r in kept or r in extra]
+
+    monkeypatch.setattr(SglangScheduler, "_finishing_inflight", broken)
+
+
+def _break_ignore_eos_offset(monkeypatch: pytest.MonkeyPatch, fired: list[int]) -> None:
+    """ignore_eos: running requests reserve new_token_ratio of their output, not all of it."""
+    original = SglangScheduler._offset
+
+    def broken(self, request, ratio):  # type: ignore[no-untyped-def]
+        if request.ignore_eos and ratio != 1.0:
+            fired.append(-1)  # (no step at hand: only that it fired)
+        left = self.max_new[request.request_id] - request.num_output_tokens
+        return min(left, engine_sglang.CLIP_MAX_NEW_TOKENS) * ratio
+
+    monkeypatch.setattr(SglangScheduler, "_offset", broken)
+    del original
+
+
+def _break_ignore_eos_drain(monkeypatch: pytest.MonkeyPatch, fired: list[int]) -> None:
+    """add_one_req_ignore_eos without its drain check (only the extend must fit now)."""
+    original = engine_sglang._drains
+
+    def broken(states, free_now):  # type: ignore[no-untyped-def]
+        if not original(states, free_now):
+            fired.append(-1)
+        return True
+
+    monkeypatch.setattr(engine_sglang, "_drains", broken)
+
+
+def _break_priority_direction(monkeypatch: pytest.MonkeyPatch, fired: list[int]) -> None:
+    """Priority scheduling always sorts lower values first (SGLang's default is higher)."""
+    original = engine_sglang.SglangWaitingQueue.sort_by_priority
+
+    def broken(self, sign=1):  # type: ignore[no-untyped-def]
+        before = list(self)
+        original(self, sign)
+        right = list(self)
+        self[:] = before
+        original(self, 1)
+        if list(self) != right:
+            fired.append(-1)
+
+    monkeypatch.setattr(engine_sglang.SglangWaitingQueue, "sort_by_priority", broken)
+
+
+def _break_preemption_threshold(monkeypatch: pytest.MonkeyPatch, fired: list[int]) -> None:
+    """Preemption at admission when the difference reaches the threshold (SGLang: exceeds)."""
+    original = SglangScheduler.__init__
+
+    def broken(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        original(self, *args, **kwargs)
+        fired.append(-1)
+        self._threshold -= 1  # (priorities are integers: > threshold - 1 is >= threshold)
+
+    monkeypatch.setattr(SglangScheduler, "__init__", broken)
+
+
+BROKEN_RULES = {
+    # rule: (fixture, break, fields where it shows, whether the fire step is known)
+    "overlap keeps requests its result ends by length": (
+        "azure-noradix-length-overlap",
+        _break_finishing_inflight,
+        {"scheduled"},
+        True,
+    ),
+    "overlap drops requests its result ends at end of sequence": (
+        "ignore-eos-mixed-noradix-overlap",
+        _break_eos_overdecode,
+        {"scheduled"},
+        True,
+    ),
+    "ignore_eos running requests reserve new_token_ratio": (
+        "ignore-eos-mixed-radix",
+        _break_ignore_eos_offset,
+        {"scheduled", "waiting", "mode"},
+        False,
+    ),
+    "add_one_req_ignore_eos skips its drain check": (
+        "ignore-eos-long-noradix",
+        _break_ignore_eos_drain,
+        {"scheduled", "waiting", "mode"},
+        False,
+    ),
+    "priority scheduling sorts lower values first": (
+        "priority-high-overlap",
+        _break_priority_direction,
+        {"scheduled", "waiting", "mode"},
+        False,
+    ),
+    "priority preemption at a difference equal to its threshold": (
+        "priority-preempt-threshold",
+        _break_preemption_threshold,
+        {"preempted", "scheduled", "waiting", "mode"},
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(BROKEN_RULES))
+def test_a_broken_new_rule_is_caught_at_its_first_effect(
+    rule: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name, breaker, fields, fire_step_known = BROKEN_RULES[rule]
+    bundle = _bundle(name)
+    config, rows = read_sglang_scenario(bundle)
+    recorded = read_sglang_steps(bundle)
+    right = engine_steps(config, rows)
+    assert first_mismatch(recorded, right) is None
+    fired: list[int] = []
+    breaker(monkeypatch, fired)
+    broken = engine_steps(config, rows)
+    assert fired, f"the broken rule never gave another answer on {name}"
+    mismatch = first_mismatch(recorded, broken)
+    assert mismatch is not None, f"{name} does not catch: {rule}"
+    assert mismatch.index == _first_divergence(right, broken)
+    assert mismatch.field in fields, mismatch.render()
+    if fire_step_known:
+        # The step the broken rule first acted on is the step the fixture shows.
+        assert mismatch.step == fired[0], mismatch.render()
+
+
+def test_new_fixtures_cover_overlap_ignore_eos_and_priority() -> None:
+    """Facts of the recordings that make them test what they are for."""
+
+    def stream(name: str) -> list[tuple]:
+        return [
+            (s.step, s.mode, tuple((r.request_id, r.new_tokens) for r in s.reqs))
+            for s in _recorded(name)
+        ]
+
+    def count(name: str, what: str) -> int:
+        return sum(len(getattr(s, what)) for s in _recorded(name))
+
+    # The overlap loop schedules differently from the normal one on every base workload.
+    for name in FIXTURES:
+        if name.endswith("-overlap"):
+            assert stream(name) != stream(name.removesuffix("-overlap")), name
+    # Preemption at admission: one victim at a time (SGLang requeues a set), none when disabled.
+    for name in ("priority-preempt", "priority-preempt-low", "priority-preempt-threshold"):
+        steps = _recorded(name)
+        assert sum(len(s.preempted) for s in steps) > 0
+        assert all(len(s.preempted) <= 1 for s in steps)
+    assert count("priority-preempt-disabled", "preempted") == 0
+    # The direction of priority and the retraction policy change SGLang's choices.
+    assert stream("priority-high") != stream("priority-low-retract")
+    assert count("priority-high-overlap", "victims") > 0
+    high = [v for s in _recorded("priority-high-overlap") for v in s.victims]
+    retract = [v for s in _recorded("priority-high-retract-overlap") for v in s.victims]
+    assert high != retract
+    # ignore_eos: every such request ran to its max_tokens, and the admissions differ.
+    requests = pl.read_parquet(_bundle("ignore-eos-all-noradix") / "requests.parquet")
+    assert (requests["output_tokens"] == requests["max_tokens"]).all()
+    assert stream("ignore-eos-all-noradix") != stream("ignore-eos-all-radix")
+
+
+def test_the_scenario_workloads_are_their_generator_s_output() -> None:
+    """The committed scenario tables are what scenario_requests makes, byte for byte."""
+    from tracekit.sglang.fixtures import SCENARIO_WORKLOADS, scenario_csv
+
+    for kind in ("priority", "ignore-eos", "ignore-eos-long"):
+        path = ROOT / SCENARIO_WORKLOADS / f"{kind}.csv"
+        assert path.read_text("utf-8") == scenario_csv(kind)

@@ -91,23 +91,42 @@ def test_runs_that_do_not_mirror_each_other_are_bad_input(sim_bundle: Path) -> N
     assert result.output.count("\n") == 1 and "radix_cache" in result.output
 
 
-def test_record_sim_cli_mirrors_an_sglang_recording(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "flags"),
+    [
+        # SGLang's defaults: the overlap loop, priority preemption at admission.
+        ("priority-preempt-overlap", ["--enable-priority-scheduling"]),
+        ("mooncake-radix-length", ["--disable-overlap-schedule"]),
+    ],
+)
+def test_record_sim_cli_mirrors_an_sglang_recording(
+    tmp_path: Path, name: str, flags: list[str]
+) -> None:
     """The engine options for SGLang mode reach the engine: the CLI's run matches SGLang."""
-    name = "mooncake-radix-length"
     fixture = FIXTURES[name]
     config = fixture.config
+    options = {
+        key: value
+        for key, value in fixture.workload_options.items()
+        if key in ("rate_scale", "priority_seed")
+    }
+    workload = ["--workload", str(ROOT / fixture.workload)]
+    if "window" in fixture.workload_options:
+        start, end = fixture.workload_options["window"]
+        workload += ["--window", f"{start}:{end}"]
+    for key, value in options.items():
+        workload += [f"--{key.replace('_', '-')}", str(value)]
     out = tmp_path / "sim"
     args = [
-        "record", "sim", "--workload", str(ROOT / fixture.workload),
-        "--window", "996.272:1005.711", "--rate-scale", "2.0", "--priority-seed", "1",
-        "--engine-mode", "sglang", "--block-size", "1", "--num-blocks", str(config.kv_tokens + 1),
+        "record", "sim", *workload,
+        "--engine-mode", "sglang", "--num-blocks", str(config.kv_tokens + 1),
         "--max-num-seqs", str(config.max_running_requests),
         "--max-num-batched-tokens", str(config.max_prefill_tokens),
         "--max-model-len", str(config.max_context_len),
         "--chunked-prefill-size", str(config.chunked_prefill_size),
-        "--radix-cache", "--retraction-policy", "length", "--scheduling-policy", "fcfs",
+        "--retraction-policy", config.retraction_policy,
         "--clock", "steps", "--step-s", str(config.step_s), "--record-scheduled",
-        "--out", str(out),
+        *flags, "--out", str(out),
     ]  # fmt: skip
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output

@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tracekit.sglang.fixtures import FIXTURES
 from tracekit.sglang.protocol import SglangConfig
 from tracekit.sglang.record import (
     STEPS_FILE,
@@ -48,6 +49,19 @@ CONFIG = SglangConfig(
     max_prefill_tokens=256,
     max_context_len=400,
     radix_cache=False,
+    overlap_schedule=False,
+    step_s=1.0,
+)
+# The hand-worked runs of tests/test_engine_sglang.py (their docstrings do the arithmetic),
+# here on SGLang's own objects: 16-token blocks there, one pool of as many tokens here.
+HAND = SglangConfig(
+    kv_tokens=160,
+    max_running_requests=16,
+    chunked_prefill_size=1000,
+    max_prefill_tokens=1000,
+    max_context_len=160,
+    radix_cache=False,
+    overlap_schedule=False,
     step_s=1.0,
 )
 
@@ -90,24 +104,59 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for rid, arrival in (("x", 0.0), ("y", 10.0), ("z", 20.0))
     ]
     radix = SglangConfig(
-        kv_tokens=4000, max_context_len=2000, chunked_prefill_size=None, step_s=1.0
+        kv_tokens=4000,
+        max_context_len=2000,
+        chunked_prefill_size=0,
+        overlap_schedule=False,
+        step_s=1.0,
     )
-    workloads = [
-        _workload(tmp, _rows(), "length"),
-        _workload(tmp, _rows({"c": 1}, only="abc"), "priority"),
-        _workload(tmp, shared, "radix_on"),
-        _workload(tmp, shared, "radix_off"),
-    ]
-    configs = [
-        CONFIG,
-        _replace(CONFIG, retraction_policy="priority"),
-        radix,
-        _replace(radix, radix_cache=False),
-    ]
-    names = ["length", "priority", "radix_on", "radix_off"]
+    overlap = _replace(HAND, overlap_schedule=True)
+    one_slot = _replace(HAND, max_running_requests=1, enable_priority_scheduling=True)
+    small = _replace(HAND, kv_tokens=200, max_context_len=200)
+    runs = {
+        "length": (_rows(), CONFIG),
+        "priority": (
+            _rows({"c": 1}, only="abc"),
+            _replace(
+                CONFIG,
+                retraction_policy="priority",
+                enable_priority_scheduling=True,
+                schedule_low_priority_values_first=True,
+            ),
+        ),
+        "radix_on": (shared, radix),
+        "radix_off": (shared, _replace(radix, radix_cache=False)),
+        "eos_normal": (_hand(("A", 0, 20, 2, 0, 5)), HAND),
+        "eos_overlap": (_hand(("A", 0, 20, 2, 0, 5)), overlap),
+        "length_overlap": (_hand(("B", 0, 20, 2, 0, 2)), overlap),
+        "preempt_21": (_hand(("r", 0, 20, 6, 10), ("x", 2, 20, 2, 21)), one_slot),
+        "preempt_20": (_hand(("r", 0, 20, 6, 10), ("x", 2, 20, 2, 20)), one_slot),
+        "reserve": (_hand(("a", 0, 10, 100), ("b", 1, 10, 100)), small),
+        "reserve_ignore_eos": (_hand(("a", 0, 10, 100, 0, 100, True), ("b", 1, 10, 100)), small),
+    }
+    names = list(runs)
+    workloads = [_workload(tmp, runs[n][0], n) for n in names]
     outs = [tmp / n for n in names]
-    record_sglang(workloads, outs, config=configs)
+    record_sglang(workloads, outs, config=[runs[n][1] for n in names])
     return dict(zip(names, outs, strict=True))
+
+
+def _hand(*specs: tuple) -> list[dict]:
+    """Rows from ``(id, arrival_s, prompt, output[, priority[, max_tokens[, ignore_eos]]])``."""
+    rows = []
+    for spec in specs:
+        rid, arrival, prompt, output = spec[:4]
+        row = {
+            "request_id": rid,
+            "arrival_s": float(arrival),
+            "prompt_tokens": prompt,
+            "output_tokens": output,
+            "max_tokens": spec[5] if len(spec) > 5 else output,
+            "priority": spec[4] if len(spec) > 4 else 0,
+        }
+        row["ignore_eos"] = bool(spec[6]) if len(spec) > 6 else False
+        rows.append(row)
+    return rows
 
 
 def _replace(config: SglangConfig, **changes: object) -> SglangConfig:
@@ -210,13 +259,68 @@ def test_a_retracted_request_prefills_prompt_and_outputs_again_in_chunks(
         done += c.new_tokens
 
 
+def _scheduled(bundle: Path) -> list[dict[str, int]]:
+    return [{r.request_id: r.new_tokens for r in s.reqs} for s in read_sglang_steps(bundle)]
+
+
+def test_overlap_decodes_once_more_what_ends_at_its_end_of_sequence(
+    recorded: dict[str, Path],
+) -> None:
+    """event_loop_overlap: a result is processed after the next batch was launched, so a
+    request that samples its end of sequence is decoded once more; one that reaches
+    max_new_tokens is kept out of that decode (_reqs_finishing_inflight)."""
+    assert _scheduled(recorded["eos_normal"]) == [{"A": 20}, {"A": 1}]
+    assert _scheduled(recorded["eos_overlap"]) == [{"A": 20}, {"A": 1}, {"A": 1}]
+    assert _scheduled(recorded["length_overlap"]) == [{"B": 20}, {"B": 1}]
+
+
+def test_priority_preemption_needs_a_difference_above_the_threshold(
+    recorded: dict[str, Path],
+) -> None:
+    """One slot, held by r (priority 10): x (priority 21) preempts it at admission (step 2);
+    x with priority 20 (a difference equal to the threshold, 10) waits for r to finish."""
+    preempt = read_sglang_steps(recorded["preempt_21"])
+    assert {r.request_id: r.new_tokens for r in preempt[2].reqs} == {"x": 20}
+    assert preempt[2].preempted_ids == ("r",)
+    wait = read_sglang_steps(recorded["preempt_20"])
+    assert {r.request_id for r in wait[2].reqs} == {"r"}
+    assert all(not s.preempted for s in wait)
+
+
+def test_a_running_ignore_eos_request_reserves_its_whole_output(
+    recorded: dict[str, Path],
+) -> None:
+    """200 tokens: b (10 + 100 + 1 needed) is admitted next to a running a that reserves 99 *
+    0.7 of its output, not next to one that reserves all 99 (ignore_eos)."""
+    assert _scheduled(recorded["reserve"])[1] == {"b": 10}
+    assert _scheduled(recorded["reserve_ignore_eos"])[1] == {"a": 1}
+
+
+#: The committed fixtures the live test records again (CI time counts): every normal-loop run
+#: of the first fixtures (as before), and in SGLang's default overlap loop one run of each of
+#: their base workloads and every scenario of the overlap, ignore_eos and priority options but
+#: the 9,100-step ignore-eos-long one. The engine matches all 66, committed, offline
+#: (tests/test_engine_sglang_fixtures.py).
+LIVE_FIXTURES = [
+    name
+    for name in FIXTURES
+    if (
+        name.endswith("-overlap")
+        and name.startswith(("priority", "ignore"))
+        and not name.startswith("ignore-eos-long")
+    )
+    or name.endswith("-radix-length-overlap")
+    or not (name.endswith("-overlap") or name.startswith(("priority", "ignore")))
+]
+
+
 def test_committed_fixtures_record_again_identically(tmp_path: Path) -> None:
     """Every committed fixture, recorded again from the installed SGLang, has the same steps."""
     from tracekit.sglang.fidelity import compare_sglang_fidelity
     from tracekit.sglang.fixtures import FIXTURES_DIR, record_fixtures
 
     root = Path(__file__).resolve().parents[1]
-    for bundle in record_fixtures(root, out=tmp_path):
+    for bundle in record_fixtures(root, out=tmp_path, names=LIVE_FIXTURES, compress=False):
         report = compare_sglang_fidelity(root / FIXTURES_DIR / bundle.name, bundle)
         assert report.matched, report.render()
 
@@ -230,8 +334,22 @@ def test_cli_records_a_bundle_the_engine_matches(tmp_path: Path) -> None:
 
     data = Path(__file__).resolve().parent / "data" / "workloads"
     cases = [
-        ("mooncake_small.jsonl", ["--radix-cache", "--retraction-policy", "length"]),
-        ("azure_small.csv", ["--no-radix-cache", "--retraction-policy", "priority"]),
+        # SGLang's defaults (overlap, the radix cache) and ignore_eos from the command line.
+        (
+            "mooncake_small.jsonl",
+            ["--radix-cache", "--retraction-policy", "length", "--ignore-eos"],
+        ),
+        # The normal loop, priority scheduling and retraction in SGLang's default direction.
+        (
+            "azure_small.csv",
+            [
+                "--no-radix-cache",
+                "--disable-overlap-schedule",
+                "--enable-priority-scheduling",
+                "--retraction-policy",
+                "priority",
+            ],
+        ),
     ]
     for name, flags in cases:
         out = tmp_path / name

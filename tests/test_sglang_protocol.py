@@ -139,8 +139,8 @@ def test_scenario_message_is_json_and_keeps_hash_ids() -> None:
     message = scenario_message(3, CONFIG, [("x", 1, 5, 2, 2, 0, (7, 8)), *REQUESTS])
     again = json.loads(json.dumps(message))
     assert again["run"] == 3 and again["protocol"] == PROTOCOL_VERSION
-    assert again["requests"][0] == ["x", 1.0, 5, 2, 2, 0, [7, 8]]
-    assert again["requests"][1][-1] is None
+    assert again["requests"][0] == ["x", 1.0, 5, 2, 2, 0, [7, 8], False]
+    assert again["requests"][1][6] is None
     assert again["config"]["kv_tokens"] == 300
 
 
@@ -235,6 +235,14 @@ def test_written_bundle_validates_and_keeps_every_step(tmp_path: Path) -> None:
     manifest_json = json.loads((out / "manifest.json").read_text("utf-8"))
     assert manifest_json["engine"] == "sglang-0.5.23"
     assert manifest_json["sglang"]["version"] == "0.5.23"
+    # Compressed as the fixtures are, read the same, and replaceable by a new recording.
+    from tracekit.sglang.record import compress_steps
+
+    compress_steps(out)
+    assert not (out / STEPS_FILE).exists() and read_sglang_steps(out) == steps
+    again = [*MESSAGES, c_done, end]
+    assert _write_bundle(out, manifest, REQUESTS, CONFIG, again, True) == out
+    assert read_sglang_steps(out) == steps
 
 
 def test_record_sglang_refuses_a_bad_option_before_running(tmp_path: Path) -> None:

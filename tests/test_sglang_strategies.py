@@ -30,24 +30,45 @@ def replayed(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
             ROOT / FIXTURES_DIR / name, parse_strategy_list("sglang-default,slack-aware"), out
         )
         frame = pl.read_parquet(out / "replay_decisions.parquet")
-        policy = FIXTURES[name].config.retraction_policy
-        frames.append(frame.with_columns(fixture=pl.lit(name), policy=pl.lit(policy)))
+        config = FIXTURES[name].config
+        frames.append(
+            frame.with_columns(
+                fixture=pl.lit(name),
+                policy=pl.lit(config.retraction_policy),
+                low_first=pl.lit(config.schedule_low_priority_values_first),
+            )
+        )
     return pl.concat(frames)
 
 
-def _agreement(frame: pl.DataFrame, strategy: str, policy: str) -> tuple[int, int]:
+def _agreement(
+    frame: pl.DataFrame, strategy: str, policy: str, low_first: bool | None = None
+) -> tuple[int, int]:
     rows = frame.filter((pl.col("strategy") == strategy) & (pl.col("policy") == policy))
+    if low_first is not None:
+        rows = rows.filter(pl.col("low_first") == low_first)
     return int(rows["agrees_with_recorded"].sum()), len(rows)
 
 
 def test_sglang_default_is_sglangs_own_order(replayed: pl.DataFrame) -> None:
-    assert _agreement(replayed, "sglang-default", "length") == (14, 14)
-    assert _agreement(replayed, "sglang-default", "priority") == (12, 12)
+    # Both loops of every fixture: 36 length retractions, 30 under --retraction-policy
+    # priority with lower values first (the workloads' meaning, which the strategy reads).
+    assert _agreement(replayed, "sglang-default", "length") == (36, 36)
+    assert _agreement(replayed, "sglang-default", "priority", low_first=True) == (30, 30)
+
+
+def test_sglang_default_reads_priorities_lower_first(replayed: pl.DataFrame) -> None:
+    """In SGLang's default direction (larger values more important) it departs from SGLang.
+
+    The strategy sees the candidates' priorities but not the direction: it keeps the lower
+    values, SGLang keeps the larger ones; they agree where the priority does not decide.
+    """
+    assert _agreement(replayed, "sglang-default", "priority", low_first=False) == (8, 12)
 
 
 def test_slack_aware_differs_mostly_under_the_priority_policy(replayed: pl.DataFrame) -> None:
-    assert _agreement(replayed, "slack-aware", "length") == (13, 14)
-    assert _agreement(replayed, "slack-aware", "priority") == (3, 12)
+    assert _agreement(replayed, "slack-aware", "length") == (28, 36)
+    assert _agreement(replayed, "slack-aware", "priority") == (10, 42)
 
 
 def test_where_slack_aware_and_sglang_part_on_a_length_tie() -> None:
@@ -72,7 +93,17 @@ def test_the_tie_decision_is_the_length_disagreement(replayed: pl.DataFrame) -> 
         & (pl.col("policy") == "length")
         & ~pl.col("agrees_with_recorded")
     )
-    # slack-aware takes the latest arrival (most slack under one objective).
-    assert differ.select("fixture", "seq", "applied_victim_id").rows() == [
-        ("shared-prefix-radix-length", 0, "spx-035")
+    # slack-aware takes the latest arrival (most slack under one objective): on the shared-prefix
+    # tie (both loops) and where the fewest outputs is not the latest arrival (priority-high).
+    assert differ.filter(pl.col("fixture").str.starts_with("shared-prefix")).select(
+        "fixture", "seq", "applied_victim_id"
+    ).rows() == [
+        ("shared-prefix-radix-length", 0, "spx-035"),
+        ("shared-prefix-radix-length-overlap", 0, "spx-035"),
     ]
+    assert set(differ["fixture"]) == {
+        "shared-prefix-radix-length",
+        "shared-prefix-radix-length-overlap",
+        "priority-high",
+        "priority-high-overlap",
+    }

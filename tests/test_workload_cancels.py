@@ -12,6 +12,7 @@ from polars.testing import assert_frame_equal
 from tracekit.errors import ConfigError, WorkloadError
 from tracekit.workloads import (
     CANCEL_AFTER_S,
+    IGNORE_EOS,
     OPTIONAL_SCHEMA,
     PREFIX_HASH_IDS,
     Workload,
@@ -42,7 +43,7 @@ def make_workload(*, prefix: bool = False, cancel: list[float | None] | None = N
 
 
 def test_schema_orders_the_optional_columns() -> None:
-    assert OPTIONAL_SCHEMA.names() == [PREFIX_HASH_IDS, CANCEL_AFTER_S]
+    assert OPTIONAL_SCHEMA.names() == [PREFIX_HASH_IDS, CANCEL_AFTER_S, IGNORE_EOS]
     assert workload_schema(cancel_after_s=True).names()[-1] == CANCEL_AFTER_S
     assert workload_schema(prefix_hash_ids=True, cancel_after_s=True).names()[-2:] == [
         PREFIX_HASH_IDS,

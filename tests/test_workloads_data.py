@@ -45,8 +45,9 @@ def test_every_listed_file_matches_its_sha256_and_size() -> None:
         assert len(data) == size, relative
 
 
-# Recordings this project made itself (tests/test_fidelity_fixtures.py checks them), not data.
-GENERATED = "vllm-fixtures/"
+# Recordings and workloads this project made itself (tests/test_fidelity_fixtures.py and
+# tests/test_engine_sglang_fixtures.py check them), not data.
+GENERATED = ("vllm-fixtures/", "sglang-fixtures/")
 
 
 def test_every_shipped_file_is_listed() -> None:

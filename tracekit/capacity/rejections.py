@@ -1,10 +1,12 @@
 """Requests the engine will refuse, found before a run so that no command drops them silently.
 
 The embedded engine (like vLLM) refuses on arrival every request whose prompt is at least
-``max_model_len`` tokens (vLLM's input check); such requests finish as ``rejected`` without being
-scheduled. ``max_model_len`` itself never exceeds the usable KV cache (``EngineConfig`` checks
-it), so every request that is admitted fits the cache. Which requests are refused depends only
-on their prompt lengths, so it is counted from the workload table before anything runs.
+``max_model_len`` tokens (vLLM's input check; in SGLang mode at least ``min(max_model_len,
+pool) - 6``, SGLang's: ``EngineConfig.max_prompt_tokens``); such requests finish as
+``rejected`` without being scheduled. In vLLM mode ``max_model_len`` itself never exceeds the
+usable KV cache (``EngineConfig`` checks it), so every request that is admitted fits the cache.
+Which requests are refused depends only on their prompt lengths, so it is counted from the
+workload table before anything runs.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class Rejections:
         The longest refused prompt (0 when none is).
     max_model_len, block_size
         The configuration that refuses them.
+    margin
+        ``max_model_len`` less the longest prompt accepted: 1 (vLLM), 7 in SGLang mode when
+        the model length binds.
     """
 
     source: str
@@ -42,6 +47,7 @@ class Rejections:
     longest_prompt: int
     max_model_len: int
     block_size: int
+    margin: int = 1
 
     def warning(self) -> str | None:
         """The one-line warning to print on stderr, or ``None`` when nothing is refused.
@@ -52,12 +58,13 @@ class Rejections:
         """
         if not self.num_rejected:
             return None
-        need_len = self.longest_prompt + 1
+        need_len = self.longest_prompt + max(self.margin, 1)
         need_blocks = -(-need_len // self.block_size) + 1  # plus vLLM's null block
+        limit = self.max_model_len - self.margin + 1
         return (
             f"warning: {self.num_rejected} of {self.num_requests} requests of {self.source} "
-            f"are rejected (prompt >= --max-model-len {self.max_model_len}; longest "
-            f"{self.longest_prompt} tokens) and finish unserved; to run them pass "
+            f"are rejected (prompt >= {limit} tokens, --max-model-len {self.max_model_len}; "
+            f"longest {self.longest_prompt} tokens) and finish unserved; to run them pass "
             f"--max-model-len {need_len} --num-blocks {need_blocks} (or more), or drop them "
             f"with --limit/--window"
         )
@@ -86,7 +93,7 @@ def find_rejections(workload: Workload, config: EngineConfig) -> Rejections:
     >>> (r.num_rejected, r.longest_prompt)
     (10, 4085)
     """
-    refused = pl.col("prompt_tokens") >= config.max_model_len
+    refused = pl.col("prompt_tokens") > config.max_prompt_tokens
     count, longest = workload.frame.select(
         refused.sum().alias("count"), pl.col("prompt_tokens").filter(refused).max().alias("longest")
     ).row(0)
@@ -97,6 +104,7 @@ def find_rejections(workload: Workload, config: EngineConfig) -> Rejections:
         longest_prompt=int(longest or 0),
         max_model_len=config.max_model_len,
         block_size=config.block_size,
+        margin=config.max_model_len - config.max_prompt_tokens,
     )
 
 

@@ -40,6 +40,7 @@ from tracekit.engine.config import (
     ENGINE_RANGES,
     RETRACTION_POLICIES,
     SCHEDULING_POLICIES,
+    SGLANG_DEFAULTS,
     VLLM_VERSIONS,
     EngineConfig,
 )
@@ -178,7 +179,12 @@ def field_defaults(cls: type) -> dict[str, Any]:
 
 
 def _default(field: str) -> str:
-    return f"default {ENGINE_DEFAULTS[field]}"
+    vllm, sglang = ENGINE_DEFAULTS[field], SGLANG_DEFAULTS[field]
+    if vllm == sglang:
+        return f"default {vllm}"
+    if field == "max_num_seqs":
+        return f"default {vllm}; in sglang mode SGLang's, from the pool ({sglang} by default)"
+    return f"default {vllm}; {sglang} in sglang mode"
 
 
 def engine_range(field: str) -> Count | Number:
@@ -345,13 +351,48 @@ engine_options = _stack(
     click.option(
         "--radix-cache/--no-radix-cache",
         default=None,
-        help=f"SGLang mode: SGLang's radix cache ({_default('radix_cache')}).",
+        help="SGLang mode: SGLang's radix cache (default on in sglang mode, as in SGLang).",
     ),
     click.option(
         "--chunked-prefill-size",
         type=engine_range("chunked_prefill_size"),
         default=None,
-        help="SGLang mode: chunk size (default: the token budget; 0 = no chunking).",
+        help="SGLang mode: --chunked-prefill-size (default SGLang's for the cost model's GPU, "
+        f"{SGLANG_DEFAULTS['chunked_prefill_size']} on the A6000; 0 = no chunking).",
+    ),
+    click.option(
+        "--overlap-schedule/--disable-overlap-schedule",
+        "overlap_schedule",
+        default=None,
+        help="SGLang mode: SGLang's overlap event loop (default on, as SGLang runs; "
+        "--disable-overlap-schedule is its normal loop).",
+    ),
+    click.option(
+        "--enable-priority-scheduling",
+        is_flag=True,
+        default=None,
+        help="SGLang mode: SGLang's priority scheduling (the same as --scheduling-policy "
+        "priority; needed by --retraction-policy priority).",
+    ),
+    click.option(
+        "--schedule-low-priority-values-first",
+        is_flag=True,
+        default=None,
+        help="SGLang mode: lower priority values are more important (SGLang's default: higher).",
+    ),
+    click.option(
+        "--disable-priority-preemption",
+        is_flag=True,
+        default=None,
+        help="SGLang mode: no preemption of running requests at admission under priority "
+        "scheduling (SGLang preempts by default).",
+    ),
+    click.option(
+        "--priority-scheduling-preemption-threshold",
+        type=engine_range("priority_scheduling_preemption_threshold"),
+        default=None,
+        help="SGLang mode: the priority difference a preemption at admission must exceed "
+        f"({SGLANG_DEFAULTS['priority_scheduling_preemption_threshold']}).",
     ),
     latency_option,
     # vLLM features (issue 12): unset keeps the mode's default (on in vllm mode, as vLLM runs).
@@ -429,6 +470,13 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         "retraction_policy": options.get("retraction_policy"),
         "radix_cache": options.get("radix_cache"),
         "chunked_prefill_size": options.get("chunked_prefill_size"),
+        "overlap_schedule": options.get("overlap_schedule"),
+        "enable_priority_scheduling": options.get("enable_priority_scheduling"),
+        "schedule_low_priority_values_first": options.get("schedule_low_priority_values_first"),
+        "disable_priority_preemption": options.get("disable_priority_preemption"),
+        "priority_scheduling_preemption_threshold": options.get(
+            "priority_scheduling_preemption_threshold"
+        ),
         "latency": options.get("latency"),
         "enable_prefix_caching": options.get("enable_prefix_caching"),
         "async_scheduling": options.get("async_scheduling"),
@@ -476,6 +524,14 @@ load_options = _stack(
         type=count(),
         default=None,
         help="Client max_tokens of every request; outputs stop at min(real length, N).",
+    ),
+    click.option(
+        "--ignore-eos",
+        is_flag=True,
+        default=False,
+        help="Send every request with ignore_eos: it runs to its max_tokens (vllm bench serve "
+        "--ignore-eos; SGLang's bench_serving default), and SGLang admits it reserving its "
+        "whole output.",
     ),
     click.option(
         "--max-concurrency",
@@ -528,6 +584,7 @@ def load_settings(options: dict[str, Any]) -> LoadSpec:
             order=options["request_order"],
             max_tokens=options["client_max_tokens"],
             client=client,
+            ignore_eos=bool(options.get("ignore_eos", False)),
         )
     except ConfigError as error:
         raise LibraryError(str(error), EXIT_BAD_INPUT) from error

@@ -17,6 +17,7 @@ from tracekit.errors import ConfigError
 from tracekit.recording.sim import load_run_workload
 from tracekit.sglang.protocol import SCHEDULE_POLICIES, SglangConfig
 from tracekit.sglang.record import record_sglang
+from tracekit.workloads import apply_ignore_eos
 
 _DEFAULT = SglangConfig()
 
@@ -33,16 +34,16 @@ _DEFAULT = SglangConfig()
 @click.option(
     "--max-running-requests",
     type=count(),
-    default=_DEFAULT.max_running_requests,
-    show_default=True,
-    help="SGLang --max-running-requests.",
+    default=None,
+    help="SGLang --max-running-requests (default SGLang's, derived from the pool and the "
+    f"context length: {_DEFAULT.max_running_requests} with the default ones).",
 )
 @click.option(
     "--chunked-prefill-size",
     type=count(0),
     default=_DEFAULT.chunked_prefill_size,
     show_default=True,
-    help="SGLang --chunked-prefill-size; 0 turns chunking off.",
+    help="SGLang --chunked-prefill-size (SGLang's default on the A6000); 0 turns chunking off.",
 )
 @click.option(
     "--max-prefill-tokens",
@@ -56,11 +57,11 @@ _DEFAULT = SglangConfig()
     type=count(2),
     default=_DEFAULT.max_context_len,
     show_default=True,
-    help="SGLang --context-length; longer prompts are rejected.",
+    help="SGLang --context-length; prompts of min(context, pool) - 6 tokens or more are rejected.",
 )
 @click.option(
     "--radix-cache/--no-radix-cache",
-    default=True,
+    default=_DEFAULT.radix_cache,
     show_default=True,
     help="SGLang's radix cache (on by default in SGLang; --no-radix-cache is "
     "--disable-radix-cache).",
@@ -70,7 +71,46 @@ _DEFAULT = SglangConfig()
     type=Choice(RETRACTION_POLICIES),
     default=_DEFAULT.retraction_policy,
     show_default=True,
-    help="SGLang --retraction-policy (priority also turns on priority scheduling).",
+    help="SGLang --retraction-policy (priority needs --enable-priority-scheduling).",
+)
+@click.option(
+    "--overlap-schedule/--disable-overlap-schedule",
+    default=_DEFAULT.overlap_schedule,
+    show_default=True,
+    help="SGLang's overlap event loop (its default), or its normal loop.",
+)
+@click.option(
+    "--enable-priority-scheduling",
+    is_flag=True,
+    default=False,
+    help="SGLang --enable-priority-scheduling: the waiting queue by priority, then arrival.",
+)
+@click.option(
+    "--schedule-low-priority-values-first",
+    is_flag=True,
+    default=False,
+    help="SGLang --schedule-low-priority-values-first (off: a larger value is more important).",
+)
+@click.option(
+    "--disable-priority-preemption",
+    is_flag=True,
+    default=False,
+    help="SGLang --disable-priority-preemption (off: priority scheduling preempts running "
+    "requests at admission).",
+)
+@click.option(
+    "--priority-scheduling-preemption-threshold",
+    type=engine_range("priority_scheduling_preemption_threshold"),
+    default=_DEFAULT.priority_scheduling_preemption_threshold,
+    show_default=True,
+    help="SGLang --priority-scheduling-preemption-threshold.",
+)
+@click.option(
+    "--ignore-eos",
+    is_flag=True,
+    default=False,
+    help="Send every request with ignore_eos (it runs to its max_tokens), as SGLang's "
+    "bench_serving does by default.",
 )
 @click.option(
     "--schedule-policy",
@@ -106,16 +146,25 @@ def record_sglang_command(**options: Any) -> None:
     """
     with library_errors():
         workload = load_run_workload(options["workload_path"], **workload_settings(options))
+        if options["ignore_eos"]:
+            workload = apply_ignore_eos(workload)
         try:
             config = SglangConfig(
                 kv_tokens=options["kv_tokens"],
                 max_running_requests=options["max_running_requests"],
-                chunked_prefill_size=options["chunked_prefill_size"] or None,
+                chunked_prefill_size=options["chunked_prefill_size"],
                 max_prefill_tokens=options["max_prefill_tokens"],
                 max_context_len=options["context_length"],
                 radix_cache=options["radix_cache"],
                 retraction_policy=options["retraction_policy"],
                 schedule_policy=options["schedule_policy"],
+                overlap_schedule=options["overlap_schedule"],
+                enable_priority_scheduling=options["enable_priority_scheduling"],
+                schedule_low_priority_values_first=options["schedule_low_priority_values_first"],
+                disable_priority_preemption=options["disable_priority_preemption"],
+                priority_scheduling_preemption_threshold=options[
+                    "priority_scheduling_preemption_threshold"
+                ],
                 step_s=options["step_s"],
             )
         except ValueError as error:

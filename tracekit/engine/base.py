@@ -41,6 +41,7 @@ class ScheduledStep:
         "cache_recorded",
         "in_flight_outputs",
         "kv_tokens_read",
+        "no_batch",
         "num_decode_tokens",
         "num_evicted_blocks",
         "num_preemptions",
@@ -69,6 +70,10 @@ class ScheduledStep:
         # (vLLM's placeholders), for requests that had any; None under sync scheduling. A step's
         # make-up (decode or prefill) counts them as output, as vLLM's is_prefill_chunk does.
         self.in_flight_outputs: dict[str, int] | None = None
+        # True when the call ran no batch and takes no step: SGLang's overlap loop, whose
+        # iterations after its last batch only process that batch's result
+        # (tracekit.engine.sglang). EngineRun then counts no step and keeps its clock.
+        self.no_batch = False
 
 
 def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:

@@ -235,6 +235,10 @@ class EngineRun(ForkableRun):
             self.scheduler.keep_in_flight_outputs = False  # type: ignore[attr-defined]
         self._in_flight: Any = None
         self._in_flight_end = 0.0
+        # A scheduler that applies each step's outputs after the next step is scheduled, by
+        # itself (SGLang's overlap loop): its update_from_output returns the requests an older
+        # step finished, produced at its ``outputs_end_s``.
+        self._late_outputs = bool(getattr(self.scheduler, "late_outputs", False))
         self.done = False
 
     # ----------------------------------------------------------------------------- records
@@ -357,12 +361,12 @@ class EngineRun(ForkableRun):
         clock = self.clock
         scheduler = self.scheduler
         result = self.result
-        max_model_len = self.config.max_model_len
+        max_prompt = self.config.max_prompt_tokens
         register = getattr(clock, "register", None)
         while True:
             state = feed.pop(due)
-            if state.num_prompt_tokens >= max_model_len:
-                # vLLM refuses such a prompt on input; it never reaches the scheduler.
+            if state.num_prompt_tokens > max_prompt:
+                # vLLM (and SGLang) refuse such a prompt on input; it never reaches the scheduler.
                 state.status = RequestStatus.REJECTED
                 state.finish_s = state.arrival_s
                 result.num_rejected += 1
@@ -388,6 +392,9 @@ class EngineRun(ForkableRun):
         result = self.result
         now = clock.now
         out = scheduler.schedule(clock.step, now)
+        if out.no_batch:
+            self._no_batch(out)
+            return True
         scheduled = out.num_scheduled_tokens
         duration = clock.step_duration(out)
         end_s = now + duration
@@ -417,7 +424,7 @@ class EngineRun(ForkableRun):
                 finished = scheduler.update_from_output(done, finished_end)
         else:
             finished = scheduler.update_from_output(out, end_s)
-            finished_end = end_s
+            finished_end = scheduler.outputs_end_s if self._late_outputs else end_s  # type: ignore[attr-defined]
         result.num_steps += 1
         result.num_preemptions += out.num_preemptions
         result.end_s = end_s
@@ -446,6 +453,26 @@ class EngineRun(ForkableRun):
             self._report(finished, finished_end)
         clock.advance(duration)
         return True
+
+    def _no_batch(self, out: Any) -> None:
+        """A scheduler call that ran no batch (SGLang's overlap loop): no step, no clock move.
+
+        Its iterations applied the outputs of the step in flight; those requests are reported.
+        Requests left that nothing can run before the next arrival (SGLang's loop would spin
+        until one comes) move the clock to that arrival.
+        """
+        scheduler = self.scheduler
+        finished = scheduler.update_from_output(out, self.clock.now)
+        if finished or self.check_consistency:
+            self._report(finished, scheduler.outputs_end_s)  # type: ignore[attr-defined]
+        if scheduler.has_unfinished_requests():
+            due = self.feed.next_due()
+            if due is None:
+                raise RuntimeError(
+                    "requests can never be scheduled (too large for the KV pool?): "
+                    + ", ".join(r.request_id for r in scheduler.waiting)
+                )
+            self.clock.jump_to(due)
 
     def run_to_end(self, max_steps: int | None = None) -> EngineResult:
         """Step until every request has finished (or ``max_steps`` more steps); the result."""

@@ -77,10 +77,14 @@ def stop_rule(
 
 
 def mark_arrived(request: RequestState, max_model_len: int) -> None:
-    """Set a newly added request waiting, with the output count and status it will stop at."""
+    """Set a newly added request waiting, with the output count and status it will stop at.
+
+    An ``ignore_eos`` request has no end of sequence: it runs to its ``max_tokens``.
+    """
     request.status = RequestStatus.WAITING
+    target = request.max_tokens if request.ignore_eos else request.target_output_tokens
     request.stop_output_tokens, request.stop_status = stop_rule(
-        request.num_prompt_tokens, request.target_output_tokens, request.max_tokens, max_model_len
+        request.num_prompt_tokens, target, request.max_tokens, max_model_len
     )
 
 

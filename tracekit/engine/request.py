@@ -81,6 +81,10 @@ class EngineRequest:
     cancel_after_s
         A recorded client cancel: the client aborts the request this many seconds (finite,
         > 0) after sending it unless it has finished; ``None``: never.
+    ignore_eos
+        The ``ignore_eos`` sampling parameter: the request ignores its end of sequence and runs
+        to ``max_tokens`` (whatever ``output_tokens`` says); SGLang mode also admits it as
+        SGLang does (its whole remaining output reserved).
     """
 
     request_id: str
@@ -92,6 +96,7 @@ class EngineRequest:
     content_ids: tuple[int, ...] = ()
     content_block_tokens: int = MOONCAKE_BLOCK_TOKENS
     cancel_after_s: float | None = None
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.request_id, str) or not self.request_id:
@@ -133,6 +138,8 @@ class EngineRequest:
             raise ValueError(
                 f"{where}: cancel_after_s must be a finite number > 0; found {cancel!r}"
             )
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"{where}: ignore_eos must be a bool; found {self.ignore_eos!r}")
 
 
 class RequestState:
@@ -153,6 +160,7 @@ class RequestState:
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
+        "ignore_eos",
         "index",
         "kv_blocks",
         "max_tokens",
@@ -185,6 +193,7 @@ class RequestState:
         self.num_prompt_tokens = request.prompt_tokens
         self.target_output_tokens = request.output_tokens
         self.max_tokens = request.max_tokens
+        self.ignore_eos = request.ignore_eos
         # The output count at which generation stops and the status it stops with: they depend
         # on max_model_len, so the scheduler sets them on add (fake_model.stop_rule).
         self.stop_output_tokens = 0
@@ -250,7 +259,8 @@ def engine_requests(workload: _Workload) -> list[EngineRequest]:
     ``prefix_hash_ids`` become the requests' ``content_ids``, ``content_block_tokens`` tokens
     an id: the workload option of that name (a synthetic shared prefix sets it to the prefix
     length), else 512 (Mooncake ``hash_ids``).
-    A ``cancel_after_s`` column becomes each request's recorded client cancel.
+    A ``cancel_after_s`` column becomes each request's recorded client cancel, an
+    ``ignore_eos`` column its sampling parameter of that name.
     """
     options = getattr(workload, "options", None) or {}
     block = int(options.get("content_block_tokens") or MOONCAKE_BLOCK_TOKENS)
@@ -265,6 +275,7 @@ def engine_requests(workload: _Workload) -> list[EngineRequest]:
             tuple(getattr(r, "prefix_hash_ids", None) or ()),
             block,
             cancel_after_s=getattr(r, "cancel_after_s", None),
+            ignore_eos=bool(getattr(r, "ignore_eos", False)),
         )
         for r in workload.iter_requests()
     ]

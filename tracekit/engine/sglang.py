@@ -15,7 +15,7 @@ One step (``managers/scheduler.py`` ``Scheduler.get_next_batch_to_run``):
   was empty (the merged batch is a new ``ScheduleBatch``).
 - **Prefill first** (``Scheduler._get_new_batch_prefill_raw``): nothing is admitted while
   ``batch_is_full`` (unless a chunked prefill continues). Under ``--enable-priority-scheduling``
-  the waiting queue is sorted by ``(priority, entry time)`` (``schedule_policy.py``
+  the waiting queue is sorted by ``(priority * sign, entry time)`` (``schedule_policy.py``
   ``SchedulePolicy._sort_by_priority_and_fcfs``). A fresh ``PrefillAdder``
   (``schedule_policy.py``) reserves, for each running request, ``min(max_new - outputs, 4096) *
   new_token_ratio`` (``_get_running_request_total_token_offset``); the continuing chunk first
@@ -43,28 +43,49 @@ One step (``managers/scheduler.py`` ``Scheduler.get_next_batch_to_run``):
   ``estimate_new_token_ratio_after_retract``). A decode step without retraction decays the ratio
   by ``(0.7 - 0.098) / 600`` down to 0.098 (``NewTokenRatioTracker.decay_step``); it returns to
   0.7 when the scheduler falls idle (``Scheduler.on_idle``).
-- ``max_new`` is ``min(max_tokens, context - prompt, pool - prompt - 2)``
-  (``Scheduler.handle_generate_request`` -> ``init_req_max_new_tokens``), which also caps the
-  output.
+- ``max_new`` is ``min(max_tokens, min(context, pool) - prompt - 2, pool - prompt - 2)``
+  (``Scheduler.init_req_max_new_tokens``, ``max_new_tokens_for_memory``), which also caps the
+  output; a prompt of ``min(context, pool) - 6`` tokens or more is refused on arrival
+  (``validate_input_length``; ``EngineConfig.max_prompt_tokens``).
 
-The radix cache (``radix_cache=True``; ``mem_cache/unified_radix_cache.py``) is a token trie over
-the requests' token content (:mod:`tracekit.engine.content`: Mooncake ``hash_ids`` make shared
-prefixes), see :class:`RadixTree`. Not modelled: mixed chunked prefill, overlap scheduling,
-priority preemption at admission, ``ignore_eos`` requests, HiCache, page sizes above 1 exactly.
+The radix cache (``radix_cache=True``, SGLang's default; ``mem_cache/unified_radix_cache.py``)
+is a token trie over the requests' token content (:mod:`tracekit.engine.content`: Mooncake
+``hash_ids`` make shared prefixes), see :class:`RadixTree`; each admission's hit is the step's
+``cache_hits`` (the trace's radix hits).
+
+SGLang's defaults also shape the loop (docs/engine.md, "Overlap scheduling in SGLang mode",
+"ignore_eos in SGLang mode", "Priority scheduling in SGLang mode"):
+
+- **Overlap** (``overlap_schedule``, ``Scheduler.event_loop_overlap``): a batch's result is
+  processed after the next batch was formed; a request its result in flight ends by length
+  leaves the decode batch (``_reqs_finishing_inflight``); an iteration that forms no batch
+  applies the result in flight and takes no step.
+- **ignore_eos**: such a request runs to ``max_new``, reserves its whole remaining output while
+  running (``_get_running_request_total_token_offset``), and with the tree disabled is admitted
+  by ``add_one_req_ignore_eos`` (a drain check over the batch).
+- **Priority** (``--enable-priority-scheduling``): the waiting queue sorted by priority in
+  SGLang's direction (larger values first unless ``--schedule-low-priority-values-first``),
+  retraction in the same direction under ``--retraction-policy priority``, and preemption of
+  less important running requests at admission when the batch is full
+  (``PrefillAdder.preempt_to_schedule``, above ``--priority-scheduling-preemption-threshold``).
+
+Not modelled: mixed chunked prefill, HiCache, LoRA, speculative decoding, page sizes above 1
+exactly (and the radix cache with them), SGLang's one-token prefill of a refused prompt.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
-from tracekit.engine.fake_model import apply_fake_outputs
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.request import FINISHED_STATUSES, RequestState, RequestStatus
 
 __all__ = [
     "CLIP_MAX_NEW_TOKENS",
+    "IGNORE_EOS_RESERVE_TOKENS",
     "INIT_NEW_TOKEN_RATIO",
     "MIN_NEW_TOKEN_RATIO",
     "NEW_TOKEN_RATIO_DECAY_STEPS",
@@ -83,6 +104,9 @@ MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 #: ``SGLANG_RETRACT_DECODE_STEPS`` default: decode steps a kept request is assumed to still run.
 RETRACT_DECODE_STEPS = 20
+#: ``schedule_policy.py`` ``IGNORE_EOS_RESERVE_TOKENS``: tokens per request kept free when an
+#: ``ignore_eos`` request is admitted through ``add_one_req_ignore_eos``.
+IGNORE_EOS_RESERVE_TOKENS = 1
 #: ``CLIP_MAX_NEW_TOKENS``: cap on the reserved output tokens of one request.
 CLIP_MAX_NEW_TOKENS = 4096
 
@@ -95,18 +119,23 @@ WAITING_QUEUE_PREFIX_MATCH_MAX = 128
 _CONTINUE, _NO_TOKEN, _OTHER = 0, 1, 2
 
 
-def retraction_order(running: list[RequestState], policy: str = "length") -> list[RequestState]:
+def retraction_order(
+    running: list[RequestState], policy: str = "length", *, low_first: bool = True
+) -> list[RequestState]:
     """SGLang's ``_get_decode_retraction_order``: most to least preferred to keep.
 
-    ``(outputs, -prompt)`` descending (``"length"``), or ``(-priority, outputs, -prompt)``
-    descending (``"priority"``: lower values are kept first). Python's sort is stable under
-    ``reverse=True``, as SGLang's is, so ties keep the batch order. Returns a new list; the last
-    element is the first victim.
+    ``(outputs, -prompt)`` descending (``"length"``), or ``(priority * -sign, outputs,
+    -prompt)`` descending (``"priority"``), where ``sign`` is 1 with
+    ``--schedule-low-priority-values-first`` (``low_first``: smaller values are kept first)
+    and -1 without it (SGLang's default: larger values are kept first). Python's sort is
+    stable under ``reverse=True``, as SGLang's is, so ties keep the batch order. Returns a new
+    list; the last element is the first victim.
     """
     if policy == "priority":
+        sign = -1 if low_first else 1
         return sorted(
             running,
-            key=lambda r: (-r.priority, r.num_output_tokens, -r.num_prompt_tokens),
+            key=lambda r: (r.priority * sign, r.num_output_tokens, -r.num_prompt_tokens),
             reverse=True,
         )
     return sorted(running, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens), reverse=True)
@@ -132,10 +161,14 @@ class SglangWaitingQueue(list[RequestState]):
         self.entry[request.request_id] = self.counter
         self.append(request)
 
-    def sort_by_priority(self) -> None:
-        """``SchedulePolicy._sort_by_priority_and_fcfs`` (lower values first)."""
+    def sort_by_priority(self, sign: int = 1) -> None:
+        """``SchedulePolicy._sort_by_priority_and_fcfs``: by ``(priority * sign, entry)``.
+
+        ``sign`` 1: lower values first (``--schedule-low-priority-values-first``); -1: higher
+        values first (SGLang's default).
+        """
         entry = self.entry
-        self.sort(key=lambda r: (r.priority, entry[r.request_id]))
+        self.sort(key=lambda r: (r.priority * sign, entry[r.request_id]))
 
 
 class _Node:
@@ -296,6 +329,34 @@ def _common(a: tuple[int, ...], key: tuple[int, ...], start: int, end: int) -> i
     return i
 
 
+class _Launched:
+    """A batch and what its result applies: SGLang's ``result_queue`` entry (a batch copy).
+
+    ``reqs``: its requests in batch order (the copy's ``reqs``); ``no_sample``: the request
+    whose prefill the batch leaves part-way (a middle chunk, whose result adds no token:
+    ``inflight_middle_chunks``); ``ends``: with the radix cache, each prefilled request's
+    tokens in KV after the batch (``extend_end``, up to which an unfinished prefill is
+    checkpointed into the tree).
+    """
+
+    __slots__ = ("end_s", "ends", "no_sample", "out", "prefill", "reqs")
+
+    def __init__(
+        self,
+        out: ScheduledStep,
+        reqs: list[RequestState],
+        prefill: bool,
+        no_sample: RequestState | None,
+        ends: dict[str, int] | None,
+    ) -> None:
+        self.out = out
+        self.reqs = reqs
+        self.prefill = prefill
+        self.no_sample = no_sample
+        self.ends = ends
+        self.end_s = 0.0
+
+
 class SglangScheduler(SchedulerBase):
     """SGLang 0.5.23's scheduling over request counts, with retraction victims chosen by a host.
 
@@ -307,6 +368,14 @@ class SglangScheduler(SchedulerBase):
         Chooses each retraction victim.
     on_decision
         Called with every :class:`DecisionRecord`, in order.
+
+    Notes
+    -----
+    With ``overlap_schedule`` (SGLang's default) :meth:`schedule` runs iterations of
+    ``Scheduler.event_loop_overlap``: the batch it returns is launched and its result applied
+    by the :meth:`update_from_output` of the *next* step, after that step was scheduled; an
+    iteration that forms no batch applies the result in flight and takes no step (the returned
+    step is then ``no_batch``). ``late_outputs`` tells :class:`~tracekit.engine.EngineRun` so.
     """
 
     def __init__(
@@ -316,6 +385,9 @@ class SglangScheduler(SchedulerBase):
         on_decision: DecisionCallback | None = None,
     ) -> None:
         super().__init__(config, host, on_decision)
+        # The host's context: SGLang's victim rule reads priorities only under
+        # --retraction-policy priority.
+        self.policy = config.victim_scheduling_policy
         self.waiting: SglangWaitingQueue = SglangWaitingQueue()  # type: ignore[assignment]
         # A request part-way through a chunked prefill: neither waiting nor decoding.
         self.chunked: RequestState | None = None
@@ -336,8 +408,18 @@ class SglangScheduler(SchedulerBase):
         # Page size 1: every decode needs exactly one free block per request (and the tree is
         # evicted only for a shortfall).
         self._unit_pages = config.block_size == 1
+        # Priority options (Scheduler.__init__, init_schedule_policy): the sort direction
+        # (SchedulePolicy.priority_sign) and preemption at admission.
+        self._priority = bool(config.enable_priority_scheduling)
+        self._sign = 1 if config.schedule_low_priority_values_first else -1
+        self._preemption = self._priority and not config.disable_priority_preemption
+        self._threshold = config.priority_scheduling_preemption_threshold
         # SGLang's clipped max_new_tokens per request (init_req_max_new_tokens).
         self.max_new: dict[str, int] = {}
+        # Req.full_untruncated_fill_ids length and prefix_len as the last round left them
+        # (init_next_round_input, reset_for_retract): what preempt_to_schedule reads.
+        self._fill: dict[str, int] = {}
+        self._prefix: dict[str, int] = {}
         self.radix: RadixTree | None = RadixTree() if config.radix_cache else None
         # Radix bookkeeping per request: token ids (prompt, then one SAMPLED_TOKEN per output
         # so far; built once, lengthened as outputs grow), the locked node, tokens owned by the
@@ -345,22 +427,48 @@ class SglangScheduler(SchedulerBase):
         self._tokens: dict[str, tuple[int, ...]] = {}
         self._node: dict[str, object] = {}
         self._shared: dict[str, int] = {}
-        # Retraction events of the last schedule() (for comparisons): (victims, kept order).
+        self._evicted = 0  # tokens evicted from the tree so far
+        self._evicted_reported = 0
+        # event_loop_overlap: the batch whose result is not processed yet, the one schedule()
+        # just formed, requests taken out of the decode batch because that result ends them
+        # (_reqs_finishing_inflight), results applied by no-batch iterations, whether finished
+        # requests still sit in SGLang's running batch (filtered at the next iteration), and
+        # when the outputs last applied were produced.
+        self.overlap = bool(config.overlap_schedule)
+        self.late_outputs = self.overlap
+        self._in_flight: _Launched | None = None
+        self._launching: _Launched | None = None
+        self._finishing: list[RequestState] = []
+        self._pending: list[RequestState] = []
+        self._unfiltered = False
+        self._ends: dict[str, int] | None = None
+        self._batch_reqs: list[RequestState] = []
+        self.outputs_end_s = 0.0
+        # Records of the last schedule() (for comparisons and the trace): retraction events
+        # (victims, kept order), requests preempted at admission, why admission stopped, the
+        # tokens already in KV (radix hit or earlier chunks) of each request prefilled, before
+        # the step, and each admission's radix hit (the trace's cache hits).
         self.last_retractions: list[tuple[list[str], list[str]]] = []
+        self.last_preempted: list[str] = []
         self.last_admission_stop: str | None = None
-        # Tokens already in KV (radix hit or earlier chunks) of each request prefilled in the
-        # last schedule(), before the step.
         self.last_cached: dict[str, int] = {}
+        self.step_cache_hits: dict[str, int] = {}
 
     # ----------------------------------------------------------------------------- queues
     def add_request(self, request: RequestState) -> None:
-        """Queue a new request; clip its ``max_new`` and stop as SGLang does."""
+        """Queue a new request; clip its ``max_new`` and stop as SGLang does.
+
+        An ``ignore_eos`` request ignores its end of sequence: it stops at ``max_new``.
+        """
         super().add_request(request)
         prompt = request.num_prompt_tokens
-        limit = min(self.config.max_model_len - prompt, self.kv_tokens - prompt - 2)
+        # init_req_max_new_tokens: the longest request (min(context, pool) - 1) less the
+        # prompt and one, then the empty pool less the prompt, a page and one.
+        max_req_len = min(self.config.max_model_len, self.kv_tokens) - 1
+        limit = min(max_req_len - prompt - 1, self.kv_tokens - prompt - self.config.block_size - 1)
         max_new = max(0, min(request.max_tokens, limit))
         self.max_new[request.request_id] = max_new
-        if max_new <= request.target_output_tokens:
+        if request.ignore_eos or max_new <= request.target_output_tokens:
             request.stop_output_tokens = max_new
             request.stop_status = RequestStatus.FINISHED_LENGTH_CAPPED
         else:
@@ -368,30 +476,109 @@ class SglangScheduler(SchedulerBase):
             request.stop_status = RequestStatus.FINISHED_STOPPED
 
     def has_unfinished_requests(self) -> bool:
-        """Whether any request is running, chunked or waiting."""
-        return bool(self.running) or self.chunked is not None or len(self.waiting) > 0
+        """Whether the loop is not idle: anything running, chunked, waiting or in flight."""
+        return (
+            bool(self.running)
+            or self.chunked is not None
+            or len(self.waiting) > 0
+            or self._in_flight is not None
+            or self._unfiltered
+        )
 
     def _forget(self, request: RequestState) -> None:
         """An aborted request part-way through its chunked prefill stops being the chunk."""
         if self.chunked is request:
             self.chunked = None
 
+    def finish_requests(
+        self, request_ids: Iterable[str], finished_status: str = RequestStatus.ABORTED
+    ) -> list[RequestState]:
+        """Finish requests from outside (a client's cancel), keeping SGLang's queue and tree.
+
+        As :meth:`SchedulerBase.finish_requests`, but the waiting queue stays SGLang's list
+        (order and entry stamps), and with the radix cache an aborted holder's own KV is freed
+        without a tree insert and its path unlocked (``release_kv_cache(checkpoint=False)``).
+        """
+        valid = [self.requests[r] for r in dict.fromkeys(request_ids) if r in self.requests]
+        if not valid:
+            return valid
+        gone = {r.request_id for r in valid}
+        self.running = [r for r in self.running if r.request_id not in gone]
+        self._finishing = [r for r in self._finishing if r.request_id not in gone]
+        if any(r.request_id in gone for r in self.waiting):
+            self.waiting[:] = [r for r in self.waiting if r.request_id not in gone]
+        for request in valid:
+            self._forget(request)
+            request.status = finished_status
+            self.block_pool.free(request.num_blocks)
+            request.num_blocks = 0
+            self._release_tree(request)
+            self._drop(request.request_id)
+            del self.requests[request.request_id]
+        return valid
+
+    def _drop(self, request_id: str) -> None:
+        """Forget a finished request's per-request bookkeeping."""
+        self.max_new.pop(request_id, None)
+        self._tokens.pop(request_id, None)
+        self._fill.pop(request_id, None)
+        self._prefix.pop(request_id, None)
+
     # ----------------------------------------------------------------------------- schedule
     def schedule(self, step: int, now: float) -> ScheduledStep:
-        """One step: a prefill batch if anything can be admitted, else a decode batch."""
+        """One step: a prefill batch if anything can be admitted, else a decode batch.
+
+        Under overlap scheduling, the iterations of ``event_loop_overlap`` until one forms a
+        batch; see the class notes.
+        """
         out = ScheduledStep(step, now)
         if self.last_retractions:
             self.last_retractions = []
+        if self.last_preempted:
+            self.last_preempted = []
         self.last_admission_stop = None
         if self.last_cached:
             self.last_cached = {}
-        if self._idle:
-            if step > self._idle_after + 1:
-                self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-            self._idle = False
+        if self.step_cache_hits:
+            self.step_cache_hits = {}
+        if not self.overlap:
+            # event_loop_normal. Scheduler.on_idle ran if an iteration found nothing to run
+            # between the last step and this one (a step apart: an idle iteration).
+            if self._idle:
+                if step > self._idle_after + 1:
+                    self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+                self._idle = False
+            self._iteration(out, step, now)
+            self._launching = self._launch(out)
+            return out
+        quiet = 0
+        while True:
+            if self._iteration(out, step, now):
+                self._launching = self._launch(out)
+                self._record_cache(out)
+                return out
+            # No batch: process the last batch's result (pop_and_process; last_batch becomes
+            # None), or, with none, Scheduler.on_idle. Such an iteration takes no step; after
+            # two in a row, or once the loop is idle, nothing runs before the next arrival.
+            quiet += 1
+            if self._in_flight is not None:
+                self._pending += self._process(self._in_flight)
+                self._in_flight = None
+            else:
+                self._on_idle()
+            if quiet >= 2 or not self.has_unfinished_requests():
+                out.no_batch = True
+                self._launching = None
+                self._record_cache(out)
+                return out
+
+    def _iteration(self, out: ScheduledStep, step: int, now: float) -> bool:
+        """``get_next_batch_to_run``: a prefill batch if one forms, else a decode batch."""
         if self._reset_full:
+            # The last batch shrank when merged, or the running batch did when filtered.
             self.batch_is_full = False
             self._reset_full = False
+        self._unfiltered = False
         chunked = self.chunked
         if (
             chunked is not None
@@ -400,12 +587,29 @@ class SglangScheduler(SchedulerBase):
         ):
             # get_next_batch_to_run -> stash_chunked_request: checkpoint the chunks so far.
             self._checkpoint(chunked)
+        if self._preemption:
+            # _get_new_batch_prefill_raw: reset batch_is_full to try preemption.
+            self.batch_is_full = False
         if self.running and self.chunked is None and (self.batch_is_full or not self.waiting):
             # _get_new_batch_prefill_raw would return at once: no admission attempt.
-            self._schedule_decode(out, step, now)
-        elif not self._schedule_prefill(out, now):
-            self._schedule_decode(out, step, now)
-        return out
+            return self._schedule_decode(out, step, now)
+        if self._schedule_prefill(out, now):
+            return True
+        return self._schedule_decode(out, step, now)
+
+    def _on_idle(self) -> None:
+        """``Scheduler.on_idle`` (with no last batch): the ratio restarts when fully idle."""
+        if not self.running and not self._unfiltered and self.chunked is None:
+            self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+
+    def _launch(self, out: ScheduledStep) -> _Launched:
+        """What the result of the step ``out`` applies (see :class:`_Launched`)."""
+        if out.num_prefill_tokens > 0:
+            chunked = self.chunked
+            reqs = self._batch_reqs
+            return _Launched(out, reqs, True, chunked, self._ends)
+        # A decode batch is the running batch as it is now (later steps edit that list).
+        return _Launched(out, self.running[:], False, None, None)
 
     def _free_tokens(self) -> int:
         return self.block_pool.num_free_blocks * self.config.block_size
@@ -413,25 +617,33 @@ class SglangScheduler(SchedulerBase):
     def _evictable(self) -> int:
         return 0 if self.radix is None else self.radix.evictable
 
+    def _offset(self, request: RequestState, ratio: float) -> float:
+        """``PrefillAdder._get_running_request_total_token_offset`` (ratio 1 for ignore_eos)."""
+        left = self.max_new[request.request_id] - request.num_output_tokens
+        return min(left, CLIP_MAX_NEW_TOKENS) * (1.0 if request.ignore_eos else ratio)
+
     def _schedule_prefill(self, out: ScheduledStep, now: float) -> bool:
         """``_get_new_batch_prefill_raw`` with a fresh ``PrefillAdder``."""
         config = self.config
-        running = self.running
-        if not running:
+        if not self.running:
             self.batch_is_full = False
         chunked = self.chunked
         waiting = self.waiting
+        self._ends = None
         if (self.batch_is_full or not waiting) and chunked is None:
             return False
-        slots = config.max_num_seqs - len(running)
-        if slots <= 0 and chunked is None:
+        if (
+            config.max_num_seqs - len(self.running) <= 0
+            and chunked is None
+            and not self._preemption
+        ):
             self.batch_is_full = True
             return False
         # SchedulePolicy.calc_priority matches no waiting request here: UnifiedRadixCache's
         # tree core does not support fast matching (supports_fast_match_prefix is False).
         radix = self.radix
-        if config.scheduling_policy == "priority":
-            waiting.sort_by_priority()
+        if self._priority:
+            waiting.sort_by_priority(self._sign)
         if radix is not None and waiting:
             # SchedulePolicy._touch_waiting_prefixes: every 32nd call, refresh the LRU times of
             # the first 128 waiting requests' cached paths, head last (touch_waiting_prefix).
@@ -442,10 +654,10 @@ class SglangScheduler(SchedulerBase):
         ratio = self.new_token_ratio
         max_new = self.max_new
         # PrefillBudget: offsets against available + evictable (read live: locks change it).
+        offset = self._offset
         total_offset = 0.0
-        for r in running:
-            left = max_new[r.request_id] - r.num_output_tokens
-            total_offset += min(left, CLIP_MAX_NEW_TOKENS) * ratio
+        for r in self.running:
+            total_offset += offset(r, ratio)
         current_offset = 0.0
         rem_input = config.max_num_batched_tokens
         rem_chunk = self.chunk_size
@@ -453,6 +665,9 @@ class SglangScheduler(SchedulerBase):
         batch: list[tuple[RequestState, int]] = []
         new_chunked: RequestState | None = None
         continues = False
+        preempted: list[RequestState] = []
+        # add_one_req_ignore_eos's (tokens left, tokens occupied), sorted; None until first used.
+        states: list[tuple[float, int]] | None = None
 
         def reserve(extend: int, reserved_output: int) -> None:
             nonlocal total_offset, current_offset, rem_input, rem_chunk
@@ -469,6 +684,50 @@ class SglangScheduler(SchedulerBase):
             if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
                 return _OTHER
             return _CONTINUE
+
+        def preempt_to_schedule(request: RequestState) -> bool:
+            """``PrefillAdder.preempt_to_schedule``: free less important running requests."""
+            nonlocal total_offset, free
+            sign = self._sign
+            entry = waiting.entry
+            # Before init_next_round_input: the fill and prefix of the request's last round.
+            rid = request.request_id
+            need = (
+                self._fill.get(rid, 0)
+                - self._prefix.get(rid, 0)
+                + min(max_new[rid], CLIP_MAX_NEW_TOKENS)
+                - (free + self._evictable() - total_offset)
+            )
+            # Least important first; among equals the latest entry into the waiting queue.
+            order = sorted(self.running, key=lambda r: (r.priority * -sign, -entry[r.request_id]))
+            chosen: list[RequestState] = []
+            for r in order:
+                if (request.priority - r.priority) * -sign > self._threshold:
+                    chosen.append(r)
+                    need -= self._offset(r, ratio)
+                    if need <= 0:
+                        break
+                else:
+                    break
+            if not chosen or need > 0:
+                return False
+            # Released in running-batch order (release_req, then kept * 20 tokens evicted).
+            gone = set(chosen)
+            running = self.running
+            released = 0
+            for r in running:
+                if r in gone:
+                    total_offset -= self._offset(r, ratio)
+                    released += 1
+                    self._release_victim(r)
+                    self._release_tree(r)
+                    self._prefix[r.request_id] = 0
+                    if radix is not None:
+                        self._evict_to_free((len(running) - released) * RETRACT_DECODE_STEPS)
+                    preempted.append(r)
+            self.running = [r for r in running if r not in gone]
+            free = self._free_tokens()
+            return True
 
         if chunked is not None:
             # add_chunked_req: what is left of the chunk budget, or a whole chunk.
@@ -490,8 +749,10 @@ class SglangScheduler(SchedulerBase):
             if budget_state() == _OTHER:
                 stop = "budget"
                 break
-            if len(batch) >= slots:
+            if len(batch) >= config.max_num_seqs - len(self.running):
                 self.batch_is_full = True
+            # (Once set it stays set: every later request of this pass must preempt too.)
+            if self.batch_is_full and (not self._preemption or not preempt_to_schedule(request)):
                 stop = "batch_full"
                 break
             rid = request.request_id
@@ -503,14 +764,39 @@ class SglangScheduler(SchedulerBase):
                 prefix, node = radix.match(self._token_ids(request), request.num_tokens - 1)
                 # The adder pins the match while it checks (PrefillAdder._lock_node).
                 radix.lock(node)
+            self._fill[rid] = request.num_tokens
+            self._prefix[rid] = prefix
             remaining = min(max(max_new[rid] - request.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS)
             cand = request.num_tokens - prefix
-            total = cand + remaining + 1
             pool = free + self._evictable()
             result = _CONTINUE
             extend = cand
             is_chunked = False
-            if not total < pool - total_offset:
+            if request.ignore_eos and radix is None:
+                # add_one_req_ignore_eos (a disabled tree): the whole output of every
+                # ignore_eos request reserved, checked against how the batch drains.
+                paged = cand + 1
+                rem_current = pool - current_offset
+                rem_total = pool - total_offset
+                if not paged <= min(rem_current, rem_total):
+                    result = _NO_TOKEN
+                else:
+                    if states is None:
+                        states = []
+                        for r in (request, *self.running, *(b for b, _ in batch)):
+                            _add_state(states, r, max_new[r.request_id], ratio, False)
+                        states.sort(key=_left)
+                    else:
+                        _add_state(states, request, max_new[rid], ratio, True)
+                    if not _drains(states, rem_current - paged):
+                        result = _NO_TOKEN
+                    elif rem_chunk is not None and cand > rem_chunk:
+                        if rem_chunk <= 0:
+                            result = _OTHER
+                        else:
+                            extend = rem_chunk
+                            is_chunked = True
+            elif not cand + remaining + 1 < pool - total_offset:
                 result = _NO_TOKEN
             elif rem_chunk is None and batch and cand >= rem_input:
                 result = _OTHER
@@ -523,7 +809,7 @@ class SglangScheduler(SchedulerBase):
                 if radix is not None and node is not None:
                     radix.unlock(node)
                 if result == _NO_TOKEN:
-                    self.batch_is_full = bool(batch) or bool(running)
+                    self.batch_is_full = bool(batch) or bool(self.running)
                 stop = "no_token" if result == _NO_TOKEN else "other"
                 break
             # Commit: the lock stays (req.lock) until the request releases its KV.
@@ -543,40 +829,85 @@ class SglangScheduler(SchedulerBase):
                 break
         self.last_admission_stop = stop
         if not batch:
+            # Preemption already released these requests; they go back even though the
+            # request they made room for was not admitted.
+            self._requeue_preempted(preempted, out)
             return False
         # The loop admits from the head of the queue and stops at the first refusal: the
         # admitted waiting requests are its first len(batch) (less the continuing chunk).
         del waiting[: len(batch) - (chunked is not None)]
+        self._requeue_preempted(preempted, out)
+        running = self.running
         # A chunk continues: the batch shrinks when merged; an empty running batch is replaced.
         self._reset_full = not running or continues or new_chunked is not None
         self.chunked = chunked if continues else new_chunked
         pool_blocks = self.block_pool
         block_size = config.block_size
+        hits = self.step_cache_hits
+        ends: dict[str, int] | None = {} if radix is not None else None
         for request, n in batch:
-            self.last_cached[request.request_id] = request.num_computed_tokens
-            computed = request.num_computed_tokens + n
+            rid = request.request_id
+            cached = request.num_computed_tokens
+            self.last_cached[rid] = cached
+            if request is not chunked:
+                hits[rid] = cached  # an admission: its radix hit
+            computed = cached + n
             need = self._blocks_needed(request, computed)
             if radix is not None:
                 self._evict_to_free(need * block_size)
+                ends[rid] = computed  # type: ignore[index]
             pool_blocks.allocate(need)
             request.num_blocks += need
             request.num_computed_tokens = computed
             request.status = RequestStatus.RUNNING
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now
-            out.num_scheduled_tokens[request.request_id] = n
+            out.num_scheduled_tokens[rid] = n
             out.num_prefill_tokens += n
             out.kv_tokens_read += computed
             if request is not self.chunked:
                 running.append(request)
+        self._ends = ends
+        self._batch_reqs = [request for request, _ in batch]
         return True
 
-    def _schedule_decode(self, out: ScheduledStep, step: int, now: float) -> None:
-        """``update_running_batch``: retract until the step fits, or decay the ratio."""
+    def _requeue_preempted(self, preempted: list[RequestState], out: ScheduledStep) -> None:
+        """``_add_request_to_queue`` for the requests preempted at admission, in order."""
+        if not preempted:
+            return
+        for request in preempted:
+            self.waiting.add_request(request)
+            self.last_preempted.append(request.request_id)
+        out.num_preemptions += len(preempted)
+
+    def _schedule_decode(self, out: ScheduledStep, step: int, now: float) -> bool:
+        """``update_running_batch``: retract until the step fits, or decay the ratio.
+
+        Under overlap, requests whose result in flight ends them by length leave the batch
+        first (``_reqs_finishing_inflight``); if the rest does not fit, no decode runs this
+        iteration (that result frees their KV). Returns whether a decode batch formed.
+        """
         running = self.running
         if not running:
-            return
+            return False
         pool = self.block_pool
+        shrank = False
+        in_flight = self._in_flight
+        if in_flight is not None:
+            finishing = self._finishing_inflight(running, in_flight)
+            if finishing:
+                shrank = True
+                self._finishing.extend(finishing)
+                gone = set(finishing)
+                self.running = running = [r for r in running if r not in gone]
+                if not running:
+                    self.batch_is_full = False
+                    return False
+                if not self._decode_fits(running):
+                    # The queued result frees the finishing requests' KV at the end of this
+                    # step; decode the rest next step instead of retracting them.
+                    self.batch_is_full = False
+                    return False
         if self._unit_pages and len(running) <= pool.num_free_blocks:
             # The hot path (page size 1, no retraction): one token of KV per request.
             ratio = self.new_token_ratio - self._ratio_decay
@@ -592,10 +923,12 @@ class SglangScheduler(SchedulerBase):
                 read += computed
             out.num_decode_tokens = len(running)
             out.kv_tokens_read = read
-            return
+            if shrank:
+                self.batch_is_full = False
+            return True
         if not self._decode_fits(self.running):
             self._retract(step, now)
-            out.num_preemptions = sum(len(v) for v, _ in self.last_retractions)
+            out.num_preemptions += sum(len(v) for v, _ in self.last_retractions)
             running = self.running
             self.new_token_ratio = min(
                 1.0,
@@ -607,6 +940,8 @@ class SglangScheduler(SchedulerBase):
             self.new_token_ratio = max(
                 self.new_token_ratio - self._ratio_decay, MIN_NEW_TOKEN_RATIO
             )
+            if shrank:
+                self.batch_is_full = False
         for request in self.running:
             computed = request.num_computed_tokens + 1
             need = self._blocks_needed(request, computed)
@@ -617,6 +952,26 @@ class SglangScheduler(SchedulerBase):
             out.num_scheduled_tokens[request.request_id] = 1
             out.num_decode_tokens += 1
             out.kv_tokens_read += computed
+        return True
+
+    def _finishing_inflight(
+        self, running: list[RequestState], in_flight: _Launched
+    ) -> list[RequestState]:
+        """``Scheduler._reqs_finishing_inflight``: the result in flight commits their last token.
+
+        Running requests of the batch in flight whose next output reaches ``max_new``
+        (``Req.next_output_finishes_by_length``), in batch order.
+        """
+        launched = in_flight.out.num_scheduled_tokens
+        max_new = self.max_new
+        # (A request stops no later than max_new: the stop count filters first, cheaply.)
+        return [
+            r
+            for r in running
+            if r.num_output_tokens + 1 >= r.stop_output_tokens
+            and r.num_output_tokens + 1 >= max_new[r.request_id]
+            and r.request_id in launched
+        ]
 
     def _blocks_needed(self, request: RequestState, computed: int) -> int:
         """Blocks to allocate so that ``computed`` tokens are in KV.
@@ -642,7 +997,9 @@ class SglangScheduler(SchedulerBase):
 
     def _retract(self, step: int, now: float) -> None:
         """``retract_decode`` with each pop decided by the host."""
-        order = retraction_order(self.running, self.config.retraction_policy)
+        order = retraction_order(
+            self.running, self.config.retraction_policy, low_first=self._sign > 0
+        )
         victims: list[str] = []
         first = True
         while first or not self._decode_fits(order):
@@ -655,6 +1012,7 @@ class SglangScheduler(SchedulerBase):
             self.running.remove(victim)
             self._release_victim(victim)
             self._release_tree(victim)
+            self._prefix[victim.request_id] = 0  # reset_for_retract
             if self.radix is not None:
                 # release_req -> evict_from_tree_cache: make kept * 20 tokens free at once
                 # (evict_to_free_tokens evicts only the shortfall).
@@ -694,18 +1052,22 @@ class SglangScheduler(SchedulerBase):
         self._tokens[rid] = ids
         return ids
 
-    def _checkpoint(self, request: RequestState) -> None:
+    def _checkpoint(self, request: RequestState, up_to: int | None = None) -> None:
         """``UnifiedRadixCache.checkpoint_into_tree``: publish the computed tokens, move the lock.
 
-        The request's own tokens move into the tree; those the tree already held (computed
-        twice) go back to the pool. When the key runs past the prompt, the prompt is inserted
-        again so that the leaf splits at the prompt boundary (outputs can go without it).
+        ``up_to``: the tokens to publish (``extend_end`` of an unfinished prefill); default
+        what the request holds and knows (``owned_kv_len``: its KV, at most prompt plus
+        outputs). The request's own tokens move into the tree; those the tree already held
+        (computed twice) go back to the pool. When the key runs past the prompt, the prompt is
+        inserted again so that the leaf splits at the prompt boundary (outputs can go without
+        it).
         """
         radix = self.radix
         assert radix is not None
         rid = request.request_id
-        # (The computed tokens never run past the known ones; min() keeps that explicit.)
         length = min(request.num_computed_tokens, request.num_tokens)
+        if up_to is not None:
+            length = min(length, up_to)
         if not length:
             return
         key = self._token_ids(request)
@@ -713,7 +1075,11 @@ class SglangScheduler(SchedulerBase):
         duplicate = max(already - self._shared.get(rid, 0), 0)
         if duplicate:
             self.block_pool.free(duplicate)
-        request.num_blocks = 0  # what is left of its own tokens now belongs to the tree
+        # What is left of its own tokens up to ``length`` now belongs to the tree; what it
+        # holds past ``length`` (a decode in flight under overlap) stays its own.
+        shared = -(-length // self.config.block_size)
+        own = -(-request.num_computed_tokens // self.config.block_size) - shared
+        request.num_blocks = max(own, 0)
         prompt = request.num_prompt_tokens
         if 0 < prompt < length:
             radix.insert(key, prompt)
@@ -746,54 +1112,122 @@ class SglangScheduler(SchedulerBase):
             freed = self.radix.evict(shortfall)
             if freed:
                 self.block_pool.free(freed)
+                self._evicted += freed
+
+    def _record_cache(self, out: ScheduledStep) -> None:
+        """The step's radix hits (each admission's) and tree tokens evicted (trace v2)."""
+        if self.step_cache_hits:
+            out.cache_hits = self.step_cache_hits
+        out.num_evicted_blocks = self._evicted - self._evicted_reported
+        self._evicted_reported = self._evicted
+        out.cache_recorded = True
+
+    def record_cache_figures(self, out: ScheduledStep) -> None:
+        """See :meth:`SchedulerBase.record_cache_figures`: radix hits and tree evictions."""
+        self._record_cache(out)
 
     # ----------------------------------------------------------------------------- outputs
     def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
         """Apply outputs; finished requests shrink the batch (``batch_is_full`` clears).
+
+        Normal loop: the outputs of ``out``. Overlap: ``out`` is launched and the outputs
+        applied are those of the batch before it (``event_loop_overlap``'s ``pop_and_process``
+        after the next batch was scheduled), plus those applied by no-batch iterations since;
+        :attr:`outputs_end_s` is when they were produced.
 
         With the radix cache, the tree then sees the batch in order, as
         ``process_batch_result_prefill`` / ``_decode`` do: a finished request is published and
         released (``release_kv_cache(checkpoint=True)``), an unfinished prefilled one is
         checkpointed; a request part-way through a chunked prefill waits for the next step.
         """
-        batch = None
-        prefill = out.num_prefill_tokens > 0
-        if self.radix is not None and prefill:
-            requests = self.requests
-            batch = [requests[rid] for rid in out.num_scheduled_tokens]
-        finished = apply_fake_outputs(
-            out.num_scheduled_tokens, self.requests, self._release_finished, end_s
-        )
+        if not out.cache_recorded:
+            self._record_cache(out)
+        if not self.overlap:
+            launched = self._launching or self._launch(out)
+            self._launching = None
+            launched.end_s = end_s
+            self.outputs_end_s = end_s
+            finished = self._process(launched)
+            if not self.running and self.chunked is None and not self.waiting:
+                # Scheduler.on_idle runs when a loop iteration finds no batch: fully idle, the
+                # ratio starts again. That happens unless a request arrives for the very next
+                # step.
+                self._idle = True
+                self._idle_after = out.step
+            return finished
+        finished = self._pending
+        self._pending = []
+        if out.no_batch:
+            return finished
+        launched = self._launching
+        assert launched is not None and launched.out is out
+        self._launching = None
+        launched.end_s = end_s
+        done, self._in_flight = self._in_flight, launched
+        if done is not None:
+            finished += self._process(done)
+        return finished
+
+    def _process(self, launched: _Launched) -> list[RequestState]:
+        """``process_batch_result`` of one batch: fake outputs, finishes, the tree's updates.
+
+        Requests since finished or retracted (overlap: after the batch launched) are skipped,
+        as is a middle chunk; every other one samples a token.
+        """
+        end_s = launched.end_s
+        self.outputs_end_s = end_s
+        requests = self.requests
+        no_sample = launched.no_sample
+        running_status = RequestStatus.RUNNING
+        finished: list[RequestState] = []
+        processed: list[RequestState] | None = [] if self.radix is not None else None
+        for request in launched.reqs:
+            # (A finished request has its final status; a retracted one waits again.)
+            if request.status != running_status or request is no_sample:
+                continue
+            if processed is not None:
+                processed.append(request)
+            output = request.num_output_tokens + 1
+            request.num_output_tokens = output
+            if output == 1:
+                request.first_token_s = end_s
+            if output < request.stop_output_tokens:
+                continue
+            request.status = request.stop_status
+            request.finish_s = end_s
+            self._release_finished(request)
+            del requests[request.request_id]
+            finished.append(request)
         if finished:
-            running = RequestStatus.RUNNING
-            self.running = [r for r in self.running if r.status == running]
-        if batch is not None:
-            for request in batch:
-                if request is self.chunked:
-                    continue
-                self._checkpoint(request)
+            before = len(self.running)
+            self.running = [r for r in self.running if r.status == running_status]
+            if len(self.running) < before:
+                # Finished requests leave SGLang's running batch at the next filter (until
+                # then, under overlap, the loop is not idle).
+                self._reset_full = True
+                self._unfiltered = self.overlap
+            if self._finishing:
+                self._finishing = [r for r in self._finishing if r.status == running_status]
+        if processed:
+            ends = launched.ends if launched.prefill else None
+            for request in processed:
                 if request.status in FINISHED_STATUSES:
+                    self._checkpoint(request)
+                    # (Anything it held past what the tree keeps goes back to the pool.)
+                    self.block_pool.free(request.num_blocks)
+                    request.num_blocks = 0
                     self._release_tree(request)
-        elif self.radix is not None:
-            # A decode step: finished requests, in batch order, publish and release.
-            for request in finished:
-                self._checkpoint(request)
-                self._release_tree(request)
-        if finished:
-            self._reset_full = True
-            for request in finished:
-                self.max_new.pop(request.request_id, None)
-                self._tokens.pop(request.request_id, None)
-        if not self.running and self.chunked is None and not self.waiting:
-            # Scheduler.on_idle runs when a loop iteration finds no batch: fully idle, the
-            # ratio starts again. That happens unless a request arrives for the very next step.
-            self._idle = True
-            self._idle_after = out.step
+                elif ends is not None:
+                    self._checkpoint(request, ends[request.request_id])
+        for request in finished:
+            self._drop(request.request_id)
         return finished
 
     def check_consistency(self) -> None:
         """Check block accounting and queue membership; raise ``AssertionError`` if broken."""
-        holders = list(self.running) + ([self.chunked] if self.chunked is not None else [])
+        holders = list(self.running) + list(self._finishing)
+        if self.chunked is not None:
+            holders.append(self.chunked)
         held = sum(r.num_blocks for r in holders)
         tree = 0 if self.radix is None else self.radix.evictable + self.radix.protected
         assert held + tree == self.block_pool.num_used_blocks, "block accounting drifted"
@@ -808,6 +1242,56 @@ class SglangScheduler(SchedulerBase):
         for r in self.waiting:
             assert r.num_blocks == 0 and r.num_computed_tokens == 0, r
         assert len(holders) + len(self.waiting) == len(self.requests)
+
+
+def _drains(states: list[tuple[float, int]], free_now: float) -> bool:
+    """``add_one_req_ignore_eos``'s check: the batch drains without running out of tokens.
+
+    The requests by tokens left (ascending): when the i-th finishes, every request still
+    running has taken as many tokens as it has; what is free then (``free_now``, plus what the
+    finished ones occupied, less that) must stay above ``IGNORE_EOS_RESERVE_TOKENS`` per
+    request still running.
+    """
+    freed = 0
+    size = len(states)
+    for i, (left, occupied) in enumerate(states):
+        running = size - i
+        if free_now + freed - left * running <= IGNORE_EOS_RESERVE_TOKENS * running:
+            return False
+        freed += occupied
+    return True
+
+
+def _left(state: tuple[float, int]) -> float:
+    return state[0]
+
+
+def _add_state(
+    states: list[tuple[float, int]],
+    request: RequestState,
+    max_new: int,
+    ratio: float,
+    insert_sort: bool,
+) -> None:
+    """``add_one_req_ignore_eos``'s ``add_req_state``: (tokens left, tokens occupied).
+
+    Tokens left are ``max_new * ratio - outputs`` (ratio 1 for ``ignore_eos``); a request with
+    none left is not counted. With ``insert_sort`` it goes before the first entry with as many
+    tokens left or more, else before the last entry (SGLang's loop leaves its index at the
+    last position when no entry stops it).
+    """
+    left = max_new * (1.0 if request.ignore_eos else ratio) - request.num_output_tokens
+    if left <= 0:
+        return
+    entry = (left, request.num_prompt_tokens + request.num_output_tokens)
+    if not insert_sort:
+        states.append(entry)
+        return
+    i = 0
+    for i in range(len(states)):
+        if left <= states[i][0]:
+            break
+    states.insert(i, entry)
 
 
 # The recorder driver's token ids (tracekit/sglang/driver.py prompt_token_ids), so that the radix

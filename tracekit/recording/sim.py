@@ -311,8 +311,12 @@ def record_sim(
     tables = ["requests", "decisions", "candidates", "steps"]
     if record_scheduled:
         tables.append("scheduled")
-    # Each admission's prefix-cache hit (trace v2), where the engine looks the cache up.
-    admissions = bool(getattr(run.engine_config, "enable_prefix_caching", False))
+    # Each admission's prefix-cache hit (trace v2), where the engine looks the cache up
+    # (vLLM's prefix cache, SGLang's radix cache).
+    config = run.engine_config
+    admissions = bool(config.enable_prefix_caching) or bool(
+        config.mode == "sglang" and config.radix_cache
+    )
     if admissions:
         tables.append("admissions")
     requests = engine_requests(run.workload)
@@ -331,7 +335,8 @@ def record_sim(
             writer,
             run_id,
             policy_name=run.strategy.name,
-            scheduling_policy=run.engine_config.scheduling_policy,
+            # The policy the victim host saw (SGLang: the retraction policy's).
+            scheduling_policy=run.engine_config.victim_scheduling_policy,
             record_scheduled=record_scheduled,
             total_requests=len(requests),
             progress=progress,

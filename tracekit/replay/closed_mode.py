@@ -21,7 +21,7 @@ import polars as pl
 
 from tracekit import safe_output
 from tracekit.analysis.serving import SloTargets, serving_metrics
-from tracekit.engine.config import PRE_FEATURE_SETTINGS, make_engine_config
+from tracekit.engine.config import make_engine_config, recorded_settings
 from tracekit.errors import ConfigError, TraceSchemaError
 from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay.marks import MARKER, REPLAY_MARK
@@ -128,7 +128,7 @@ def _engine_config(bundle: Bundle) -> Any:
         )
     try:
         # A manifest older than a vLLM feature keeps that feature's setting of the time.
-        return make_engine_config(**{**PRE_FEATURE_SETTINGS, **config})
+        return make_engine_config(**recorded_settings(config))
     except TypeError as exc:
         raise TraceSchemaError(
             f"{bundle.path / 'manifest.json'}: field 'engine_config' does not fit this engine "

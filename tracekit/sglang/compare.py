@@ -47,6 +47,8 @@ class EngineStep:
     victims: tuple[str, ...]
     new_token_ratio: float
     waiting: tuple[str, ...]
+    # Requests preempted at admission (PrefillAdder.preempt_to_schedule), in requeue order.
+    preempted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,22 +74,8 @@ class StepMismatch:
 
 
 def engine_config(config: SglangConfig) -> EngineConfig:
-    """The engine configuration that mirrors an SGLang configuration (page size 1)."""
-    return EngineConfig(
-        mode="sglang",
-        num_blocks=config.kv_tokens + 1,  # the engine's null block; SGLang's pool is all usable
-        block_size=1,
-        max_num_seqs=config.max_running_requests,
-        max_num_batched_tokens=config.max_prefill_tokens,
-        max_model_len=config.max_context_len,
-        # --retraction-policy priority turns on --enable-priority-scheduling (driver.py).
-        scheduling_policy="priority" if config.retraction_policy == "priority" else "fcfs",
-        retraction_policy=config.retraction_policy,
-        radix_cache=config.radix_cache,
-        chunked_prefill_size=config.chunked_prefill_size or 0,
-        clock="steps",
-        step_s=config.step_s,
-    )
+    """The engine configuration an SGLang configuration is (:meth:`SglangConfig.engine_config`)."""
+    return config.engine_config()
 
 
 def engine_requests(rows: Sequence[Sequence[Any]]) -> list[EngineRequest]:
@@ -101,6 +89,7 @@ def engine_requests(rows: Sequence[Sequence[Any]]) -> list[EngineRequest]:
             int(r[4]),
             int(r[5]),
             tuple(int(h) for h in (r[6] or ())),
+            ignore_eos=bool(r[7]) if len(r) > 7 else False,
         )
         for r in rows
     ]
@@ -130,6 +119,7 @@ class _Observer:
                 tuple(v for victims, _ in s.last_retractions for v in victims),
                 s.new_token_ratio,
                 tuple(r.request_id for r in s.waiting),
+                tuple(s.last_preempted),
             )
         )
 
@@ -183,6 +173,11 @@ def first_mismatch(
                 return StepMismatch(i, a.step, "cached tokens", ha, hb, context)
         if tuple(a.victims) != b.victims:
             return StepMismatch(i, a.step, "victims", list(a.victims), list(b.victims), context)
+        if sorted(a.preempted_ids) != sorted(b.preempted):
+            # (As sets: SGLang requeues them in a set's order.)
+            return StepMismatch(
+                i, a.step, "preempted", list(a.preempted_ids), list(b.preempted), context
+            )
         if not math.isclose(a.new_token_ratio, b.new_token_ratio, rel_tol=1e-9, abs_tol=1e-12):
             return StepMismatch(
                 i, a.step, "new_token_ratio", a.new_token_ratio, b.new_token_ratio, context

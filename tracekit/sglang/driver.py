@@ -32,6 +32,7 @@ finishes it (``max_new_tokens`` is the request's ``max_tokens``).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import importlib.abc
 import importlib.machinery
@@ -51,7 +52,7 @@ from tracekit.recording.tiny_model import write_tiny_model
 __all__ = ["PROTOCOL_VERSION", "SglangBackend", "main", "prompt_token_ids", "run_scenario"]
 
 #: Must equal :data:`tracekit.sglang.protocol.PROTOCOL_VERSION` (a test checks it).
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 EOS_TOKEN = 2  # sampled at the target output length
 SAMPLED_TOKEN = 5  # every other sampled token
@@ -214,10 +215,27 @@ class _Run:
         torch = sg.torch
         self.kv_tokens = int(config["kv_tokens"])
         self.max_running_requests = int(config["max_running_requests"])
-        self.chunked_prefill_size = config.get("chunked_prefill_size")
+        # 0 (or None) is --chunked-prefill-size -1: PrefillAdder's rem_chunk_tokens is None.
+        chunk = config.get("chunked_prefill_size")
+        self.chunked_prefill_size = int(chunk) if chunk else None
         self.max_prefill_tokens = int(config["max_prefill_tokens"])
         self.max_context_len = int(config["max_context_len"])
-        self.priority = config["retraction_policy"] == "priority"
+        # TpModelWorker.get_worker_info: the longest request and the longest prompt (a prompt
+        # of max_req_input_len tokens or more is refused, validate_input_length).
+        self.max_req_len = min(self.max_context_len - 1, self.kv_tokens - 1)
+        self.max_req_input_len = self.max_req_len - 5
+        # Scheduler.__init__: the priority options as SGLang reads them (get_schedule()), and
+        # init_schedule_policy: enable_priority_preemption.
+        self.enable_priority_scheduling = bool(config["enable_priority_scheduling"])
+        self.schedule_low_priority_values_first = bool(config["schedule_low_priority_values_first"])
+        self.priority_scheduling_preemption_threshold = int(
+            config["priority_scheduling_preemption_threshold"]
+        )
+        self.enable_priority_preemption = self.enable_priority_scheduling and not bool(
+            config["disable_priority_preemption"]
+        )
+        # event_loop_overlap (SGLang's default) or event_loop_normal (--disable-overlap-schedule).
+        self.enable_overlap = bool(config["overlap_schedule"])
         server_args = sg.ServerArgs(
             model_path=str(sg.model_dir),
             device="cpu",
@@ -228,17 +246,21 @@ class _Run:
             retraction_policy=config["retraction_policy"],
             schedule_policy=config["schedule_policy"],
             chunked_prefill_size=(
-                -1 if self.chunked_prefill_size is None else int(self.chunked_prefill_size)
+                -1 if self.chunked_prefill_size is None else self.chunked_prefill_size
             ),
             max_prefill_tokens=self.max_prefill_tokens,
             max_running_requests=self.max_running_requests,
             context_length=self.max_context_len,
-            # --retraction-policy priority requires --enable-priority-scheduling (arg_groups/
-            # validation_hook.py); priority preemption of running requests at admission stays
-            # off, and lower values run first, as in the workloads' (vLLM) meaning.
-            enable_priority_scheduling=self.priority,
-            disable_priority_preemption=True,
-            schedule_low_priority_values_first=True,
+            # (--retraction-policy priority requires --enable-priority-scheduling:
+            # arg_groups/validation_hook.py checks it when ServerArgs resolves.)
+            enable_priority_scheduling=self.enable_priority_scheduling,
+            disable_priority_preemption=bool(config["disable_priority_preemption"]),
+            schedule_low_priority_values_first=self.schedule_low_priority_values_first,
+            priority_scheduling_preemption_threshold=(
+                self.priority_scheduling_preemption_threshold
+            ),
+            # The loop is this driver's (below); the flag is what ScheduleBatch objects read.
+            disable_overlap_schedule=not self.enable_overlap,
         )
         sg.set_global_server_args_for_scheduler(server_args)
         self.server_args = server_args
@@ -282,8 +304,8 @@ class _Run:
             config["schedule_policy"],
             self.tree_cache,
             False,  # enable_hierarchical_cache
-            self.priority,  # enable_priority_scheduling
-            True,  # schedule_low_priority_values_first
+            self.enable_priority_scheduling,
+            self.schedule_low_priority_values_first,
         )
         self.ratio = sg.NewTokenRatioTracker.from_config()
         self.waiting_queue: list[Any] = []
@@ -292,11 +314,17 @@ class _Run:
         self.chunked_req: Any = None
         self.last_batch: Any = None
         self.spec_algorithm = sg.SpeculativeAlgorithm.NONE
+        # event_loop_overlap: enable_skip_finishing_decode and the result queue of
+        # (batch copy, step index) not yet processed (the step stands for the forward's result).
+        self.enable_skip_finishing_decode = self.enable_overlap
+        self.result_queue: collections.deque[tuple[Any, int]] = collections.deque()
         # Per-step observations (reset by the loop).
         self.retractions: list[dict[str, Any]] = []
         self.admission: dict[str, Any] | None = None
         self.continued_chunk: str | None = None
         self.aborted: list[Any] = []  # requests retract_decode aborted in this step
+        # Running requests preempted at admission, with the KV tokens each held.
+        self.preempted: list[tuple[Any, int]] = []
 
     # ---- scheduler.py: _add_request_to_queue ------------------------------------------------
 
@@ -364,6 +392,9 @@ class _Run:
         """``Scheduler._get_new_batch_prefill_raw`` (no grammar, LoRA, HiCache, mamba, mixed)."""
         sg = self.sg
         running_batch = self.running_batch
+        if self.enable_priority_preemption:
+            # Reset batch_is_full to try preemption with a prefill adder.
+            running_batch.batch_is_full = False
         if running_batch.is_empty():
             running_batch.batch_is_full = False
         if (
@@ -371,7 +402,11 @@ class _Run:
         ) and self.chunked_req is None:
             return None
         running_bs = len(running_batch.reqs)
-        if self.get_num_allocatable_reqs(running_bs) <= 0 and self.chunked_req is None:
+        if (
+            self.get_num_allocatable_reqs(running_bs) <= 0
+            and self.chunked_req is None
+            and not self.enable_priority_preemption
+        ):
             running_batch.batch_is_full = True
             return None
         # Get priority queue (SchedulePolicy.calc_priority: FCFS keeps order, or sorts by
@@ -387,7 +422,7 @@ class _Run:
             self.max_prefill_tokens,
             self.chunked_prefill_size,
             0,  # num_mixed_decode_tokens (mixed chunk off)
-            0,  # priority_scheduling_preemption_threshold
+            self.priority_scheduling_preemption_threshold,
             max_prefill_bs=0,
             max_running_requests=self.max_running_requests,
             prefill_max_requests=None,
@@ -413,8 +448,17 @@ class _Run:
             if len(adder.can_run_list) >= self.get_num_allocatable_reqs(running_bs, num_held_rows):
                 running_batch.batch_is_full = True
             if running_batch.batch_is_full:
-                stop_reason = "batch_full"
-                break
+                if not self.enable_priority_preemption:
+                    stop_reason = "batch_full"
+                    break
+                before = len(adder.preempt_list)
+                held = {r.rid: int(r.kv.kv_committed_len) for r in running_batch.reqs}
+                if not adder.preempt_to_schedule(req):
+                    stop_reason = "batch_full"
+                    break
+                # preempt_list is extended from a set: record the order it holds, and the KV
+                # each victim gave back.
+                self.preempted.extend((r, held[r.rid]) for r in adder.preempt_list[before:])
             req.init_next_round_input(self.tree_cache)
             res = adder.add_one_req(
                 req,
@@ -435,9 +479,15 @@ class _Run:
             "waiting_order": [r.rid for r in self.waiting_queue],
         }
         if len(can_run_list) == 0:
+            # Preemption already released these requests; requeue them even though the
+            # request they made room for was not admitted.
+            for req in adder.preempt_list:
+                self.add_request_to_queue(req)
             return None
         can_run_set = set(can_run_list)
         self.waiting_queue = [x for x in self.waiting_queue if x not in can_run_set]
+        for req in adder.preempt_list:
+            self.add_request_to_queue(req)
         if adder.new_chunked_req is not None:
             assert self.chunked_req is None
             self.chunked_req = adder.new_chunked_req
@@ -449,7 +499,7 @@ class _Run:
             self.allocator,
             self.tree_cache,
             self.model_config,
-            False,  # enable_overlap
+            self.enable_overlap,
             self.spec_algorithm,
             chunked_req=self.chunked_req,
         )
@@ -459,14 +509,38 @@ class _Run:
 
     # ---- scheduler.py: update_running_batch -------------------------------------------------
 
+    def reqs_finishing_inflight(self, batch: Any) -> list[Any]:
+        """``Scheduler._reqs_finishing_inflight``: the queued result commits their last output.
+
+        Only under overlap (``enable_skip_finishing_decode``), with the one unprocessed result.
+        """
+        if not self.enable_skip_finishing_decode or not self.result_queue:
+            return []
+        assert len(self.result_queue) == 1
+        queued_reqs = set(self.result_queue[0][0].reqs)
+        return [
+            req
+            for req in batch.reqs
+            if req in queued_reqs
+            and req.beam_group is None
+            and req.next_output_finishes_by_length()
+        ]
+
     def update_running_batch(self, batch: Any) -> Any:
-        """``Scheduler.update_running_batch`` (no in-flight finishing: that is overlap only)."""
+        """``Scheduler.update_running_batch``: None skips decode this step."""
         initial_bs = batch.batch_size()
-        batch.filter_batch(reqs_to_exclude=[])
+        finishing_reqs = self.reqs_finishing_inflight(batch)
+        batch.filter_batch(reqs_to_exclude=finishing_reqs)
         if batch.is_empty():
             batch.batch_is_full = False
             return batch
-        if not batch.check_decode_mem():
+        kv_full_retract_flag = not batch.check_decode_mem()
+        if kv_full_retract_flag and finishing_reqs:
+            # The queued result frees the finishing requests' KV at the end of this step;
+            # decode the rest next step instead of retracting them.
+            batch.batch_is_full = False
+            return None
+        if kv_full_retract_flag:
             # ScheduleBatch.retract_decode picks its victims in _get_decode_retraction_order;
             # record the candidate batch and that order before it runs.
             candidates = [_req_view(r) for r in batch.reqs]
@@ -516,7 +590,8 @@ class _Run:
         finished = []
         if batch.forward_mode.is_extend():
             for req in batch.reqs:
-                if req.finished() or req.is_retracted:
+                if (req.finished() and req.inflight_middle_chunks <= 0) or req.is_retracted:
+                    # A retracted request (overlap: retracted after this batch launched).
                     continue
                 if req.inflight_middle_chunks <= 0:
                     req.output_ids.append(self._next_token(req, targets))
@@ -533,6 +608,8 @@ class _Run:
         else:
             for req in batch.reqs:
                 if req.finished() or req.is_retracted:
+                    # Overlap only: finished or retracted after this batch launched; the
+                    # over-allocated token is freed with the request's KV.
                     continue
                 req.output_ids.append(self._next_token(req, targets))
                 req.update_finish_state(1)
@@ -557,13 +634,14 @@ class _Run:
 
 
 def _req_view(req: Any) -> list[Any]:
-    """A candidate: ``[rid, len(origin_input_ids), len(output_ids), priority, retractions]``."""
+    """A candidate: ``[rid, prompt, outputs, priority, retractions, KV tokens committed]``."""
     return [
         req.rid,
         len(req.origin_input_ids),
         len(req.output_ids),
         req.priority,
         req.retraction_count,
+        int(req.kv.kv_committed_len),
     ]
 
 
@@ -572,9 +650,12 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
 
     Arrivals follow the embedded engine's steps clock: a request arriving at ``arrival_s`` joins
     the waiting queue (``Scheduler._add_request_to_queue``: appended) before the first step whose
-    index is at least ``arrival_s / step_s``, in arrival order (ties in input order). When nothing
-    runs, waits or is chunked, the step index jumps to the next arrival. Returns the ``end``
-    message's payload.
+    index is at least ``arrival_s / step_s``, in arrival order (ties in input order). Each loop
+    iteration that runs a batch takes one step index; one that runs none takes none. When
+    nothing runs, waits, is chunked or is in flight, the step index jumps to the next arrival;
+    two iterations in a row at one step index that run nothing mean nothing can run before the
+    next arrival either. The loop is ``Scheduler.event_loop_overlap`` (the default) or
+    ``event_loop_normal`` (``overlap_schedule`` false). Returns the ``end`` message's payload.
     """
     t0 = time.perf_counter()
     config = scenario["config"]
@@ -596,16 +677,53 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
     done = 0
     carried: list[str] = []  # arrivals not yet reported with a step
     stalled_at = -1
+
+    def report(finished: list[Any], finish_step: int) -> None:
+        nonlocal done
+        for req in finished:
+            done += 1
+            emit(
+                {
+                    "kind": "request",
+                    "run": scenario["run"],
+                    "request_id": req.rid,
+                    "arrival_step": info[req.rid]["arrival_step"],
+                    "first_step": info[req.rid]["first_step"],
+                    "first_token_step": info[req.rid]["first_token_step"],
+                    # The step whose result finished it (under overlap, processed one
+                    # iteration later).
+                    "finish_step": finish_step,
+                    "output_tokens": len(req.output_ids),
+                    # FINISH_MATCHED_TOKEN, FINISH_LENGTH, or FINISH_ABORT (retract_decode
+                    # aborts a last request that cannot fit, setting to_finish).
+                    "finish_reason": type(req.finished_reason or req.to_finish).__name__,
+                    "retractions": req.retraction_count,
+                }
+            )
+
+    def process(batch: Any, batch_step: int) -> list[Any]:
+        """``process_batch_result`` of the batch run at ``batch_step``: its requests' outputs."""
+        finished = run.process_batch_result(batch, targets)
+        for req in batch.reqs:
+            if req.output_ids and info[req.rid]["first_token_step"] is None:
+                info[req.rid]["first_token_step"] = batch_step
+        return finished
+
     while done < total:
         if step >= max_steps:
             raise RuntimeError(f"no end after {max_steps} steps")
         # Arrivals: Scheduler.ingest_requests -> handle_generate_request -> _add_request_to_queue.
         arrived = []
         while upcoming is not None and float(upcoming[1][1]) <= step * step_s * (1 + 1e-12):
-            index, (rid, _arrival, prompt, output, max_tokens, priority, hashes) = upcoming
+            index, row = upcoming
+            rid, _arrival, prompt, output, max_tokens, priority, hashes = row[:7]
+            ignore_eos = bool(row[7]) if len(row) > 7 else False
             upcoming = next(pending, None)
-            if int(prompt) >= run.max_context_len:
-                # Scheduler.handle_generate_request -> validate_input_length aborts it.
+            if int(prompt) >= run.max_req_input_len:
+                # Scheduler.handle_generate_request -> validate_input_length aborts it. (SGLang
+                # then queues it as a one-token request that finishes, aborted, at its first
+                # prefill; here it leaves at once, as in the engine: docs/sglang-recorder.md,
+                # "Limits".)
                 done += 1
                 emit(
                     {
@@ -622,7 +740,7 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
                     }
                 )
                 continue
-            req = _make_req(sg, run, index, rid, prompt, max_tokens, priority, hashes)
+            req = _make_req(sg, run, index, rid, prompt, max_tokens, priority, hashes, ignore_eos)
             targets[rid] = int(output)
             info[rid] = {
                 "arrival_step": step,
@@ -646,19 +764,55 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         run.admission = None
         run.continued_chunk = None
         run.aborted = []
+        run.preempted = []
         free_before = run.allocator.available_size()
         evictable_before = _evictable(run)
         t, t_cpu = time.perf_counter(), time.thread_time()
         batch = run.get_next_batch_to_run()
-        if batch is None:
-            # Scheduler.event_loop_normal: no batch -> on_idle; last_batch = None. Such an
-            # iteration runs nothing, so it takes no step index. Twice in a row at one step means
-            # nothing can run before the next arrival.
+        record: dict[str, Any] | None = None
+        if batch is not None:
+            record = {
+                "kind": "step",
+                "run": scenario["run"],
+                "step": step,
+                "arrived": carried,
+                "free_tokens_before": free_before,
+                "evictable_tokens_before": evictable_before,
+            }
+            carried = []
+            # The step as scheduled (after admission and retraction, before outputs).
+            record["free_tokens"] = run.allocator.available_size()
+            record["evictable_tokens"] = _evictable(run)
+            record["running"] = [r.rid for r in run.running_batch.reqs]
+            record.update(_describe_batch(run, batch))
+        finished = list(run.aborted)
+        finish_step = step
+        if run.enable_overlap:
+            # Scheduler.event_loop_overlap: launch this batch (a copy queued for its result),
+            # then process the last batch's result; on_idle only when neither exists.
+            # (SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP is off, no grammar: overlap is never
+            # disabled for a batch.)
+            if batch is not None:
+                run.result_queue.append((batch.copy(), step))
+            if run.last_batch is not None:
+                done_batch, finish_step = run.result_queue.popleft()
+                finished += process(done_batch, finish_step)
+            elif batch is None:
+                run.on_idle()
+        elif batch is not None:
+            # Scheduler.event_loop_normal: run the batch and process its result.
+            finished += process(batch, step)
+        else:
+            # event_loop_normal with no batch -> on_idle.
             run.on_idle()
-            run.last_batch = None
-            loop_s += time.perf_counter() - t
-            loop_cpu_s += time.thread_time() - t_cpu
-            if stalled_at == step:
+        run.last_batch = batch
+        loop_s += time.perf_counter() - t
+        loop_cpu_s += time.thread_time() - t_cpu
+        if record is None:
+            # An iteration that runs no batch takes no step index; twice in a row at one step
+            # means nothing can run before the next arrival.
+            report(finished, finish_step)
+            if stalled_at == step and done < total:
                 if upcoming is None:
                     raise RuntimeError(
                         "requests can never be scheduled (too large for the KV pool?): "
@@ -668,28 +822,8 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
             stalled_at = step
             continue
         stalled_at = -1
-        record: dict[str, Any] = {
-            "kind": "step",
-            "run": scenario["run"],
-            "step": step,
-            "arrived": carried,
-            "free_tokens_before": free_before,
-            "evictable_tokens_before": evictable_before,
-        }
-        carried = []
-        # The step as scheduled (after admission and retraction, before outputs).
-        record["free_tokens"] = run.allocator.available_size()
-        record["evictable_tokens"] = _evictable(run)
-        record["running"] = [r.rid for r in run.running_batch.reqs]
-        record.update(_describe_batch(run, batch))
-        finished = [*run.aborted, *run.process_batch_result(batch, targets)]
-        for req in batch.reqs:
-            if req.output_ids and info[req.rid]["first_token_step"] is None:
-                info[req.rid]["first_token_step"] = step
-        run.last_batch = batch
-        loop_s += time.perf_counter() - t
-        loop_cpu_s += time.thread_time() - t_cpu
         record["retractions"] = run.retractions
+        record["preempted"] = [[r.rid, kv] for r, kv in run.preempted]
         record["admission"] = run.admission
         record["new_token_ratio"] = run.ratio.current
         record["waiting"] = [r.rid for r in run.waiting_queue]
@@ -703,24 +837,9 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
             if info[entry[0]]["first_step"] is None:
                 info[entry[0]]["first_step"] = step
         emit(record)
-        for req in finished:
-            done += 1
-            emit(
-                {
-                    "kind": "request",
-                    "run": scenario["run"],
-                    "request_id": req.rid,
-                    "arrival_step": info[req.rid]["arrival_step"],
-                    "first_step": info[req.rid]["first_step"],
-                    "first_token_step": info[req.rid]["first_token_step"],
-                    "finish_step": step,
-                    "output_tokens": len(req.output_ids),
-                    # FINISH_MATCHED_TOKEN, FINISH_LENGTH, or FINISH_ABORT (retract_decode
-                    # aborts a last request that cannot fit, setting to_finish).
-                    "finish_reason": type(req.finished_reason or req.to_finish).__name__,
-                    "retractions": req.retraction_count,
-                }
-            )
+        # (retract_decode's aborts finish in this step; the processed result's in its own.)
+        report(list(run.aborted), step)
+        report(finished[len(run.aborted) :], finish_step)
         num_steps += 1
         step += 1
     return {
@@ -760,11 +879,17 @@ def _make_req(
     max_tokens: int,
     priority: int,
     hashes: list[int] | None,
+    ignore_eos: bool = False,
 ) -> Any:
-    """A ``Req`` as ``Scheduler.handle_generate_request`` builds it (no tokenizer, no stream)."""
+    """A ``Req`` as ``Scheduler.handle_generate_request`` builds it (no tokenizer, no stream).
+
+    ``ignore_eos``: the sampling parameter (``bench_serving`` sends it by default): the end of
+    sequence is ignored, the request runs to ``max_new_tokens``, and ``PrefillAdder`` reserves
+    its whole remaining output.
+    """
     from array import array
 
-    params = sg.SamplingParams(max_new_tokens=int(max_tokens))
+    params = sg.SamplingParams(max_new_tokens=int(max_tokens), ignore_eos=bool(ignore_eos))
     params.normalize(None)
     req = sg.Req(
         rid,
@@ -777,11 +902,16 @@ def _make_req(
     )
     req.tokenizer = None
     # Scheduler.handle_generate_request -> init_req_max_new_tokens: clip max_new_tokens so
-    # that input + output fit the context and the token pool.
-    max_new = min(
-        params.max_new_tokens,
-        run.max_context_len - len(req.origin_input_ids),
-        run.kv_tokens - len(req.origin_input_ids) - 2,
+    # that input + output fit the longest request, then the empty pool (the allocator's own
+    # max_new_tokens_for_memory).
+    input_len = len(req.origin_input_ids)
+    max_new = max(0, min(params.max_new_tokens, run.max_req_len - input_len - 1))
+    max_new = run.allocator.max_new_tokens_for_memory(
+        input_len,
+        max_new,
+        token_capacity=run.kv_tokens,
+        sliding_window_size=None,
+        chunk_size=run.chunked_prefill_size,
     )
     params.max_new_tokens = max(0, max_new)
     return req
@@ -816,6 +946,13 @@ def _describe_config(run: _Run) -> dict[str, Any]:
         "tree_cache_class": type(run.tree_cache).__name__,
         "retraction_policy": sa.retraction_policy,
         "schedule_policy": sa.schedule_policy,
+        "enable_priority_scheduling": sa.enable_priority_scheduling,
+        "schedule_low_priority_values_first": sa.schedule_low_priority_values_first,
+        "disable_priority_preemption": sa.disable_priority_preemption,
+        "priority_scheduling_preemption_threshold": sa.priority_scheduling_preemption_threshold,
+        "enable_priority_preemption": run.enable_priority_preemption,
+        # The loop this driver runs (on a CPU SGLang itself would disable overlap).
+        "event_loop": "overlap" if run.enable_overlap else "normal",
         "new_token_ratio": {"init": run.ratio.init, "min": run.ratio.min, "decay": run.ratio.decay},
         "retract_decode_steps": int(os.environ.get("SGLANG_RETRACT_DECODE_STEPS", "20")),
     }
@@ -900,8 +1037,13 @@ _CHECK_CONFIG = {
     "max_prefill_tokens": 256,
     "max_context_len": 256,
     "radix_cache": True,
-    "retraction_policy": "length",
+    "retraction_policy": "priority",
     "schedule_policy": "fcfs",
+    "overlap_schedule": True,
+    "enable_priority_scheduling": True,
+    "schedule_low_priority_values_first": False,
+    "disable_priority_preemption": False,
+    "priority_scheduling_preemption_threshold": 10,
     "step_s": 1.0,
 }
 

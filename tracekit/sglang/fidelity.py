@@ -51,8 +51,18 @@ _CONFIG_KEYS = (
     "retraction_policy",
     "radix_cache",
     "chunked_prefill_size",
+    "overlap_schedule",
+    "enable_priority_scheduling",
+    "schedule_low_priority_values_first",
+    "disable_priority_preemption",
+    "priority_scheduling_preemption_threshold",
     "clock",
     "step_s",
+)
+_PRIORITY_OPTIONS = (
+    "schedule_low_priority_values_first",
+    "disable_priority_preemption",
+    "priority_scheduling_preemption_threshold",
 )
 _OUTCOMES = ("status", "output_tokens", "num_preemptions")
 
@@ -207,6 +217,7 @@ def _as_engine_step(s: Any) -> EngineStep:
         tuple(s.victims),
         s.new_token_ratio,
         tuple(s.waiting),
+        s.preempted_ids,
     )
 
 
@@ -216,10 +227,12 @@ def _check_mirrored(sim: Path, sglang: Path, config: Any, rows: list[tuple[Any, 
     manifest = json.loads((sim / "manifest.json").read_text("utf-8"))
     recorded = manifest.get("engine_config") or {}
     expected = engine_config(config)
+    # The priority sub-options do nothing without priority scheduling: not compared then.
+    inert = set() if expected.enable_priority_scheduling else set(_PRIORITY_OPTIONS)
     differ = [
         f"{key}={recorded.get(key)!r} (needs {getattr(expected, key)!r})"
         for key in _CONFIG_KEYS
-        if recorded.get(key) != getattr(expected, key)
+        if key not in inert and recorded.get(key) != getattr(expected, key)
     ]
     if differ:
         raise SglangFidelityInputError(

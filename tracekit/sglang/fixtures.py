@@ -4,12 +4,14 @@
 :func:`tracekit.sglang.record.record_sglang` (no policy: SGLang's own retraction rule).
 ``tests/test_engine_sglang_fixtures.py`` re-runs each on the engine's SGLang mode and requires
 every step to match (:mod:`tracekit.sglang.compare`) without SGLang; ``tests/test_sglang_live.py``
-records them again from the installed SGLang and requires the same bundles' decisions. Remake
-them (after a deliberate change) with::
+records them again from the installed SGLang and requires the same step streams. Remake them
+(after a deliberate change) with::
 
     python -m tracekit.sglang.fixtures [--out tests/data] [--sglang-venv DIR] [names...]
 
-The workloads (their step files are stored gzipped, ``sglang-steps.jsonl.gz``):
+and the scenario workloads (seeded, no source data) with ``--workloads``.
+
+The base workloads (their step files are stored compressed, ``sglang-steps.jsonl.xz``):
 
 ``azure``
     The first 60 requests of the shipped Azure conversation sample at twice their rate, on a
@@ -33,50 +35,130 @@ The workloads (their step files are stored gzipped, ``sglang-steps.jsonl.gz``):
     prompts with long outputs next to long prompts) on a 1,000-token pool: retractions.
 
 Each is recorded with the radix cache on and off and with both retraction policies (``length``,
-SGLang's default, and ``priority`` with priorities 0..2 from ``priority_seed=1``), on the steps
-clock (50 ms steps).
+SGLang's default, and ``priority`` with priorities 0..2 from ``priority_seed=1``, lower values
+first and no priority preemption: ``<base>-<radix|noradix>-<policy>``), in the normal loop
+(``--disable-overlap-schedule``) and, suffixed ``-overlap``, in SGLang's default overlap loop;
+on the steps clock (50 ms steps).
+
+The scenarios of the overlap, ``ignore_eos`` and priority options (workloads under
+``traces/sglang-fixtures/workloads/``, made by :func:`scenario_requests`), each in both loops:
+
+``priority-<...>``
+    ``priority.csv``: bursts of requests with priorities 0, 5 and 20, each followed by a more
+    important one (40), with ``--enable-priority-scheduling``. ``high`` is SGLang's direction
+    (larger values first), ``low`` ``--schedule-low-priority-values-first``. On a 1,600-token
+    pool with room for 32 running requests (memory bound: the more important request arrives
+    while less important ones wait blocked, and decode outgrows the pool): ``high``,
+    ``high-retract`` and ``low-retract`` (``--retraction-policy priority``), and
+    ``high-retract-noradix``. On a 3,000-token pool with at most 4 running requests (slot
+    bound): ``preempt`` and ``preempt-low`` (SGLang's default preemption at admission,
+    threshold 10: each more important arrival preempts one running request),
+    ``preempt-threshold`` (threshold 15: a difference of exactly 15 does not preempt) and
+    ``preempt-disabled`` (``--disable-priority-preemption``: it waits at the head of the queue).
+``ignore-eos-<...>``
+    ``ignore-eos.csv``: requests whose ``max_tokens`` exceeds their natural output, sent with
+    ``ignore_eos`` (all of them: ``all``; every other one: ``mixed``), on an 1,500-token pool:
+    ``PrefillAdder`` reserves their whole remaining output, and with the radix cache off admits
+    them through ``add_one_req_ignore_eos``. ``-radix`` / ``-noradix`` say which.
+    ``ignore-eos-long-noradix``: ``ignore-eos-long.csv`` on a 17,000-token pool, outputs past
+    ``CLIP_MAX_NEW_TOKENS``: ``add_one_req_ignore_eos``'s drain check refuses a request the
+    clipped reservation would admit.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
+import random
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from tracekit.recording.sim import load_run_workload
 from tracekit.sglang.protocol import SglangConfig
-from tracekit.sglang.record import gzip_steps
-from tracekit.workloads import Workload
+from tracekit.sglang.record import compress_steps
+from tracekit.workloads import IGNORE_EOS, Workload, apply_ignore_eos
 
-__all__ = ["FIXTURES", "FIXTURES_DIR", "SGLANG_VERSION", "SglangFixture", "record_fixtures"]
+__all__ = [
+    "FIXTURES",
+    "FIXTURES_DIR",
+    "SCENARIO_WORKLOADS",
+    "SGLANG_VERSION",
+    "SglangFixture",
+    "record_fixtures",
+    "scenario_csv",
+    "scenario_requests",
+]
 
 #: The SGLang release the fixtures come from.
 SGLANG_VERSION = "0.5.23"
 #: Where the fixtures live, relative to the repository root.
 FIXTURES_DIR = Path("tests") / "data" / f"sglang-{SGLANG_VERSION}"
+#: Where the scenario workloads live, relative to the repository root.
+SCENARIO_WORKLOADS = Path("traces") / "sglang-fixtures" / "workloads"
 
 _AZURE = Path("traces") / "azure-llm-2023" / "azure_conv_sample.csv"
 _MOONCAKE = Path("traces") / "mooncake-synthetic" / "synthetic_trace.jsonl"
 _SYNTHETIC = Path("traces") / "vllm-fixtures" / "workloads" / "synthetic-chunked.csv"
 _SHARED_PREFIX = Path("traces") / "vllm-fixtures" / "workloads" / "shared-prefix.parquet"
+_PRIORITY = SCENARIO_WORKLOADS / "priority.csv"
+_IGNORE_EOS = SCENARIO_WORKLOADS / "ignore-eos.csv"
+_IGNORE_EOS_LONG = SCENARIO_WORKLOADS / "ignore-eos-long.csv"
 
 
 @dataclasses.dataclass(frozen=True)
 class SglangFixture:
-    """One fixture run: a workload slice and an SGLang configuration."""
+    """One fixture run: a workload slice and an SGLang configuration.
+
+    ``ignore_eos``: ``None`` (the workload as loaded), ``"all"`` (every request sent with
+    ``ignore_eos``, :func:`tracekit.workloads.apply_ignore_eos`) or ``"mixed"`` (every other
+    request, in arrival order).
+    """
 
     name: str
     workload: Path
     workload_options: dict[str, Any]
     config: SglangConfig
+    ignore_eos: str | None = None
 
     def load_workload(self, root: Path) -> Workload:
         """The workload, read from ``root`` but recorded with its repository-relative path."""
         workload = load_run_workload(root / self.workload, **self.workload_options)
-        return dataclasses.replace(workload, source=self.workload)
+        workload = dataclasses.replace(workload, source=self.workload)
+        if self.ignore_eos == "all":
+            return apply_ignore_eos(workload)
+        if self.ignore_eos == "mixed":
+            return _ignore_eos_every_other(workload)
+        return workload
+
+
+def _ignore_eos_every_other(workload: Workload) -> Workload:
+    """``ignore_eos`` on the requests at even positions (they run to ``max_tokens``)."""
+    frame = workload.frame.with_row_index("_i")
+    flag = (pl.col("_i") % 2) == 0
+    frame = frame.with_columns(
+        output_tokens=pl.when(flag).then(pl.col("max_tokens")).otherwise(pl.col("output_tokens")),
+        **{IGNORE_EOS: flag},
+    ).drop("_i")
+    options = {**workload.options, "ignore_eos": "every other request"}
+    return dataclasses.replace(workload, frame=frame, options=options)
+
+
+def _legacy(config: SglangConfig, *, radix: bool, policy: str, overlap: bool) -> SglangConfig:
+    """A base configuration with the settings of the first fixtures, in one of both loops."""
+    return dataclasses.replace(
+        config,
+        radix_cache=radix,
+        retraction_policy=policy,
+        enable_priority_scheduling=policy == "priority",
+        schedule_low_priority_values_first=True,
+        disable_priority_preemption=True,
+        overlap_schedule=overlap,
+    )
 
 
 _BASE = {
@@ -142,24 +224,207 @@ _BASE = {
     ),
 }
 
+# Memory bound (decode outgrows the pool: retractions; the running cap never binds, so no
+# preemption at admission) and slot bound (a full batch of 4: preemption at admission).
+_PRIORITY_BASE = SglangConfig(
+    kv_tokens=1600,
+    max_running_requests=32,
+    chunked_prefill_size=256,
+    max_prefill_tokens=1024,
+    max_context_len=1200,
+    enable_priority_scheduling=True,
+    step_s=0.05,
+)
+_PREEMPT_BASE = dataclasses.replace(_PRIORITY_BASE, kv_tokens=3000, max_running_requests=4)
+_SCENARIOS: dict[str, tuple[Path, dict[str, Any], SglangConfig, str | None]] = {
+    "priority-high": (_PRIORITY, {}, _PRIORITY_BASE, None),
+    "priority-high-retract": (
+        _PRIORITY,
+        {},
+        dataclasses.replace(_PRIORITY_BASE, retraction_policy="priority"),
+        None,
+    ),
+    "priority-low-retract": (
+        _PRIORITY,
+        {},
+        dataclasses.replace(
+            _PRIORITY_BASE, retraction_policy="priority", schedule_low_priority_values_first=True
+        ),
+        None,
+    ),
+    "priority-high-retract-noradix": (
+        _PRIORITY,
+        {},
+        dataclasses.replace(_PRIORITY_BASE, retraction_policy="priority", radix_cache=False),
+        None,
+    ),
+    "priority-preempt": (_PRIORITY, {}, _PREEMPT_BASE, None),
+    "priority-preempt-low": (
+        _PRIORITY,
+        {},
+        dataclasses.replace(_PREEMPT_BASE, schedule_low_priority_values_first=True),
+        None,
+    ),
+    "priority-preempt-threshold": (
+        _PRIORITY,
+        {},
+        dataclasses.replace(_PREEMPT_BASE, priority_scheduling_preemption_threshold=15),
+        None,
+    ),
+    "priority-preempt-disabled": (
+        _PRIORITY,
+        {},
+        dataclasses.replace(_PREEMPT_BASE, disable_priority_preemption=True),
+        None,
+    ),
+}
+_IGNORE_EOS_BASE = SglangConfig(
+    kv_tokens=1500,
+    max_running_requests=16,
+    chunked_prefill_size=256,
+    max_prefill_tokens=1024,
+    max_context_len=1500,
+    step_s=0.05,
+)
+# Outputs longer than CLIP_MAX_NEW_TOKENS (4,096): the running requests' reservation is clipped,
+# add_one_req_ignore_eos's drain check is not.
+_SCENARIOS["ignore-eos-long-noradix"] = (
+    _IGNORE_EOS_LONG,
+    {},
+    SglangConfig(
+        kv_tokens=17000,
+        chunked_prefill_size=2048,
+        max_prefill_tokens=8192,
+        max_context_len=8192,
+        radix_cache=False,
+        step_s=0.05,
+    ),
+    "all",
+)
+for _mode in ("all", "mixed"):
+    for _radix in (False, True):
+        _SCENARIOS[f"ignore-eos-{_mode}-{'radix' if _radix else 'noradix'}"] = (
+            _IGNORE_EOS,
+            {},
+            dataclasses.replace(_IGNORE_EOS_BASE, radix_cache=_radix),
+            _mode,
+        )
+
 
 def _fixtures() -> dict[str, SglangFixture]:
     out = {}
-    for base, (workload, options, config) in _BASE.items():
-        for radix in (True, False):
-            for policy in ("length", "priority"):
-                name = f"{base}-{'radix' if radix else 'noradix'}-{policy}"
-                out[name] = SglangFixture(
-                    name,
-                    workload,
-                    options,
-                    dataclasses.replace(config, radix_cache=radix, retraction_policy=policy),
-                )
+    for overlap in (False, True):
+        suffix = "-overlap" if overlap else ""
+        for base, (workload, options, config) in _BASE.items():
+            for radix in (True, False):
+                for policy in ("length", "priority"):
+                    name = f"{base}-{'radix' if radix else 'noradix'}-{policy}{suffix}"
+                    out[name] = SglangFixture(
+                        name,
+                        workload,
+                        options,
+                        _legacy(config, radix=radix, policy=policy, overlap=overlap),
+                    )
+        for base, (workload, options, config, ignore_eos) in _SCENARIOS.items():
+            name = f"{base}{suffix}"
+            out[name] = SglangFixture(
+                name,
+                workload,
+                options,
+                dataclasses.replace(config, overlap_schedule=overlap),
+                ignore_eos,
+            )
     return out
 
 
 #: Every fixture, by name.
 FIXTURES: dict[str, SglangFixture] = _fixtures()
+
+
+def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]]:
+    """The rows of a scenario workload (deterministic for a seed): ``priority`` or ``ignore-eos``.
+
+    ``seed`` defaults to the committed workloads' (21, 11 and 5).
+
+    ``priority``: 12 bursts 1 s apart of three to five requests 20 ms apart (prompts 40 to
+    400 tokens, outputs 20 to 300, priorities 0, 5 or 20), each followed 0.2 s later by one
+    more important request (priority 40). ``ignore-eos``: 40 requests 0.15 s apart (prompts
+    30 to 300, natural outputs 10 to 120 with ``max_tokens`` up to three times longer).
+    ``ignore-eos-long``: six requests 0.1 s apart (prompts 100 to 600, outputs 4,200 to 4,600).
+    """
+    rng = random.Random(seed if seed is not None else _SEEDS.get(kind, 0))
+    rows: list[dict[str, Any]] = []
+    if kind == "priority":
+        for burst in range(12):
+            start = float(burst)
+            size = rng.randint(4, 6)
+            for k in range(size):
+                last = k == size - 1
+                priority = 40 if last else rng.choice([0, 0, 5, 20])
+                output = rng.randint(20, 300)
+                rows.append(
+                    {
+                        # The most important request of a burst comes 0.2 s after the others.
+                        "arrival_s": round(start + (0.2 if last else 0.02 * k), 3),
+                        "prompt_tokens": rng.randint(40, 400),
+                        "output_tokens": output,
+                        "max_tokens": output,
+                        "priority": priority,
+                    }
+                )
+        rows.sort(key=lambda r: r["arrival_s"])
+        prefix = "pri"
+    elif kind == "ignore-eos":
+        for i in range(40):
+            output = rng.randint(10, 120)
+            rows.append(
+                {
+                    "arrival_s": round(0.15 * i, 3),
+                    "prompt_tokens": rng.randint(30, 300),
+                    "output_tokens": output,
+                    "max_tokens": output * rng.randint(1, 3),
+                    "priority": 0,
+                }
+            )
+        prefix = "eos"
+    elif kind == "ignore-eos-long":
+        for i in range(6):
+            output = rng.randint(4200, 4600)
+            rows.append(
+                {
+                    "arrival_s": round(0.1 * i, 3),
+                    "prompt_tokens": rng.randint(100, 600),
+                    "output_tokens": output,
+                    "max_tokens": output,
+                    "priority": 0,
+                }
+            )
+        prefix = "long"
+    else:
+        raise ValueError(
+            f"unknown scenario workload {kind!r}; expected priority, ignore-eos or ignore-eos-long"
+        )
+    return [{"request_id": f"{prefix}-{i:03d}", **row} for i, row in enumerate(rows)]
+
+
+_SEEDS = {"priority": 21, "ignore-eos": 11, "ignore-eos-long": 5}
+
+
+def scenario_csv(kind: str) -> str:
+    """:func:`scenario_requests` as the committed CSV text (canonical table columns)."""
+    buffer = io.StringIO()
+    columns = [
+        "request_id",
+        "arrival_s",
+        "prompt_tokens",
+        "output_tokens",
+        "max_tokens",
+        "priority",
+    ]
+    buffer.write(",".join(columns) + "\n")
+    for row in scenario_requests(kind):
+        buffer.write(",".join(str(row[c]) for c in columns) + "\n")
+    return buffer.getvalue()
 
 
 def record_fixtures(
@@ -168,8 +433,13 @@ def record_fixtures(
     out: Path | None = None,
     names: Sequence[str] | None = None,
     venv: str | None = None,
+    compress: bool = True,
 ) -> list[Path]:
-    """Record the fixtures (all, or ``names``) from the installed SGLang into ``out/<name>``."""
+    """Record the fixtures (all, or ``names``) from the installed SGLang into ``out/<name>``.
+
+    ``compress``: store the step files as committed (xz); off for a comparison that throws the
+    bundles away (compressing takes longer than recording).
+    """
     from tracekit.sglang.record import record_sglang
 
     chosen = list(names) if names else list(FIXTURES)
@@ -183,8 +453,9 @@ def record_fixtures(
         run_ids=[f"sglang-fixture-{n}" for n in chosen],
         overwrite=True,
     )
-    for bundle in bundles:
-        gzip_steps(bundle)
+    if compress:
+        for bundle in bundles:
+            compress_steps(bundle)
     return bundles
 
 
@@ -194,8 +465,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root")
     parser.add_argument("--out", type=Path, default=None, help=f"default: {FIXTURES_DIR}")
     parser.add_argument("--sglang-venv", default=None, help="the SGLang environment")
+    parser.add_argument(
+        "--workloads",
+        action="store_true",
+        help=f"write the scenario workloads ({SCENARIO_WORKLOADS})",
+    )
     parser.add_argument("names", nargs="*", help="fixtures to record (default: all)")
     args = parser.parse_args(argv)
+    if args.workloads:
+        folder = args.root / SCENARIO_WORKLOADS
+        folder.mkdir(parents=True, exist_ok=True)
+        for kind in _SEEDS:
+            path = folder / f"{kind}.csv"
+            path.write_text(scenario_csv(kind), "utf-8")
+            print(path)
+        return 0
     for path in record_fixtures(
         args.root, out=args.out, names=args.names or None, venv=args.sglang_venv
     ):

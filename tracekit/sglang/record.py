@@ -21,6 +21,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import lzma
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -31,7 +32,6 @@ from tracekit.errors import ConfigError, TracekitError
 from tracekit.recording.driver_process import engine_python, run_driver_process
 from tracekit.sglang.protocol import (
     PROTOCOL_VERSION,
-    Candidate,
     SglangConfig,
     SglangStep,
     scenario_message,
@@ -50,8 +50,8 @@ __all__ = [
     "SglangDriverError",
     "SglangUnavailableError",
     "bundle_rows",
+    "compress_steps",
     "find_sglang_python",
-    "gzip_steps",
     "is_sglang_bundle",
     "read_sglang_scenario",
     "read_sglang_steps",
@@ -65,6 +65,8 @@ DEFAULT_SGLANG_VENV = Path.home() / ".cache" / "bidkv" / "sglang-cpu-venv"
 STEPS_FILE = "sglang-steps.jsonl"
 #: The bundle file with the scenario sent to the driver (configuration and request rows).
 SCENARIO_FILE = "sglang-scenario.json"
+#: The files a recording holds besides its tables (the step file, or its compressed forms).
+SIDE_FILES = (SCENARIO_FILE, STEPS_FILE, STEPS_FILE + ".xz", STEPS_FILE + ".gz")
 
 Progress = Callable[[int, int], None]
 
@@ -152,6 +154,7 @@ def _request_rows(workload: Workload) -> list[tuple[Any, ...]]:
             r.max_tokens,
             r.priority,
             r.prefix_hash_ids,
+            bool(getattr(r, "ignore_eos", False)),
         )
         for r in workload.iter_requests()
     ]
@@ -332,9 +335,16 @@ def bundle_rows(
     -------
     dict
         Table name -> rows: ``steps``, ``scheduled``, ``decisions``, ``candidates``,
-        ``requests``. Decisions: one per retracted request, in order; the candidates of the
-        k-th victim of one ``retract_decode`` call are the batch without the k-1 before it, in
-        batch order; ``builtin_victim_id`` and ``applied_victim_id`` are SGLang's victim.
+        ``requests``, and ``admissions`` with the radix cache on. Decisions: one per retracted
+        request, in order; the candidates of the k-th victim of one ``retract_decode`` call are
+        the batch without the k-1 before it, in batch order; ``builtin_victim_id`` and
+        ``applied_victim_id`` are SGLang's victim. A preemption at admission
+        (``PrefillAdder.preempt_to_schedule``) is SGLang's own rule, not a victim decision: it
+        counts in ``steps.num_preemptions`` and ``requests.num_preemptions`` only. Radix hits
+        are recorded as the engine records prefix-cache hits: each admission of a request from
+        the waiting queue (its first, or a resume after a retraction or preemption) with its
+        matched prefix, summed per step in ``steps.cache_hit_tokens``, the first in
+        ``requests.num_cached_tokens`` and the later ones in ``resume_cached_tokens``.
     """
     schema = trace_schema()
     columns = {name: schema.table(name).column_names for name in schema.tables}
@@ -348,7 +358,13 @@ def bundle_rows(
         "candidates": [],
         "requests": [],
     }
+    if config.radix_cache:
+        tables["admissions"] = []
     recomputed: dict[str, int] = {}
+    # req_id -> radix hits of its first admission / of its later ones, and admissions so far.
+    first_hit: dict[str, int] = {}
+    resume_hit: dict[str, int] = {}
+    admitted: dict[str, int] = {}
     seq = 0
 
     def row(table: str, values: Mapping[str, Any]) -> None:
@@ -377,7 +393,7 @@ def bundle_rows(
                                 "arrival_time": arrival,
                                 "num_prompt_tokens": c.prompt_tokens,
                                 "num_output_tokens": c.output_tokens,
-                                "num_computed_tokens": _kv_tokens(c),
+                                "num_computed_tokens": c.held_tokens,
                                 "num_preemptions": c.retractions,
                                 "max_tokens": max_tokens,
                                 "sglang_output_len": c.output_tokens,
@@ -411,8 +427,31 @@ def bundle_rows(
                     )
                     seq += 1
                     gone = next(c for c in batch if c.request_id == victim)
-                    recomputed[victim] = recomputed.get(victim, 0) + _kv_tokens(gone)
+                    recomputed[victim] = recomputed.get(victim, 0) + gone.held_tokens
                     batch.remove(gone)
+            for rid, held in step.preempted:
+                recomputed[rid] = recomputed.get(rid, 0) + held
+            hits = 0
+            for r in step.admissions:
+                hits += r.cached_tokens
+                index = admitted.get(r.request_id, 0)
+                admitted[r.request_id] = index + 1
+                if index == 0:
+                    first_hit[r.request_id] = r.cached_tokens
+                else:
+                    resume_hit[r.request_id] = resume_hit.get(r.request_id, 0) + r.cached_tokens
+                if "admissions" in tables:
+                    row(
+                        "admissions",
+                        {
+                            "run_id": run_id,
+                            "request_id": r.request_id,
+                            "admission": index,
+                            "step": step.step,
+                            "time_s": time_s,
+                            "cached_tokens": r.cached_tokens,
+                        },
+                    )
             row(
                 "steps",
                 {
@@ -429,7 +468,10 @@ def bundle_rows(
                     "kv_blocks_total": config.kv_tokens,
                     "scheduled_prefill_tokens": step.num_prefill_tokens,
                     "scheduled_decode_tokens": step.num_decode_tokens,
-                    "num_preemptions": len(step.victims),
+                    "num_preemptions": len(step.victims) + len(step.preempted),
+                    "cache_hit_tokens": hits,
+                    # (How many tree tokens SGLang evicted is not read back.)
+                    "cached_blocks_evicted": None,
                 },
             )
             for r in step.reqs:
@@ -467,18 +509,12 @@ def bundle_rows(
                     "output_tokens": int(message["output_tokens"]),
                     "num_preemptions": int(message["retractions"]),
                     "recomputed_tokens": recomputed.get(rid, 0),
+                    # Never scheduled (rejected): no first-schedule hit, as the engine records.
+                    "num_cached_tokens": None if first is None else first_hit.get(rid, 0),
+                    "resume_cached_tokens": resume_hit.get(rid, 0),
                 },
             )
     return tables
-
-
-def _kv_tokens(c: Candidate) -> int:
-    """Tokens in KV of a decoding request: its prompt and every output but the newest.
-
-    The newest sampled token has no KV yet (the next decode step computes it); SGLang's
-    ``retract_decode`` frees exactly this many tokens of a victim.
-    """
-    return c.prompt_tokens + max(c.output_tokens - 1, 0)
 
 
 def _arrival_and_max(
@@ -499,7 +535,7 @@ def _write_bundle(
     tables = bundle_rows(manifest["run_id"], config, requests, messages)
     with BundleWriter(
         out, manifest, tables=list(tables), overwrite=overwrite,
-        side_files=(SCENARIO_FILE, STEPS_FILE),
+        side_files=SIDE_FILES,
     ) as writer:  # fmt: skip
         for name, rows in tables.items():
             for values in rows:
@@ -521,15 +557,22 @@ def _write_bundle(
 def read_sglang_steps(bundle: str | os.PathLike[str]) -> list[SglangStep]:
     """The step records of a bundle written by :func:`record_sglang`, in order.
 
-    Reads ``sglang-steps.jsonl``, or its gzipped form ``sglang-steps.jsonl.gz`` (the committed
-    fixtures, see :func:`gzip_steps`).
+    Reads ``sglang-steps.jsonl``, or its compressed form ``sglang-steps.jsonl.xz`` (the
+    committed fixtures, see :func:`compress_steps`) or ``.gz`` (older fixtures).
     """
-    path = Path(bundle) / STEPS_FILE
-    if not path.is_file() and path.with_name(STEPS_FILE + ".gz").is_file():
-        with gzip.open(path.with_name(STEPS_FILE + ".gz"), "rt", encoding="utf-8") as lines:
-            return [step_from_wire(json.loads(line)) for line in lines if line.strip()]
-    with open(path, encoding="utf-8") as lines:
+    path = _steps_path(Path(bundle))
+    opener: Any = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix, open)
+    with opener(path, "rt", encoding="utf-8") as lines:
         return [step_from_wire(json.loads(line)) for line in lines if line.strip()]
+
+
+def _steps_path(bundle: Path) -> Path:
+    """The bundle's step file: plain, or compressed (xz, then gz); the plain name if none."""
+    path = bundle / STEPS_FILE
+    for candidate in (path, path.with_name(STEPS_FILE + ".xz"), path.with_name(STEPS_FILE + ".gz")):
+        if candidate.is_file():
+            return candidate
+    return path
 
 
 def read_sglang_scenario(
@@ -538,36 +581,33 @@ def read_sglang_scenario(
     """The configuration and request rows a bundle of :func:`record_sglang` was recorded from.
 
     Rows are ``(request_id, arrival_s, prompt_tokens, output_tokens, max_tokens, priority,
-    prefix_hash_ids or None)`` in input order.
+    prefix_hash_ids or None, ignore_eos)`` in input order (False for protocol 1's rows, which
+    have no ``ignore_eos``).
     """
     with open(Path(bundle) / SCENARIO_FILE, encoding="utf-8") as handle:
         raw = json.load(handle)
-    config = SglangConfig(**raw["config"])
-    return config, [tuple(r) for r in raw["requests"]]
+    config = SglangConfig.from_wire(raw["config"])
+    # Protocol 1 rows have no ignore_eos: it was off.
+    return config, [(*r[:7], bool(r[7]) if len(r) > 7 else False) for r in raw["requests"]]
 
 
 def is_sglang_bundle(bundle: str | os.PathLike[str]) -> bool:
     """Whether ``bundle`` was recorded by :func:`record_sglang` (it has a step file)."""
-    path = Path(bundle) / STEPS_FILE
-    return path.is_file() or path.with_name(STEPS_FILE + ".gz").is_file()
+    return _steps_path(Path(bundle)).is_file()
 
 
-def gzip_steps(bundle: str | os.PathLike[str]) -> Path:
-    """Replace a bundle's ``sglang-steps.jsonl`` by ``sglang-steps.jsonl.gz`` (deterministic).
+def compress_steps(bundle: str | os.PathLike[str]) -> Path:
+    """Replace a bundle's ``sglang-steps.jsonl`` by ``sglang-steps.jsonl.xz`` (deterministic).
 
     The step file of a run of a few thousand steps is about a megabyte of repetitive JSON;
-    gzipped (with no file name or time stamp in the header, so re-recording an unchanged run
-    gives the same bytes) it is a few percent of that.
+    xz (no time stamp in its header, so re-recording an unchanged run gives the same bytes)
+    makes it a few percent of that, half of what gzip does.
     """
     path = Path(bundle) / STEPS_FILE
-    target = path.with_name(STEPS_FILE + ".gz")
+    target = path.with_name(STEPS_FILE + ".xz")
     temporary = target.with_name(target.name + ".tmp")
-    with (
-        open(path, "rb") as source,
-        open(temporary, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed,
-    ):
-        packed.write(source.read())
+    packed = lzma.compress(path.read_bytes(), preset=9 | lzma.PRESET_EXTREME)
+    temporary.write_bytes(packed)
     os.replace(temporary, target)
     path.unlink()
     return target

@@ -26,6 +26,7 @@ from tracekit.workloads.detect import WorkloadFormat, detect_format, parse_forma
 from tracekit.workloads.load import READERS, load_workload
 from tracekit.workloads.model import (
     CANCEL_AFTER_S,
+    IGNORE_EOS,
     OPTIONAL_SCHEMA,
     PREFIX_HASH_IDS,
     REQUIRED_SCHEMA,
@@ -36,7 +37,7 @@ from tracekit.workloads.model import (
 )
 from tracekit.workloads.mooncake import read_mooncake
 from tracekit.workloads.order import Order, OrderKind, apply_order, parse_order
-from tracekit.workloads.output_lengths import apply_max_tokens
+from tracekit.workloads.output_lengths import apply_ignore_eos, apply_max_tokens
 from tracekit.workloads.sessions import read_sessions
 from tracekit.workloads.table import read_table, scan_table
 from tracekit.workloads.vidur import read_vidur
@@ -46,6 +47,7 @@ __all__ = [
     "ArrivalKind",
     "Arrivals",
     "CANCEL_AFTER_S",
+    "IGNORE_EOS",
     "ClientModel",
     "OPTIONAL_SCHEMA",
     "Order",
@@ -58,6 +60,7 @@ __all__ = [
     "WorkloadRequest",
     "apply_arrivals",
     "apply_cancels",
+    "apply_ignore_eos",
     "apply_max_tokens",
     "apply_order",
     "arrival_times",

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import polars as pl
 
 from tracekit.workloads._options import client_option_error
-from tracekit.workloads.model import CANCEL_AFTER_S, Workload
+from tracekit.workloads.model import CANCEL_AFTER_S, Workload, canonical_columns
 
 __all__ = ["apply_cancels"]
 
@@ -77,6 +77,6 @@ def apply_cancels(workload: Workload, cancels: Mapping[str, float] | None) -> Wo
         {"request_id": list(cancels), CANCEL_AFTER_S: [float(v) for v in cancels.values()]},
         schema={"request_id": pl.String, CANCEL_AFTER_S: pl.Float64},
     )
-    frame = frame.join(table, on="request_id", how="left", maintain_order="left")
+    frame = canonical_columns(frame.join(table, on="request_id", how="left", maintain_order="left"))
     options = {**workload.options, "num_cancels": len(cancels)}
     return dataclasses.replace(workload, frame=frame, options=options)

@@ -6,7 +6,7 @@ loaded (windowed, limited, rate-scaled):
 
 1. ``order``: re-order the requests onto the same arrival times (:mod:`.order`);
 2. ``arrivals``/``rate``: replace the arrival times (:mod:`.arrivals`; seeded by ``seed``);
-3. ``max_tokens``: the client's cap (:mod:`.output_lengths`);
+3. ``max_tokens``: the client's cap, then ``ignore_eos`` (:mod:`.output_lengths`);
 4. the client model (``max_concurrency``, ``concurrency``/``think_time_s``,
    ``ttft_timeout_s``) is recorded in ``options["client"]``; the engine applies it as it runs
    (:func:`client_model` reads it back).
@@ -25,7 +25,7 @@ from tracekit.workloads.arrivals import ArrivalKind, apply_arrivals, parse_arriv
 from tracekit.workloads.client import ClientModel
 from tracekit.workloads.model import Workload
 from tracekit.workloads.order import OrderKind, apply_order, parse_order
-from tracekit.workloads.output_lengths import apply_max_tokens
+from tracekit.workloads.output_lengths import apply_ignore_eos, apply_max_tokens
 
 __all__ = ["LoadSpec", "apply_load", "client_model"]
 
@@ -44,6 +44,8 @@ class LoadSpec:
         ``recorded``, ``ascending``, ``descending`` or ``shuffled:<seed>``.
     max_tokens
         ``--max-tokens N``: every request's cap; ``None`` keeps the workload's own.
+    ignore_eos
+        ``--ignore-eos``: every request is sent with ``ignore_eos`` and runs to its cap.
     client
         Concurrency cap, closed loop and TTFT timeout.
 
@@ -58,6 +60,7 @@ class LoadSpec:
     order: str = "recorded"
     max_tokens: int | None = None
     client: ClientModel = dataclasses.field(default_factory=ClientModel)
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         model = parse_arrivals(self.arrivals, rate=self.rate)
@@ -90,8 +93,8 @@ def apply_load(workload: Workload, spec: LoadSpec | None, *, seed: int = 0) -> W
     Returns
     -------
     Workload
-        A new workload; ``options`` records ``order``, ``arrivals``, ``client_max_tokens`` and
-        ``client`` when they differ from the defaults.
+        A new workload; ``options`` records ``order``, ``arrivals``, ``client_max_tokens``,
+        ``ignore_eos`` and ``client`` when they differ from the defaults.
 
     Examples
     --------
@@ -110,6 +113,8 @@ def apply_load(workload: Workload, spec: LoadSpec | None, *, seed: int = 0) -> W
         workload = apply_arrivals(workload, arrivals)
     if spec.max_tokens is not None:
         workload = apply_max_tokens(workload, spec.max_tokens)
+    if spec.ignore_eos:
+        workload = apply_ignore_eos(workload)
     if spec.client != ClientModel():
         options = {**workload.options, "client": spec.client.describe()}
         workload = dataclasses.replace(workload, options=options)

@@ -18,6 +18,10 @@ prefix_hash_ids    List(Int64)     optional: Mooncake prefix-block hashes (512 t
                                    equal leading ids mark a shareable prompt prefix
 cancel_after_s     Float64         optional: a recorded client cancel, in seconds after the
                                    request was sent (finite, > 0); null: never cancelled
+ignore_eos         Boolean         optional: the client's ``ignore_eos`` sampling parameter
+                                   (SGLang ``bench_serving``'s default, ``vllm bench serve
+                                   --ignore-eos``): the request runs to ``max_tokens``, so
+                                   ``output_tokens`` equals ``max_tokens`` where it is true
 =================  ==============  ===========================================================
 """
 
@@ -35,6 +39,7 @@ from tracekit.workloads._readers import file_sha256
 
 __all__ = [
     "CANCEL_AFTER_S",
+    "IGNORE_EOS",
     "MAX_ARRIVAL_S",
     "OPTIONAL_SCHEMA",
     "PREFIX_HASH_IDS",
@@ -42,6 +47,7 @@ __all__ = [
     "Workload",
     "WorkloadRequest",
     "assemble_workload",
+    "canonical_columns",
     "check_workload_frame",
     "workload_schema",
 ]
@@ -71,13 +77,19 @@ PREFIX_HASH_IDS = "prefix_hash_ids"
 #: it survives windowing, rate scaling, re-ordering and generated arrivals unchanged.
 CANCEL_AFTER_S = "cancel_after_s"
 
+#: Name of the optional ``ignore_eos`` column: the request ignores the end of sequence and
+#: generates ``max_tokens`` tokens (SGLang also reserves its whole output on admission).
+IGNORE_EOS = "ignore_eos"
+
 #: Columns a workload table may add after the required ones, in this order.
 OPTIONAL_SCHEMA: pl.Schema = pl.Schema(
-    [(PREFIX_HASH_IDS, pl.List(pl.Int64)), (CANCEL_AFTER_S, pl.Float64)]
+    [(PREFIX_HASH_IDS, pl.List(pl.Int64)), (CANCEL_AFTER_S, pl.Float64), (IGNORE_EOS, pl.Boolean)]
 )
 
 
-def workload_schema(*, prefix_hash_ids: bool = False, cancel_after_s: bool = False) -> pl.Schema:
+def workload_schema(
+    *, prefix_hash_ids: bool = False, cancel_after_s: bool = False, ignore_eos: bool = False
+) -> pl.Schema:
     """Return the canonical schema, with or without the optional columns.
 
     Parameters
@@ -86,6 +98,8 @@ def workload_schema(*, prefix_hash_ids: bool = False, cancel_after_s: bool = Fal
         Include ``prefix_hash_ids`` (Mooncake workloads, or tables that carry it).
     cancel_after_s
         Include ``cancel_after_s`` (workloads with recorded client cancels).
+    ignore_eos
+        Include ``ignore_eos`` (requests sent with that sampling parameter).
 
     Returns
     -------
@@ -97,7 +111,11 @@ def workload_schema(*, prefix_hash_ids: bool = False, cancel_after_s: bool = Fal
     >>> workload_schema().names()
     ['request_id', 'arrival_s', 'prompt_tokens', 'output_tokens', 'max_tokens', 'priority']
     """
-    wanted = {PREFIX_HASH_IDS: prefix_hash_ids, CANCEL_AFTER_S: cancel_after_s}
+    wanted = {
+        PREFIX_HASH_IDS: prefix_hash_ids,
+        CANCEL_AFTER_S: cancel_after_s,
+        IGNORE_EOS: ignore_eos,
+    }
     optional = [(name, dtype) for name, dtype in OPTIONAL_SCHEMA.items() if wanted[name]]
     return pl.Schema([*REQUIRED_SCHEMA.items(), *optional])
 
@@ -113,6 +131,20 @@ class WorkloadRequest(NamedTuple):
     priority: int
     prefix_hash_ids: tuple[int, ...] | None
     cancel_after_s: float | None = None
+    ignore_eos: bool = False
+
+
+def canonical_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame``'s workload columns in the table's order (optional ones where they belong).
+
+    For a rule that adds or replaces an optional column: ``with_columns`` and joins append it.
+    """
+    schema = workload_schema(
+        prefix_hash_ids=PREFIX_HASH_IDS in frame.columns,
+        cancel_after_s=CANCEL_AFTER_S in frame.columns,
+        ignore_eos=IGNORE_EOS in frame.columns,
+    )
+    return frame.select(schema.names())
 
 
 def _first_bad(frame: pl.DataFrame, predicate: pl.Expr) -> Mapping[str, Any] | None:
@@ -136,7 +168,10 @@ def check_workload_frame(frame: pl.DataFrame, source: str | Path) -> None:
     """
     with_prefix = PREFIX_HASH_IDS in frame.columns
     with_cancel = CANCEL_AFTER_S in frame.columns
-    expected = workload_schema(prefix_hash_ids=with_prefix, cancel_after_s=with_cancel)
+    with_ignore_eos = IGNORE_EOS in frame.columns
+    expected = workload_schema(
+        prefix_hash_ids=with_prefix, cancel_after_s=with_cancel, ignore_eos=with_ignore_eos
+    )
     if frame.schema != expected:
         found = ", ".join(f"{name}: {dtype}" for name, dtype in frame.schema.items())
         want = ", ".join(f"{name}: {dtype}" for name, dtype in expected.items())
@@ -212,6 +247,30 @@ def check_workload_frame(frame: pl.DataFrame, source: str | Path) -> None:
                 expected="a finite number of seconds > 0, or empty for no cancel",
                 found=describe_value(row[CANCEL_AFTER_S]),
                 fix="correct that request in the source file",
+            )
+    if with_ignore_eos:
+        flag = pl.col(IGNORE_EOS)
+        row = _first_bad(frame, flag.is_null())
+        if row is not None:
+            raise workload_error(
+                source,
+                where=f"request {row['request_id']!r}",
+                field=IGNORE_EOS,
+                expected="true or false",
+                found=describe_value(row[IGNORE_EOS]),
+                fix="correct that request in the source file",
+            )
+        row = _first_bad(frame, flag & (pl.col("output_tokens") != pl.col("max_tokens")))
+        if row is not None:
+            raise workload_error(
+                source,
+                where=f"request {row['request_id']!r}",
+                field="output_tokens",
+                expected=f"max_tokens ({row['max_tokens']}): a request that ignores the end of "
+                "sequence generates max_tokens tokens",
+                found=describe_value(row["output_tokens"]),
+                fix="set output_tokens to max_tokens on ignore_eos rows "
+                "(tracekit.workloads.apply_ignore_eos does)",
             )
     if not frame.get_column("arrival_s").is_sorted():
         raise workload_error(
@@ -297,16 +356,21 @@ class Workload:
         ------
         WorkloadRequest
             One per table row; ``prefix_hash_ids`` is a tuple, or ``None`` when the workload
-            has no such column; ``cancel_after_s`` is ``None`` without a column or a value.
+            has no such column; ``cancel_after_s`` is ``None`` without a column or a value;
+            ``ignore_eos`` is False without a column.
         """
         columns = self.frame.columns
         prefix_at = columns.index(PREFIX_HASH_IDS) if PREFIX_HASH_IDS in columns else None
         cancel_at = columns.index(CANCEL_AFTER_S) if CANCEL_AFTER_S in columns else None
+        eos_at = columns.index(IGNORE_EOS) if IGNORE_EOS in columns else None
         # The engine consumes requests one at a time, so this is the one place rows are iterated.
         for row in self.frame.iter_rows():
             prefix = tuple(row[prefix_at]) if prefix_at is not None else None
             cancel = row[cancel_at] if cancel_at is not None else None
-            yield WorkloadRequest(row[0], row[1], row[2], row[3], row[4], row[5], prefix, cancel)
+            ignore_eos = bool(row[eos_at]) if eos_at is not None else False
+            yield WorkloadRequest(
+                row[0], row[1], row[2], row[3], row[4], row[5], prefix, cancel, ignore_eos
+            )
 
 
 def assemble_workload(
@@ -327,7 +391,7 @@ def assemble_workload(
         The format name to record.
     frame
         A frame holding at least the required canonical columns (extra columns are dropped;
-        ``prefix_hash_ids`` and ``cancel_after_s`` are kept when present).
+        ``prefix_hash_ids``, ``cancel_after_s`` and ``ignore_eos`` are kept when present).
     options
         The options to record.
     name
@@ -341,6 +405,7 @@ def assemble_workload(
     schema = workload_schema(
         prefix_hash_ids=PREFIX_HASH_IDS in frame.columns,
         cancel_after_s=CANCEL_AFTER_S in frame.columns,
+        ignore_eos=IGNORE_EOS in frame.columns,
     )
     canonical = frame.select(
         pl.col(column).cast(dtype, strict=True) for column, dtype in schema.items()
