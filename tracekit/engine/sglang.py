@@ -197,7 +197,7 @@ class RadixTree:
                 node = self._split(child, length)
                 break
             node = child
-        now = self._tick()
+        now: float = self._tick()
         update: _Node | None = node
         while update is not None:
             update.access = now
@@ -343,7 +343,7 @@ class SglangScheduler(SchedulerBase):
         # so far; built once, lengthened as outputs grow), the locked node, tokens owned by the
         # tree.
         self._tokens: dict[str, tuple[int, ...]] = {}
-        self._node: dict[str, object] = {}
+        self._node: dict[str, _Node] = {}
         self._shared: dict[str, int] = {}
         # Retraction events of the last schedule() (for comparisons): (victims, kept order).
         self.last_retractions: list[tuple[list[str], list[str]]] = []
@@ -527,7 +527,7 @@ class SglangScheduler(SchedulerBase):
                 stop = "no_token" if result == _NO_TOKEN else "other"
                 break
             # Commit: the lock stays (req.lock) until the request releases its KV.
-            if radix is not None:
+            if radix is not None and node is not None:
                 self._node[rid] = node
                 self._shared[rid] = prefix
             reserve(extend, 0 if is_chunked else min(max_new[rid], CLIP_MAX_NEW_TOKENS))
@@ -720,7 +720,7 @@ class SglangScheduler(SchedulerBase):
         old = self._node.get(rid)
         radix.lock(node)
         if old is not None:
-            radix.unlock(old)  # type: ignore[arg-type]
+            radix.unlock(old)
         self._node[rid] = node
         self._shared[rid] = length
 
@@ -735,7 +735,7 @@ class SglangScheduler(SchedulerBase):
             return
         node = self._node.pop(request.request_id, None)
         if node is not None:
-            self.radix.unlock(node)  # type: ignore[arg-type]
+            self.radix.unlock(node)
         self._shared.pop(request.request_id, None)
 
     def _evict_to_free(self, num_tokens: int) -> None:

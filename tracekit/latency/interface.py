@@ -144,7 +144,10 @@ class StepTimeModel(Protocol):
     three models here do; ``tests/test_latency_clock.py`` checks the two agree).
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The model's name (read only: an attribute or a property)."""
+        ...
 
     def step_time_s(self, shape: StepShape) -> float:
         """Length of the step, seconds."""
