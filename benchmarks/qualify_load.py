@@ -4,9 +4,9 @@ Runs the README's ``tracekit qualify`` command as written (the shipped Azure sam
 default load plan: capacity search, four rate cells and one concurrency cell, every strategy,
 three repeats; ``--out`` in a temporary folder, ``--jobs`` added) from the project root in a
 subprocess, ``--repeat`` times. The test suite runs the same command on a slice
-(``tests/test_readme.py``); this is where it runs at full size. Each run must exit 0 and print
-the path of its report, which must exist (exit 1 otherwise). Prints per repetition and as
-medians:
+(``tests/test_readme.py``); this is where it runs at full size. Each run must exit 0 (GO) or 1
+(NO-GO), as its headline says, and print the path of its report, which must exist (this
+script exits 1 otherwise). Prints per repetition and as medians:
 
 - wall time, and its ratio to the 60 s target (issue 14, "Performance");
 - CPU time of the job and its worker processes (user + system), which other load on the shared
@@ -24,6 +24,7 @@ Usage: ``python benchmarks/qualify_load.py [--repeat 1] [--jobs 2] [--profile]``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -67,7 +68,14 @@ def run_once(jobs: int, out: Path) -> dict[str, float]:
     wall = time.perf_counter() - start
     report = out / "report.html"
     printed = done.stdout.strip().endswith(str(report))
-    if done.returncode != 0 or not printed or not report.is_file():
+    # Exit 0 for GO, 1 for NO-GO (a finding, qualification.json's headline): a report either way.
+    verdict = out / "qualification.json"
+    expected = (
+        int(json.loads(verdict.read_text("utf-8"))["headline"]["decision"] == "no-go")
+        if verdict.is_file()
+        else 0
+    )
+    if done.returncode != expected or not printed or not report.is_file():
         sys.exit(
             f"the README's job failed (exit {done.returncode}, report {report}): "
             f"{done.stderr[-2000:]}"

@@ -24,6 +24,16 @@ from tracekit.replay import replay_open
 from tracekit.strategies import resolve_strategy
 from tracekit.workloads import load_workload
 
+
+def qualify_exit(results: Path) -> int:
+    """The status ``tracekit qualify`` exits with for ``results``: 1 for a NO-GO, else 0.
+
+    Read from the headline of the folder's ``qualification.json`` (docs/index.md,
+    "Conventions": 1 is a finding, such as diff's differences or qualify's NO-GO).
+    """
+    document = json.loads((results / "qualification.json").read_text("utf-8"))
+    return 1 if document["headline"]["decision"] == "no-go" else 0
+
 REPO = Path(__file__).resolve().parents[1]
 AZURE = REPO / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
 

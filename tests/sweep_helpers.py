@@ -35,6 +35,14 @@ def matches_now(out: Path, pattern: str) -> list[Path]:
         return []
 
 
+def hidden_leftovers(out: Path) -> list[Path]:
+    """Hidden files and folders below a sweep folder (partial bundles, a lock), but its marker.
+
+    ``.tracekit-sweep`` says a sweep wrote the folder (docs/guarantees.md): it stays.
+    """
+    return [p for p in out.rglob(".*") if p != out / ".tracekit-sweep"]
+
+
 def write_matrix(folder: Path, text: str, name: str = "matrix.toml") -> Path:
     """Write ``text`` as a matrix file in ``folder``."""
     path = folder / name

@@ -61,8 +61,15 @@ def test_every_command_is_covered() -> None:
 
     covered = {" ".join(args[:2]) if args[0] in {"record", "manifest", "experiment"} else args[0]
                for args in COMMANDS.values()}  # fmt: skip
-    # experiment run reads no input path; its bad input is checked below.
-    assert set(leaves(cli)) - {"experiment run"} <= covered
+    # experiment run and latency tables read no input path; their bad input is checked below
+    # (and a missing AISimulate package in tests/test_latency_aisimulate.py).
+    assert set(leaves(cli)) - {"experiment run", "latency tables"} <= covered
+
+
+def test_latency_tables_of_an_unknown_kind_exits_2() -> None:
+    result = CliRunner().invoke(cli, ["latency", "tables", "aisim"], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "'aisim' is not one of 'aiconfigurator', 'aisimulate'" in result.output
 
 
 def test_experiment_run_with_a_bad_strategy_exits_2(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from report_helpers import qualify_exit
 
 from tracekit.cli import cli
 
@@ -70,7 +71,9 @@ def test_qualify_json(azure_sample: Path, tmp_path: Path) -> None:
     out = tmp_path / "qualify"
     args = ["qualify", "--workload", azure_sample, *SMALL, *SINGLE, "--strategy", "builtin,bidkv",
             "--repeat-by", "seeds", "--jobs", "1", "--json", "--out", out]  # fmt: skip
-    result, payload = invoke(*args)
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == qualify_exit(out), result.output  # 1: a NO-GO
+    payload = json.loads(result.stdout)
     assert payload["out"] == str(out)
     assert payload["report"] == str(out / "report.html")
     assert "report.html" in payload["files"]

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[list[str], bool]] = {
     "experiment run": (["experiment", "run", "--runs", "1"], True),
     "oracle": (["oracle", "{trace}"], True),
     "calibrate": (["calibrate", "{trace}"], False),
+    "capacity": (["capacity", "--workload", "{workload}", "--limit", "5"], False),
 }
 
 
@@ -84,6 +85,28 @@ def test_the_wrong_kind_of_path(name: str, tmp_path: Path, inputs: dict[str, str
     result = run(name, out, inputs)
     assert_refused(result, out, before, tmp_path)
     assert ("is a file, not a folder" if folder else "is a folder, not a file") in result.output
+
+
+@pytest.mark.parametrize("kind", ["dangling", "to a folder", "to a file"])
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_symbolic_link(name: str, kind: str, tmp_path: Path, inputs: dict[str, str]) -> None:
+    """Outputs are renamed into place, never written through a link: one line, exit 2.
+
+    ``record sim --out`` at a dangling link used to run, fail at the final rename with a
+    traceback, and leave its partial folder.
+    """
+    target = tmp_path / "target"
+    if kind == "to a folder":
+        target.mkdir()
+    elif kind == "to a file":
+        target.write_text("theirs", "utf-8")
+    out = tmp_path / "link"
+    out.symlink_to(target)
+    before = snapshot(tmp_path)
+    result = run(name, out, inputs)
+    assert_refused(result, out, before, tmp_path)
+    assert "is a symbolic link" in result.output
+    assert out.is_symlink()
 
 
 def _unwritable(tmp_path: Path) -> list[Path]:

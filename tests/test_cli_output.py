@@ -49,7 +49,7 @@ def test_every_json_option_is_the_shared_one() -> None:
     with_json = {c.name: c for c in commands(cli) if any(p.name == "as_json" for p in c.params)}
     assert set(with_json) == {
         "validate", "inspect", "diff", "fidelity", "render", "import", "sim", "vllm", "sglang",
-        "replay", "qualify", "sweep", "capacity", "outputs", "oracle",
+        "replay", "qualify", "sweep", "capacity", "outputs", "oracle", "tables",
     }  # fmt: skip
     for command in with_json.values():
         (option,) = [p for p in command.params if p.name == "as_json"]

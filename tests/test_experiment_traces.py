@@ -170,10 +170,12 @@ def test_verify_passes_and_detects_changes(tmp_path: Path, pool_csv: Path) -> No
 def test_verify_of_a_given_workload_pool_needs_the_pool(tmp_path: Path, pool_csv: Path) -> None:
     pool = load_length_pool(load_workload(pool_csv))
     assert pool.load_options is None
-    freeze_traces(pool, tmp_path, rates=[1.0], seed=0, num_requests=10)
+    # Not into tmp_path itself: that folder holds the pool, and no command writes there.
+    traces = tmp_path / "traces"
+    freeze_traces(pool, traces, rates=[1.0], seed=0, num_requests=10)
     with pytest.raises(ConfigError, match="pass the same pool"):
-        verify_traces(tmp_path)
-    assert verify_traces(tmp_path, pool=pool).ok
+        verify_traces(traces)
+    assert verify_traces(traces, pool=pool).ok
 
 
 def test_bad_inputs_raise_one_line_errors(tmp_path: Path) -> None:

@@ -126,7 +126,7 @@ def test_missing_package_is_a_one_line_config_error(monkeypatch):
     assert message == MISSING_MESSAGE
     assert "\n" not in message
     assert 'pip install ".[aiconfigurator]"' in message
-    assert "Python 3.11 or newer" in message
+    assert "Python 3.11 to 3.13" in message
 
 
 @needs_aic

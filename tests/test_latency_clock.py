@@ -254,15 +254,24 @@ def test_the_engine_does_not_import_optional_packages() -> None:
         assert "import polars" not in text and "import duckdb" not in text, path
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("aiconfigurator_core") is None,
-    reason="needs aiconfigurator-core (the aiconfigurator extra, Python 3.11+)",
-)
-def test_aiconfigurator_times_every_step_as_its_estimator_does() -> None:
-    from tracekit.latency.aiconfigurator import AIConfiguratorModel
-    from tracekit.latency.spec import cached_step_time_model
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(
+            kind,
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec(module) is None,
+                reason=f"needs the {kind} extra (Python 3.11 to 3.13)",
+            ),
+        )
+        for kind, module in (("aiconfigurator", "aiconfigurator_core"),
+                             ("aisimulate", "aisimulate_core"))
+    ],
+)  # fmt: skip
+def test_a_table_model_times_every_step_as_its_estimator_does(kind: str) -> None:
+    from tracekit.latency.spec import TABLE_MODELS, cached_step_time_model
 
-    spelling = "aiconfigurator:h100_sxm/meta-llama/Meta-Llama-3.1-8B"
+    spelling = f"{kind}:h100_sxm/meta-llama/Meta-Llama-3.1-8B"
     requests = [EngineRequest(f"r{i}", 0.05 * i, 200 + 37 * i, 5 + i % 7, 16) for i in range(30)]
     run = run_engine(requests, _config(latency=spelling), BuiltinHost())
     assert isinstance(make_clock(_config(latency=spelling)), StepModelClock)
@@ -276,7 +285,7 @@ def test_aiconfigurator_times_every_step_as_its_estimator_does() -> None:
     again = _run_with(watching, requests, _config())
     assert [s.duration_s for s in again.steps] == [s.duration_s for s in run.steps]
     # Each step lasts what the estimator, called directly (no grid), says of its shape.
-    direct = AIConfiguratorModel("h100_sxm", "meta-llama/Meta-Llama-3.1-8B", tabulate=False)
+    direct = TABLE_MODELS[kind]("h100_sxm", "meta-llama/Meta-Llama-3.1-8B", tabulate=False)
     expected = [direct.step_time_s(shape) for shape in watching.shapes]
     assert [s.duration_s for s in run.steps] == pytest.approx(expected, rel=1e-3)
 

@@ -52,6 +52,17 @@ HAVE_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
                 version="0.5.16",
             ),
         ),
+        (
+            "aisimulate:h100_sxm/meta-llama/Meta-Llama-3.1-8B@vllm:next",
+            LatencySpec(
+                "aisimulate",
+                "aisimulate:h100_sxm/meta-llama/Meta-Llama-3.1-8B@vllm:next",
+                system="h100_sxm",
+                model="meta-llama/Meta-Llama-3.1-8B",
+                backend="vllm",
+                version="next",
+            ),
+        ),
     ],
 )
 def test_parse(text, expected):
@@ -76,6 +87,9 @@ def test_a6000_stand_in_parses():
         ("aiconfigurator:/Qwen3-8B", "expected aiconfigurator:<system>/<model>"),
         ("aiconfigurator:h100_sxm/Qwen/Qwen3-8B@vlm", "unknown backend 'vlm'; did you mean vllm?"),
         ("aiconfigurator:h100_sxm/Qwen/Qwen3-8B@vllm:", "empty table version"),
+        ("aisimulat:h100_sxm/x", "unknown kind 'aisimulat'; did you mean aisimulate,"),
+        ("aisimulate:h100_sxm", "expected aisimulate:<system>/<model>"),
+        ("aisimulate:h100_sxm/Qwen/Qwen3-8B@trt", "unknown backend 'trt'; did you mean trtllm?"),
     ],
 )
 def test_parse_errors(text, message):
@@ -110,11 +124,13 @@ def test_build_aiconfigurator_stand_in():
     assert 0.01 < model.step_time_s(StepShape.of(decode=[500] * 8)) < 0.05
 
 
-@pytest.mark.parametrize("module", ["interface", "calibrated", "spec"])
+@pytest.mark.parametrize(
+    "module", ["tracekit.engine.step_time", "tracekit.latency.calibrated", "tracekit.latency.spec"]
+)
 def test_doctests_of_the_latency_modules(module):
     import doctest
     import importlib
 
-    failures, tried = doctest.testmod(importlib.import_module(f"tracekit.latency.{module}"))
+    failures, tried = doctest.testmod(importlib.import_module(module))
     assert tried > 0
     assert failures == 0

@@ -110,6 +110,7 @@ def test_oracle_cli_on_the_shipped_sample(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output[result.output.index("{") :])
     assert sorted(p.name for p in out.iterdir()) == [
+        ".tracekit-oracle",  # the marker by which --overwrite knows the folder is oracle's
         "candidates.parquet",
         "closed.parquet",
         "decisions.parquet",

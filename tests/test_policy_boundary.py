@@ -8,11 +8,12 @@ each other.
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from import_helpers import imported_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,24 +23,6 @@ ALLOWED = {
     "*": set(),
     "tracekit/__init__.py": {"bidkv._version"},
 }
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Modules ``path`` imports: import statements, and ``import_module``/``__import__`` calls
-    with a literal name (a dynamic import is still an import)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-        elif isinstance(node, ast.Call) and node.args:
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            first = node.args[0]
-            if called in ("import_module", "__import__") and isinstance(first, ast.Constant):
-                names.add(str(first.value))
-    return names
 
 
 def test_only_tracekit_strategies_imports_the_policy() -> None:

@@ -108,6 +108,46 @@ def test_no_sql_route_writes_or_reads_outside_the_views(
         assert _snapshot(t.parent) == beside, sql
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "EXPLAIN ANALYZE CREATE VIEW v AS SELECT 1",
+        "EXPLAIN ANALYZE DROP VIEW decisions",
+        "explain analyse create table t as select * from steps",
+        "EXPLAIN (ANALYZE, FORMAT json) CREATE VIEW v AS SELECT 1",
+        "/* a comment */ EXPLAIN ANALYZE /* another */ CREATE VIEW v AS SELECT 1",
+        "EXPLAIN ANALYZE INSERT INTO runs SELECT * FROM runs",
+        "EXPLAIN CREATE VIEW v AS SELECT 1",
+    ],
+)
+def test_explain_analyze_runs_only_a_select(world: tuple[Path, Path], sql: str) -> None:
+    """EXPLAIN ANALYZE runs the statement it explains: it must be a SELECT too.
+
+    DuckDB classes all of these as EXPLAIN statements, and ``EXPLAIN ANALYZE CREATE VIEW``
+    created the view (in memory only, but the "SELECT only" rule had a hole).
+    """
+    t, _ = world
+    result = CliRunner().invoke(cli, ["query", str(t), sql])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: SQL: only SELECT queries are allowed")
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "EXPLAIN SELECT count(*) FROM decisions",
+        "EXPLAIN ANALYZE SELECT count(*) FROM decisions",
+        "EXPLAIN (FORMAT json) SELECT 1",
+        "/* why */ explain analyze with d as (select * from decisions) select count(*) from d",
+    ],
+)
+def test_explain_of_a_select_still_runs(world: tuple[Path, Path], sql: str) -> None:
+    t, _ = world
+    result = CliRunner().invoke(cli, ["query", str(t), sql])
+    assert result.exit_code == 0, result.output
+
+
 def test_the_views_still_read_every_table(world: tuple[Path, Path]) -> None:
     t, _ = world
     con = connect_trace(t)

@@ -223,9 +223,15 @@ def test_an_existing_output_folder_is_refused_unless_overwritten(
     (out / "keep.txt").write_text("x")
     with pytest.raises(ConfigError, match="already exists"):
         replay_open(hand_trace, parse_strategy_list("pe"), out)
-    assert (out / "keep.txt").exists()
-    replay_open(hand_trace, parse_strategy_list("pe"), out, overwrite=True)
-    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)
+    # overwrite replaces only a folder replay wrote (its marker file): not this one.
+    with pytest.raises(ConfigError, match="not a replay folder written by tracekit replay"):
+        replay_open(hand_trace, parse_strategy_list("pe"), out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    mine = tmp_path / "mine"
+    replay_open(hand_trace, parse_strategy_list("pe"), mine)
+    replay_open(hand_trace, parse_strategy_list("pe,bidkv"), mine, overwrite=True)
+    assert sorted(p.name for p in mine.iterdir()) == sorted(OUTPUT_FILES)
+    assert "bidkv" in (mine / "summary.txt").read_text("utf-8")
 
 
 def test_an_error_mid_replay_leaves_no_output(tmp_path: Path) -> None:

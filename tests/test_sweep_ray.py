@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sweep_helpers import SMOKE, bundle_files
+from sweep_helpers import SMOKE, bundle_files, hidden_leftovers
 
 pytest.importorskip("ray", reason='Ray is not installed: pip install ".[ray]"')
 
@@ -29,7 +29,7 @@ def test_ray_and_local_runs_write_identical_bundles_and_cells(
     assert [name for name in one if one[name] != two[name]] == []
     payload = json.loads((tmp_path / "ray" / "sweep.json").read_text())
     assert payload["executor"] == {"name": "ray", "workers": 2}
-    assert not [p for p in (tmp_path / "ray").rglob(".*")]
+    assert hidden_leftovers(tmp_path / "ray") == []
     # Resuming on Ray skips what is complete (and does not even start Ray).
     again = run_sweep(SMOKE, tmp_path / "ray", ray_address="local")
     assert again.count("skipped") == 30

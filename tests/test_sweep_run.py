@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from sweep_helpers import SMOKE, TINY, bundle_files, write_matrix
+from sweep_helpers import SMOKE, TINY, bundle_files, hidden_leftovers, write_matrix
 
 from tracekit.analysis.serving import serving_metrics
 from tracekit.errors import ConfigError
@@ -68,7 +68,8 @@ def test_the_sweep_folder_is_a_dataset_every_reader_accepts(smoke: dict[int, Pat
     dataset = open_trace(out)
     assert len(dataset) == 30
     assert validate_trace(out).exit_code == 0
-    assert not [p for p in out.rglob(".*")]  # no partial folder, no lock left
+    # No partial folder, no lock left: only the marker that says a sweep wrote the folder.
+    assert (out / ".tracekit-sweep").is_file() and hidden_leftovers(out) == []
     runs = json.loads((out / "sweep.json").read_text())["runs"]
     last = runs[-1]
     assert (last["strategy"], last["rate"], last["repeat"]) == ("bidkv", 2.0, 2)
@@ -181,7 +182,7 @@ def test_a_failing_run_is_reported_and_the_others_complete(tmp_path: Path) -> No
     assert failed.error == "RuntimeError: boom from RaisingSelector"
     assert "Traceback" in (failed.traceback or "")
     assert not (tmp_path / "out" / failed.path).exists()
-    assert not [p for p in (tmp_path / "out").rglob(".*")]
+    assert hidden_leftovers(tmp_path / "out") == []
     cells = pl.read_parquet(tmp_path / "out" / "cells.parquet")
     assert cells["strategy"].to_list() == ["bidkv", "builtin"]
     assert cells["host_path"].to_list() == ["legacy", "builtin"]
@@ -204,13 +205,14 @@ def test_a_run_that_kills_its_worker_fails_alone(tmp_path: Path) -> None:
     ]
     assert result.failed[0].error == WORKER_DIED
     assert result.exit_code == 1
-    assert not [p for p in (tmp_path / "out").rglob(".*")]
+    assert hidden_leftovers(tmp_path / "out") == []
 
 
 def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path: Path) -> None:
     matrix = write_matrix(tmp_path, TINY.replace('"builtin", "bidkv"', '"builtin"'))
     out = tmp_path / "out"
     out.mkdir()
+    (out / ".tracekit-sweep").write_text("{}\n")  # a running sweep marked the folder first
     lock = out / ".sweep.lock"
     import socket
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_helpers import SAMPLE, matches_now, write_matrix
+from sweep_helpers import SAMPLE, hidden_leftovers, matches_now, write_matrix
 
 from tracekit.sweep import run_sweep
 from tracekit.sweep.task import bundle_state
@@ -93,7 +93,7 @@ def _interrupt(matrix: Path, out: Path, presses: int, sleep_s: float) -> tuple[i
 
 def _check_clean(out: Path) -> list[Path]:
     """No hidden or partial folder anywhere; every run folder holds a complete bundle."""
-    assert [p for p in out.rglob(".*")] == []
+    assert hidden_leftovers(out) == []
     bundles = sorted(p.parent for p in out.glob("runs/**/manifest.json"))
     assert all(bundle_state(b)[0] == "complete" for b in bundles)
     assert sorted(p for p in out.glob("runs/*/*/*/*/*") if p.is_dir()) == bundles

@@ -15,6 +15,7 @@ from tracekit.cli.capacity_cmd import capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
 from tracekit.cli.diff_cmd import diff
 from tracekit.cli.experiment_cmd import experiment
+from tracekit.cli.latency_cmd import latency
 from tracekit.cli.manifest_cmd import manifest
 from tracekit.cli.oracle_cmd import oracle
 from tracekit.cli.qualify_cmd import qualify, report
@@ -35,16 +36,16 @@ __all__ = ["cli"]
 def cli() -> None:
     """Replay, compare and qualify KV-cache preemption policies on scheduler traces.
 
-    Exit status of every command: 0 success; 1 a check ran and failed (validate, diff,
+    Exit status of every command: 0 done; 1 a finding (validate, diff, a qualify NO-GO,
     fidelity, a sweep run, manifest validate, experiment traces --mode verify); 2 bad input (a
-    missing or unreadable path, an --out that cannot be created, a bad option value,
-    configuration or workload); validate also exits 3 for a truncated recording.
+    missing or unreadable path, a refused --out, a bad option value, configuration or
+    workload); 3 a truncated recording (validate); 130 interrupted (Ctrl-C or SIGTERM).
     """
 
 
 for command in (
     manifest, validate, inspect, query, record, replay, diff, fidelity, qualify, report, sweep,
-    experiment, calibrate, capacity, outputs,
+    experiment, calibrate, latency, capacity, outputs,
 ):  # fmt: skip
     cli.add_command(command)
 cli.add_command(oracle)  # tracekit oracle (docs/oracle.md)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 
 __all__ = ["calibrate"]
 
@@ -27,7 +27,10 @@ __all__ = ["calibrate"]
     help="Fraction of the steps held out to measure the error.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the hold-out split.")
-def calibrate(traces: tuple[Path, ...], out: Path, holdout: float, seed: int) -> None:
+@overwrite_option("a model file calibrate wrote")
+def calibrate(
+    traces: tuple[Path, ...], out: Path, holdout: float, seed: int, overwrite: bool
+) -> None:
     """Fit a step-time model to the measured step durations of TRACES (docs/latency.md).
 
     Each trace is a live bundle (record vllm --live), or a bundle whose steps table has measured
@@ -38,7 +41,9 @@ def calibrate(traces: tuple[Path, ...], out: Path, holdout: float, seed: int) ->
     from tracekit.latency.measured import calibrate_trace
 
     with library_errors():
-        result = calibrate_trace(traces, out, holdout_fraction=holdout, seed=seed)
+        result = calibrate_trace(
+            traces, out, holdout_fraction=holdout, seed=seed, overwrite=overwrite
+        )
     model = result.model
     held = model.errors["holdout"]
     coefficients = ", ".join(

@@ -7,8 +7,9 @@ from typing import Any
 import click
 
 from tracekit.analysis.serving import SloTargets
+from tracekit.capacity.result_file import check_capacity_file, write_capacity
 from tracekit.capacity.search import Probe, find_capacity
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     engine_options,
     engine_settings,
@@ -50,6 +51,12 @@ from tracekit.workloads.load_spec import apply_load
     help="Stop when the meeting and missing rates are this close (relative).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of generated arrivals.")
+@out_option(
+    folder=False,
+    default=None,
+    help="Also write the result (the --json document, with its format) to this JSON file.",
+)
+@overwrite_option("a file capacity wrote")
 @output_options("knee, the rate above it and every probe")
 def capacity(**options: Any) -> None:
     """Find the largest request rate at which the built-in policy meets the SLO target.
@@ -57,7 +64,10 @@ def capacity(**options: Any) -> None:
     Bisects on the request rate (recorded arrivals are rescaled, generated ones regenerated)
     and prints the knee and the throughput achieved there (docs/qualify.md, "Capacity").
     """
+    out, inputs = options["out"], [options["workload_path"]]
     with library_errors():
+        if out is not None:  # refused before the search, which takes seconds to minutes
+            check_capacity_file(out, overwrite=options["overwrite"], inputs=inputs)
         workload = load_run_workload(options["workload_path"], **workload_settings(options))
         spec = load_settings(options)
         config = make_engine_config(**engine_settings(options))
@@ -75,4 +85,6 @@ def capacity(**options: Any) -> None:
             target=options["target"], tolerance=options["tolerance"], seed=options["seed"],
             progress=show,
         )  # fmt: skip
+        if out is not None:
+            write_capacity(result, out, overwrite=options["overwrite"], inputs=inputs)
     emit(options["as_json"], result.to_dict, result.render)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,10 +19,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
+# The exit statuses of every command (docs/index.md, "Conventions"; docs/guarantees.md).
+EXIT_DONE = 0
+"""Done: valid, equivalent, every run complete."""
 EXIT_FAILED = 1
-"""A check ran and failed (validate invalid, diff different, fidelity mismatch, a run failed)."""
+"""A finding: a check ran and failed (validate invalid, diff different, a NO-GO, a run failed)."""
 EXIT_BAD_INPUT = 2
 """Bad input: a missing or unreadable path, a bad option value, configuration or workload."""
+EXIT_TRUNCATED = 3
+"""A truncated recording (``validate``): what was flushed is readable."""
+EXIT_INTERRUPTED = 130
+"""Interrupted by Ctrl-C or SIGTERM; nothing half-written is left under a final name."""
 
 
 class LibraryError(click.ClickException):
@@ -41,7 +50,8 @@ def library_errors(exit_code: int = EXIT_BAD_INPUT) -> Iterator[None]:
     try:
         yield
     except TracekitError as error:
-        raise LibraryError(str(error), exit_code) from error
+        # An error that carries its own status (a recording stopped by a signal: 130) keeps it.
+        raise LibraryError(str(error), getattr(error, "exit_code", exit_code)) from error
 
 
 trace_argument = click.argument(
@@ -59,6 +69,12 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
     else is created here.
     """
     kind, other = ("folder", "file") if folder else ("file", "folder")
+    if path.is_symlink():
+        raise LibraryError(
+            f"{option} {path}: is a symbolic link (to {os.readlink(path)}); outputs are "
+            f"renamed into place, never written through a link: pass the real {kind} path",
+            2,
+        )
     if path.exists() and path.is_dir() != folder:
         raise LibraryError(f"{option} {path}: is a {other}, not a {kind}; pass a {kind} path", 2)
     ancestor = path.parent if path.exists() else path
@@ -93,6 +109,41 @@ def out_option(*, folder: bool = True, **kwargs: Any) -> Callable[[F], F]:
 
     kwargs.setdefault("type", click.Path(path_type=Path))
     return click.option("--out", callback=check, **kwargs)
+
+
+def overwrite_option(what: str) -> Callable[[F], F]:
+    """``--overwrite``: replace an existing ``--out``, but only ``what`` (the command's own).
+
+    One meaning everywhere (docs/guarantees.md, "Existing files"): the command replaces only an
+    output it wrote, recognised by its mark, and only once the new one is complete.
+    """
+    return click.option(
+        "--overwrite",
+        is_flag=True,
+        help=f"Replace an existing --out, only if it is {what} (once the new one is complete).",
+    )
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Make SIGTERM stop a command as Ctrl-C does (its clean-up runs; exit status 130).
+
+    Only in the main thread and only where SIGTERM has its default action (a command that
+    handles it itself, such as ``record sim``, installs its own handler inside).
+    """
+    main = threading.current_thread() is threading.main_thread()
+    install = main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+    def handle(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+    if install:
+        signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        if install:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _fix_for(param: click.Parameter) -> str:
@@ -130,9 +181,17 @@ class FixHintGroup(click.Group):
     """
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the subcommand; a bad parameter's error gets the fix appended."""
+        """Run the subcommand; a bad parameter's error gets the fix appended.
+
+        Ctrl-C and SIGTERM exit with status 130 and one line (click's own ``Aborted!`` exited
+        1, the status of a finding).
+        """
         try:
-            return super().invoke(ctx)
+            with _sigterm_interrupts():
+                return super().invoke(ctx)
+        except KeyboardInterrupt as stop:
+            click.echo(f"Error: {str(stop) or 'interrupted by Ctrl-C'}", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         except click.BadParameter as error:
             if error.param is not None and "pass " not in error.message.lower():
                 fix = _fix_for(error.param)

@@ -6,7 +6,13 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
+from tracekit.cli.common import (
+    CONTEXT_SETTINGS,
+    library_errors,
+    out_option,
+    overwrite_option,
+    trace_argument,
+)
 from tracekit.cli.output import emit, output_options
 from tracekit.oracle.job import ORACLE_LABEL, run_oracle
 from tracekit.oracle.rollout import DEFAULT_SETTINGS, OBJECTIVES, OracleSettings
@@ -22,6 +28,7 @@ DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
 @click.command(context_settings=CONTEXT_SETTINGS)
 @trace_argument
 @out_option(required=True)
+@overwrite_option("a folder oracle wrote")
 @click.option(
     "--objective",
     type=click.Choice(OBJECTIVES),
@@ -77,7 +84,7 @@ def oracle(**options: Any) -> None:
         result = run_oracle(
             options["trace"], options["out"], specs, settings, jobs=options["jobs"],
             limit=options["limit"], greedy=not options["no_greedy"],
-            progress=StderrProgress(),
+            progress=StderrProgress(), overwrite=options["overwrite"],
         )  # fmt: skip
     emit(
         options["as_json"],

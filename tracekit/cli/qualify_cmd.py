@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tracekit.analysis.serving import SloTargets
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     StageProgress,
     engine_options,
@@ -24,7 +24,7 @@ from tracekit.cli.options import (
 from tracekit.cli.output import emit, output_options
 from tracekit.engine.config import make_engine_config
 from tracekit.qualify import QualifyPlan, run_qualify, write_report
-from tracekit.qualify.job import check_results_folder
+from tracekit.qualify.job import check_results_folder, verdict_exit_code
 from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
 from tracekit.recording.sim import load_run_workload
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
@@ -82,7 +82,7 @@ from tracekit.workloads.load_spec import apply_load
     show_default=True,
     help="Users of the capacity plan's closed-loop cell (0: no such cell).",
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing results folder.")
+@overwrite_option("a results folder qualify wrote")
 @click.option(
     "--oracle",
     is_flag=True,
@@ -103,6 +103,7 @@ def qualify(**options: Any) -> None:
     Records the built-in baseline and every strategy in closed loop over the repeats, the
     candidate through the legacy and typed hosts (diff and conformance), replays every strategy
     in open mode on the baseline's decisions, and renders OUT/report.html. Prints its path.
+    Exit status: 0 GO, 1 NO-GO (a finding, as diff's differences), 2 bad input.
     """
     with library_errors():
         # The results folder is checked before the capacity search (seconds to minutes), so a
@@ -142,6 +143,7 @@ def qualify(**options: Any) -> None:
                  "files": sorted(p.name for p in results.iterdir())},
         lambda: str(results / "report.html"),
     )  # fmt: skip
+    raise SystemExit(verdict_exit_code(results))  # 1: NO-GO, a finding
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -151,7 +153,12 @@ def qualify(**options: Any) -> None:
     default=None,
     help="HTML file (default RESULTS/report.html); qualification.json is written beside it.",
 )
-def report(results: Path, out: Path | None) -> None:
-    """Render the offline HTML report and qualification.json of a qualify or sweep folder."""
+@overwrite_option("a report page and qualification.json that report wrote")
+def report(results: Path, out: Path | None, overwrite: bool) -> None:
+    """Render the offline HTML report and qualification.json of a qualify or sweep folder.
+
+    RESULTS/report.html and RESULTS/qualification.json are re-rendered in place; elsewhere an
+    existing file is refused without --overwrite (docs/guarantees.md).
+    """
     with library_errors():
-        click.echo(write_report(results, out))
+        click.echo(write_report(results, out, overwrite=overwrite))

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     Progress,
     engine_options,
@@ -63,13 +63,16 @@ def record() -> None:
     show_default=True,
     help="For preemption events: the strategy the engine ran (pe-lifo = vLLM built-in).",
 )
+@overwrite_option("a trace bundle")
 @output_options("bundle path and its inspection")
 def record_import(
-    file: Path, out: Path, kind: str | None, applied_strategy: str, as_json: bool
+    file: Path, out: Path, kind: str | None, applied_strategy: str, overwrite: bool, as_json: bool
 ) -> None:
     """Convert the original BidKV's preemption-event JSONL or decision snapshots to a bundle."""
     with library_errors():
-        bundle = import_logs(file, out, kind=kind, applied_strategy=applied_strategy)
+        bundle = import_logs(
+            file, out, kind=kind, applied_strategy=applied_strategy, overwrite=overwrite
+        )
     emit_bundle(bundle, as_json, lambda: f"wrote {bundle}")
 
 
@@ -86,6 +89,7 @@ def record_import(
 @policy_options
 @click.option("--record-scheduled", is_flag=True, help="Also record tokens per request per step.")
 @out_option(required=True, help="Bundle to create.")
+@overwrite_option("a trace bundle")
 @output_options("bundle path and its inspection")
 def record_sim_command(**options: Any) -> None:
     """Run a workload through the embedded engine and record a trace bundle."""
@@ -102,6 +106,7 @@ def record_sim_command(**options: Any) -> None:
             options["out"],
             record_scheduled=bool(options["record_scheduled"]),
             progress=Progress(f"record {strategy.name}"),
+            overwrite=options["overwrite"],
             stop_on_signals=True,
         )
         emit_bundle(bundle, options["as_json"])

@@ -7,7 +7,13 @@ from typing import Any
 import click
 import polars as pl
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
+from tracekit.cli.common import (
+    CONTEXT_SETTINGS,
+    library_errors,
+    out_option,
+    overwrite_option,
+    trace_argument,
+)
 from tracekit.cli.options import Progress
 from tracekit.cli.output import echo_json, echo_table, emit, output_options
 from tracekit.replay import replay_closed, replay_open
@@ -35,6 +41,7 @@ from tracekit.trace.validate import check_readable
 @click.option("--policy-config", default=None, metavar="JSON|@FILE")
 @click.option("--seed", type=int, default=0, show_default=True)
 @out_option(required=True)
+@overwrite_option("a folder replay wrote")
 @click.option(
     "--host",
     "host_path",
@@ -66,6 +73,7 @@ def replay(**options: Any) -> None:
             closed = replay_closed(
                 options["trace"], specs, options["out"], host_path=options["host_path"],
                 progress=lambda label: Progress(f"replay {label}"), jobs=options["workers"],
+                overwrite=options["overwrite"],
             )  # fmt: skip
             columns = [
                 "recorded_run_id", "strategy", "throughput_rps", "e2e_p95_s", "preemptions",
@@ -83,7 +91,7 @@ def replay(**options: Any) -> None:
         result = replay_open(
             options["trace"], specs, options["out"], fast=not options["reference"],
             workers=options["workers"], limit=options["limit"],
-            progress=Progress("replay"),
+            progress=Progress("replay"), overwrite=options["overwrite"],
         )  # fmt: skip
         emit(
             options["as_json"],

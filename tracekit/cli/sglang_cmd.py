@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import Progress, workload_options, workload_settings
 from tracekit.cli.output import output_options
 from tracekit.cli.record_cmd import emit_bundle, record
@@ -93,6 +93,7 @@ _DEFAULT = SglangConfig()
     "~/.cache/bidkv/sglang-cpu-venv).",
 )
 @out_option(required=True, help="Bundle to create.")
+@overwrite_option("a trace bundle")
 @output_options("bundle path and its inspection")
 def record_sglang_command(**options: Any) -> None:
     """Run a workload through SGLang 0.5.23's scheduling objects (CPU, no weights); record it.
@@ -124,5 +125,6 @@ def record_sglang_command(**options: Any) -> None:
             config=config,
             venv=options["sglang_venv"],
             progress=Progress(f"record sglang {config.retraction_policy}"),
+            overwrite=options["overwrite"],
         )
         emit_bundle(bundle, options["as_json"])

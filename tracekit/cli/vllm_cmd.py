@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     Progress,
     engine_options,
@@ -62,6 +62,7 @@ from tracekit.vllm.record import record_vllm
     help="With --live: send every request before the first step, not at its arrival time.",
 )
 @out_option(required=True, help="Bundle to create.")
+@overwrite_option("a trace bundle")
 @output_options("bundle path and its inspection")
 def record_vllm_command(**options: Any) -> None:
     """Run a workload through the real vLLM scheduler (CPU, no weights) and record a bundle.
@@ -89,6 +90,7 @@ def record_vllm_command(**options: Any) -> None:
                 shim=options["shim"],
                 all_at_once=options["all_at_once"],
                 progress=Progress(f"record vllm --live {strategy.name}"),
+                overwrite=options["overwrite"],
             )
             emit_bundle(bundle, options["as_json"])
             return
@@ -98,6 +100,7 @@ def record_vllm_command(**options: Any) -> None:
             venv=options["vllm_venv"],
             shim=options["shim"],
             progress=Progress(f"record vllm {strategy.name}"),
+            overwrite=options["overwrite"],
         )
         emit_bundle(bundle, options["as_json"])
 

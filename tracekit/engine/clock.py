@@ -12,12 +12,13 @@ The cost model is a roofline of one forward pass (all figures are modelled, not 
 
 ``docs/engine.md`` gives the sources of every preset figure.
 
-A third clock, :class:`StepModelClock`, takes its step times from any step-time model of
-``tracekit.latency`` (``EngineConfig.latency``: AIConfigurator's measured tables, a model
-calibrated from a live engine); it builds each step's make-up from the scheduled requests.
-``roofline`` (and no ``latency``) keeps the :class:`CostModelClock`, with identical times. The
-engine never imports an optional package: :func:`make_clock` asks ``tracekit.latency.spec``
-(standard library only at import) for the model, or takes one handed in (``docs/latency.md``).
+A third clock, :class:`StepModelClock`, takes its step times from any
+:class:`~tracekit.engine.step_time.StepTimeModel` (``EngineConfig.latency``: AIConfigurator's
+measured tables, a model calibrated from a live engine); it builds each step's make-up from the
+scheduled requests. ``roofline`` (and no ``latency``) keeps the :class:`CostModelClock`, with
+identical times. :func:`make_clock` gets any other model from the process's installed
+step-time model source (``tracekit.latency`` installs one), or takes one handed in; the engine
+never imports ``tracekit.latency`` (docs/latency.md, "The step-time boundary").
 """
 
 from __future__ import annotations
@@ -25,9 +26,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.step_time import (
+    PrefillChunk,
+    StepShape,
+    StepTimeModel,
+    resolve_step_time_model,
+)
 from tracekit.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -233,7 +240,7 @@ class StepModelClock(CostModelClock):
     Parameters
     ----------
     model
-        A ``tracekit.latency`` step-time model: ``step_time_s(shape)`` in seconds.
+        A step-time model: ``step_time_s(shape)`` in seconds.
     requests
         Every request of the run (looked up by id to read what each scheduled one has computed).
     idle
@@ -250,16 +257,14 @@ class StepModelClock(CostModelClock):
     every other one is a prefill chunk of ``n`` tokens after ``computed - n`` cached tokens.
     """
 
-    __slots__ = ("_shape", "_states", "_totals", "step_model")
+    __slots__ = ("_states", "_totals", "step_model")
 
-    def __init__(self, model: Any, requests: Iterable[RequestState], idle: CostModel) -> None:
+    def __init__(
+        self, model: StepTimeModel, requests: Iterable[RequestState], idle: CostModel
+    ) -> None:
         super().__init__(idle)
-        # Imported here, not at the top: tracekit.latency imports this module.
-        from tracekit.latency.interface import PrefillChunk, StepShape
-
         self.step_model = model
         self._states = {r.request_id: r for r in requests}
-        self._shape = (StepShape, PrefillChunk)
         # A model of the step's totals alone is called without building a shape (hot loop).
         self._totals = getattr(model, "step_time_totals_s", None)
 
@@ -305,8 +310,7 @@ class StepModelClock(CostModelClock):
             )
         if totals is not None:
             return totals(p, tokens, prefix, d, context)
-        shape_cls, chunk_cls = self._shape
-        shape = shape_cls(tuple(chunk_cls(n, c) for n, c in chunks), tuple(contexts))
+        shape = StepShape(tuple(PrefillChunk(n, c) for n, c in chunks), tuple(contexts))
         return self.step_model.step_time_s(shape)
 
 
@@ -314,7 +318,10 @@ EngineClock = StepsClock | CostModelClock | StepModelClock
 
 
 def make_clock(
-    config: EngineConfig, requests: Iterable[RequestState] = (), *, model: Any = None
+    config: EngineConfig,
+    requests: Iterable[RequestState] = (),
+    *,
+    model: StepTimeModel | None = None,
 ) -> StepsClock | CostModelClock | StepModelClock:
     """The clock ``config`` names.
 
@@ -326,6 +333,12 @@ def make_clock(
         The run's requests (a :class:`StepModelClock` reads the scheduled ones).
     model
         A step-time model to use instead of the one ``config.latency`` names (already built).
+
+    Raises
+    ------
+    ConfigError
+        ``config.latency`` names a model other than the roofline, none is handed in, and the
+        installed step-time model source cannot build it (or none is installed).
     """
     if config.clock == "steps":
         return StepsClock(config.step_s)
@@ -336,9 +349,6 @@ def make_clock(
         if kind.strip().lower() == "roofline":
             # The engine's own cost model: identical numbers, and no per-step shape to build.
             return CostModelClock(COST_MODEL_PRESETS[arg.strip()])
-        # Imported here: the latency package is only needed for measured models; it builds
-        # each model once per process and never makes the engine import an optional package.
-        from tracekit.latency.spec import cached_step_time_model
-
-        model = cached_step_time_model(spelling)
+        # The installed source (tracekit.latency's) builds each model once per process.
+        model = resolve_step_time_model(spelling)
     return StepModelClock(model, requests, preset)

@@ -115,7 +115,9 @@ class EngineConfig:
         (``docs/latency.md``): ``roofline[:<preset>]``, ``aiconfigurator:<system>/<model>...``
         or ``calibrated:<file>``. None (the default) and ``roofline`` are the ``cost_model``
         preset, with identical times. A string, so that configurations pickle to sweep
-        workers; the model is built once per process (``tracekit.latency.spec``).
+        workers; any spelling but ``roofline`` is checked and built by the process's step-time
+        model source (``tracekit.engine.step_time``; ``tracekit.latency`` installs it), once
+        per process.
     """
 
     mode: EngineMode = "vllm"
@@ -295,13 +297,29 @@ def _check_latency(config: EngineConfig) -> None:
         raise ValueError(
             f"latency {config.latency!r} needs clock cost-model (the steps clock has fixed steps)"
         )
-    # Imported here: tracekit.latency imports the clock, which imports this module.
-    from tracekit.latency.spec import check_latency_spec
+    # Imported here: step_time imports nothing of the engine, but clock.py imports this module.
+    from tracekit.engine.step_time import check_step_time_spelling, installed_step_time_source
 
+    spelling = config.latency.strip()
+    kind, sep, preset = spelling.partition(":")
     try:
-        check_latency_spec(config.latency)
+        if installed_step_time_source() is not None or kind.strip().lower() != "roofline":
+            check_step_time_spelling(spelling)
+        else:
+            # No source installed: the engine still knows its own roofline presets.
+            _check_roofline_preset(spelling, preset.strip() if sep else config.cost_model)
     except ConfigError as exc:
         raise ValueError(f"latency: {str(exc).removeprefix('--latency ')}") from None
+
+
+def _check_roofline_preset(spelling: str, preset: str) -> None:
+    from tracekit.engine.clock import COST_MODEL_PRESETS
+
+    if preset not in COST_MODEL_PRESETS:
+        known = ", ".join(sorted(COST_MODEL_PRESETS))
+        raise ConfigError(
+            f"--latency {spelling!r}: unknown roofline preset {preset!r} (known: {known})"
+        )
 
 
 def _choice(field: str, value: object, allowed: tuple[str, ...]) -> None:

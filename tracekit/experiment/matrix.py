@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from tracekit import __version__
+from tracekit import __version__, safe_output
 from tracekit.engine import EngineConfig
 from tracekit.errors import ConfigError
 from tracekit.experiment.hooks import LEGACY_STRATEGIES, STRATEGY_PLANS, HookSettings
@@ -81,6 +81,19 @@ __all__ = [
 PAPER_RATES: tuple[float, ...] = (2.0, 3.8, 5.7)
 
 Progress = Callable[[int, int], None]
+
+# The marker file of an experiment folder, written when a run creates (or adopts) it.
+MARKER = ".tracekit-experiment"
+
+
+def _experiment_folder(folder: Path) -> str | None:
+    """None if an experiment run wrote ``folder`` (its marker, or an older run's matrix.json)."""
+    if (folder / MARKER).is_file() or (folder / "matrix.json").is_file():
+        return None
+    return f"not an experiment folder (no {MARKER} file) and not empty"
+
+
+EXPERIMENT_MARK = safe_output.Mark("tracekit experiment run", _experiment_folder)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -345,6 +358,8 @@ def run_matrix(
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1; found {jobs}")
     root = Path(out)
+    # docs/guarantees.md, "Safe output": a new or empty folder, or one an experiment run wrote.
+    safe_output.check_folder_output(root, mark=EXPERIMENT_MARK, resume=True)
     start = time.perf_counter()
     pool = load_length_pool(
         spec.pool_path, max_prompt_tokens=spec.max_prompt_tokens, **spec.pool_options
@@ -359,6 +374,9 @@ def run_matrix(
                 f"{existing}: output folder already exists; pass --resume to keep the "
                 "complete bundles, or choose a new --out"
             )
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / MARKER).is_file():
+        safe_output.write_marker(root, MARKER, "tracekit experiment run")
     for run in range(spec.runs):
         freeze_traces(
             pool,
@@ -441,14 +459,19 @@ def summarize_matrix(
     summary = aggregate_runs(runs, ("strategy", "rate"), METRICS)
     comparison = comparison_frame(summary)
     claims = claims_frame(runs)
-    runs.write_parquet(root / "runs.parquet")
-    summary.write_parquet(root / "summary.parquet")
-    comparison.write_parquet(root / "comparison.parquet")
-    claims.write_parquet(root / "claims.parquet")
+    for name, frame in (
+        ("runs", runs), ("summary", summary), ("comparison", comparison), ("claims", claims),
+    ):  # fmt: skip
+        with safe_output.replacing(root / f"{name}.parquet") as staging:
+            frame.write_parquet(staging)
     write_json_atomic(root / "summary.json", _summary_json(summary, spec))
     note = _matrix_note(spec)
-    (root / "comparison.md").write_text(render_markdown(comparison, claims, note=note), "utf-8")
-    (root / "comparison.html").write_text(render_html(comparison, claims, note=note), "utf-8")
+    safe_output.write_files(
+        {
+            root / "comparison.md": render_markdown(comparison, claims, note=note),
+            root / "comparison.html": render_html(comparison, claims, note=note),
+        }
+    )
     return MatrixResult(root, runs, summary, comparison, claims, 0.0)
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from tracekit import __version__
+from tracekit import __version__, safe_output
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
@@ -221,12 +220,8 @@ def record_experiment(
 
 def _write_parquet_atomic(frame: pl.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        frame.write_parquet(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with safe_output.replacing(path) as staging:
+        frame.write_parquet(staging)
 
 
 def record_experiment_run(

@@ -30,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit import safe_output
 from tracekit.errors import ConfigError, WorkloadError
 from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload, load_workload
@@ -283,10 +284,27 @@ def generate_trace(
     }
 
 
-def _write_trace(document: Mapping[str, Any], path: Path) -> str:
-    data = json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
-    path.write_bytes(data)
-    return hashlib.sha256(data).hexdigest()
+def _trace_bytes(document: Mapping[str, Any]) -> bytes:
+    return json.dumps(document, ensure_ascii=False, indent=2).encode("utf-8")
+
+
+def _trace_set(folder: Path) -> str | None:
+    """None if ``folder`` holds a trace set :func:`freeze_traces` wrote (JSON files only)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text("utf-8"))
+        names = [p.name for p in folder.iterdir()]
+    except (OSError, ValueError):
+        return "not a trace folder written by tracekit experiment traces (no trace manifest)"
+    if not isinstance(manifest, dict) or not {"frozen_at", "hashes"} <= manifest.keys():
+        return "not a trace folder written by tracekit experiment traces (no trace manifest)"
+    others = sorted(n for n in names if not n.endswith(".json"))
+    if others:
+        return f"holds files tracekit experiment traces did not write ({', '.join(others[:3])})"
+    return None
+
+
+#: How ``experiment traces`` recognises a trace folder it wrote (and may write again).
+TRACE_SET_MARK = safe_output.Mark("tracekit experiment traces", _trace_set)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +341,9 @@ def freeze_traces(
     pool
         Rows to sample from.
     out
-        Folder to write (created if needed; existing trace files are replaced).
+        Folder to write: created if needed, or an empty folder, or a trace folder this function
+        wrote (its files are replaced, all at once). Any other folder is refused, and so is a
+        folder inside a trace bundle (docs/guarantees.md, "Safe output").
     rates
         Arrival rates, requests per second.
     seed, num_requests, prefix, max_output_tokens
@@ -335,11 +355,12 @@ def freeze_traces(
         The folder and its manifest.
     """
     folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
     rates = [float(r) for r in rates]
     if not rates or len(set(rates)) != len(rates):
         raise ConfigError(f"rates must be non-empty and distinct; found {rates}")
+    safe_output.check_folder_output(folder, mark=TRACE_SET_MARK, resume=True)
     hashes = {}
+    files: dict[Path, bytes | str] = {}
     for rate in rates:
         document = generate_trace(
             pool,
@@ -350,7 +371,8 @@ def freeze_traces(
             max_output_tokens=max_output_tokens,
         )
         name = trace_filename(prefix, rate)
-        hashes[name] = _write_trace(document, folder / name)
+        files[folder / name] = data = _trace_bytes(document)
+        hashes[name] = hashlib.sha256(data).hexdigest()
     manifest = {
         "frozen_at": utc_now_iso(),
         "seed": seed,
@@ -361,9 +383,8 @@ def freeze_traces(
         "pool": pool.describe(),
         "hashes": hashes,
     }
-    (folder / MANIFEST).write_text(
-        json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    files[folder / MANIFEST] = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    safe_output.write_files(files, cleanup=True)  # all the files, or none of them
     return TraceSet(folder, manifest)
 
 

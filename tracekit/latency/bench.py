@@ -16,9 +16,10 @@ Usage::
     python -m tracekit.latency.bench [WORKLOAD] [--latency aiconfigurator:<system>/<model>]
         [--every N] [--limit N]
 
-Needs the ``tracekit`` extra (the workload loader) and, for the AIConfigurator figures,
-aiconfigurator-core. The engine is not modified: the run uses a scheduler subclass that reads
-each scheduled request's computed tokens after ``schedule()``.
+``--latency`` may name an ``aisimulate:`` model too (the same grid). Needs the ``tracekit``
+extra (the workload loader) and the package of the table model named. The engine is not
+modified: the run uses a scheduler subclass that reads each scheduled request's computed tokens
+after ``schedule()``.
 """
 
 from __future__ import annotations
@@ -100,9 +101,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="first N requests only")
     args = parser.parse_args()
 
-    from tracekit.latency.aiconfigurator import AIConfiguratorModel
     from tracekit.latency.roofline import RooflineModel
-    from tracekit.latency.spec import parse_latency_spec
+    from tracekit.latency.spec import TABLE_MODELS, parse_latency_spec
 
     start = time.perf_counter()
     cols = capture_steps(args.workload, args.limit)
@@ -111,14 +111,17 @@ def main() -> None:
     rows = list(zip(*(cols[c] for c in COLUMNS), strict=True))
 
     spec = parse_latency_spec(args.latency)
+    if spec.kind not in TABLE_MODELS:
+        parser.error(f"--latency must name a table model ({', '.join(TABLE_MODELS)})")
+    table_model = TABLE_MODELS[spec.kind]
     start = time.perf_counter()
-    model = AIConfiguratorModel(
+    model = table_model(
         spec.system,  # type: ignore[arg-type]
         spec.model,  # type: ignore[arg-type]
         spec.backend,  # type: ignore[arg-type]
         spec.version,
     )
-    direct = AIConfiguratorModel(
+    direct = table_model(
         spec.system,  # type: ignore[arg-type]
         spec.model,  # type: ignore[arg-type]
         spec.backend,  # type: ignore[arg-type]

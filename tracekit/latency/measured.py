@@ -27,13 +27,15 @@ Steps with no measured duration (null, or not positive) or nothing scheduled are
 
 from __future__ import annotations
 
-import os
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tracekit import safe_output
 from tracekit.errors import ConfigError
+from tracekit.latency.calibrated import FORMAT as MODEL_FORMAT
 from tracekit.latency.calibrated import CalibratedModel, fit_step_time_model
 
 __all__ = ["CalibrationResult", "calibrate_trace", "step_makeup"]
@@ -182,6 +184,7 @@ def calibrate_trace(
     *,
     holdout_fraction: float = 0.2,
     seed: int = 0,
+    overwrite: bool = False,
 ) -> CalibrationResult:
     """Fit a step-time model to one or more recordings' measured steps and write it to ``out``.
 
@@ -209,6 +212,8 @@ def calibrate_trace(
         The model file to write (JSON; written to a temporary file, then renamed).
     holdout_fraction, seed
         The seeded hold-out split the errors are measured on (recorded in the model).
+    overwrite
+        Replace an existing ``out``, and only a step-time model file (:data:`MODEL_MARK`).
 
     Raises
     ------
@@ -223,6 +228,8 @@ def calibrate_trace(
     if not traces:
         raise ConfigError("calibrate: no recording given; pass one or more trace bundles")
     out = Path(out)
+    # docs/guarantees.md, "Safe output": checked before the fit, written through a rename.
+    safe_output.check_new_file(out, mark=MODEL_MARK, overwrite=overwrite, inputs=traces)
     frames, kinds = zip(*(_measured_steps(t) for t in traces), strict=True)
     for t, kind in zip(traces[1:], kinds[1:], strict=True):
         if kind != kinds[0]:
@@ -241,14 +248,26 @@ def calibrate_trace(
         model.errors,
         str(out),
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        model.save(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with safe_output.staged_file(
+        out, mark=MODEL_MARK, overwrite=overwrite, inputs=traces
+    ) as staging:
+        model.save(staging)
     return CalibrationResult(model, out, frame.height)
+
+
+def _model_file(path: Path) -> str | None:
+    """None if ``path`` holds a step-time model (its ``format``), else why not."""
+    try:
+        document = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        document = None
+    if isinstance(document, dict) and document.get("format") == MODEL_FORMAT:
+        return None
+    return "not a step-time model written by tracekit calibrate"
+
+
+#: How calibrate recognises a model file it wrote (the only file --overwrite replaces).
+MODEL_MARK = safe_output.Mark("tracekit calibrate", _model_file)
 
 
 #: The kinds of recording, each with its description and how it is fitted.

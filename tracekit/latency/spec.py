@@ -7,34 +7,45 @@
     aiconfigurator:<system>/<model>[@<backend>[:<version>]]
         AIConfigurator's measured tables: aiconfigurator:h100_sxm/Qwen/Qwen3-8B,
         aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B@vllm:0.27.0 (backend vllm and the
-        current tables by default)
+        current tables by default; the version may also be current, previous or next)
+    aisimulate:<system>/<model>[@<backend>[:<version>]]
+        AISimulate's measured tables, spelled alike: aisimulate:h100_sxm/Qwen/Qwen3-8B@vllm:next
     calibrated:<file>
         a model fitted to a live engine's measured steps (``tracekit calibrate``)
 
 :func:`parse_latency_spec` checks the spelling only (cheap, no optional import; a calibrated
 model's file must exist); :meth:`LatencySpec.build` makes the model, and it is there that an
-AIConfigurator system or model name is checked against the installed tables.
+AIConfigurator or AISimulate system or model name is checked against the installed tables.
+
+Importing this module installs :data:`SOURCE` as the engine's step-time model source
+(``tracekit.engine.step_time``): the engine, which never imports this package, then checks and
+times every ``EngineConfig.latency`` spelling through it.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import EngineConfig
+from tracekit.engine.step_time import install_step_time_source
 from tracekit.errors import ConfigError
-from tracekit.latency.aiconfigurator import DEFAULT_BACKEND, MISSING_MESSAGE, did_you_mean
+from tracekit.latency.aiconfigurator import AIConfiguratorModel
+from tracekit.latency.aisimulate import AISimulateModel
 from tracekit.latency.interface import StepTimeModel
+from tracekit.latency.perf_tables import BACKENDS, DEFAULT_BACKEND, TabulatedModel, did_you_mean
 
 __all__ = [
     "A6000_STAND_IN",
     "BACKENDS",
     "KINDS",
+    "SOURCE",
+    "TABLE_MODELS",
     "LatencySpec",
+    "LatencySpellings",
     "cached_step_time_model",
     "check_latency_spec",
     "latency_manifest",
@@ -43,17 +54,20 @@ __all__ = [
 ]
 
 #: The kinds of step-time model, in the order the help lists them.
-KINDS = ("roofline", "aiconfigurator", "calibrated")
-#: Backends aiconfigurator-core ships tables for.
-BACKENDS = ("vllm", "sglang", "trtllm")
+KINDS = ("roofline", "aiconfigurator", "aisimulate", "calibrated")
+#: The kinds backed by NVIDIA's measured tables, and their models (``perf_tables``).
+TABLE_MODELS: dict[str, type[TabulatedModel]] = {
+    "aiconfigurator": AIConfiguratorModel,
+    "aisimulate": AISimulateModel,
+}
 #: What stands in for the paper's RTX A6000 + Llama-3.1-8B set-up, which the tables lack: the
 #: L40S (Ada, 48 GB GDDR6 at 864 GB/s, the A6000's 768 GB/s is the nearest bandwidth in the
 #: tables) serving the same model under vLLM (``docs/latency.md``).
 A6000_STAND_IN = "aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B@vllm"
 
 _USAGE = (
-    "expected roofline[:<preset>], aiconfigurator:<system>/<model>[@<backend>[:<version>]] "
-    "or calibrated:<file>"
+    "expected roofline[:<preset>], aiconfigurator:<system>/<model>[@<backend>[:<version>]], "
+    "aisimulate:<system>/<model>[@<backend>[:<version>]] or calibrated:<file>"
 )
 
 
@@ -64,13 +78,14 @@ class LatencySpec:
     Attributes
     ----------
     kind
-        ``roofline``, ``aiconfigurator`` or ``calibrated``.
+        ``roofline``, ``aiconfigurator``, ``aisimulate`` or ``calibrated``.
     text
         The value as given (recorded in manifests).
     preset
         Roofline preset.
     system, model, backend, version
-        AIConfigurator set-up (``version`` None: the newest current tables).
+        AIConfigurator or AISimulate set-up (``version`` None: the system's current tables;
+        or a version, or ``current``, ``previous``, ``next``).
     path
         Calibrated model file.
     """
@@ -90,18 +105,16 @@ class LatencySpec:
         Raises
         ------
         ConfigError
-            aiconfigurator-core is missing, or its system or model is unknown; the calibrated
+            The tables' package is missing, or its system or model is unknown; the calibrated
             file is not a step-time model.
         """
         if self.kind == "roofline":
             from tracekit.latency.roofline import RooflineModel
 
             return RooflineModel.from_preset(self.preset or "a6000-llama3-8b")
-        if self.kind == "aiconfigurator":
-            from tracekit.latency.aiconfigurator import AIConfiguratorModel
-
+        if self.kind in TABLE_MODELS:
             assert self.system and self.model and self.backend
-            return AIConfiguratorModel(self.system, self.model, self.backend, self.version)
+            return TABLE_MODELS[self.kind](self.system, self.model, self.backend, self.version)
         from tracekit.latency.calibrated import load_calibrated_model
 
         assert self.path is not None
@@ -118,12 +131,16 @@ def parse_latency_spec(text: str) -> LatencySpec:
     >>> s = parse_latency_spec("aiconfigurator:h100_sxm/Qwen/Qwen3-8B@sglang")
     >>> s.system, s.model, s.backend, s.version
     ('h100_sxm', 'Qwen/Qwen3-8B', 'sglang', None)
+    >>> s = parse_latency_spec("aisimulate:l40s/meta-llama/Meta-Llama-3.1-8B@vllm:next")
+    >>> s.kind, s.system, s.backend, s.version
+    ('aisimulate', 'l40s', 'vllm', 'next')
 
     Raises
     ------
     ConfigError
         An unknown kind or roofline preset (with the closest names), a malformed
-        AIConfigurator set-up, an unknown backend, or a calibrated file that does not exist.
+        AIConfigurator or AISimulate set-up, an unknown backend, or a calibrated file that does
+        not exist.
     """
     text = text.strip()
     kind, sep, arg = text.partition(":")
@@ -163,11 +180,11 @@ def parse_latency_spec(text: str) -> LatencySpec:
     system, slash, model = setup.partition("/")
     if not (slash and system.strip() and model.strip()):
         raise ConfigError(
-            f"--latency {text!r}: expected aiconfigurator:<system>/<model>, e.g. "
-            "aiconfigurator:h100_sxm/meta-llama/Meta-Llama-3.1-8B"
+            f"--latency {text!r}: expected {kind}:<system>/<model>, e.g. "
+            f"{kind}:h100_sxm/meta-llama/Meta-Llama-3.1-8B"
         )
     return LatencySpec(
-        "aiconfigurator",
+        kind,
         text,
         system=system.strip(),
         model=model.strip(),
@@ -177,15 +194,17 @@ def parse_latency_spec(text: str) -> LatencySpec:
 
 
 def check_latency_spec(text: str) -> LatencySpec:
-    """:func:`parse_latency_spec`, and refuse an AIConfigurator model without its package.
+    """:func:`parse_latency_spec`, and refuse a table model whose package is not installed.
 
     What ``EngineConfig`` runs when it is made: a configuration that no process here could run
     is refused where it is made (a sweep matrix is loaded, a bundle is replayed) rather than by
     every run. Still cheap: ``find_spec`` imports nothing and no table is loaded.
     """
     spec = parse_latency_spec(text)
-    if spec.kind == "aiconfigurator" and importlib.util.find_spec("aiconfigurator_core") is None:
-        raise ConfigError(MISSING_MESSAGE)
+    if spec.kind in TABLE_MODELS:
+        package = TABLE_MODELS[spec.kind].package
+        if not package.is_installed():
+            raise ConfigError(package.missing_message)
     return spec
 
 
@@ -233,3 +252,21 @@ def latency_manifest(config: EngineConfig) -> dict[str, Any]:
             "step_s": config.step_s,
         }
     return {"spec": spelling, **cached_step_time_model(spelling).describe()}
+
+
+class LatencySpellings:
+    """``tracekit.latency`` as the engine's step-time model source (``StepTimeModelSource``)."""
+
+    def check(self, spelling: str) -> None:
+        """:func:`check_latency_spec` (cheap: no model is built)."""
+        check_latency_spec(spelling)
+
+    def model(self, spelling: str) -> StepTimeModel:
+        """:func:`cached_step_time_model`: one model per spelling and process."""
+        return cached_step_time_model(spelling)
+
+
+#: Installed when this module is imported, so that a process that imports ``tracekit.latency``
+#: runs every ``EngineConfig.latency`` spelling.
+SOURCE = LatencySpellings()
+install_step_time_source(SOURCE)

@@ -24,7 +24,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit import safe_output
 from tracekit.engine.config import EngineConfig, recorded_engine_config
 from tracekit.engine.engine import EngineRun
 from tracekit.engine.hosts import BuiltinHost
@@ -65,6 +65,14 @@ ORACLE_LABEL = "oracle-greedy"
 # Decision chunks per worker process: small enough to balance, large enough that the reference
 # run each chunk replays to its first decision stays a small share.
 _CHUNKS_PER_JOB = 4
+# The marker file of an oracle folder, and what the folder holds (docs/guarantees.md).
+MARKER = ".tracekit-oracle"
+OUTPUT_FILES = (
+    "candidates.parquet", "closed.parquet", "decisions.parquet", "oracle.json", "regret.parquet",
+)  # fmt: skip
+ORACLE_MARK = safe_output.marker_files("tracekit oracle", MARKER, OUTPUT_FILES)
+# A task folder lives in the job's own staging folder, so any earlier one there is the job's.
+_TASK_MARK = safe_output.Mark("tracekit oracle", lambda folder: None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,15 +119,16 @@ def record_oracle_task(
     executor sees the folder only once it is complete.
     """
     frame = _run_task(task)
-    staging = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    frame.write_parquet(staging / "result.parquet")
-    manifest = {"complete": True, "run_id": run_id, "kind": task.kind}
-    (staging / "manifest.json").write_text(json.dumps(manifest) + "\n", "utf-8")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(staging, out)
+    staging = safe_output.make_staging(out)
+    try:
+        frame.write_parquet(staging / "result.parquet")
+        manifest = {"complete": True, "run_id": run_id, "kind": task.kind}
+        (staging / "manifest.json").write_text(json.dumps(manifest) + "\n", "utf-8")
+    except BaseException:
+        safe_output.discard(staging)
+        raise
+    # Inside the job's own staging folder: an earlier (incomplete) task folder is replaced.
+    safe_output.publish_folder(staging, out, mark=_TASK_MARK, overwrite=True)
 
 
 def _run_task(task: OracleTask) -> pl.DataFrame:
@@ -266,6 +275,7 @@ def run_oracle(
     limit: int | None = None,
     greedy: bool = True,
     progress: Callable[[Any], None] | None = None,
+    overwrite: bool = False,
 ) -> OracleResult:
     """Evaluate the victim decisions of ``trace`` against the hindsight oracle.
 
@@ -287,6 +297,9 @@ def run_oracle(
         Run the greedy oracle in closed loop (the headroom needs it).
     progress
         A sweep progress callback.
+    overwrite
+        Replace an existing ``out``, once the new one is complete, and only one that
+        ``tracekit oracle`` wrote (its marker file :data:`MARKER`, and only its files).
 
     Returns
     -------
@@ -294,8 +307,7 @@ def run_oracle(
     """
     settings = settings if settings is not None else OracleSettings()
     final = Path(out)
-    if final.exists():
-        raise ConfigError(f"{final}: output folder already exists; choose a new --out")
+    safe_output.check_folder_output(final, mark=ORACLE_MARK, overwrite=overwrite, inputs=[trace])
     if settings.horizon < 1:
         raise ConfigError(f"--horizon {settings.horizon}: expected a number of steps >= 1")
     bundles = list(open_trace(trace))
@@ -358,10 +370,10 @@ def run_oracle(
         )
         for i, (name, task) in enumerate(tasks)
     ]
-    staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    # docs/guarantees.md, "Safe output": staged beside OUT, renamed into place when complete.
+    with safe_output.staged_folder(
+        final, mark=ORACLE_MARK, overwrite=overwrite, inputs=[trace], marker=MARKER
+    ) as staging:
         execute_runs(planned, staging, executor, progress=progress).check()
         parts = {
             name: pl.read_parquet(staging / f"tasks/{name}/result.parquet") for name, _ in tasks
@@ -383,10 +395,6 @@ def run_oracle(
         for stray in staging.glob(".sweep*"):
             if stray.is_file():
                 stray.unlink()
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return OracleResult(final, summary, frames["decisions"], frames["regret"], frames["closed"])
 
 

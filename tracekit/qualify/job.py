@@ -17,19 +17,15 @@ byte-identical for any number of jobs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import re
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from tracekit import __version__
+from tracekit import __version__, safe_output
 from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.analysis.serving import SloTargets
 from tracekit.conformance import run_conformance
@@ -39,6 +35,7 @@ from tracekit.errors import ConfigError
 from tracekit.oracle.job import run_oracle
 from tracekit.qualify.loads import LoadCell, LoadPlan
 from tracekit.qualify.reporting import write_report
+from tracekit.qualify.verdicts import QUALIFICATION_NAME
 from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
 from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings
@@ -55,20 +52,22 @@ __all__ = [
     "QualifyPlan",
     "check_results_folder",
     "qualify_runs",
-    "remove_stale_staging",
+    "verdict_exit_code",
     "run_qualify",
 ]
 
 # The file that marks a folder as qualify's own results: only such a folder is replaced.
 MARKER = ".tracekit-qualify"
-MARKER_CONTENT = {"written_by": "tracekit qualify", "version": 1}
-# Everything a results folder may hold; a folder holding anything else is not replaced.
+COMMAND = "tracekit qualify"
+# Everything a results folder may hold (oracle/ with --oracle, output_gate.json from
+# `tracekit outputs --results`); a folder holding anything else is not replaced.
 RESULT_NAMES = frozenset(
     {
-        MARKER, "cells.parquet", "conformance.json", "diff", "qualification.json",
-        "qualify.json", "replay", "report.html", "runs",
+        MARKER, "cells.parquet", "conformance.json", "diff", "oracle", "output_gate.json",
+        "qualification.json", "qualify.json", "replay", "report.html", "runs",
     }
 )  # fmt: skip
+RESULTS_MARK = safe_output.marker_files(COMMAND, MARKER, RESULT_NAMES, what="results folder")
 
 Stage = Callable[[str, int, int], None]
 
@@ -210,18 +209,18 @@ def run_qualify(
     """
     refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
     final = Path(out)
-    check_results_folder(final, [plan.workload.source], overwrite=overwrite)
+    inputs = [plan.workload.source]
+    check_results_folder(final, inputs, overwrite=overwrite)
     executor = make_executor(jobs)
-    remove_stale_staging(final)
-    staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     notify = stage or (lambda name, done, total: None)
-    try:
+    # docs/guarantees.md, "Safe output": staged beside OUT, renamed into place when complete.
+    with safe_output.staged_folder(
+        final, mark=RESULTS_MARK, overwrite=overwrite, inputs=inputs
+    ) as staging:
         groups = _load_groups(plan)
         reference = _reference(groups)
         strategies = plan.run_strategies
-        _write_json(staging / MARKER, MARKER_CONTENT)
+        safe_output.write_marker(staging, MARKER, COMMAND)
         _write_json(staging / "qualify.json", _inputs(plan, groups[reference][2], strategies))
 
         per_cell = [
@@ -269,14 +268,6 @@ def run_qualify(
         _render(staging)
         notify("report", 1, 1)
         _name_final_paths(staging, final)
-        if final.exists():
-            # Checked again: the folder may have changed while the job ran.
-            check_results_folder(final, [plan.workload.source], overwrite=True)
-            shutil.rmtree(final)
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return final
 
 
@@ -482,92 +473,27 @@ def _render(staging: Path) -> None:
     write_report(staging)
 
 
-def _is_within(path: Path, folder: Path) -> bool:
-    """``path`` is ``folder`` or lies below it (both resolved)."""
-    return path == folder or folder in path.parents
+def verdict_exit_code(results: str | Path) -> int:
+    """The exit status of a finished job: 1 when its headline is NO-GO (a finding), else 0.
+
+    The same meaning as everywhere (docs/index.md, "Conventions"): ``diff`` exits 1 for a
+    difference, ``qualify`` for a NO-GO.
+    """
+    document = json.loads((Path(results) / QUALIFICATION_NAME).read_text("utf-8"))
+    return 1 if document["headline"]["decision"] == "no-go" else 0
 
 
 def check_results_folder(final: Path, inputs: Sequence[Path], *, overwrite: bool) -> None:
     """Refuse a results folder that writing (or replacing) could damage the user's data.
 
     Refused: ``.`` and the current folder or any folder above it, any folder that holds an
-    input (the workload), an existing folder without ``--overwrite``, and, with ``--overwrite``,
-    a folder that qualify did not write (no :data:`MARKER`) or that holds other files.
+    input (the workload), a symbolic link, an existing folder without ``--overwrite``, and, with
+    ``--overwrite``, a folder that qualify did not write (no :data:`MARKER`) or that holds
+    other files (:func:`tracekit.safe_output.check_folder_output`).
 
     Raises
     ------
     tracekit.errors.ConfigError
         In one line, naming the folder and what to do.
     """
-    if final.name in ("", ".", ".."):
-        raise ConfigError(
-            f"--out {final}: is the current folder or above it; qualify writes a new results "
-            "folder, choose a new one such as --out reports/qualify"
-        )
-    resolved = final.resolve()
-    if _is_within(Path.cwd().resolve(), resolved):
-        raise ConfigError(
-            f"--out {final}: is the current folder or above it; choose a new results folder"
-        )
-    for source in inputs:
-        if _is_within(Path(source).resolve(), resolved):
-            raise ConfigError(
-                f"--out {final}: holds the input {source}; choose a new results folder"
-            )
-    if not final.exists() and not final.is_symlink():
-        return
-    if not overwrite:
-        raise ConfigError(
-            f"{final}: results folder already exists; choose a new --out, or pass --overwrite "
-            "to replace it"
-        )
-    if final.is_symlink() or not final.is_dir() or not (final / MARKER).is_file():
-        raise ConfigError(
-            f"--overwrite {final}: not a results folder written by tracekit qualify (no {MARKER} "
-            "file); it is left alone, choose a new --out"
-        )
-    others = sorted(p.name for p in final.iterdir() if p.name not in RESULT_NAMES)
-    if others:
-        raise ConfigError(
-            f"--overwrite {final}: holds files qualify did not write ({', '.join(others[:3])}); "
-            "it is left alone, move them out or choose a new --out"
-        )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True
-    return True
-
-
-def remove_stale_staging(final: Path) -> list[Path]:
-    """Delete the hidden staging folders of ``final`` left by killed qualify jobs.
-
-    A staging folder is ``.<name>.partial-<pid>`` beside the results folder; one whose process
-    is gone (a kill) is removed. Those of running jobs are left alone.
-
-    Returns
-    -------
-    list of Path
-        The folders removed.
-    """
-    parent = final.parent
-    if not parent.is_dir():
-        return []
-    pattern = re.compile(rf"^\.{re.escape(final.name)}\.partial-(\d+)$")
-    removed = []
-    for folder in sorted(parent.iterdir()):
-        match = pattern.match(folder.name)
-        if match is None or folder.is_symlink() or not folder.is_dir():
-            continue
-        pid = int(match.group(1))
-        if pid == os.getpid() or _alive(pid):
-            continue
-        with contextlib.suppress(OSError):
-            shutil.rmtree(folder)
-            removed.append(folder)
-    return removed
+    safe_output.check_folder_output(final, mark=RESULTS_MARK, overwrite=overwrite, inputs=inputs)

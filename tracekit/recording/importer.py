@@ -185,6 +185,7 @@ def import_logs(
     kind: ImportKind | None = None,
     applied_strategy: str = "pe-lifo",
     run_id: str | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Convert an original BidKV log into a trace bundle at ``out``.
 
@@ -201,6 +202,8 @@ def import_logs(
         the applied victim); ``pe-lifo`` means vLLM's built-in FCFS tail.
     run_id
         Run id; defaults to ``import-<first 12 hex of the file's sha256>``.
+    overwrite
+        Replace an existing bundle at ``out`` (once the new one is complete; only a bundle).
     """
     source = Path(path)
     if not source.is_file():
@@ -247,7 +250,9 @@ def import_logs(
         "partial_candidates": kind == "snapshots",
     }
     stats = PreemptionPolicyStats(policy_name=manifest["strategy"], enabled=True)
-    with BundleWriter(out, manifest, tables=["decisions", "candidates"]) as writer:
+    with BundleWriter(
+        out, manifest, tables=["decisions", "candidates"], overwrite=overwrite
+    ) as writer:
         seq = 0
         for line, record in _records(source):
             if kind == "preemption-events":

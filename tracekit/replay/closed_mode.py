@@ -13,18 +13,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import os
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from tracekit import safe_output
 from tracekit.analysis.serving import SloTargets, serving_metrics
 from tracekit.engine.config import PRE_FEATURE_SETTINGS, make_engine_config
 from tracekit.errors import ConfigError, TraceSchemaError
 from tracekit.recording.sim import SimRun, make_run_id
+from tracekit.replay.marks import MARKER, REPLAY_MARK
 from tracekit.strategies import HostPath, StrategySpec
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
@@ -159,6 +159,7 @@ def replay_closed(
     slo: SloTargets | None = None,
     progress: Callable[[str], Callable[[int, int], None] | None] | None = None,
     jobs: int | None = 1,
+    overwrite: bool = False,
 ) -> ClosedReplay:
     """Re-simulate every run of ``trace`` once per strategy and compare with the recording.
 
@@ -184,6 +185,9 @@ def replay_closed(
         Worker processes re-simulating the runs (1: in this process; ``None``: one per core).
         The counterfactual runs go through the sweep's executor
         (:func:`tracekit.sweep.execute_runs`); the output is the same for any number.
+    overwrite
+        Replace an existing output folder, once the new one is complete, and only one that
+        ``tracekit replay`` wrote (:data:`tracekit.replay.marks.REPLAY_MARK`).
 
     Returns
     -------
@@ -193,15 +197,15 @@ def replay_closed(
     """
     if not strategies:
         raise ConfigError("--strategy names no strategy to replay")
-    dataset = open_trace(trace)
     final = Path(out)
-    if final.exists():
-        raise ConfigError(f"{final}: output folder already exists; choose a new --out")
+    safe_output.check_folder_output(final, mark=REPLAY_MARK, overwrite=overwrite, inputs=[trace])
+    dataset = open_trace(trace)
     executor = make_executor(jobs)
-    staging = final.with_name(f".{final.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    try:
+    # docs/guarantees.md, "Safe output": staged beside OUT, renamed into place when complete
+    # (a killed replay's staging folder is removed by the next replay into OUT).
+    with safe_output.staged_folder(
+        final, mark=REPLAY_MARK, overwrite=overwrite, inputs=[trace], marker=MARKER
+    ) as staging:
         planned: list[PlannedRun] = []
         recorded: list[tuple[Bundle, int]] = []
         for bundle in dataset:
@@ -241,10 +245,6 @@ def replay_closed(
         (staging / f"{CLOSED_SUMMARY}.json").write_text(
             json.dumps(summary.to_dicts(), indent=2, sort_keys=True, default=str) + "\n", "utf-8"
         )
-        os.replace(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return ClosedReplay(final, summary)
 
 

@@ -15,7 +15,6 @@ user policies and configurations it does not cover take the reference path
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,9 +23,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 
-from tracekit import __version__
+from tracekit import __version__, safe_output
 from tracekit.errors import ConfigError
 from tracekit.replay.contexts import run_decision_count
+from tracekit.replay.marks import MARKER, OPEN_FILES, REPLAY_MARK
 from tracekit.replay.plain import Failure
 from tracekit.replay.runs import Job, Progress, replay_all
 from tracekit.replay.summary import dumps, render_summary, summary_records
@@ -39,15 +39,8 @@ __all__ = ["DEFAULT_CHUNK_ROWS", "OUTPUT_FILES", "OpenReplayResult", "replay_ope
 
 #: Decisions per chunk: the trace writers' row group size.
 DEFAULT_CHUNK_ROWS = 65_536
-#: What ``replay_open`` writes into ``out_dir``.
-OUTPUT_FILES = (
-    "replay_decisions.parquet",
-    "summary.parquet",
-    "summary.json",
-    "summary.txt",
-    "agreement.parquet",
-    "replay.json",
-)
+#: What ``replay_open`` writes into ``out_dir`` (its marker file included).
+OUTPUT_FILES = OPEN_FILES
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,17 +141,17 @@ def replay_open(
     names = tuple(labels) if labels is not None else tuple(s.name for s in specs)
     _check_arguments(specs, names, workers, chunk_rows, limit)
     out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise ConfigError(f"{out}: output folder already exists; choose a new --out or remove it")
+    safe_output.check_folder_output(
+        out, mark=REPLAY_MARK, overwrite=overwrite, inputs=[trace_path]
+    )
     dataset = open_trace(trace_path)
     for table in ("decisions", "candidates"):
         dataset.scan(table)  # checks every file's Parquet footer and columns before any work
     jobs, total = _jobs(dataset.root, dataset.bundles, specs, names, fast, chunk_rows, limit)
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
-    try:
+    # docs/guarantees.md, "Safe output": staged beside OUT, renamed into place when complete.
+    with safe_output.staged_folder(
+        out, mark=REPLAY_MARK, overwrite=overwrite, inputs=[trace_path], marker=MARKER
+    ) as partial:
         reports, accumulator, failures = replay_all(jobs, partial, workers, total, progress)
         summary, agreement = accumulator.finish()
         decisions = sum(r.decisions for r in reports)
@@ -197,12 +190,6 @@ def replay_open(
             ),
             "utf-8",
         )
-        if out.exists():
-            shutil.rmtree(out)  # only with overwrite=True, and only now that the new one is whole
-        os.replace(partial, out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return OpenReplayResult(
         out_dir=out,
         summary=summary,

@@ -14,10 +14,8 @@ clock or on dictionary order).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import altair as alt
 from tracekit.report.inputs import ReportInputs
 from tracekit.report.markup import esc, fmt_value, script_json
 from tracekit.report.sections import Section, build_sections
+from tracekit.safe_output import write_files as write_files_safely
 
 __all__ = ["REPORT_NAME", "javascript_bundle", "page_html", "render_page", "write_files"]
 
@@ -395,25 +394,13 @@ def render_page(view: ReportInputs, out_html: str | Path) -> Path:
 def write_files(files: Mapping[Path, str]) -> None:
     """Write text files so that a failure leaves no partial file and replaces nothing.
 
-    Every file is first written in full to a hidden temporary file beside it; only when all are
-    written are they renamed into place (an atomic rename on one file system). If anything fails,
-    the temporary files are removed and the existing files are left as they were.
+    :func:`tracekit.safe_output.write_files`: each file is written in full beside its name,
+    then all are renamed into place; a failure removes them and leaves existing files as they
+    were.
 
     Parameters
     ----------
     files
         Each file's path and text (UTF-8); their folders are created if needed.
     """
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for path, text in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = path.with_name(f".{path.name}.partial-{os.getpid()}")
-            staged.append((temporary, path))
-            temporary.write_text(text, "utf-8")
-        for temporary, path in staged:
-            os.replace(temporary, path)
-    finally:
-        for temporary, _ in staged:
-            with contextlib.suppress(FileNotFoundError):
-                temporary.unlink()
+    write_files_safely(files, cleanup=True)

@@ -497,7 +497,10 @@ def _write_bundle(
     overwrite: bool,
 ) -> Path:
     tables = bundle_rows(manifest["run_id"], config, requests, messages)
-    with BundleWriter(out, manifest, tables=list(tables), overwrite=overwrite) as writer:
+    with BundleWriter(
+        out, manifest, tables=list(tables), overwrite=overwrite,
+        side_files=(SCENARIO_FILE, STEPS_FILE),
+    ) as writer:  # fmt: skip
         for name, rows in tables.items():
             for values in rows:
                 writer.append(name, values)

@@ -19,14 +19,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from tracekit import __version__
+from tracekit import __version__, safe_output
 from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.errors import ConfigError
 from tracekit.sweep.execute import Execution, RunRecord, execute_runs
@@ -36,7 +35,6 @@ from tracekit.sweep.plan import RUNS_DIR, SweepPlan, plan_sweep
 from tracekit.sweep.progress import ProgressCallback
 from tracekit.trace.bundle import find_bundle_dirs
 from tracekit.trace.timestamps import utc_now_iso
-from tracekit.trace.writer import write_json_atomic
 
 __all__ = [
     "CELLS_FILE",
@@ -49,6 +47,26 @@ __all__ = [
 
 CELLS_FILE = "cells.parquet"
 SWEEP_FILE = "sweep.json"
+SWEEP_FORMAT = "tracekit.sweep"
+COMMAND = "tracekit sweep"
+# The marker file of a sweep folder, written when the sweep creates (or adopts) it.
+MARKER = ".tracekit-sweep"
+
+
+def _sweep_folder(folder: Path) -> str | None:
+    """None if a sweep wrote ``folder`` (its marker, or an older sweep's sweep.json)."""
+    if (folder / MARKER).is_file():
+        return None
+    try:
+        payload = json.loads((folder / SWEEP_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        payload = None
+    if isinstance(payload, dict) and payload.get("format") == SWEEP_FORMAT:
+        return None
+    return f"not a sweep folder (no {MARKER} file) and not empty"
+
+
+SWEEP_MARK = safe_output.Mark(COMMAND, _sweep_folder)
 # Leading columns of cells.parquet: cells_frame's, then the sweep's partition columns.
 CELL_LEADING = (
     "repeat", "strategy", "host_path", "run_id", "bundle", "cell", "workload", "rate", "config",
@@ -182,6 +200,7 @@ def run_sweep(
         # no empty sweep folder of its own making behind.
         if created:
             with contextlib.suppress(OSError):
+                (Path(out) / MARKER).unlink()
                 Path(out).rmdir()
         raise
 
@@ -212,6 +231,13 @@ def execute_plan(
         As :func:`run_sweep`.
     """
     out = Path(out)
+    # docs/guarantees.md, "Safe output": a sweep writes only into a new or empty folder or one
+    # a sweep wrote (its marker file), never into a bundle or a folder holding its inputs.
+    inputs = [plan.matrix.path, *(w.path for w in plan.matrix.workloads)]
+    safe_output.check_folder_output(out, mark=SWEEP_MARK, inputs=inputs, resume=True)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / MARKER).is_file():
+        safe_output.write_marker(out, MARKER, COMMAND)
     results: list[SweepResult] = []
 
     def finish(execution: Execution) -> None:
@@ -285,19 +311,15 @@ def _write_cells(plan: SweepPlan, records: Sequence[RunRecord], out: Path) -> Pa
     if not frames:
         path.unlink(missing_ok=True)
         return None
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pl.concat(frames, how="vertical_relaxed").write_parquet(tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with safe_output.replacing(path) as staging:
+        pl.concat(frames, how="vertical_relaxed").write_parquet(staging, compression="zstd")
     return path
 
 
 def _write_sweep_json(plan: SweepPlan, result: SweepResult, executor: Executor) -> None:
     matrix = plan.matrix
     payload = {
-        "format": "tracekit.sweep",
+        "format": SWEEP_FORMAT,
         "version": 1,
         "tool_version": __version__,
         "created_at": utc_now_iso(),
@@ -325,4 +347,4 @@ def _write_sweep_json(plan: SweepPlan, result: SweepResult, executor: Executor) 
             for i, r in enumerate(result.runs)
         ],
     }
-    write_json_atomic(result.sweep_path, payload)
+    safe_output.write_json(result.sweep_path, payload)

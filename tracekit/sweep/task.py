@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from tracekit import safe_output
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.trace.bundle import Bundle
+from tracekit.trace.writer import bundle_mark
 
 __all__ = [
     "BundleState",
@@ -44,7 +46,6 @@ __all__ = [
 ]
 
 BundleState = Literal["missing", "incomplete", "complete"]
-PARTIAL_GLOB = ".*.partial-*"
 EPOCH = "SOURCE_DATE_EPOCH"
 # Scratch folders of detached runs: <tmp>/tracekit-sweep-<pid>-<random>.
 SCRATCH_PREFIX = "tracekit-sweep-"
@@ -217,15 +218,9 @@ def execute_detached(task: SweepTask, workload: object | None = None) -> TaskOut
 def _remove_orphan_scratch() -> None:
     """Delete scratch folders whose process is gone (a task killed before its cleanup ran)."""
     for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
-        try:
-            pid = int(folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0])
-            os.kill(pid, 0)
-        except ValueError:
-            continue
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-        except OSError:
-            continue
+        pid = folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if pid.isascii() and pid.isdigit() and not safe_output.pid_alive(int(pid)):
+            safe_output.discard(folder)
 
 
 def _with_workload(task: SweepTask, workload: object) -> SweepTask:
@@ -238,30 +233,22 @@ def publish_files(dest: Path, files: Mapping[str, bytes]) -> None:
     An existing folder at ``dest`` (an incomplete bundle) is replaced only after the new one
     is fully written.
     """
-    staging = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    mark = bundle_mark("tracekit sweep")
+    staging = safe_output.make_staging(dest)
     try:
         for name, data in files.items():
             target = staging / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(staging, dest)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        safe_output.discard(staging)
         raise
+    safe_output.publish_folder(staging, dest, mark=mark, overwrite=True)
 
 
 def publish_sidecar(dest: Path, data: bytes) -> None:
     """Write a returned sidecar file to ``dest`` atomically (hidden sibling, then a rename)."""
-    staging = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        staging.write_bytes(data)
-        os.replace(staging, dest)
-    finally:
-        staging.unlink(missing_ok=True)
+    safe_output.write_bytes(dest, data)
 
 
 def bundle_state(folder: Path) -> tuple[BundleState, str | None]:
@@ -278,9 +265,10 @@ def remove_partials(root: Path, keep: Collection[Path] | None = None) -> list[Pa
     """Delete unfinished hidden bundle folders below ``root`` and the empty folders left over.
 
     Only call it while no worker writes below ``root`` (the sweep folder's lock is held and
-    every worker has stopped). The empty folders removed are those that held a removed partial
-    folder and, when ``keep`` is given, those not in ``keep`` (the folders that existed before
-    the execution): a user's own empty folder is never removed.
+    every worker has stopped): every staging folder below it is then a leftover
+    (:func:`tracekit.safe_output.remove_staging_below`). The empty folders removed are those
+    that held a removed partial folder and, when ``keep`` is given, those not in ``keep`` (the
+    folders that existed before the execution): a user's own empty folder is never removed.
 
     Returns
     -------
@@ -289,11 +277,7 @@ def remove_partials(root: Path, keep: Collection[Path] | None = None) -> list[Pa
     """
     if not root.is_dir():
         return []
-    removed = []
-    for partial in sorted(root.rglob(PARTIAL_GLOB)):
-        if partial.is_dir():
-            shutil.rmtree(partial, ignore_errors=True)
-            removed.append(partial)
+    removed = safe_output.remove_staging_below(root)
     candidates = {
         parent for partial in removed for parent in partial.parents if root in parent.parents
     }

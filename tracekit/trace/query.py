@@ -5,19 +5,19 @@ Every trace table becomes a view over its Parquet files across the whole dataset
 one row per manifest. The connection is an otherwise empty in-memory database that cannot open
 any file: DuckDB's external access is off and its configuration locked, so no statement can
 write, spill, attach, install or read outside the views. ``run_query`` also accepts only one
-``SELECT`` (or ``EXPLAIN``) statement, for a clearer message.
+``SELECT`` (or ``EXPLAIN`` of one) statement, for a clearer message.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import duckdb
 import polars as pl
 import pyarrow.dataset as pads
 
+from tracekit import safe_output
 from tracekit.errors import ConfigError
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.schema import trace_schema
@@ -26,7 +26,6 @@ from tracekit.trace.validate import check_readable
 __all__ = ["OutputFormat", "check_output", "connect_trace", "run_query", "write_query_result"]
 
 OutputFormat = Literal["table", "csv", "json", "parquet"]
-_ALLOWED = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
 
 
 # Applied, in this order, once the views exist. With external access off and nothing allowed,
@@ -82,17 +81,62 @@ def run_query(path: str | Path, sql: str) -> pl.DataFrame:
         raise ConfigError(f"SQL: {str(exc).splitlines()[0]}") from None
     if len(statements) != 1:
         raise ConfigError(f"SQL: give exactly one statement, got {len(statements)}")
-    if statements[0].type not in _ALLOWED:
-        raise ConfigError(
-            f"SQL: only SELECT queries are allowed (the trace is read-only), got "
-            f"{statements[0].type.name}"
-        )
+    _check_select(con, statements[0])
     try:
         return con.sql(sql).pl()
     except duckdb.Error as exc:
         raise ConfigError(f"SQL: {str(exc).splitlines()[0]}") from None
     finally:
         con.close()
+
+
+def _check_select(con: duckdb.DuckDBPyConnection, statement: Any) -> None:
+    """Refuse anything but a SELECT, or an EXPLAIN (ANALYZE) of a SELECT.
+
+    ``EXPLAIN ANALYZE`` runs the statement it explains, so that statement is checked too: an
+    ``EXPLAIN ANALYZE CREATE VIEW ...`` would otherwise run the CREATE.
+    """
+    what = ""
+    while statement.type == duckdb.StatementType.EXPLAIN:
+        try:
+            inner = con.extract_statements(_explained(statement.query))
+        except duckdb.Error as exc:
+            raise ConfigError(f"SQL: {str(exc).splitlines()[0]}") from None
+        if len(inner) != 1:
+            raise ConfigError("SQL: EXPLAIN takes exactly one statement")
+        statement, what = inner[0], f"{what}EXPLAIN of "
+    if statement.type != duckdb.StatementType.SELECT:
+        raise ConfigError(
+            f"SQL: only SELECT queries are allowed (the trace is read-only), got "
+            f"{what}{statement.type.name}"
+        )
+
+
+def _explained(sql: str) -> str:
+    """The text of the statement that the EXPLAIN statement ``sql`` explains.
+
+    Skips comments, ``EXPLAIN``, an ``ANALYZE`` (or ``ANALYSE``) and a parenthesised option
+    list such as ``(ANALYZE, FORMAT json)``, using DuckDB's own tokenizer.
+    """
+    every = duckdb.tokenize(sql)
+    ends = [start for start, _ in every[1:]] + [len(sql)]
+    pairs = [
+        (start, sql[start:end].strip())
+        for (start, kind), end in zip(every, ends, strict=True)
+        if kind != duckdb.token_type.comment
+    ]
+    tokens, words = [start for start, _ in pairs], [word for _, word in pairs]
+    i = 1  # past EXPLAIN
+    if i < len(words) and words[i].upper() in ("ANALYZE", "ANALYSE"):
+        i += 1
+    if i < len(words) and words[i] == "(":
+        depth = 0
+        while i < len(words):
+            depth += words[i].count("(") - words[i].count(")")
+            i += 1
+            if depth <= 0:
+                break
+    return sql[tokens[i] :] if i < len(tokens) else ""
 
 
 def check_output(out: Path, trace: str | Path, overwrite: bool) -> None:
@@ -110,6 +154,8 @@ def check_output(out: Path, trace: str | Path, overwrite: bool) -> None:
         )
     if not target.parent.is_dir():
         raise ConfigError(f"--out {out}: the folder {out.parent} does not exist; create it first")
+    if out.is_symlink():
+        raise ConfigError(f"--out {out}: is a symbolic link; pass the real path of a new file")
     if out.exists() and not overwrite:
         raise ConfigError(f"--out {out}: the file exists; pass --overwrite to replace it")
 
@@ -136,31 +182,12 @@ def write_query_result(
         text = ""
     if out is None:
         return text
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
+    # docs/guarantees.md, "Safe output": staged beside OUT and renamed; without overwrite a
+    # file that appeared meanwhile is never replaced. Query results carry no mark: overwrite
+    # replaces the one regular file named.
+    with safe_output.staged_file(out, mark=None, overwrite=overwrite) as staging:
         if fmt == "parquet":
-            frame.write_parquet(tmp, compression="zstd")
+            frame.write_parquet(staging, compression="zstd")
         else:
-            tmp.write_text(text, encoding="utf-8")
-        if overwrite:
-            os.replace(tmp, out)
-        else:
-            _link_new(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+            staging.write_text(text, encoding="utf-8")
     return None
-
-
-def _link_new(tmp: Path, out: Path) -> None:
-    """Move ``tmp`` to ``out`` unless ``out`` exists (a hard link fails rather than replace)."""
-    try:
-        os.link(tmp, out)
-    except FileExistsError:
-        raise ConfigError(f"--out {out}: the file exists; pass --overwrite to replace it") from None
-    except OSError:  # a file system without hard links: check, then rename
-        if out.exists():
-            raise ConfigError(
-                f"--out {out}: the file exists; pass --overwrite to replace it"
-            ) from None
-        os.replace(tmp, out)

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
-import re
 import shutil
 import signal
 import threading
@@ -39,6 +37,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracekit import safe_output
 from tracekit.errors import TracekitError
 from tracekit.trace.rows import ROW_TYPES, TraceRow
 from tracekit.trace.schema import SCHEMA_VERSION, TableSpec, trace_schema
@@ -47,6 +46,7 @@ __all__ = [
     "DEFAULT_ROW_GROUP_ROWS",
     "BundleWriter",
     "RecordingInterrupted",
+    "bundle_mark",
     "remove_stale_partials",
     "write_json_atomic",
 ]
@@ -59,47 +59,53 @@ _CRASH_COPY: dict[str, Any] = {"compression": "lz4", "use_dictionary": False}
 
 
 def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write ``payload`` as sorted, indented JSON through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n", "utf-8")
-    os.replace(tmp, path)
+    """Write ``payload`` as sorted, indented JSON through a staging file and a rename."""
+    safe_output.write_json(path, payload)
 
 
 class RecordingInterrupted(TracekitError):
     """A recording stopped by a signal; its flushed rows were kept in the partial folder."""
 
-
-def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # exists, owned by someone else (or unknowable): keep its folder
-    return True
+    #: The command line's exit status for it (docs/index.md, "Conventions").
+    exit_code = 130
 
 
 def remove_stale_partials(out: str | os.PathLike[str]) -> list[Path]:
     """Remove ``.OUT.partial-PID`` folders of ``out`` whose process is no longer running.
 
-    A folder of a running process (another recorder of the same output) is never touched.
-    Returns the folders removed.
+    A folder of a running process (another recorder of the same output) is never touched
+    (:func:`tracekit.safe_output.remove_stale_staging`). Returns the folders removed.
     """
-    out = Path(out)
-    pattern = re.compile(rf"\.{re.escape(out.name)}\.partial-(\d+)")
-    removed = []
-    with contextlib.suppress(OSError):
-        for entry in out.parent.iterdir():
-            match = pattern.fullmatch(entry.name)
-            if match is None or not entry.is_dir() or entry.is_symlink():
-                continue
-            if _process_alive(int(match.group(1))):
-                continue
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
+    return safe_output.remove_stale_staging(out)
+
+
+# What a bundle folder may hold besides its tables: the recorders' own files (a folder holding
+# anything else is not one a recorder wrote, and --overwrite leaves it alone).
+BUNDLE_SIDE_FILES = ("policy.log",)
+
+
+def bundle_mark(command: str, side_files: Sequence[str] = ()) -> safe_output.Mark:
+    """The mark of a bundle ``command`` wrote: a trace manifest, and only bundle files.
+
+    The files are the manifest, each table's file or folder of part files (and the table file
+    being streamed), :data:`BUNDLE_SIDE_FILES` and ``side_files``.
+    """
+    names = {safe_output.BUNDLE_MANIFEST, *BUNDLE_SIDE_FILES, *side_files}
+    for table in trace_schema().tables:
+        names |= {table, f"{table}.parquet", f".{table}.parquet.streaming"}
+
+    def check(folder: Path) -> str | None:
+        if not safe_output.is_trace_bundle(folder):
+            return f"not a trace bundle written by {command} (no trace manifest)"
+        try:
+            others = sorted(p.name for p in folder.iterdir() if p.name not in names)
+        except OSError as error:
+            return f"cannot be listed ({(error.strerror or str(error)).lower()})"
+        if others:
+            return f"holds files {command} did not write ({', '.join(others[:3])})"
+        return None
+
+    return safe_output.Mark(command, check)
 
 
 class _TableSink:
@@ -225,7 +231,12 @@ class BundleWriter:
     flush_interval_s
         Live mode: also flush every table at least this often (seconds).
     overwrite
-        Replace an existing output folder (only after the new run completed, in atomic mode).
+        Replace an existing output folder (only after the new run completed, in atomic mode),
+        and only a bundle a recorder wrote (:func:`bundle_mark`).
+    command
+        The command writing it, named in a refusal (``tracekit record sim``).
+    side_files
+        Files the recorder writes into the bundle besides its tables and ``policy.log``.
     """
 
     def __init__(
@@ -238,31 +249,34 @@ class BundleWriter:
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
         flush_interval_s: float | None = None,
         overwrite: bool = False,
+        command: str = "tracekit record",
+        side_files: Sequence[str] = (),
     ) -> None:
         if row_group_rows <= 0:
             raise TracekitError(f"row_group_rows must be positive, got {row_group_rows}")
         self.out = Path(out)
         self.mode = mode
         self.overwrite = overwrite
-        if self.out.exists() and not overwrite and (mode == "atomic" or any(self.out.iterdir())):
-            raise TracekitError(
-                f"{self.out}: output folder already exists; choose a new --out or remove it"
-            )
+        self.mark = bundle_mark(command, side_files)
         schema = trace_schema()
         names = list(tables) if tables is not None else schema.required_tables
         live = mode == "live"
         self.removed_partials: list[Path] = []
         if live:
+            if self.out.exists() and not overwrite and any(self.out.iterdir()):
+                raise TracekitError(
+                    f"{self.out}: output folder already exists; choose a new --out or remove it"
+                )
             self.folder = self.out
+            self.folder.mkdir(parents=True, exist_ok=True)
         else:
-            self.folder = self.out.with_name(f".{self.out.name}.partial-{os.getpid()}")
-            if self.folder.exists():
-                shutil.rmtree(self.folder)
-            self.removed_partials = remove_stale_partials(self.out)
-        self.folder.mkdir(parents=True, exist_ok=live)
+            # docs/guarantees.md, "Safe output": checked, staged beside it, renamed at close.
+            safe_output.check_folder_output(self.out, mark=self.mark, overwrite=overwrite)
+            self.removed_partials = safe_output.remove_stale_staging(self.out)
+            self.folder = safe_output.make_staging(self.out)
         self.manifest: dict[str, Any] = {
             **manifest,
-            "format": "tracekit.trace",
+            "format": safe_output.BUNDLE_FORMAT,
             "schema_version": SCHEMA_VERSION,
             "complete": False,
             "tables": {},
@@ -404,20 +418,25 @@ class BundleWriter:
         if self._closed:
             return self.out
         self._hold = True
-        if self.mode == "atomic":
-            for sink in self._sinks.values():
-                sink.publish()
-        else:
-            for sink in self._sinks.values():
-                sink.flush()
-        self.manifest.update(final_fields)
-        self.manifest["complete"] = True
-        self._write_manifest()
-        if self.mode == "atomic":
-            if self.out.exists():
-                # Only reached with overwrite=True: the new run is complete, so replace the old.
-                shutil.rmtree(self.out)
-            os.replace(self.folder, self.out)
+        try:
+            if self.mode == "atomic":
+                for sink in self._sinks.values():
+                    sink.publish()
+            else:
+                for sink in self._sinks.values():
+                    sink.flush()
+            self.manifest.update(final_fields)
+            self.manifest["complete"] = True
+            self._write_manifest()
+            if self.mode == "atomic":
+                # An old bundle is replaced only with overwrite, once the new one is complete.
+                safe_output.publish_folder(
+                    self.folder, self.out, mark=self.mark, overwrite=self.overwrite
+                )
+        except BaseException:
+            # Whatever failed (a value Parquet cannot store, the final rename), nothing is left.
+            self.abort()
+            raise
         self._closed = True
         self._hold = False
         return self.out
@@ -427,9 +446,10 @@ class BundleWriter:
         if self._closed:
             return
         self._closed = True
+        self._hold = False
         self._close_streams()
         if self.mode == "atomic":
-            shutil.rmtree(self.folder, ignore_errors=True)
+            safe_output.discard(self.folder)
 
     def _close_streams(self) -> None:
         for sink in self._sinks.values():

@@ -209,7 +209,10 @@ def _record_one(
     tables = ["requests", "decisions", "candidates", "steps", "scheduled"]
     outputs: dict[str, list[int]] = {}
     shapes: list[tuple[int, int, int, int, int, float, int, float]] = []
-    with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
+    with BundleWriter(
+        out, manifest, tables=tables, overwrite=overwrite,
+        side_files=(POLICY_LOG, OUTPUTS_FILE, STEP_SHAPES_FILE),
+    ) as writer:  # fmt: skip
         observer = TraceObserver(
             writer,
             run_id,
