@@ -24,6 +24,7 @@ from tiers import (  # noqa: F401
     pytest_runtest_setup,
     pytest_runtest_teardown,
     pytest_terminal_summary,
+    pytest_xdist_make_scheduler,
 )
 
 REPO = Path(__file__).resolve().parents[1]

@@ -42,6 +42,13 @@ E2E_MARKERS = ("e2e", "slow")
 LIVE_FILE_SUFFIX = "_live.py"
 #: Browser executables (as tests/test_browser_report.py looks them up).
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome")
+#: Test files that share a session-level resource and so must run on one xdist worker (each
+#: file otherwise goes to whichever worker is free: ``--dist loadfile``): file name -> group.
+SAME_WORKER = {
+    # One vLLM driver process per environment for both (vllm_helpers.shared_driver_streams).
+    "test_vllm_prefix_live.py": "vllm-scheduler-streams",
+    "test_vllm_async_live.py": "vllm-scheduler-streams",
+}
 #: A fast-tier test over this many CPU seconds (its process and the children it waited for) is
 #: listed at the end of the run as one to move to the e2e tier.
 FAST_CPU_BUDGET_S = 5.0
@@ -181,6 +188,21 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
 
 
 _CPU_START = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, except that the files of one :data:`SAME_WORKER` group go together."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return SAME_WORKER.get(Path(file).name, file)
+
+    return SharedFileScheduling(config, log)
 
 
 def _over_budget(reports: Iterable[Any]) -> list[tuple[float, str]]:
