@@ -2,7 +2,11 @@
 
 The default job: capacity search, four rate cells and one concurrency cell, every strategy and
 the A/A control, ten repeats (552 recorded runs), the legacy-versus-typed diff, the open-mode
-replay and the report. Three measurements:
+replay and the report: the README's ``tracekit qualify`` command as written (``--out`` in a
+temporary folder, ``--jobs`` added), the command the test suite runs on a slice
+(``tests/test_readme.py``). Each run must exit 0 (GO) or 1 (NO-GO), as its headline says, and
+print the path of its report, which must exist (this script exits 1 otherwise). Three
+measurements:
 
 - ``run`` (default): the command in a subprocess with ``--jobs N``, ``--repeat`` times: its wall
   time against the 60 s target, the CPU time of the job and its workers (user + system, which
@@ -25,9 +29,11 @@ Usage: ``python benchmarks/qualify_load.py [--repeat 1] [--jobs 2] [--stages] [-
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -37,6 +43,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The --profile run's workload: the README's (tracekit/data links to it).
 SAMPLE = ROOT / "tracekit" / "data" / "azure_conv_sample.csv"
 TARGET_S = 60.0
 
@@ -51,20 +58,38 @@ def _self_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def readme_command(out: Path) -> list[str]:
+    """The README's main command (its ``bin/tracekit qualify`` line), writing to ``out``."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    (line,) = [line for line in readme.splitlines() if "bin/tracekit qualify" in line]
+    words = shlex.split(line.split("bin/tracekit ", 1)[1])
+    words[words.index("--out") + 1] = str(out)
+    return words
+
+
 def run_once(jobs: int, out: Path) -> dict[str, float]:
     """One qualify job in a subprocess; returns wall, cpu and the stage times it printed."""
     shutil.rmtree(out, ignore_errors=True)
-    command = [
-        sys.executable, "-m", "tracekit", "qualify", "--workload", str(SAMPLE),
-        "--jobs", str(jobs), "--out", str(out),
-    ]  # fmt: skip
+    command = [sys.executable, "-m", "tracekit", *readme_command(out), "--jobs", str(jobs)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SOURCE_DATE_EPOCH": "0"}
     cpu0 = _children_cpu()
     start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    if done.returncode not in (0, 1):  # GO or NO-GO
-        raise SystemExit(done.stderr)
+    report = out / "report.html"
+    printed = done.stdout.strip().endswith(str(report))
+    # Exit 0 for GO, 1 for NO-GO (a finding, qualification.json's headline): a report either way.
+    verdict = out / "qualification.json"
+    expected = (
+        int(json.loads(verdict.read_text("utf-8"))["headline"]["decision"] == "no-go")
+        if verdict.is_file()
+        else 0
+    )
+    if done.returncode != expected or not printed or not report.is_file():
+        sys.exit(
+            f"the README's job failed (exit {done.returncode}, report {report}): "
+            f"{done.stderr[-2000:]}"
+        )
     figures = {"wall_s": wall, "cpu_s": _children_cpu() - cpu0}
     for name, seconds in re.findall(r"^(.+?): done \d+/\d+ in ([\d.]+) s$", done.stderr, re.M):
         figures[name.strip()] = float(seconds)

@@ -16,6 +16,17 @@ import report_helpers
 import sweep_helpers
 import trace_helpers
 
+# The test tiers (fast, live, e2e) and the guard that a test starting a real engine is in the
+# live tier: the hooks live in tests/tiers.py (docs/testing.md).
+from tiers import (  # noqa: F401
+    pytest_collection_modifyitems,
+    pytest_runtest_call,
+    pytest_runtest_setup,
+    pytest_runtest_teardown,
+    pytest_terminal_summary,
+    pytest_xdist_make_scheduler,
+)
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -59,3 +70,4 @@ def report_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def report_results_copy(report_results: Path, tmp_path: Path) -> Path:
     """A private copy of :func:`report_results` that a test may modify."""
     return report_helpers.copy_results(report_results, tmp_path / "results")
+

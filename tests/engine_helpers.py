@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from pathlib import Path
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, EngineResult, run_engine
 from tracekit.engine.hosts import VictimHost
+from tracekit.engine.request import engine_requests
+from tracekit.vllm.fixtures import FIXTURES, PREFIX_CACHING_FIXTURES
 from tracekit.vllm.protocol import Scenario
+
+ROOT = Path(__file__).resolve().parents[1]
 
 Spec = tuple  # (request_id, arrival_s, prompt_tokens, output_tokens[, priority[, max_tokens]])
 
@@ -138,4 +143,34 @@ def async_scenarios(release: str) -> list[Scenario]:
                 async_scheduling=True,
             )
             out.append(Scenario(len(out), config, tuple(requests)))
+    return out
+
+
+def prefix_scenarios(release: str) -> list[Scenario]:
+    """The scenarios compared with the real scheduler with prefix caching on.
+
+    The prefix-caching fixtures' workloads, and random content workloads under FCFS and
+    PRIORITY (tests/test_vllm_prefix_live.py).
+    """
+    out = []
+    for name in PREFIX_CACHING_FIXTURES:
+        fixture = FIXTURES[name]
+        requests = tuple(engine_requests(fixture.load_workload(ROOT)))
+        out.append(Scenario(len(out), fixture.engine_config(release), requests))
+    for seed, (policy, num_blocks) in enumerate(
+        [("fcfs", 120), ("priority", 120), ("fcfs", 400), ("priority", 90)]
+    ):
+        config = EngineConfig(
+            num_blocks=num_blocks,
+            max_num_seqs=16,
+            max_model_len=1400,
+            max_num_batched_tokens=512,
+            scheduling_policy=policy,  # type: ignore[arg-type]
+            vllm_version=release,  # type: ignore[arg-type]
+            clock="steps",
+            step_s=0.05,
+            enable_prefix_caching=True,
+            async_scheduling=False,  # synchronous; tests/test_vllm_async_live.py covers async
+        )
+        out.append(Scenario(len(out), config, tuple(random_content(seed, 100))))
     return out

@@ -121,6 +121,7 @@ def test_record_sim_steps_last_what_the_calibrated_model_says(known: Path, tmp_p
     assert recorded == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.e2e
 def test_qualify_records_and_reports_the_latency_model(known: Path, tmp_path: Path) -> None:
     out = tmp_path / "results"
     result = CliRunner().invoke(

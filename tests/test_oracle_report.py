@@ -72,6 +72,7 @@ def test_headroom_section_without_inputs_says_so() -> None:
     assert "did not run" in "".join(section.body)
 
 
+@pytest.mark.browser
 def test_headroom_section_in_a_browser(oracle_results: Path, tmp_path: Path) -> None:
     """Headless Chromium renders the page with the section and logs no script error.
 

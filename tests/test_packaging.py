@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Builds an sdist and a wheel, installs it in a fresh environment: the e2e tier (docs/testing.md).
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

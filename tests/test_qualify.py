@@ -178,6 +178,7 @@ def test_two_jobs_write_the_same_results_as_one(
         assert b".partial-" not in one[name] and str(tmp_path / "results").encode() in one[name]
 
 
+@pytest.mark.e2e
 def test_a_failing_run_fails_the_job_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

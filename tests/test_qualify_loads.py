@@ -204,6 +204,7 @@ def test_bad_load_plan_options_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.e2e
 def test_a_load_plan_writes_the_same_results_with_one_or_two_jobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

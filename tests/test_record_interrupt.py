@@ -80,6 +80,7 @@ def _validate(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "signum",
     [signal.SIGKILL, signal.SIGTERM, signal.SIGINT],
@@ -122,6 +123,7 @@ def test_stopped_record_sim_leaves_readable_rows_and_next_run_cleans_up(
     assert json.loads((out / "manifest.json").read_text("utf-8"))["complete"] is True
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stop_message_names_the_partial_folder(tmp_path: Path, signum: int) -> None:
     out = tmp_path / "run"
@@ -182,6 +184,7 @@ def test_atomic_bundle_is_byte_identical_to_one_streamed_file(tmp_path: Path) ->
     ]
 
 
+@pytest.mark.e2e
 def test_every_flushed_state_of_a_run_validates_as_truncated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,7 @@ pytest.importorskip("ray", reason='Ray is not installed: pip install ".[ray]"')
 from tracekit.sweep import run_sweep
 
 
+@pytest.mark.e2e
 def test_ray_and_local_runs_write_identical_bundles_and_cells(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

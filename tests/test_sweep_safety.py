@@ -65,6 +65,7 @@ def _alive(pid: int) -> bool:
     return fields[0] != "Z"
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
     matrix = write_matrix(tmp_path, SLEEPY)
@@ -98,6 +99,7 @@ def test_workers_exit_when_the_driver_is_killed(tmp_path: Path) -> None:
             os.killpg(driver.pid, signal.SIGKILL)
 
 
+@pytest.mark.e2e
 def test_a_script_without_the_main_guard_is_told_what_to_do(tmp_path: Path) -> None:
     """Spawned workers import the script again: say to add the guard, not blame a crash."""
     matrix = write_matrix(tmp_path, TINY)

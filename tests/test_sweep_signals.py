@@ -100,6 +100,7 @@ def _check_clean(out: Path) -> list[Path]:
     return bundles
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("presses", "sleep_s"), [(1, 1.5), (2, 120.0)], ids=["once-finishes", "twice-aborts"]
 )

@@ -14,10 +14,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from engine_helpers import async_scenarios
-from vllm_helpers import environments, vllm_version
+from vllm_helpers import environments, shared_driver_streams, vllm_version
 
-from tracekit.vllm.cache_hits import driver_streams, engine_stream, first_mismatch
+from tracekit.vllm.cache_hits import engine_stream, first_mismatch
 
 pytestmark = pytest.mark.vllm
 
@@ -28,8 +27,8 @@ def test_engine_matches_the_real_async_scheduler(venv: str) -> None:
     release = ".".join(version.split(".")[:2])
     if release not in ("0.32", "0.33"):
         pytest.skip(f"vLLM {version} is not a release the engine reproduces")
-    runs = async_scenarios(release)
-    real = driver_streams(runs, venv=venv)
+    # engine_helpers.async_scenarios, in one driver process with tests/test_vllm_prefix_live.py's.
+    runs, real = shared_driver_streams(venv, "async", release)
     decisions = hits = 0
     for scenario in runs:
         expected = engine_stream(scenario)

@@ -8,47 +8,14 @@ content workload, under FCFS and PRIORITY, for every installed vLLM (``$BIDKV_VL
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
-from engine_helpers import random_content
-from vllm_helpers import environments, vllm_version
+from vllm_helpers import environments, shared_driver_streams, vllm_version
 
-from tracekit.engine import EngineConfig
-from tracekit.engine.request import engine_requests
-from tracekit.vllm.cache_hits import driver_streams, engine_stream, first_mismatch
-from tracekit.vllm.fixtures import FIXTURES, PREFIX_CACHING_FIXTURES
-from tracekit.vllm.protocol import Scenario
+from tracekit.vllm.cache_hits import engine_stream, first_mismatch
 
 pytestmark = pytest.mark.vllm
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def scenarios(release: str) -> list[Scenario]:
-    out = []
-    for name in PREFIX_CACHING_FIXTURES:
-        fixture = FIXTURES[name]
-        requests = tuple(engine_requests(fixture.load_workload(ROOT)))
-        out.append(Scenario(len(out), fixture.engine_config(release), requests))
-    for seed, (policy, num_blocks) in enumerate(
-        [("fcfs", 120), ("priority", 120), ("fcfs", 400), ("priority", 90)]
-    ):
-        config = EngineConfig(
-            num_blocks=num_blocks,
-            max_num_seqs=16,
-            max_model_len=1400,
-            max_num_batched_tokens=512,
-            scheduling_policy=policy,  # type: ignore[arg-type]
-            vllm_version=release,  # type: ignore[arg-type]
-            clock="steps",
-            step_s=0.05,
-            enable_prefix_caching=True,
-            async_scheduling=False,  # synchronous; tests/test_vllm_async_live.py covers async
-        )
-        out.append(Scenario(len(out), config, tuple(random_content(seed, 100))))
-    return out
 
 
 @pytest.mark.parametrize("venv", environments(), ids=lambda p: Path(p).name)
@@ -57,8 +24,10 @@ def test_engine_matches_the_real_scheduler_with_prefix_caching(venv: str) -> Non
     release = ".".join(version.split(".")[:2])
     if release not in ("0.32", "0.33"):
         pytest.skip(f"vLLM {version} is not a release the engine reproduces")
-    runs = scenarios(release)
-    real = driver_streams(runs, venv=venv)
+    # The scenarios (engine_helpers.prefix_scenarios), and the first two with prefix caching off
+    # (content ignored, ids repeated): one driver process with tests/test_vllm_async_live.py's.
+    runs, real = shared_driver_streams(venv, "prefix", release)
+    off, real_off = shared_driver_streams(venv, "prefix-off", release)
     total_hits = 0
     for scenario in runs:
         expected = engine_stream(scenario)
@@ -67,11 +36,6 @@ def test_engine_matches_the_real_scheduler_with_prefix_caching(venv: str) -> Non
         hits = sum(sum(m["hits"].values()) for m in expected if m["kind"] == "cache")
         total_hits += hits
     assert total_hits > 0
-    # The same scenarios with prefix caching off still match (content ignored, ids repeated).
-    off = [
-        dataclasses.replace(s, config=dataclasses.replace(s.config, enable_prefix_caching=False))
-        for s in runs[:2]
-    ]
-    real_off = driver_streams(off, venv=venv)
+    # With prefix caching off they still match.
     for scenario in off:
         assert first_mismatch(engine_stream(scenario), real_off[scenario.index]) is None

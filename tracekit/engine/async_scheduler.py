@@ -28,8 +28,12 @@ from tracekit.engine.scheduler import EAGER_UPDATES, VllmPrefixCachingScheduler,
 __all__ = ["AsyncVllmPrefixCachingScheduler", "AsyncVllmScheduler"]
 
 
-class _AsyncMixin:
-    """The hooks vLLM's ``AsyncScheduler`` changes, over either block pool."""
+class _AsyncMixin(VllmScheduler):
+    """The hooks vLLM's ``AsyncScheduler`` changes, over either block pool.
+
+    Listed first among the bases of each concrete class, so its hooks come before those of
+    :class:`VllmScheduler` or :class:`VllmPrefixCachingScheduler` (whose ``super()`` it calls).
+    """
 
     #: run_engine drives this scheduler as ``step_with_batch_queue`` does.
     async_scheduling = True
@@ -38,11 +42,6 @@ class _AsyncMixin:
     #: Fill ``ScheduledStep.in_flight_outputs`` (read by a clock that times a step by its
     #: requests' make-up); the engine turns it off for a clock that reads only the totals.
     keep_in_flight_outputs = True
-
-    # Set by __init__ of the concrete classes (declared for type checkers).
-    requests: dict[str, RequestState]
-    running: list[RequestState]
-    config: EngineConfig
 
     def _init_async(self) -> None:
         # The steps scheduled whose output is not applied yet: step -> (its scheduled tokens,
@@ -66,13 +65,13 @@ class _AsyncMixin:
     def _forget(self, request: RequestState) -> None:
         """An aborted request's stale tokens go with it (its in-flight output is skipped)."""
         self._stale.discard(request)
-        super()._forget(request)  # type: ignore[misc]
+        super()._forget(request)
 
     def has_requests(self) -> bool:
         """Unfinished requests, or finished ones not yet reported by a schedule() (vLLM)."""
         if self.running:  # (the usual answer, asked every step, without a call)
             return True
-        return self.has_unfinished_requests() or self._finished_since_schedule  # type: ignore[attr-defined]
+        return self.has_unfinished_requests() or self._finished_since_schedule
 
     def _update_after_schedule(self, out: ScheduledStep) -> None:
         """Advance computed and in-flight tokens; a step that samples adds a placeholder.
@@ -120,7 +119,7 @@ class _AsyncMixin:
         self._finished_since_schedule = False
         # This step's output is applied a step late, after the next schedule() has reset the
         # hit map: record its prefix-cache figures now (trace v2).
-        self.record_cache_figures(out)  # type: ignore[attr-defined]
+        self.record_cache_figures(out)
 
     def _release_victim(self, victim: RequestState) -> None:
         """``_preempt_request``: in-flight output becomes stale; placeholders are dropped."""
@@ -131,7 +130,7 @@ class _AsyncMixin:
         else:
             self._stale.discard(victim)
         victim.num_output_placeholders = 0
-        super()._release_victim(victim)  # type: ignore[misc]
+        super()._release_victim(victim)
 
     def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
         """Apply step ``out``'s fake outputs (vLLM ``update_from_output`` under async).
@@ -152,7 +151,8 @@ class _AsyncMixin:
                 request.num_stale_output_tokens -= scheduled[request.request_id]
                 if request.num_stale_output_tokens <= 0:
                     self._stale.discard(request)
-        caching = self._caching
+        # Keying the confirmed blocks: the prefix-caching pool's cache_full_blocks.
+        cache_blocks = self._after_running_allocation if self._caching else None
         block_size = self.config.block_size
         running_status = RequestStatus.RUNNING
         finished_statuses = FINISHED_STATUSES
@@ -171,16 +171,16 @@ class _AsyncMixin:
                 placeholders -= 1
                 request.num_output_placeholders = placeholders
             # A stale output belongs to a request preempted since, so it is never RUNNING here.
-            if caching and was_running:
+            if cache_blocks is not None and was_running:
                 confirmed = request.num_computed_tokens - placeholders
                 if confirmed // block_size > request.num_cached_blocks:
-                    self.block_pool.cache_full_blocks(request, confirmed)  # type: ignore[attr-defined]
+                    cache_blocks(request, confirmed)
             if output < request.stop_output_tokens:
                 continue
             request.status = request.stop_status
             request.finish_s = end_s
             # A request a stale token finished holds no blocks: they went at its preemption.
-            self._release_finished(request)  # type: ignore[attr-defined]
+            self._release_finished(request)
             self._stale.discard(request)
             del requests[request.request_id]
             finished.append(request)
@@ -195,7 +195,7 @@ class _AsyncMixin:
     def _drop_finished_waiting(self, finished: list[RequestState]) -> None:
         """Take requests that a stale token finished out of the waiting queue."""
         gone = {r.request_id for r in finished}
-        waiting = self.waiting  # type: ignore[attr-defined]
+        waiting = self.waiting
         if not any(r.request_id in gone for r in waiting):
             return
         keep = [r for r in waiting if r.request_id not in gone]
@@ -209,7 +209,7 @@ class _AsyncMixin:
 
     def check_consistency(self) -> None:
         """The base checks plus the async counters."""
-        super().check_consistency()  # type: ignore[misc]
+        super().check_consistency()
         for request in self.requests.values():
             held = request.num_output_placeholders
             in_flight = self.num_in_flight_tokens(request)

@@ -106,7 +106,7 @@ def candidate_blocks(request: RequestState) -> tuple[int, int]:
         return request.num_blocks, request.num_blocks
     exclusive = 0
     for block in blocks:
-        if block.ref_cnt == 1:  # type: ignore[attr-defined]
+        if block.ref_cnt == 1:
             exclusive += 1
     return len(blocks), exclusive
 

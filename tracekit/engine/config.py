@@ -80,6 +80,11 @@ ENGINE_RANGES: MappingProxyType[str, tuple[float, float]] = MappingProxyType(
 )
 
 
+#: The default of a size field that the mode decides: None until ``__post_init__`` replaces it
+#: (typed ``Any`` so that the field's type is the resolved one, ``int``).
+_MODE_DEFAULT: Any = None
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Everything that decides the embedded engine's scheduling and timing.
@@ -181,11 +186,12 @@ class EngineConfig:
     """
 
     mode: EngineMode = "vllm"
-    # Unset (None): the mode's default (vLLM's or SGLang's, see _VLLM_SIZES and SGLANG_DEFAULTS).
-    num_blocks: int | None = None
-    block_size: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
+    # Unset: the mode's default (vLLM's or SGLang's, see _VLLM_SIZES and SGLANG_DEFAULTS),
+    # resolved in __post_init__, so that every built configuration holds an int.
+    num_blocks: int = _MODE_DEFAULT
+    block_size: int = _MODE_DEFAULT
+    max_num_seqs: int = _MODE_DEFAULT
+    max_num_batched_tokens: int = _MODE_DEFAULT
     watermark: float = 0.0
     scheduling_policy: SchedulingPolicyName = "fcfs"
     max_model_len: int = 8192

@@ -232,7 +232,7 @@ class EngineRun(ForkableRun):
         ):
             # Only a clock that reads the requests' make-up (it registers their states) reads
             # which outputs were in flight when a step was scheduled.
-            self.scheduler.keep_in_flight_outputs = False  # type: ignore[attr-defined]
+            self.scheduler.keep_in_flight_outputs = False
         self._in_flight: Any = None
         self._in_flight_end = 0.0
         # A scheduler that applies each step's outputs after the next step is scheduled, by
@@ -379,9 +379,10 @@ class EngineRun(ForkableRun):
                 if register is not None:
                     register(state)
                 scheduler.add_request(state)
-            due = feed.next_due()
-            if due is None or not clock.is_visible(due):
+            following = feed.next_due()
+            if following is None or not clock.is_visible(following):
                 return
+            due = following
 
     def step(self) -> bool:
         """Run one scheduling step; False (and nothing run) when every request has finished."""

@@ -105,7 +105,7 @@ def _copy_slots(obj: Any, memo: dict[int, Any]) -> Any:
     found = memo.get(id(obj))
     if found is not None:
         return found
-    cls = type(obj)
+    cls: Any = type(obj)
     names = _slot_names(cls)
     if names is None:
         return copy.deepcopy(obj, memo)
@@ -318,6 +318,7 @@ class ForkableRun:
         scheduler = self.scheduler
         if type(scheduler) not in (VllmScheduler, VllmPrefixCachingScheduler):
             return 0
+        assert isinstance(scheduler, VllmScheduler)  # (what the line above says, for mypy)
         feed = self.feed
         if not feed.is_open or hasattr(self.clock, "register"):
             # A client model sends requests later than their rows say (and may cancel them),

@@ -16,8 +16,8 @@ One step, as ``run_engine`` drives it::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sized
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterator, Sized
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from tracekit.engine.base import ScheduledStep
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tracekit.engine.outputs import DecisionRecord
     from tracekit.engine.request import RequestState
 
-__all__ = ["BlockPoolView", "EngineScheduler", "SchedulerFactory"]
+__all__ = ["BlockPoolView", "EngineScheduler", "QueueView", "SchedulerFactory"]
 
 
 class BlockPoolView(Protocol):
@@ -43,6 +43,14 @@ class BlockPoolView(Protocol):
         ...
 
 
+class QueueView(Protocol):
+    """A queue as the loop reads it: its length, and its requests in order."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
 class EngineScheduler(Protocol):
     """What the step loop needs from a scheduler.
 
@@ -57,8 +65,8 @@ class EngineScheduler(Protocol):
         ...
 
     @property
-    def waiting(self) -> Sized:
-        """The waiting queue (preempted requests included)."""
+    def waiting(self) -> QueueView:
+        """The waiting queue (preempted requests included; its ids name a stuck run)."""
         ...
 
     @property

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from operator import attrgetter
+from typing import final
 
 from tracekit.engine.content import block_segments, content_length
 from tracekit.engine.request import RequestState
@@ -47,6 +48,9 @@ _UNIQUE_AHEAD = 16
 _NO_KEY = object()
 
 
+# Final: the hot paths tell a block from a set of duplicates by ``type(e) is Block``, which a
+# type checker can narrow only for a class with no subclasses.
+@final
 class Block:
     """One KV block: its key while cached (``None`` otherwise) and its reference count."""
 
@@ -111,14 +115,14 @@ class PrefixCachingBlockPool:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks that carry a key (held or free)."""
-        return sum(1 if type(e) is Block else len(e) for e in self._cached.values())  # type: ignore[arg-type]
+        return sum(1 if type(e) is Block else len(e) for e in self._cached.values())
 
     def cached_block(self, key: object) -> Block | None:
         """The block a hit on ``key`` takes (the first cached under it), or None."""
         entry = self._cached.get(key)
         if entry is None or type(entry) is Block:
-            return entry  # type: ignore[return-value]
-        return next(iter(entry))  # type: ignore[arg-type]
+            return entry
+        return next(iter(entry))
 
     def get_usage(self) -> float:
         """Fraction of usable blocks in use, computed exactly as vLLM's ``get_usage``."""
@@ -201,11 +205,11 @@ class PrefixCachingBlockPool:
             start = 0
         cached = self._cached
         for j in range(start, max_blocks):
-            block = cached.get(keys[j])
-            if block is None:
+            entry = cached.get(keys[j])
+            if entry is None:
                 break
-            if type(block) is not Block:
-                block = next(iter(block))  # duplicates: the first cached
+            # Duplicates: the first cached.
+            block = entry if type(entry) is Block else next(iter(entry))
             hit.append(block)
             pos[block] = j
         self._memo_request = request
@@ -272,10 +276,10 @@ class PrefixCachingBlockPool:
                         self._memo_dirty = at
                 key = block.key
                 entry = cached[key]
-                if entry is block:
+                if type(entry) is Block:  # the block itself: the key's only block
                     del cached[key]
                 else:
-                    del entry[block]  # type: ignore[union-attr]
+                    del entry[block]
                     if not entry:
                         del cached[key]
                 block.key = None
@@ -305,20 +309,20 @@ class PrefixCachingBlockPool:
         for j in range(start, num_full):
             block = blocks[j]
             key = keys[j]
-            if block.key == key:  # type: ignore[attr-defined]
+            if block.key == key:
                 continue
-            block.key = key  # type: ignore[attr-defined]
+            block.key = key
             if key == memo_next:
                 end = len(self._memo_hit)
                 if self._memo_dirty is None or end < self._memo_dirty:
                     self._memo_dirty = end
             entry = cached.get(key)
             if entry is None:
-                cached[key] = block  # type: ignore[assignment]
+                cached[key] = block
             elif type(entry) is Block:
-                cached[key] = {entry: None, block: None}  # type: ignore[dict-item]
+                cached[key] = {entry: None, block: None}
             else:
-                entry[block] = None  # type: ignore[index]
+                entry[block] = None
         request.num_cached_blocks = num_full
 
     def free_blocks(self, blocks: list[Block]) -> None:
@@ -361,5 +365,5 @@ class PrefixCachingBlockPool:
             self.num_usable_blocks,
         )
         for key, entry in self._cached.items():
-            for b in [entry] if type(entry) is Block else entry:  # type: ignore[union-attr]
+            for b in [entry] if type(entry) is Block else entry:
                 assert b.key == key

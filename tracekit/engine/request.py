@@ -11,9 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tracekit.engine.content import MOONCAKE_BLOCK_TOKENS
+
+if TYPE_CHECKING:  # (prefix_cache imports this module)
+    from tracekit.engine.prefix_cache import Block
 
 __all__ = [
     "FINISHED_STATUSES",
@@ -214,7 +217,7 @@ class RequestState:
         self.content_ids = request.content_ids
         self.content_block_tokens = request.content_block_tokens
         self.block_hashes: list[object] = []
-        self.kv_blocks: list[object] = []
+        self.kv_blocks: list[Block] = []
         self.num_cached_blocks = 0
         self.num_cached_tokens = -1
         # Async scheduling only (tracekit.engine.async_scheduler), vLLM's ``Request`` fields of

@@ -485,6 +485,11 @@ class VllmPrefixCachingScheduler(VllmScheduler):
     Sources: docs/engine.md, "Prefix caching".
     """
 
+    # The prefix-caching pool replaces the base's block counter (in __init__): a different
+    # type, not a subtype, so the override is declared here once. Every method of this class
+    # that reaches the pool overrides the one that used the counter.
+    block_pool: PrefixCachingBlockPool  # type: ignore[assignment]
+
     def __init__(
         self,
         config: EngineConfig,
@@ -517,20 +522,20 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         hits = self.step_cache_hits
         if hits:
             out.cache_hits = hits
-        evicted = self.block_pool.num_evicted  # type: ignore[attr-defined]
+        evicted = self.block_pool.num_evicted
         out.num_evicted_blocks = evicted - self._evicted_seen
         self._evicted_seen = evicted
         out.cache_recorded = True
 
     def _take_blocks(self, request: RequestState, num: int) -> None:
-        self.block_pool.get_new_blocks(num, request.kv_blocks)  # type: ignore[attr-defined]
+        self.block_pool.get_new_blocks(num, request.kv_blocks)
         request.num_blocks += num
 
     def _admit(
         self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
     ) -> int:
         """Admission with a prefix-cache lookup (``get_computed_blocks``, ``allocate_slots``)."""
-        pool: PrefixCachingBlockPool = self.block_pool  # type: ignore[assignment]
+        pool = self.block_pool
         num_tokens = request.num_prompt_tokens + request.num_output_tokens
         # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
         hit = pool.find_longest_cache_hit(request)
@@ -596,7 +601,7 @@ class VllmPrefixCachingScheduler(VllmScheduler):
     def _release_victim(self, victim: RequestState) -> None:
         """Free the victim's blocks in reverse order (cached ones stay cached until reused)."""
         assert victim.status == RequestStatus.RUNNING, "only running requests can be preempted"
-        self.block_pool.free_blocks(victim.kv_blocks)  # type: ignore[arg-type]
+        self.block_pool.free_blocks(victim.kv_blocks)
         victim.kv_blocks = []
         victim.num_blocks = 0
         victim.num_cached_blocks = 0
@@ -607,7 +612,7 @@ class VllmPrefixCachingScheduler(VllmScheduler):
 
     def _release_finished(self, request: RequestState) -> None:
         """Free a finished request's blocks in reverse order (cached ones stay cached)."""
-        self.block_pool.free_blocks(request.kv_blocks)  # type: ignore[attr-defined]
+        self.block_pool.free_blocks(request.kv_blocks)
         request.kv_blocks = []
         request.num_blocks = 0
 
@@ -622,7 +627,7 @@ class VllmPrefixCachingScheduler(VllmScheduler):
             assert r.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), r
             assert r.num_blocks == 0 and r.num_computed_tokens == 0 and not r.kv_blocks, r
         assert len(self.running) + len(self.waiting) == len(self.requests)
-        pool.check([r.kv_blocks for r in self.running])  # type: ignore[misc]
+        pool.check([r.kv_blocks for r in self.running])
 
 
 #: The ``_update_after_schedule`` methods whose arithmetic the running scan can do inline.

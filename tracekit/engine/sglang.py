@@ -230,7 +230,7 @@ class RadixTree:
                 node = self._split(child, length)
                 break
             node = child
-        now = self._tick()
+        now: float = self._tick()
         update: _Node | None = node
         while update is not None:
             update.access = now
@@ -425,7 +425,7 @@ class SglangScheduler(SchedulerBase):
         # so far; built once, lengthened as outputs grow), the locked node, tokens owned by the
         # tree.
         self._tokens: dict[str, tuple[int, ...]] = {}
-        self._node: dict[str, object] = {}
+        self._node: dict[str, _Node] = {}
         self._shared: dict[str, int] = {}
         self._evicted = 0  # tokens evicted from the tree so far
         self._evicted_reported = 0
@@ -813,7 +813,7 @@ class SglangScheduler(SchedulerBase):
                 stop = "no_token" if result == _NO_TOKEN else "other"
                 break
             # Commit: the lock stays (req.lock) until the request releases its KV.
-            if radix is not None:
+            if radix is not None and node is not None:
                 self._node[rid] = node
                 self._shared[rid] = prefix
             reserve(extend, 0 if is_chunked else min(max_new[rid], CLIP_MAX_NEW_TOKENS))
@@ -1086,7 +1086,7 @@ class SglangScheduler(SchedulerBase):
         old = self._node.get(rid)
         radix.lock(node)
         if old is not None:
-            radix.unlock(old)  # type: ignore[arg-type]
+            radix.unlock(old)
         self._node[rid] = node
         self._shared[rid] = length
 
@@ -1101,7 +1101,7 @@ class SglangScheduler(SchedulerBase):
             return
         node = self._node.pop(request.request_id, None)
         if node is not None:
-            self.radix.unlock(node)  # type: ignore[arg-type]
+            self.radix.unlock(node)
         self._shared.pop(request.request_id, None)
 
     def _evict_to_free(self, num_tokens: int) -> None:
@@ -1159,11 +1159,11 @@ class SglangScheduler(SchedulerBase):
         self._pending = []
         if out.no_batch:
             return finished
-        launched = self._launching
-        assert launched is not None and launched.out is out
+        current = self._launching
+        assert current is not None and current.out is out
         self._launching = None
-        launched.end_s = end_s
-        done, self._in_flight = self._in_flight, launched
+        current.end_s = end_s
+        done, self._in_flight = self._in_flight, current
         if done is not None:
             finished += self._process(done)
         return finished

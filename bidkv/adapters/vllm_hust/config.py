@@ -162,11 +162,12 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
 }
 
 
-# setting name -> the JSON type its value must have in parse_settings (a float takes an int too).
-_KINDS: dict[str, type] = {
-    name: {parse_bool: bool, _parse_int: int, _parse_float: float, _parse_str: str}[parser]
-    for name, parser in _PARSERS.items()
-}
+# parser -> the JSON type its value must have in parse_settings (a float takes an int too).
+_KIND_OF_PARSER: dict[Callable[[object, str], Any], type] = {
+    parse_bool: bool, _parse_int: int, _parse_float: float, _parse_str: str
+}  # fmt: skip
+# setting name -> that type.
+_KINDS: dict[str, type] = {name: _KIND_OF_PARSER[parser] for name, parser in _PARSERS.items()}
 _KIND_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 

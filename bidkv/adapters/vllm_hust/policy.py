@@ -351,6 +351,7 @@ class BidkvPreemptionPolicy:
         self, candidates: Sequence[Any], policy: Any, kv: Any, now: float, context: Any
     ) -> Any:
         row = self._row
+        assert row is not None  # set for every strategy that picks by a table row
         inputs = self._inputs
         inputs.scheduling_policy = policy
         inputs.now = now
