@@ -7,7 +7,8 @@ one hour) with the workload loader, then, side by side in one process:
 2. records the same run to a trace bundle (``tracekit record sim``: engine + Parquet writer),
 
 and prints simulated steps per second, requests per second, wall time, peak memory and the
-recorder's overhead as a ratio. Target (issue 4): the whole hour recorded in under 60 s.
+recorder's overhead as a ratio. The target: the whole hour recorded in under 60 s (docs/engine.md,
+"Performance").
 
 ``--prefix-caching`` / ``--no-prefix-caching`` and ``--async-scheduling`` /
 ``--no-async-scheduling`` set the vLLM mode's engine options (default: ``EngineConfig``'s, which

@@ -4,8 +4,9 @@ Loads ``traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv`` (19,366 requests
 then records it to a trace bundle (``tracekit record sim``, builtin policy, default engine
 configuration) once per ``--latency`` value, in one process, and prints for each: the wall time
 of building the model (AIConfigurator loads its tables), of the recording, the steps, the
-simulated end time, and the recording's wall time as a ratio to the roofline's. Target
-(issue 13): the hour recorded with the AIConfigurator model in under 60 s.
+simulated end time, and the recording's wall time as a ratio to the roofline's. The target: the
+hour recorded with the AIConfigurator model in under 60 s (docs/latency.md, "Speed: the whole
+Azure hour").
 
 A calibrated model is fitted first to a roofline recording of the first 2,000 requests
 (``tracekit calibrate`` on a modelled recording: it exercises the path; the times are the

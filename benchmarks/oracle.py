@@ -1,4 +1,4 @@
-"""Benchmark the engine fork and ``tracekit oracle`` (issue 16's performance target).
+"""Benchmark the engine fork and ``tracekit oracle`` (docs/oracle.md, "Work and cost").
 
 Records a KV-pressured run of the shipped Azure conversation trace (first 7,000 requests at 5x
 the recorded rate, 2,300 blocks, 32 sequences: about 1,000 victim decisions with about 29

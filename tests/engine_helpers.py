@@ -1,9 +1,9 @@
 """Builders shared by the engine tests, imported from this folder (on the path in tests).
 
-``make_engine`` and ``make_requests`` follow vLLM's ``tests/v1/core/utils.py``
-(``create_scheduler(num_blocks=...)``, ``create_requests(...)``): tiny block counts force
-preemption, and each scenario states its arithmetic in comments. With ``num_blocks=11`` block 0
-is the null block, so 10 blocks of 16 tokens (160 tokens) are usable.
+``make_engine`` and ``make_requests`` follow vLLM's own test helpers (``v1/core/utils.py`` in
+vLLM's test folder: ``create_scheduler(num_blocks=...)``, ``create_requests(...)``): tiny block
+counts force preemption, and each scenario states its arithmetic in comments. With
+``num_blocks=11`` block 0 is the null block, so 10 blocks of 16 tokens (160 tokens) are usable.
 """
 
 from __future__ import annotations

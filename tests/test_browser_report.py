@@ -307,7 +307,7 @@ def test_report_renders_offline_without_errors_or_injection(report: Path, tmp_pa
     assert shot.stat().st_size > 10_000
 
 
-# Per table header cell: the box of its text and the box of the cell (issue 18, item 15).
+# Per table header cell: the box of its text and the box of the cell (no header text overflows).
 HEADER_BOXES = """
 (() => Array.from(document.querySelectorAll("table")).map(table => ({
   caption: table.caption ? table.caption.textContent : "",
@@ -355,7 +355,10 @@ def test_table_headers_do_not_overlap(report: Path, tmp_path: Path, width: int) 
 
 @pytest.fixture(scope="module")
 def load_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A qualify results folder with the default load plan (issue 14), kept small."""
+    """A qualify results folder with the default load plan, kept small.
+
+    The plan is docs/qualify.md, "The default plan: one cell per load level".
+    """
     from click.testing import CliRunner
 
     from tracekit.cli import cli

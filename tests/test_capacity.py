@@ -1,4 +1,7 @@
-"""``tracekit capacity`` (issue 14): the knee on a case whose answer is worked by hand."""
+"""``tracekit capacity``: the knee on a case whose answer is worked by hand.
+
+The rule is docs/qualify.md, "Capacity".
+"""
 
 from __future__ import annotations
 

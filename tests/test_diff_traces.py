@@ -59,7 +59,7 @@ def record(
     run = SimRun(
         load_run_workload(WORKLOAD, limit=limit),
         # The CLI's default clock; prefix caching off and synchronous scheduling, the engine
-        # these comparisons were worked out on (the defaults are vLLM's since issue 12).
+        # these comparisons were worked out on (the defaults are now vLLM's: both on).
         make_engine_config(
             **{
                 "clock": "cost-model",

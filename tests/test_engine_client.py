@@ -1,4 +1,6 @@
-"""Client models in the engine (issue 14): concurrency caps, closed loops and aborts.
+"""Client models in the engine: concurrency caps, closed loops and aborts.
+
+The rules are docs/workloads.md, "Concurrency and aborts: ClientModel".
 
 Every scenario runs on the steps clock with 1-second steps (``engine_helpers.make_engine``). A
 10-token prompt is prefilled in one step and samples its first token at the end of it, then one

@@ -166,7 +166,7 @@ def test_fixture_inventory_and_size() -> None:
     }
     assert found == set(CASES)
     total = sum(path.stat().st_size for path in base.rglob("*") if path.is_file())
-    # 36 bundles of 30 to 65 kB (the async fixtures of issue 12 took it past 800 kB, the
+    # 36 bundles of 30 to 65 kB (the async-scheduling fixtures took it past 800 kB, the
     # eight multi-turn session fixtures and the re-recorded cache hits to 1.75 MB).
     assert total < 1_900_000, f"fixtures grew to {total} bytes; keep them small"
 

@@ -1,4 +1,7 @@
-"""Load options on the commands (issue 14): LoadSpec, the CLI flags and the rejection warning."""
+"""Load options on the commands: LoadSpec, the CLI flags and the rejection warning.
+
+See docs/workloads.md, "Client models".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""qualify's default load plan (issue 14): cells around the measured capacity, per-load verdicts.
+"""qualify's default load plan: cells around the measured capacity, per-load verdicts.
 
 One small job (120 requests on 300 blocks, two strategies, fractions 0.6, 1.0 and 1.5 plus a
 closed loop of four users) checks the layout and the documents; hand-made cell tables check the

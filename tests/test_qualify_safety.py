@@ -1,4 +1,4 @@
-"""``tracekit qualify`` never damages the user's files (issue 18, items 1 and 5).
+"""``tracekit qualify`` never damages the user's files (docs/guarantees.md, "Existing files").
 
 ``--overwrite`` replaces only a results folder that qualify wrote (its marker file), ``--out``
 may not be the current folder, above it, or a folder holding the workload, and the hidden

@@ -1,4 +1,5 @@
-"""Issue 18, item 5: a ``record sim`` stopped by SIGKILL or SIGTERM leaves readable rows.
+"""A ``record sim`` stopped by SIGKILL or SIGTERM leaves readable rows (docs/guarantees.md,
+"Interruption").
 
 The run writes into the hidden ``.OUT.partial-PID`` folder: complete Parquet part files and a
 manifest that says ``complete: false``, refreshed at each flush. ``tracekit validate`` on that

@@ -126,7 +126,10 @@ def _broken_copy(recorded: Path, tmp_path: Path) -> Path:
 def test_a_damaged_recording_is_refused_in_one_line(
     recorded: Path, tmp_path: Path, damage: str
 ) -> None:
-    """Issue 18 item 7: no polars traceback, one line naming the file, and no output."""
+    """No polars traceback: one line naming the file, and no output.
+
+    See docs/guarantees.md, "Bad input: one line, no traceback".
+    """
     from click.testing import CliRunner
 
     from tracekit.cli import cli
@@ -155,7 +158,7 @@ def test_a_damaged_recording_is_refused_in_one_line(
 
 
 def test_a_change_of_the_last_bit_shows_as_zero() -> None:
-    """Issue 18 item 13: ``-1.1102e-14`` where 0 is meant."""
+    """The summary once printed ``-1.1102e-14`` where 0 is meant."""
     from tracekit.replay.closed_mode import _relative_change
 
     frame = pl.DataFrame({"m": [0.1 + 0.2, 0.3, 0.33], "_recorded_m": [0.3, 0.3, 0.3]})

@@ -1,7 +1,7 @@
 """The first divergence's candidate tables list ``position`` first, then the contract's fields.
 
-Issue 18, item 15: ``tracekit qualify`` writes ``diff/diff.json`` with sorted keys, and the
-legacy and typed candidate tables showed their columns in alphabetical order, with ``position``
+``tracekit qualify`` writes ``diff/diff.json`` with sorted keys, and the legacy and typed
+candidate tables once showed their columns in alphabetical order, with ``position``
 in the middle. The columns follow ``PreemptionCandidate``'s field order (docs/report.md).
 """
 

@@ -1,8 +1,9 @@
 """`tracekit report` on a damaged results folder: one line, exit 2, and no file written or replaced.
 
-Issue 18, item 7: a truncated, empty or unreadable ``cells.parquet`` crashed ``report`` with a
-traceback. The page and ``qualification.json`` are written to temporary files and renamed into
-place, so a failure leaves no partial file and keeps an existing report (docs/report.md).
+A truncated, empty or unreadable ``cells.parquet`` once crashed ``report`` with a traceback
+(docs/guarantees.md, "Bad input: one line, no traceback"). The page and ``qualification.json``
+are written to temporary files and renamed into place, so a failure leaves no partial file and
+keeps an existing report (docs/report.md).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def test_a_successful_report_replaces_the_earlier_one_and_leaves_no_temporary_fi
 
 
 def test_an_out_that_cannot_be_created_is_one_line_exit_2(results: Path, tmp_path: Path) -> None:
-    # Issue 18, item 7 ("output paths"): a file where a folder is needed.
+    # An output path that cannot be a folder: a file where a folder is needed.
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder\n")
     out = blocker / "report.html"

@@ -51,7 +51,7 @@ def _header(page: str) -> tuple[str, dict[str, str]]:
 
 
 def test_sweep_report_header_describes_the_sweep(sweep: Path, tmp_path: Path) -> None:
-    # Issue 18, item 12: the header said "bidkv on ?", an empty engine and "2 by windows ()".
+    # The header once said "bidkv on ?", an empty engine and "2 by windows ()".
     page = write_report(sweep, tmp_path / "report.html").read_text()
     title, rows = _header(page)
     assert "?" not in title

@@ -1,4 +1,4 @@
-"""Issue 18, item 14: a workload's own request ids are kept on every path they travel.
+"""A workload's own request ids are kept on every path they travel.
 
 vLLM's waiting queue under PRIORITY orders requests by ``(priority, arrival_time, request_id)``,
 comparing ids as strings: of two requests with the same priority and arrival, ``"r1000"`` goes

@@ -1,4 +1,5 @@
-"""Issue 18: bad ``--strategy`` and ``--policy-config`` inputs give one-line errors.
+"""Bad ``--strategy`` and ``--policy-config`` inputs give one-line errors (docs/guarantees.md,
+"Bad input: one line, no traceback").
 
 - ``module:Object`` that is not a policy (``os:system``) is refused where it is resolved, so
   ``record sim``, ``qualify``, ``sweep`` and ``replay`` all say so in one line;
@@ -246,7 +247,7 @@ def test_a_typo_in_a_sweep_matrix_gets_did_you_mean(tmp_path: Path) -> None:
     ],
 )
 def test_builtin_does_not_ignore_a_bad_policy_config(config: dict[str, object], names: str) -> None:
-    """``--strategy builtin`` ignored its --policy-config, even an impossible one (issue 18)."""
+    """``--strategy builtin`` once ignored its --policy-config, even an impossible one."""
     with pytest.raises(ConfigError) as info:
         resolve_strategy("builtin", config)
     message = one_line(info)

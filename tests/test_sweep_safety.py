@@ -1,4 +1,7 @@
-"""A sweep never touches what it did not write, and its workers die with it (issue 18)."""
+"""A sweep never touches what it did not write, and its workers die with it.
+
+See docs/guarantees.md, "Existing files" and "Interruption".
+"""
 
 from __future__ import annotations
 

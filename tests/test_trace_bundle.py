@@ -162,7 +162,7 @@ def test_missing_path_and_missing_manifest(tmp_path: Path) -> None:
         (lambda m: {**m, "schema_version": 99}, "schema_version"),
         (lambda m: {**m, "format": "other"}, "not a tracekit trace bundle"),
         (lambda m: {k: v for k, v in m.items() if k != "engine"}, "lacks required field"),
-        # Issue 18 item 7: a "tables" field of the wrong shape crashed validate.
+        # A "tables" field of the wrong shape once crashed validate.
         (lambda m: {**m, "tables": "x"}, "field 'tables' is \"x\""),
         (lambda m: {**m, "tables": {"steps": 3}}, "field 'tables.steps' is 3"),
         (lambda m: {**m, "tables": {"steps": {"rows": "9"}}}, "'tables.steps.rows' is \"9\""),
@@ -189,7 +189,7 @@ def test_manifest_that_is_not_json(tmp_path: Path) -> None:
 def test_a_manifest_that_cannot_be_read_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 18 item 7: chmod 000 on manifest.json gave a traceback.
+    """chmod 000 on manifest.json once gave a traceback.
 
     The tests run as root, for whom chmod 000 does not stop reads: the unreadable file is
     simulated by a PermissionError from the read (and, for real, by a non-UTF-8 file).

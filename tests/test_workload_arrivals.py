@@ -1,4 +1,7 @@
-"""Client arrival models (issue 14): hand-worked sequences, vLLM bench's rule, seeds, errors."""
+"""Client arrival models: hand-worked sequences, vLLM bench's rule, seeds, errors.
+
+See docs/workloads.md, "Arrivals: apply_arrivals(workload, kind, *, rate=None, seed=0)".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The optional ``cancel_after_s`` column (issue 14, recorded client cancels)."""
+"""The optional ``cancel_after_s`` column: recorded client cancels.
+
+See docs/workloads.md, "Recorded cancels: apply_cancels(workload, cancels)".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Client concurrency models (issue 14): the ClientModel's checks and hand-worked dispatch rules."""
+"""Client concurrency models: the ClientModel's checks and hand-worked dispatch rules.
+
+See docs/workloads.md, "Concurrency and aborts: ClientModel".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Client request order and output-length caps (issue 14), against hand-worked tables."""
+"""Client request order and output-length caps, against hand-worked tables.
+
+See docs/workloads.md, "Request order: apply_order(workload, order)" and
+docs/workloads.md, "Output lengths: apply_max_tokens(workload, max_tokens)".
+"""
 
 from __future__ import annotations
 

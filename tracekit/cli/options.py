@@ -395,7 +395,7 @@ engine_options = _stack(
         f"({SGLANG_DEFAULTS['priority_scheduling_preemption_threshold']}).",
     ),
     latency_option,
-    # vLLM features (issue 12): unset keeps the mode's default (on in vllm mode, as vLLM runs).
+    # vLLM features: unset keeps the mode's default (on in vllm mode, as vLLM runs).
     click.option(
         "--prefix-caching/--no-prefix-caching",
         "enable_prefix_caching",
@@ -497,7 +497,7 @@ def workload_settings(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# --- load generator (issue 14): client models; see docs/workloads.md, "Client models" --------
+# --- load generator: client models; see docs/workloads.md, "Client models" --------------------
 
 load_options = _stack(
     click.option(

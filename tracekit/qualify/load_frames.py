@@ -1,4 +1,4 @@
-"""The frames of the report's load section (issue 14), from a results folder with a load plan.
+"""The frames of the report's load section, from a results folder with a load plan.
 
 * :func:`goodput_frame` — per load cell and strategy: offered rate, achieved rate and SLO
   attainment, means over the repeats (the goodput curves);

@@ -1,7 +1,7 @@
 """qualify's load plan: cells at fractions of the measured capacity, plus one concurrency cell.
 
 A policy effect of a few percent is only visible where the engine is near, not far beyond, its
-saturation point (issue 14): in a cell offered five times what the engine serves, queueing swamps
+saturation point: in a cell offered five times what the engine serves, queueing swamps
 every policy. The default plan therefore measures the saturation point first
 (:func:`tracekit.capacity.find_capacity`: the largest rate at which the built-in policy meets the
 SLO-attainment target) and qualifies at:

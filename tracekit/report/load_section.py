@@ -1,4 +1,4 @@
-"""The report's load section (issue 14): verdicts per load level and the goodput curves.
+"""The report's load section: verdicts per load level and the goodput curves.
 
 Shown only for a results folder with a load plan (``tracekit qualify``'s default): the headline
 of every load cell, offered against achieved rate, SLO attainment against load for every

@@ -336,7 +336,7 @@ def _runs(view: ReportInputs) -> Section:
         "serving metrics (times in seconds) and the policy's counters.",
     )
     f3 = fmt_float(3)
-    # With a load plan (issue 14) each run has a load, and client aborts are counted.
+    # With a load plan each run has a load, and client aborts are counted.
     columns = view.cells.columns
     by_load = ["load_order"] if "load_order" in columns else []
     load_column = [Column("load")] if "load" in columns else []

@@ -101,7 +101,7 @@ class WorkloadSpec:
     shared_prefix_tokens: int | None = None
     prefix_groups: int | None = None
     prefix_seed: int = 0
-    # The entry's client model (issue 14): LoadSpec fields, applied by the plan at every rate.
+    # The entry's client model (docs/sweep.md, "Client models"): LoadSpec fields, at every rate.
     client: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -95,7 +95,7 @@ def inspect_trace(path: str | Path) -> list[dict[str, Any]]:
         .agg(
             pl.len().alias("requests"),
             (pl.col("status") == "finished").sum().alias("finished"),
-            # Cancelled by the client (issue 14), and refused on arrival (prompt too long).
+            # Cancelled by the client, and refused on arrival (prompt too long).
             (pl.col("status") == "aborted").sum().alias("aborted"),
             (pl.col("status") == "rejected").sum().alias("rejected"),
             pl.col("num_preemptions").sum().alias("preemptions"),
