@@ -82,6 +82,32 @@ def check_readable(path: Path) -> None:
         )
 
 
+def read_json_document(path: Path, *, what: str, fix: str) -> object:
+    """Parse a whole-file JSON document, or raise one :class:`WorkloadError` naming the file.
+
+    Parameters
+    ----------
+    path
+        The file (checked with :func:`check_readable` first).
+    what
+        What the file should be, e.g. ``"a vllm bench serve result"``.
+    fix
+        The fix the message proposes when the file is not JSON.
+
+    Returns
+    -------
+    object
+        The parsed value; its shape is the caller's to check.
+    """
+    check_readable(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise workload_error(
+            path, expected=f"{what} (JSON)", found=f"invalid JSON ({exc})", fix=fix
+        ) from None
+
+
 def csv_locator(row: int) -> str:
     """Locate CSV data row ``row``: the header is line 1, so data row 0 is line 2.
 

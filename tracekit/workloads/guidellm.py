@@ -27,12 +27,11 @@ first token included; its ``inter_token_latency_ms`` is ``(latency - TTFT) / (ou
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from tracekit.workloads._errors import option_error, workload_error
-from tracekit.workloads._readers import check_readable
+from tracekit.workloads._readers import read_json_document
 from tracekit.workloads.measured import MeasuredRun, measured_run
 from tracekit.workloads.model import Workload
 
@@ -42,16 +41,11 @@ CLIENT = "guidellm"
 
 
 def _load(path: Path) -> dict[str, Any]:
-    check_readable(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise workload_error(
-            path,
-            expected="a GuideLLM benchmark report (JSON)",
-            found=f"invalid JSON ({exc})",
-            fix="point at the file guidellm run --output kind=json wrote",
-        ) from None
+    doc = read_json_document(
+        path,
+        what="a GuideLLM benchmark report",
+        fix="point at the file guidellm run --output kind=json wrote",
+    )
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise workload_error(
             path,

@@ -152,6 +152,23 @@ def _first_bad(frame: pl.DataFrame, predicate: pl.Expr) -> Mapping[str, Any] | N
     return bad.row(0, named=True) if bad.height else None
 
 
+def _check_rules(
+    frame: pl.DataFrame, source: str | Path, rules: list[tuple[str, pl.Expr, str]]
+) -> None:
+    """Raise for the first request that breaks a rule ``(column, ok, expected)``, in rule order."""
+    for column, ok, wanted in rules:
+        row = _first_bad(frame, ~ok)
+        if row is not None:
+            raise workload_error(
+                source,
+                where=f"request {row['request_id']!r}",
+                field=column,
+                expected=wanted,
+                found=describe_value(row[column]),
+                fix="correct that request in the source file",
+            )
+
+
 def check_workload_frame(frame: pl.DataFrame, source: str | Path) -> None:
     """Raise a :class:`~tracekit.errors.WorkloadError` unless ``frame`` is a valid workload table.
 
@@ -204,17 +221,7 @@ def check_workload_frame(frame: pl.DataFrame, source: str | Path) -> None:
         ),
         ("priority", pl.col("priority").is_not_null(), "an integer"),
     ]
-    for column, ok, wanted in rules:
-        row = _first_bad(frame, ~ok)
-        if row is not None:
-            raise workload_error(
-                source,
-                where=f"request {row['request_id']!r}",
-                field=column,
-                expected=wanted,
-                found=describe_value(row[column]),
-                fix="correct that request in the source file",
-            )
+    _check_rules(frame, source, rules)
     late = _first_bad(frame, pl.col("arrival_s") > MAX_ARRIVAL_S)
     if late is not None:
         raise workload_error(
@@ -225,41 +232,24 @@ def check_workload_frame(frame: pl.DataFrame, source: str | Path) -> None:
             found=describe_value(late["arrival_s"]),
             fix="check the arrival column's time unit, or use a larger --rate-scale",
         )
+    optional: list[tuple[str, pl.Expr, str]] = []
     if with_prefix:
-        row = _first_bad(frame, pl.col(PREFIX_HASH_IDS).list.len() == 0)
-        if row is not None:
-            raise workload_error(
-                source,
-                where=f"request {row['request_id']!r}",
-                field=PREFIX_HASH_IDS,
-                expected="a non-empty list of integers",
-                found=describe_value(row[PREFIX_HASH_IDS]),
-                fix="correct that request in the source file",
-            )
+        nonempty = pl.col(PREFIX_HASH_IDS).list.len() != 0
+        optional.append((PREFIX_HASH_IDS, nonempty, "a non-empty list of integers"))
     if with_cancel:
         cancel = pl.col(CANCEL_AFTER_S)
-        row = _first_bad(frame, ~(cancel.is_null() | (cancel.is_finite() & (cancel > 0))))
-        if row is not None:
-            raise workload_error(
-                source,
-                where=f"request {row['request_id']!r}",
-                field=CANCEL_AFTER_S,
-                expected="a finite number of seconds > 0, or empty for no cancel",
-                found=describe_value(row[CANCEL_AFTER_S]),
-                fix="correct that request in the source file",
+        optional.append(
+            (
+                CANCEL_AFTER_S,
+                cancel.is_null() | (cancel.is_finite() & (cancel > 0)),
+                "a finite number of seconds > 0, or empty for no cancel",
             )
+        )
+    if with_ignore_eos:
+        optional.append((IGNORE_EOS, pl.col(IGNORE_EOS).is_not_null(), "true or false"))
+    _check_rules(frame, source, optional)
     if with_ignore_eos:
         flag = pl.col(IGNORE_EOS)
-        row = _first_bad(frame, flag.is_null())
-        if row is not None:
-            raise workload_error(
-                source,
-                where=f"request {row['request_id']!r}",
-                field=IGNORE_EOS,
-                expected="true or false",
-                found=describe_value(row[IGNORE_EOS]),
-                fix="correct that request in the source file",
-            )
         row = _first_bad(frame, flag & (pl.col("output_tokens") != pl.col("max_tokens")))
         if row is not None:
             raise workload_error(

@@ -16,13 +16,12 @@ Rules: ``start_s`` = ``start_times`` minus the first; ``prompt_tokens`` = ``inpu
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from tracekit.workloads._errors import workload_error
-from tracekit.workloads._readers import check_readable
+from tracekit.workloads._readers import read_json_document
 from tracekit.workloads.measured import MeasuredRun, measured_run
 from tracekit.workloads.model import Workload
 
@@ -61,16 +60,9 @@ def read_vllm_bench_run(path: str | Path) -> MeasuredRun:
         of different lengths, or a bad value (one line naming the request and the field).
     """
     path = Path(path)
-    check_readable(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise workload_error(
-            path,
-            expected="a vllm bench serve result (JSON)",
-            found=f"invalid JSON ({exc})",
-            fix="point at the file --save-result wrote",
-        ) from None
+    doc = read_json_document(
+        path, what="a vllm bench serve result", fix="point at the file --save-result wrote"
+    )
     if not isinstance(doc, dict) or not set(VLLM_BENCH_KEYS) <= set(doc):
         raise workload_error(
             path,
