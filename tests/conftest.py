@@ -7,6 +7,7 @@ another, so that each test module can be run, moved or deleted on its own.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,15 @@ def report_results_copy(report_results: Path, tmp_path: Path) -> Path:
     """A private copy of :func:`report_results` that a test may modify."""
     return report_helpers.copy_results(report_results, tmp_path / "results")
 
+
+@pytest.fixture
+def no_bidkv_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``BIDKV_*`` variable and no ``VLLM_EXTENSION_BUNDLES``, for tests of the defaults.
+
+    The policy reads ``BIDKV_UTILITY_*`` defaults from the environment and the host reads its
+    bundle admission, so a developer's shell must not change what these tests see.
+    """
+    for name in list(os.environ):
+        if name.startswith("BIDKV_"):
+            monkeypatch.delenv(name)
+    monkeypatch.delenv("VLLM_EXTENSION_BUNDLES", raising=False)

@@ -12,7 +12,6 @@ The broken policy classes live in this module and are loaded by name, as engines
 from __future__ import annotations
 
 import json
-import os
 from importlib.metadata import EntryPoint
 from types import SimpleNamespace
 from typing import Any
@@ -33,12 +32,8 @@ BUNDLE_EPS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("BIDKV_"):
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("VLLM_EXTENSION_BUNDLES", raising=False)
+# The policy's defaults and the host's admission, not the developer's shell (conftest.py).
+pytestmark = pytest.mark.usefixtures("no_bidkv_environment")
 
 
 # -- broken policy faces, loaded by name --------------------------------------------------------

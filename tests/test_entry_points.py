@@ -9,7 +9,6 @@ not import the policy module (docs/contracts.md, "Bundle admission").
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from importlib import metadata
@@ -26,13 +25,8 @@ BUNDLE_ID = "org.vllm-hust.bidkv"
 SELECTOR_MODULE = "bidkv.adapters.vllm_hust.selector"
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The policy reads BIDKV_UTILITY_* defaults from the environment; the host reads admission.
-    for name in list(os.environ):
-        if name.startswith("BIDKV_"):
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("VLLM_EXTENSION_BUNDLES", raising=False)
+# The policy's defaults and the host's admission, not the developer's shell (conftest.py).
+pytestmark = pytest.mark.usefixtures("no_bidkv_environment")
 
 
 def named(group: str, name: str) -> list[metadata.EntryPoint]:

@@ -15,7 +15,6 @@ with the same root cause; and the emergency bypass must give the built-in rule.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -42,13 +41,8 @@ POLICY = "bidkv.adapters.vllm_hust.selector.BidkvPreemptionPolicy"
 EXPECTED_VICTIMS = ["r1", "r6", "r7", "r11"]
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The policy reads BIDKV_UTILITY_* defaults from the environment; the host reads admission.
-    for name in list(os.environ):
-        if name.startswith("BIDKV_"):
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("VLLM_EXTENSION_BUNDLES", raising=False)
+# The policy's defaults and the host's admission, not the developer's shell (conftest.py).
+pytestmark = pytest.mark.usefixtures("no_bidkv_environment")
 
 
 @pytest.fixture(scope="module")
