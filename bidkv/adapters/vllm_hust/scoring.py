@@ -256,27 +256,19 @@ def scan_top(
         duplicated id resolves to its last object); it is ``top`` when ids are unique.
         ``requester_tokens_freed`` belongs to the best-ranked record with the requester's id.
     """
+    args = (
+        candidates,
+        completion_weight,
+        preempt_weight,
+        epsilon,
+        default_max_tokens,
+        requester_id,
+    )
     try:
-        return _scan(
-            candidates,
-            completion_weight,
-            preempt_weight,
-            epsilon,
-            default_max_tokens,
-            requester_id,
-            _SCAN_FIELDS,
-        )
+        return _scan(*args, _SCAN_FIELDS)
     except AttributeError:
         # Some candidate lacks an attribute: redo the pass reading each field with a default.
-        return _scan(
-            candidates,
-            completion_weight,
-            preempt_weight,
-            epsilon,
-            default_max_tokens,
-            requester_id,
-            _read_with_defaults,
-        )
+        return _scan(*args, _read_with_defaults)
 
 
 # Fields the scan reads with one C-level call per candidate.
