@@ -85,6 +85,14 @@ def _tail(result, step: int, decision: int, finished: set[str]):
     )
 
 
+def _advance(run, target: int, full):
+    """Step ``run`` up to step ``target``: the records of ``full`` a fork made there produces."""
+    while run.prepare() and run.next_step < target:
+        run.step()
+    finished = {r.request_id for r in run.result.requests}
+    return _tail(full, target, run.num_decisions, finished)
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_engine_run_equals_run_engine(case: str) -> None:
     overrides, requests = CASES[case]
@@ -112,16 +120,12 @@ def test_fork_continues_identically(case: str) -> None:
     # Fork just before a preempting step, in the middle of the run, and at the very start.
     for target in (decision_steps[0], decision_steps[len(decision_steps) // 2], 0):
         run = EngineRun(requests, config, BuiltinHost())
-        while run.prepare() and run.next_step < target:
-            run.step()
-        finished = {r.request_id for r in run.result.requests}
-        decisions_before = run.num_decisions
+        want = _advance(run, target, full)
         shared_tails.append(run._unstarted_tail_length())
         fork = run.fork()
         fork_result = fork.run_to_end()
         original = run.run_to_end()
-        want = _tail(full, run_step := target, decisions_before, finished)
-        assert _records(fork_result) == want, (case, run_step)
+        assert _records(fork_result) == want, (case, target)
         # The original, after the fork ran to the end, is still the full run.
         assert _records(original) == _records(full)
         assert fork_result.num_steps == full.num_steps
@@ -243,12 +247,9 @@ def test_fork_continues_identically_with_a_client_model(case: str) -> None:
     totals = (full.num_aborted, full.client_queue_total_s, full.client_queue_max_s)
     for target in (0, full.num_steps // 3, 2 * full.num_steps // 3):
         run = EngineRun(requests, config, BuiltinHost(), client=client)
-        while run.prepare() and run.next_step < target:
-            run.step()
-        finished = {r.request_id for r in run.result.requests}
-        decisions_before = run.num_decisions
+        want = _advance(run, target, full)
         fork = run.fork().run_to_end()
-        assert _records(fork) == _tail(full, target, decisions_before, finished), target
+        assert _records(fork) == want, target
         assert (fork.num_aborted, fork.client_queue_total_s, fork.client_queue_max_s) == totals
         original = run.run_to_end()
         assert _records(original) == _records(full)
@@ -282,10 +283,7 @@ def test_fork_continues_identically_with_a_step_time_model(case: str, monkeypatc
     for target in (0, full.num_steps // 3, 2 * full.num_steps // 3):
         run = EngineRun(requests, config, BuiltinHost())
         assert isinstance(run.clock, StepModelClock)
-        while run.prepare() and run.next_step < target:
-            run.step()
-        finished = {r.request_id for r in run.result.requests}
-        decisions_before = run.num_decisions
+        want = _advance(run, target, full)
         fork = run.fork().run_to_end()
-        assert _records(fork) == _tail(full, target, decisions_before, finished), target
+        assert _records(fork) == want, target
         assert _records(run.run_to_end()) == _records(full)
