@@ -218,24 +218,35 @@ class RadixTree:
         The length ``n`` is given apart so that callers pass a request's whole cached key
         without slicing it.
         """
-        node = self.root
-        matched = 0
-        while matched < n:
-            child = node.children.get(key[matched])
-            if child is None:
-                break
-            length = _common(child.key, key, matched, n)
-            matched += length
-            if length < len(child.key):
-                node = self._split(child, length)
-                break
-            node = child
+        matched, node = self._descend(key, n, touch=False)
         now: float = self._tick()
         update: _Node | None = node
         while update is not None:
             update.access = now
             now -= 0.00001
             update = update.parent
+        return matched, node
+
+    def _descend(self, key: tuple[int, ...], n: int, *, touch: bool) -> tuple[int, _Node]:
+        """Walk the cached prefix of ``key[:n]``, splitting the node it ends inside.
+
+        With ``touch`` each node entered is stamped with the clock on the way down (an insert);
+        a match stamps the whole path afterwards instead.
+        """
+        node = self.root
+        matched = 0
+        while matched < n:
+            child = node.children.get(key[matched])
+            if child is None:
+                break
+            if touch:
+                child.access = self._tick()
+            length = _common(child.key, key, matched, n)
+            matched += length
+            if length < len(child.key):
+                node = self._split(child, length)
+                break
+            node = child
         return matched, node
 
     def _split(self, child: _Node, length: int) -> _Node:
@@ -253,19 +264,7 @@ class RadixTree:
 
     def insert(self, key: tuple[int, ...], n: int) -> tuple[int, _Node]:
         """Publish ``key[:n]``: how many leading tokens were already cached, and its last node."""
-        node = self.root
-        matched = 0
-        while matched < n:
-            child = node.children.get(key[matched])
-            if child is None:
-                break
-            child.access = self._tick()
-            length = _common(child.key, key, matched, n)
-            matched += length
-            if length < len(child.key):
-                node = self._split(child, length)
-                break
-            node = child
+        matched, node = self._descend(key, n, touch=True)
         if matched < n:
             new = _Node(key[matched:n], node, self._tick())
             node.children[key[matched]] = new
