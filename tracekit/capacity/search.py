@@ -34,7 +34,8 @@ from typing import Any
 import polars as pl
 
 from tracekit.analysis.serving import SloTargets
-from tracekit.engine import BuiltinHost, EngineConfig, RequestRecord, run_engine
+from tracekit.engine import BuiltinHost, EngineConfig, run_engine
+from tracekit.engine.engine import FinishedRequests
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
 from tracekit.trace.text import text_table
@@ -227,31 +228,14 @@ def workload_at_rate(workload: Workload, spec: LoadSpec, rate: float, *, seed: i
     return dataclasses.replace(sent, options=options)
 
 
-class _Requests:
-    """An engine observer that keeps only the finished-request records."""
-
-    def __init__(self) -> None:
-        self.records: list[RequestRecord] = []
-
-    def on_step(self, record: object) -> None:
-        """Steps are not kept."""
-
-    def on_decision(self, record: object) -> None:
-        """Decisions are not kept."""
-
-    def on_request(self, record: RequestRecord) -> None:
-        """Keep the request."""
-        self.records.append(record)
-
-
 def measure(workload: Workload, config: EngineConfig, slo: SloTargets, rate: float) -> Probe:
     """Run ``workload`` (already at ``rate``) with the built-in policy and measure it."""
-    observer = _Requests()
+    observer = FinishedRequests()
     result = run_engine(
         engine_requests(workload), config, BuiltinHost(), observer, collect=False,
         client=client_model(workload),
     )  # fmt: skip
-    records = observer.records
+    records = observer.requests
     frame = pl.DataFrame(
         {
             "status": [r.status for r in records],

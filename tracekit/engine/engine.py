@@ -67,6 +67,28 @@ class EngineObserver(Protocol):
         ...
 
 
+class FinishedRequests:
+    """An observer that keeps only the request records (a run with ``collect=False`` needs them).
+
+    The capacity search and the oracle's rollouts score the finished requests and nothing else.
+    """
+
+    __slots__ = ("requests",)
+
+    def __init__(self) -> None:
+        self.requests: list[RequestRecord] = []
+
+    def on_step(self, record: StepRecord) -> None:
+        """Steps are not kept."""
+
+    def on_decision(self, record: DecisionRecord) -> None:
+        """Decisions are not kept."""
+
+    def on_request(self, record: RequestRecord) -> None:
+        """Keep the request."""
+        self.requests.append(record)
+
+
 @dataclass(slots=True)
 class EngineResult:
     """Everything a run produced (the lists are empty when collection is off)."""

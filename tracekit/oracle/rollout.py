@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tracekit.engine.config import EngineConfig
-from tracekit.engine.engine import EngineRun
+from tracekit.engine.engine import EngineRun, FinishedRequests
 from tracekit.engine.fake_model import stop_rule
 from tracekit.engine.hosts import VictimChoice
-from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
+from tracekit.engine.outputs import RequestRecord
 from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
 from tracekit.hosts.preemption_policy import PreemptionContext, builtin_victim_id
 
@@ -104,25 +104,6 @@ class ScriptedHost:
         if index < len(self.victims):
             return VictimChoice(self.victims[index], "selected")
         return VictimChoice(builtin_victim_id(context), "builtin")
-
-
-class _Finished:
-    """Observer that keeps only the finished requests (a rollout needs nothing else)."""
-
-    __slots__ = ("requests",)
-
-    def __init__(self) -> None:
-        self.requests: list[RequestRecord] = []
-
-    def on_step(self, record: StepRecord) -> None:
-        """Ignored."""
-
-    def on_decision(self, record: DecisionRecord) -> None:
-        """Ignored."""
-
-    def on_request(self, record: RequestRecord) -> None:
-        """Keep it."""
-        self.requests.append(record)
 
 
 def _live(run: EngineRun) -> list[RequestState]:
@@ -204,7 +185,7 @@ def _rollout(
 
     ``steps=None``: run until every id in ``watch`` has finished, or ``settings.horizon``.
     """
-    finished = _Finished()
+    finished = FinishedRequests()
     base = sum(s.recomputed_tokens for s in _live(snapshot))
     fork = snapshot.fork(ScriptedHost(victims), collect=False, observer=finished)
     t_start = fork.now
