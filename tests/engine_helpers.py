@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, EngineResult, run_engine
 from tracekit.engine.hosts import VictimHost
+from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import engine_requests
 from tracekit.vllm.fixtures import FIXTURES, PREFIX_CACHING_FIXTURES
 from tracekit.vllm.protocol import Scenario
@@ -54,6 +56,19 @@ def make_engine(
             **overrides,
         },
     )
+
+
+class StepWatcher:
+    """An engine observer that calls ``on_step(record)`` for every step and ignores the rest."""
+
+    def __init__(self, on_step: Callable[[StepRecord], None]) -> None:
+        self.on_step = on_step
+
+    def on_decision(self, record: DecisionRecord) -> None:
+        """Decisions are ignored."""
+
+    def on_request(self, record: RequestRecord) -> None:
+        """Requests are ignored."""
 
 
 def make_requests(*specs: Spec) -> list[EngineRequest]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from engine_helpers import random_content
+from engine_helpers import StepWatcher, random_content
 
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
 from tracekit.engine.content import (
@@ -18,6 +18,7 @@ from tracekit.engine.content import (
     prompt_token_ids,
     unique_token,
 )
+from tracekit.engine.outputs import StepRecord
 from tracekit.engine.prefix_cache import PrefixCachingBlockPool
 from tracekit.engine.request import EngineRequest, RequestState
 from tracekit.engine.scheduler import VllmPrefixCachingScheduler, make_vllm_scheduler
@@ -101,19 +102,17 @@ def test_runs_stay_consistent_and_hit(policy: str, version: str, is_async: bool)
         made.append(make_vllm_scheduler(c, h or BuiltinHost(), d))  # type: ignore[arg-type]
         return made[0]
 
-    class Observer:
-        def on_decision(self, record) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-        def on_request(self, record) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-        def on_step(self, record) -> None:  # type: ignore[no-untyped-def]
-            hits.extend(made[0].step_cache_hits.values())
+    def on_step(record: StepRecord) -> None:
+        hits.extend(made[0].step_cache_hits.values())
 
     requests = workload(1)
     result = run_engine(
-        requests, config, None, Observer(), scheduler_factory=factory, check_consistency=True
+        requests,
+        config,
+        None,
+        StepWatcher(on_step),
+        scheduler_factory=factory,
+        check_consistency=True,
     )
     assert result.num_preemptions > 0
     assert sum(hits) > 0 and all(h % 16 == 0 for h in hits)
@@ -160,19 +159,17 @@ def test_preempted_request_rehits_its_own_blocks() -> None:
         made.append(VllmPrefixCachingScheduler(c, h or BuiltinHost(), d))
         return made[0]
 
-    class Observer:
-        def on_decision(self, record) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-        def on_request(self, record) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-        def on_step(self, record) -> None:  # type: ignore[no-untyped-def]
-            for rid, n in made[0].step_cache_hits.items():
-                hits[rid] = max(hits.get(rid, 0), n)
+    def on_step(record: StepRecord) -> None:
+        for rid, n in made[0].step_cache_hits.items():
+            hits[rid] = max(hits.get(rid, 0), n)
 
     result = run_engine(
-        requests, config, None, Observer(), scheduler_factory=factory, check_consistency=True
+        requests,
+        config,
+        None,
+        StepWatcher(on_step),
+        scheduler_factory=factory,
+        check_consistency=True,
     )
     assert result.num_preemptions > 0
     # b was preempted holding four full (keyed) blocks; a's growth reused its unkeyed partial

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from engine_helpers import StepWatcher
 
 from tracekit.engine import BuiltinHost, run_engine
 from tracekit.engine.config import recorded_engine_config
+from tracekit.engine.outputs import StepRecord
 from tracekit.engine.request import engine_requests
 from tracekit.engine.scheduler import make_vllm_scheduler
 from tracekit.recording.sim import record_sim
@@ -102,17 +104,11 @@ def run_counting_hits(requests, config):  # type: ignore[no-untyped-def]
         made.append(scheduler)
         return scheduler
 
-    class Observer:
-        def on_step(self, record) -> None:  # type: ignore[no-untyped-def]
-            hits[0] += sum(getattr(made[0], "step_cache_hits", {}).values())
+    def on_step(record: StepRecord) -> None:
+        hits[0] += sum(getattr(made[0], "step_cache_hits", {}).values())
 
-        def on_decision(self, record) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-        def on_request(self, record) -> None:  # type: ignore[no-untyped-def]
-            pass
-
-    result = run_engine(requests, config, BuiltinHost(), Observer(), scheduler_factory=factory)
+    observer = StepWatcher(on_step)
+    result = run_engine(requests, config, BuiltinHost(), observer, scheduler_factory=factory)
     return result, hits[0], getattr(made[0].block_pool, "num_evicted", 0)
 
 
