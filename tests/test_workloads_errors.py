@@ -23,6 +23,7 @@ from tracekit.workloads import (
     read_azure,
     read_bidkv_trace,
     read_mooncake,
+    read_sessions,
     read_table,
     read_vidur,
     read_vllm_workload,
@@ -533,6 +534,20 @@ def test_truncated_parquet(tmp_path: Path) -> None:
     for loader in (read_table, load_workload):
         with pytest.raises(WorkloadError, match="truncated or corrupt"):
             loader(cut)
+
+
+def test_every_parquet_reader_gives_the_same_error(tmp_path: Path) -> None:
+    # A table, its lazy scan and a conversation log read Parquet through one function: the
+    # copies had drifted (two proposed a fix without the likely cause).
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"PAR1 definitely not parquet PAR1")
+    messages = []
+    for loader in (read_table, scan_table, read_sessions):
+        with pytest.raises(WorkloadError) as raised:
+            loader(junk)
+        messages.append(str(raised.value))
+    assert len(set(messages)) == 1, messages
+    assert "re-write the Parquet file (was the copy cut short?)" in messages[0]
 
 
 def test_parquet_without_rows(tmp_path: Path) -> None:

@@ -28,8 +28,12 @@ __all__ = [
     "document_locator",
     "file_sha256",
     "jsonl_locator",
+    "parquet_error",
+    "parquet_locator",
     "read_csv_strings",
+    "read_json_document",
     "read_ndjson_records",
+    "read_parquet_rows",
 ]
 
 ROW = "_row"
@@ -106,6 +110,41 @@ def read_json_document(path: Path, *, what: str, fix: str) -> object:
         raise workload_error(
             path, expected=f"{what} (JSON)", found=f"invalid JSON ({exc})", fix=fix
         ) from None
+
+
+def parquet_error(path: Path, error: BaseException) -> WorkloadError:
+    """The one-line error for a Parquet file polars or Arrow cannot read (truncated, corrupt).
+
+    Parameters
+    ----------
+    path
+        The file.
+    error
+        What the reader raised; its first line is quoted (its type when it has no message).
+    """
+    text = str(error).strip()
+    reason = text.splitlines()[0] if text else type(error).__name__
+    return workload_error(
+        path,
+        expected="a readable Parquet file",
+        found=f"a truncated or corrupt file ({reason})",
+        fix="re-write the Parquet file (was the copy cut short?)",
+    )
+
+
+def read_parquet_rows(path: Path) -> pl.DataFrame:
+    """Read a whole Parquet file with the :data:`ROW` column, or raise :func:`parquet_error`."""
+    check_readable(path)
+    try:
+        frame = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as error:
+        raise parquet_error(path, error) from error
+    return frame.with_row_index(ROW)
+
+
+def parquet_locator(row: int) -> str:
+    """Locate Parquet row ``row`` (0-based) as ``"row N"`` (1-based)."""
+    return f"row {row + 1}"
 
 
 def csv_locator(row: int) -> str:

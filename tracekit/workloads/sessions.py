@@ -40,9 +40,10 @@ from tracekit.workloads._readers import (
     ROW,
     check_columns,
     check_not_empty,
-    check_readable,
     csv_locator,
+    parquet_locator,
     read_csv_strings,
+    read_parquet_rows,
 )
 from tracekit.workloads.model import PREFIX_HASH_IDS, Workload, assemble_workload
 
@@ -57,26 +58,12 @@ _SESSION_SHIFT = 24
 _WHAT = "a conversation log"
 
 
-def _parquet_locator(row: int) -> str:
-    return f"row {row + 1}"
-
-
 def _read_raw(path: Path) -> tuple[pl.DataFrame, object]:
     if path.suffix.lower() in {".parquet", ".pq"}:
-        check_readable(path)
-        try:
-            frame = pl.read_parquet(path)
-        except (pl.exceptions.PolarsError, OSError) as error:
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else "unreadable"
-            raise workload_error(
-                path,
-                expected="a readable Parquet file",
-                found=f"a truncated or corrupt file ({reason})",
-                fix="re-write the Parquet file",
-            ) from error
+        frame = read_parquet_rows(path)
         # Parquet columns keep their types; the checks below read them as text like CSV cells.
-        frame = frame.with_columns(pl.col(c).cast(pl.String) for c in frame.columns)
-        return frame.with_row_index(ROW), _parquet_locator
+        text = frame.with_columns(pl.col(c).cast(pl.String) for c in frame.columns if c != ROW)
+        return text, parquet_locator
     return read_csv_strings(path, what=_WHAT), csv_locator
 
 

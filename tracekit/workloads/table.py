@@ -36,7 +36,10 @@ from tracekit.workloads._readers import (
     check_not_empty,
     check_readable,
     csv_locator,
+    parquet_error,
+    parquet_locator,
     read_csv_strings,
+    read_parquet_rows,
 )
 from tracekit.workloads.detect import WorkloadFormat, parse_format
 from tracekit.workloads.model import PREFIX_HASH_IDS, Workload, assemble_workload
@@ -71,25 +74,6 @@ def _table_format(path: Path, format: str | WorkloadFormat | None) -> WorkloadFo
     return WorkloadFormat.CSV
 
 
-def _parquet_locator(row: int) -> str:
-    return f"row {row + 1}"
-
-
-def _read_parquet(path: Path) -> pl.DataFrame:
-    check_readable(path)
-    try:
-        frame = pl.read_parquet(path)
-    except (pl.exceptions.PolarsError, OSError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise workload_error(
-            path,
-            expected="a readable Parquet file",
-            found=f"a truncated or corrupt file ({reason})",
-            fix="re-write the Parquet file (was the copy cut short?)",
-        ) from error
-    return frame.with_row_index(ROW)
-
-
 def scan_table(path: str | Path, *, format: str | WorkloadFormat | None = None) -> pl.LazyFrame:
     """Lazily read a plain workload table (CSV or Parquet) as canonical columns, unchecked.
 
@@ -119,12 +103,7 @@ def scan_table(path: str | Path, *, format: str | WorkloadFormat | None = None) 
             lazy = pl.scan_parquet(path)
             names = lazy.collect_schema().names()
         except (pl.exceptions.PolarsError, OSError) as error:
-            raise workload_error(
-                path,
-                expected="a readable Parquet file",
-                found=f"a truncated or corrupt file ({str(error).strip().splitlines()[0]})",
-                fix="re-write the Parquet file",
-            ) from error
+            raise parquet_error(path, error) from error
     else:
         check_readable(path)
         lazy = pl.scan_csv(path)
@@ -214,7 +193,7 @@ def read_table(path: str | Path, *, format: str | WorkloadFormat | None = None) 
     path = Path(path)
     fmt = _table_format(path, format)
     if fmt is WorkloadFormat.PARQUET:
-        raw, locate = _read_parquet(path), _parquet_locator
+        raw, locate = read_parquet_rows(path), parquet_locator
     else:
         raw, locate = read_csv_strings(path, what=_WHAT), csv_locator
     check_columns(raw, path, TABLE_COLUMNS, what=_WHAT)
