@@ -31,7 +31,6 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,14 @@ from tracekit.engine.content import prompt_token_ids
 from tracekit.engine.fake_model import split_tokens, stop_rule
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestStatus
+from tracekit.real_engine.serve import Emit, serve_scenarios
 from tracekit.recording.state import final_state
 from tracekit.recording.tiny_model import LIVE_FIRST_TOKEN, LIVE_MODEL_CONFIG, write_live_model
 from tracekit.strategies import StrategySpec
-from tracekit.vllm.driver import capture_policy_log, serve_scenarios
+from tracekit.vllm.driver import capture_policy_log
 from tracekit.vllm.hooks import SchedulerHooks
 from tracekit.vllm.protocol import (
+    PROTOCOL_VERSION,
     Scenario,
     decision_to_wire,
     request_to_wire,
@@ -53,8 +54,6 @@ from tracekit.vllm.protocol import (
 )
 
 __all__ = ["LiveBackend", "live_prompt", "main", "run_live_scenario"]
-
-Emit = Callable[[dict[str, Any]], None]
 
 #: Requests and output tokens of the warm-up run before the clock starts (first steps compile
 #: and allocate; they are not the engine's steady state).
@@ -528,9 +527,11 @@ def main(argv: list[str] | None = None) -> int:
     return serve_scenarios(
         args.scenarios,
         open_backend,
-        lambda backend, scenario, emit: run_live_scenario(
-            backend, scenario, emit, seed=args.seed, all_at_once=args.all_at_once
+        lambda backend, message, emit: run_live_scenario(
+            backend, Scenario.from_wire(message), emit, seed=args.seed, all_at_once=args.all_at_once
         ),
+        protocol=PROTOCOL_VERSION,
+        json_default=str,
     )
 
 
