@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -30,7 +31,7 @@ BASE = ROOT / "tracekit" / "real_engine"
 # and every run prints (which must not reach the message channel).
 DRIVER = textwrap.dedent(
     """
-    import sys
+    import os, sys
     from tracekit.real_engine.serve import serve_scenarios
 
     def run_one(backend, scenario, emit):
@@ -40,15 +41,19 @@ DRIVER = textwrap.dedent(
 
     check = (lambda backend: print("checked", backend["name"], file=sys.stderr)) if (
         "--check" in sys.argv) else None
-    sys.exit(serve_scenarios(None, lambda: ({"name": "fake"}, {"fake_version": "1.2"}),
+    sys.exit(serve_scenarios(None, lambda: ({"name": "fake"}, {"fake_version": "1.2",
+                             "offline": os.environ.get("HF_HUB_OFFLINE")}),
                              run_one, protocol=7, buffering=1, check=check))
     """
 )
 
 
 def _serve(lines: list[str], *args: str) -> tuple[list[dict[str, Any]], str]:
+    # The driver runs offline even when whoever started it did not say so.
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "PYTHONPATH")}
     done = subprocess.run(
         [sys.executable, "-c", DRIVER, *args],
+        env=env,
         input="".join(lines),
         capture_output=True,
         text=True,
@@ -66,8 +71,9 @@ def _scenario(run: int, n: int, protocol: int = 7) -> str:
 def test_the_driver_says_hello_then_answers_every_scenario_in_order() -> None:
     messages, stderr = _serve([_scenario(0, 2), "\n", _scenario(1, 0), _scenario(2, 4, 6)])
     hello = messages[0]
-    assert list(hello) == ["kind", "protocol", "fake_version", "python", "import_s"]
+    assert list(hello) == ["kind", "protocol", "fake_version", "offline", "python", "import_s"]
     assert hello["protocol"] == 7 and hello["fake_version"] == "1.2"
+    assert hello["offline"] == "1"
     assert hello["python"] == sys.version.split()[0] and hello["import_s"] >= 0
     assert messages[1:3] == [
         {"kind": "record", "run": 0, "inverse": 0.5},

@@ -63,7 +63,8 @@ def serve_scenarios(
     scenarios
         A JSON-lines file of scenarios; None reads standard input.
     open_backend
-        Imports the engine: ``(backend, versions)``, the versions going into ``hello`` with
+        Imports the engine (with ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` set, unless
+        they are): ``(backend, versions)``, the versions going into ``hello`` with
         ``protocol``, the Python version and the time ``open_backend`` took (``import_s``).
     run_one
         ``run_one(backend, scenario, emit)`` runs one scenario (its message, of ``protocol``),
@@ -78,6 +79,9 @@ def serve_scenarios(
     check
         Instead of reading scenarios: call ``check(backend)`` after ``hello`` and stop.
     """
+    # No hub access, whoever started the driver (the recorders set these too).
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     with protocol_channel(buffering) as channel:
 
         def emit(message: dict[str, Any]) -> None:

@@ -965,8 +965,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="import SGLang, build, and exit")
     parser.add_argument("--model-dir", help="folder for the config-only model")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     model_dir = Path(args.model_dir or Path(tempfile.gettempdir()) / "bidkv-sglang-tiny-llama")
 
     def open_backend() -> tuple[SglangBackend, dict[str, Any]]:

@@ -688,8 +688,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", help="JSON-lines file of scenarios (default: stdin)")
     parser.add_argument("--model-dir", help="folder for the tiny config-only model")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     cache_root = os.environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
     model_dir = Path(args.model_dir or Path(cache_root) / "bidkv-tiny-llama")

@@ -506,8 +506,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--all-at-once", action="store_true")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     # The engine core in this process: its scheduler is where the shim and the probe sit.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
