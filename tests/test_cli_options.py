@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from tracekit.analysis.serving import SloTargets
@@ -49,3 +51,52 @@ def test_experiment_and_qualify_defaults_are_the_library_defaults() -> None:
     qualify = options("qualify")
     assert qualify["slo_ttft_s"].default == SloTargets().ttft_s
     assert qualify["slo_tpot_s"].default == SloTargets().tpot_s
+
+
+def test_each_engine_setting_is_declared_once_and_every_command_offers_it() -> None:
+    # ENGINE_OPTIONS is the one declaration: every EngineConfig field but vLLM's always-on
+    # full_sequence_must_fit has exactly one entry, every ranged setting is in it, and each
+    # command's option of a setting is named by its field (engine_settings reads it back).
+    from tracekit.cli.options import engine_settings
+    from tracekit.engine.config import ENGINE_OPTIONS, ENGINE_RANGES
+
+    declared = [o.field for o in ENGINE_OPTIONS]
+    fields = [f.name for f in dataclasses.fields(EngineConfig)]
+    assert len(declared) == len(set(declared))
+    assert sorted(declared) == sorted(set(fields) - {"full_sequence_must_fit"})
+    assert set(ENGINE_RANGES) <= set(declared)
+    for option in ENGINE_OPTIONS:
+        assert option.help_text is None or "{" not in option.help_text, option.field
+    for path in (("record", "sim"), ("record", "vllm"), ("qualify",), ("capacity",)):
+        params = options(*path)
+        names = ["engine_mode" if f == "mode" else f for f in declared]
+        assert all(name in params for name in names), path
+        flags = {o.field: o.flag.split("/")[0] for o in ENGINE_OPTIONS}
+        assert all(flags[f] in params[n].opts for f, n in zip(declared, names, strict=True))
+    given = {name: None for name in options("record", "sim")} | {"engine_mode": "sglang"}
+    given |= {"num_blocks": 65, "radix_cache": False, "priority_scheduling_preemption_threshold": 3}
+    settings = engine_settings(given)
+    assert sorted(settings) == sorted(declared)
+    config = EngineConfig(**{k: v for k, v in settings.items() if v is not None})
+    assert (config.mode, config.num_blocks, config.radix_cache) == ("sglang", 65, False)
+    assert config.priority_scheduling_preemption_threshold == 3
+
+
+def test_a_ranged_engine_option_refuses_what_its_range_refuses() -> None:
+    from click.testing import CliRunner
+
+    from tracekit.engine.config import ENGINE_RANGES
+
+    def run(*args: str) -> str:
+        # The option is parsed before the missing --workload is reported.
+        result = CliRunner().invoke(cli, ["record", "sim", *args])
+        assert result.exit_code == 2
+        return result.output
+
+    low, high = ENGINE_RANGES["num_blocks"]
+    for value in (low - 1, high + 1):
+        assert "Invalid value for '--num-blocks'" in run("--num-blocks", str(value))
+    for value in (low, high):
+        assert "Missing option '--workload'" in run("--num-blocks", str(value))
+    assert "0.0<=x<1.0" in run("--watermark", "1.0")
+    assert "Missing option '--workload'" in run("--watermark", "0.99")

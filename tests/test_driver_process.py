@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tracekit.recording.driver_process import run_driver_process
+from tracekit.real_engine.process import run_driver_process
 
 # A stand-in driver: answers each input line with a record and an ``end``; its PYTHONPATH holds
 # only the links to bidkv and tracekit, so it can import them.

@@ -13,9 +13,10 @@ from trace_helpers import rewrite_table
 
 from tracekit.engine import EngineConfig
 from tracekit.errors import TraceSchemaError
+from tracekit.real_engine.fidelity import compare_fidelity
 from tracekit.recording.sim import record_sim
 from tracekit.strategies import resolve_strategy
-from tracekit.vllm.fidelity import FidelityInputError, compare_fidelity
+from tracekit.vllm.fidelity import FidelityInputError
 from tracekit.vllm.fixtures import FIXTURE_VERSIONS, FIXTURES, fixture_dir
 
 ROOT = Path(__file__).resolve().parents[1]

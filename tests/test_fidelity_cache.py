@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import cli
+from tracekit.real_engine.fidelity import compare_fidelity
 from tracekit.recording.sim import record_sim
-from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.fixtures import FIXTURES, fixture_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,9 +20,9 @@ from tracekit.engine.config import recorded_engine_config
 from tracekit.engine.outputs import StepRecord
 from tracekit.engine.request import engine_requests
 from tracekit.engine.scheduler import make_vllm_scheduler
+from tracekit.real_engine.fidelity import compare_fidelity
 from tracekit.recording.sim import record_sim
 from tracekit.trace.validate import validate_trace
-from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.fixtures import (
     ASYNC_FIXTURES,
     FIXTURE_VERSIONS,

@@ -17,10 +17,10 @@ import pytest
 from polars.testing import assert_frame_equal
 from vllm_helpers import environments, vllm_version
 
+from tracekit.real_engine.fidelity import compare_fidelity
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
 from tracekit.trace.validate import validate_trace
-from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.fixtures import FIXTURE_VERSIONS, FIXTURES, fixture_dir
 from tracekit.vllm.record import (
     record_vllm,

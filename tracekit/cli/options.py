@@ -34,15 +34,12 @@ from tracekit.cli.params import (
 )
 from tracekit.engine.clock import COST_MODEL_PRESETS
 from tracekit.engine.config import (
-    CLOCKS,
+    ENGINE_CHOICES,
     ENGINE_DEFAULTS,
-    ENGINE_MODES,
+    ENGINE_OPTIONS,
     ENGINE_RANGES,
-    RETRACTION_POLICIES,
-    SCHEDULING_POLICIES,
-    SGLANG_DEFAULTS,
-    VLLM_VERSIONS,
     EngineConfig,
+    EngineOption,
 )
 from tracekit.errors import ConfigError
 from tracekit.sweep.progress import format_duration
@@ -178,15 +175,6 @@ def field_defaults(cls: type) -> dict[str, Any]:
     }
 
 
-def _default(field: str) -> str:
-    vllm, sglang = ENGINE_DEFAULTS[field], SGLANG_DEFAULTS[field]
-    if vllm == sglang:
-        return f"default {vllm}"
-    if field == "max_num_seqs":
-        return f"default {vllm}; in sglang mode SGLang's, from the pool ({sglang} by default)"
-    return f"default {vllm}; {sglang} in sglang mode"
-
-
 def engine_range(field: str) -> Count | Number:
     """The option type of engine setting ``field``: its range in ``ENGINE_RANGES``."""
     low, high = ENGINE_RANGES[field]
@@ -259,157 +247,28 @@ latency_option = click.option(
 )
 
 
-engine_options = _stack(
-    click.option(
-        "--engine-mode",
-        type=Choice(ENGINE_MODES),
-        default=ENGINE_DEFAULTS["mode"],
-        show_default=True,
-    ),
-    click.option(
-        "--num-blocks",
-        type=engine_range("num_blocks"),
-        default=None,
-        help=f"KV blocks ({_default('num_blocks')}).",
-    ),
-    click.option(
-        "--block-size",
-        type=engine_range("block_size"),
-        default=None,
-        help=f"Tokens per block ({_default('block_size')}).",
-    ),
-    click.option(
-        "--max-num-seqs",
-        type=engine_range("max_num_seqs"),
-        default=None,
-        help=f"Running limit ({_default('max_num_seqs')}).",
-    ),
-    click.option(
-        "--max-num-batched-tokens",
-        type=engine_range("max_num_batched_tokens"),
-        default=None,
-        help=f"Token budget ({_default('max_num_batched_tokens')}).",
-    ),
-    click.option(
-        "--watermark",
-        type=engine_range("watermark"),
-        default=None,
-        help=f"Admission watermark ({ENGINE_DEFAULTS['watermark']}).",
-    ),
-    click.option(
-        "--max-model-len",
-        type=engine_range("max_model_len"),
-        default=None,
-        help=f"Longest sequence ({_default('max_model_len')}).",
-    ),
-    click.option(
-        "--long-prefill-token-threshold",
-        type=engine_range("long_prefill_token_threshold"),
-        default=None,
-        help="Cap on a long prefill's chunk "
-        f"({_default('long_prefill_token_threshold')}; 0 = off, vLLM's default).",
-    ),
-    click.option(
-        "--vllm-version",
-        type=Choice(VLLM_VERSIONS),
-        default=None,
-        help="vLLM release whose scheduling rules the engine follows "
-        f"({_default('vllm_version')}).",
-    ),
-    click.option(
-        "--scheduling-policy",
-        type=Choice(SCHEDULING_POLICIES),
-        default=ENGINE_DEFAULTS["scheduling_policy"],
-        show_default=True,
-    ),
-    click.option(
-        "--clock",
-        type=Choice(CLOCKS),
-        default=ENGINE_DEFAULTS["clock"],
-        show_default=True,
-        help="steps: fixed step time; cost-model: modelled step times (see docs/engine.md).",
-    ),
-    click.option(
-        "--step-s",
-        type=engine_range("step_s"),
-        default=None,
-        help=f"Step time of the steps clock ({_default('step_s')}).",
-    ),
-    click.option(
-        "--cost-model",
-        type=Choice(sorted(COST_MODEL_PRESETS)),
-        default=None,
-        help=f"Cost-model preset ({_default('cost_model')}).",
-    ),
-    # --- SGLang mode (see the SGLang mode section of docs/engine.md) ---
-    click.option(
-        "--retraction-policy",
-        type=Choice(RETRACTION_POLICIES),
-        default=None,
-        help=f"SGLang mode: retraction policy ({_default('retraction_policy')}).",
-    ),
-    click.option(
-        "--radix-cache/--no-radix-cache",
-        default=None,
-        help="SGLang mode: SGLang's radix cache (default on in sglang mode, as in SGLang).",
-    ),
-    click.option(
-        "--chunked-prefill-size",
-        type=engine_range("chunked_prefill_size"),
-        default=None,
-        help="SGLang mode: --chunked-prefill-size (default SGLang's for the cost model's GPU, "
-        f"{SGLANG_DEFAULTS['chunked_prefill_size']} on the A6000; 0 = no chunking).",
-    ),
-    click.option(
-        "--overlap-schedule/--disable-overlap-schedule",
-        "overlap_schedule",
-        default=None,
-        help="SGLang mode: SGLang's overlap event loop (default on, as SGLang runs; "
-        "--disable-overlap-schedule is its normal loop).",
-    ),
-    click.option(
-        "--enable-priority-scheduling",
-        is_flag=True,
-        default=None,
-        help="SGLang mode: SGLang's priority scheduling (the same as --scheduling-policy "
-        "priority; needed by --retraction-policy priority).",
-    ),
-    click.option(
-        "--schedule-low-priority-values-first",
-        is_flag=True,
-        default=None,
-        help="SGLang mode: lower priority values are more important (SGLang's default: higher).",
-    ),
-    click.option(
-        "--disable-priority-preemption",
-        is_flag=True,
-        default=None,
-        help="SGLang mode: no preemption of running requests at admission under priority "
-        "scheduling (SGLang preempts by default).",
-    ),
-    click.option(
-        "--priority-scheduling-preemption-threshold",
-        type=engine_range("priority_scheduling_preemption_threshold"),
-        default=None,
-        help="SGLang mode: the priority difference a preemption at admission must exceed "
-        f"({SGLANG_DEFAULTS['priority_scheduling_preemption_threshold']}).",
-    ),
-    latency_option,
-    # vLLM features: unset keeps the mode's default (on in vllm mode, as vLLM runs).
-    click.option(
-        "--prefix-caching/--no-prefix-caching",
-        "enable_prefix_caching",
-        default=None,
-        help="vLLM automatic prefix caching (default on in vllm mode; sglang mode refuses it).",
-    ),
-    click.option(
-        "--async-scheduling/--no-async-scheduling",
-        "async_scheduling",
-        default=None,
-        help="vLLM async scheduling, one step ahead (default on in vllm mode, as on GPUs; "
-        "sglang mode refuses it).",
-    ),
-)
+def _engine_option(option: EngineOption) -> Callable[[F], F]:
+    """The click option of one engine setting, made from its declaration (``ENGINE_OPTIONS``)."""
+    if option.field == "latency":
+        return latency_option
+    settings: dict[str, Any] = {"default": None, "help": option.help_text}
+    if option.field == "cost_model":
+        settings["type"] = Choice(sorted(COST_MODEL_PRESETS))
+    elif option.field in ENGINE_CHOICES:
+        settings["type"] = Choice(ENGINE_CHOICES[option.field])
+    elif option.field in ENGINE_RANGES:
+        settings["type"] = engine_range(option.field)
+    if option.shown:
+        settings.update(default=ENGINE_DEFAULTS[option.field], show_default=True)
+    if option.is_flag:
+        settings["is_flag"] = True
+    # --engine-mode's value is options["engine_mode"]; every other one's is its field's.
+    name = "engine_mode" if option.field == "mode" else option.field
+    return click.option(option.flag, name, **settings)
+
+
+#: The engine options of every command that runs the engine: one per ``ENGINE_OPTIONS`` entry.
+engine_options = _stack(*(_engine_option(option) for option in ENGINE_OPTIONS))
 
 policy_options = _stack(
     click.option(
@@ -452,35 +311,8 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
                 "pass --engine-mode sglang, or drop the option",
                 EXIT_BAD_INPUT,
             )
-    return {
-        "mode": options["engine_mode"],
-        "num_blocks": options["num_blocks"],
-        "block_size": options["block_size"],
-        "max_num_seqs": options["max_num_seqs"],
-        "max_num_batched_tokens": options["max_num_batched_tokens"],
-        "watermark": options["watermark"],
-        "max_model_len": options["max_model_len"],
-        "long_prefill_token_threshold": options["long_prefill_token_threshold"],
-        "vllm_version": options["vllm_version"],
-        "scheduling_policy": options["scheduling_policy"],
-        "clock": options["clock"],
-        "step_s": options["step_s"],
-        "cost_model": options["cost_model"],
-        # SGLang mode.
-        "retraction_policy": options.get("retraction_policy"),
-        "radix_cache": options.get("radix_cache"),
-        "chunked_prefill_size": options.get("chunked_prefill_size"),
-        "overlap_schedule": options.get("overlap_schedule"),
-        "enable_priority_scheduling": options.get("enable_priority_scheduling"),
-        "schedule_low_priority_values_first": options.get("schedule_low_priority_values_first"),
-        "disable_priority_preemption": options.get("disable_priority_preemption"),
-        "priority_scheduling_preemption_threshold": options.get(
-            "priority_scheduling_preemption_threshold"
-        ),
-        "latency": options.get("latency"),
-        "enable_prefix_caching": options.get("enable_prefix_caching"),
-        "async_scheduling": options.get("async_scheduling"),
-    }
+    settings = {o.field: options.get(o.field) for o in ENGINE_OPTIONS if o.field != "mode"}
+    return {"mode": options["engine_mode"], **settings}
 
 
 def workload_settings(options: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from tracekit.cli.params import Choice, count
 from tracekit.cli.record_cmd import emit_bundle, record
 from tracekit.engine.config import RETRACTION_POLICIES
 from tracekit.errors import ConfigError
+from tracekit.real_engine.environment import SGLANG
 from tracekit.recording.sim import load_run_workload
 from tracekit.sglang.protocol import SCHEDULE_POLICIES, SglangConfig
 from tracekit.sglang.record import record_sglang
@@ -130,8 +131,7 @@ _DEFAULT = SglangConfig()
     "--sglang-venv",
     type=click.Path(path_type=Path),
     default=None,
-    help="The SGLang environment (default: $BIDKV_SGLANG_VENV, then "
-    "~/.cache/bidkv/sglang-cpu-venv).",
+    help=SGLANG.venv_help,
 )
 @out_option(required=True, help="Bundle to create.")
 @overwrite_option("a trace bundle")

@@ -20,10 +20,11 @@ from tracekit.cli.output import emit, output_options
 from tracekit.cli.record_cmd import emit_bundle, record
 from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
+from tracekit.real_engine.environment import VLLM
+from tracekit.real_engine.fidelity import compare_fidelity
 from tracekit.recording.sim import SimRun, load_run_workload
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.trace.writer import write_json_atomic
-from tracekit.vllm.fidelity import compare_fidelity
 from tracekit.vllm.live_engine.gate import OUTPUT_GATE_FILE, compare_outputs
 from tracekit.vllm.live_engine.record import record_vllm_live
 from tracekit.vllm.record import record_vllm
@@ -43,7 +44,7 @@ from tracekit.vllm.record import record_vllm
     "--vllm-venv",
     type=click.Path(path_type=Path),
     default=None,
-    help="The vLLM environment (default: $BIDKV_VLLM_VENV, then ~/.cache/bidkv/vllm-cpu-venv).",
+    help=VLLM.venv_help,
 )
 @click.option(
     "--shim/--no-shim",

@@ -602,3 +602,155 @@ ENGINE_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
 SGLANG_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
     {f.name: getattr(_SGLANG, f.name) for f in fields(EngineConfig)} | {"clock": DEFAULT_CLOCK}
 )
+
+
+def default_text(field: str) -> str:
+    """How an option's help states the default of ``field`` in both modes."""
+    vllm, sglang = ENGINE_DEFAULTS[field], SGLANG_DEFAULTS[field]
+    if vllm == sglang:
+        return f"default {vllm}"
+    if field == "max_num_seqs":
+        return f"default {vllm}; in sglang mode SGLang's, from the pool ({sglang} by default)"
+    return f"default {vllm}; {sglang} in sglang mode"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOption:
+    """How the command line offers one :class:`EngineConfig` field (its one declaration).
+
+    The option's type is the field's: its values (:data:`ENGINE_CHOICES`), its range
+    (:data:`ENGINE_RANGES`) or on/off. Its default is unset (the mode decides), or with
+    ``shown`` the ``vllm``-mode default, shown in the help.
+
+    Parameters
+    ----------
+    field
+        The :class:`EngineConfig` field.
+    flag
+        The option's spelling: ``--name``, ``--on/--off`` for a switch, or ``--name`` of a
+        flag (``is_flag``) that only turns the setting on.
+    help
+        The help text, with ``{default}`` for :func:`default_text` and ``{vllm}`` /
+        ``{sglang}`` for the mode defaults.
+    """
+
+    field: str
+    flag: str
+    help: str | None = None
+    shown: bool = False
+    is_flag: bool = False
+
+    @property
+    def help_text(self) -> str | None:
+        """The help with the defaults filled in."""
+        if self.help is None:
+            return None
+        return self.help.format(
+            default=default_text(self.field) if "{default}" in self.help else "",
+            vllm=ENGINE_DEFAULTS[self.field],
+            sglang=SGLANG_DEFAULTS[self.field],
+        )
+
+
+#: The allowed values of every choice setting (``cost_model``'s are the presets of
+#: ``tracekit.engine.clock``, looked up when the option is made).
+ENGINE_CHOICES: MappingProxyType[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "mode": ENGINE_MODES,
+        "vllm_version": VLLM_VERSIONS,
+        "scheduling_policy": SCHEDULING_POLICIES,
+        "clock": CLOCKS,
+        "retraction_policy": RETRACTION_POLICIES,
+    }
+)
+
+#: Every setting the command line offers, in the order of ``--help`` (``latency`` is the
+#: ``--latency`` option of ``tracekit.cli.options``, which checks its value as it parses it).
+#: ``full_sequence_must_fit`` has no option: it is vLLM's, always on.
+ENGINE_OPTIONS: tuple[EngineOption, ...] = (
+    EngineOption("mode", "--engine-mode", shown=True),
+    EngineOption("num_blocks", "--num-blocks", "KV blocks ({default})."),
+    EngineOption("block_size", "--block-size", "Tokens per block ({default})."),
+    EngineOption("max_num_seqs", "--max-num-seqs", "Running limit ({default})."),
+    EngineOption("max_num_batched_tokens", "--max-num-batched-tokens", "Token budget ({default})."),
+    EngineOption("watermark", "--watermark", "Admission watermark ({vllm})."),
+    EngineOption("max_model_len", "--max-model-len", "Longest sequence ({default})."),
+    EngineOption(
+        "long_prefill_token_threshold",
+        "--long-prefill-token-threshold",
+        "Cap on a long prefill's chunk ({default}; 0 = off, vLLM's default).",
+    ),
+    EngineOption(
+        "vllm_version",
+        "--vllm-version",
+        "vLLM release whose scheduling rules the engine follows ({default}).",
+    ),
+    EngineOption("scheduling_policy", "--scheduling-policy", shown=True),
+    EngineOption(
+        "clock",
+        "--clock",
+        "steps: fixed step time; cost-model: modelled step times (see docs/engine.md).",
+        shown=True,
+    ),
+    EngineOption("step_s", "--step-s", "Step time of the steps clock ({default})."),
+    EngineOption("cost_model", "--cost-model", "Cost-model preset ({default})."),
+    # SGLang mode: docs/engine.md, its SGLang mode section.
+    EngineOption(
+        "retraction_policy", "--retraction-policy", "SGLang mode: retraction policy ({default})."
+    ),
+    EngineOption(
+        "radix_cache",
+        "--radix-cache/--no-radix-cache",
+        "SGLang mode: SGLang's radix cache (default on in sglang mode, as in SGLang).",
+    ),
+    EngineOption(
+        "chunked_prefill_size",
+        "--chunked-prefill-size",
+        "SGLang mode: --chunked-prefill-size (default SGLang's for the cost model's GPU, "
+        "{sglang} on the A6000; 0 = no chunking).",
+    ),
+    EngineOption(
+        "overlap_schedule",
+        "--overlap-schedule/--disable-overlap-schedule",
+        "SGLang mode: SGLang's overlap event loop (default on, as SGLang runs; "
+        "--disable-overlap-schedule is its normal loop).",
+    ),
+    EngineOption(
+        "enable_priority_scheduling",
+        "--enable-priority-scheduling",
+        "SGLang mode: SGLang's priority scheduling (the same as --scheduling-policy "
+        "priority; needed by --retraction-policy priority).",
+        is_flag=True,
+    ),
+    EngineOption(
+        "schedule_low_priority_values_first",
+        "--schedule-low-priority-values-first",
+        "SGLang mode: lower priority values are more important (SGLang's default: higher).",
+        is_flag=True,
+    ),
+    EngineOption(
+        "disable_priority_preemption",
+        "--disable-priority-preemption",
+        "SGLang mode: no preemption of running requests at admission under priority "
+        "scheduling (SGLang preempts by default).",
+        is_flag=True,
+    ),
+    EngineOption(
+        "priority_scheduling_preemption_threshold",
+        "--priority-scheduling-preemption-threshold",
+        "SGLang mode: the priority difference a preemption at admission must exceed ({sglang}).",
+    ),
+    EngineOption("latency", "--latency"),
+    # vLLM features: unset keeps the mode's default (on in vllm mode, as vLLM runs).
+    EngineOption(
+        "enable_prefix_caching",
+        "--prefix-caching/--no-prefix-caching",
+        "vLLM automatic prefix caching (default on in vllm mode; sglang mode refuses it).",
+    ),
+    EngineOption(
+        "async_scheduling",
+        "--async-scheduling/--no-async-scheduling",
+        "vLLM async scheduling, one step ahead (default on in vllm mode, as on GPUs; "
+        "sglang mode refuses it).",
+    ),
+)

@@ -12,7 +12,6 @@ by rule; ``tests/test_engine_sglang_fixtures.py`` requires no mismatch on every 
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.outputs import StepRecord
 from tracekit.engine.sglang import SglangScheduler
+from tracekit.real_engine.comparison import same_value
 from tracekit.sglang.protocol import SglangConfig, SglangStep
 from tracekit.sglang.record import read_sglang_scenario, read_sglang_steps
 
@@ -178,7 +178,7 @@ def first_mismatch(
             return StepMismatch(
                 i, a.step, "preempted", list(a.preempted_ids), list(b.preempted), context
             )
-        if not math.isclose(a.new_token_ratio, b.new_token_ratio, rel_tol=1e-9, abs_tol=1e-12):
+        if not same_value(a.new_token_ratio, b.new_token_ratio):
             return StepMismatch(
                 i, a.step, "new_token_ratio", a.new_token_ratio, b.new_token_ratio, context
             )

@@ -1,12 +1,13 @@
 """The SGLang side of the real-SGLang recorder: drive SGLang 0.5.23's scheduling objects on a CPU.
 
 Runs inside the SGLang environment (``scripts/install-sglang-cpu.sh``) as ``python -m
-tracekit.sglang.driver``. It imports the standard library, SGLang (with its torch) and one
-standard-library tracekit module, the tiny model shared with the vLLM driver; not the engine, so
-refactors of ``tracekit.engine`` do not reach it. It reads
-scenarios (one JSON object a line, see :mod:`tracekit.sglang.protocol`) from standard input,
-runs each on fresh SGLang objects, and writes its records as JSON lines on the original standard
-output (everything else that writes there, SGLang's logging included, goes to standard error).
+tracekit.sglang.driver``. It imports the standard library, SGLang (with its torch) and two
+standard-library tracekit modules shared with the vLLM driver, the tiny model and the driver's
+side of the line protocol (:mod:`tracekit.real_engine.serve`); not the engine, so refactors of
+``tracekit.engine`` do not reach it. It reads scenarios (one JSON object a line, see
+:mod:`tracekit.sglang.protocol`) from standard input, runs each on fresh SGLang objects, and
+writes its records as JSON lines on the original standard output (everything else that writes
+there, SGLang's logging included, goes to standard error).
 
 What is real and what is reproduced
 -----------------------------------
@@ -33,20 +34,17 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import importlib.abc
 import importlib.machinery
-import json
 import os
 import sys
 import tempfile
 import time
-import traceback
 import types
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from tracekit.real_engine.serve import Emit, serve_scenarios
 from tracekit.recording.tiny_model import write_tiny_model
 
 __all__ = ["PROTOCOL_VERSION", "SglangBackend", "main", "prompt_token_ids", "run_scenario"]
@@ -60,8 +58,6 @@ SAMPLED_TOKEN = 5  # every other sampled token
 HASH_BLOCK_TOKENS = 512
 _HASH_BASE = 1 << 33  # block h holds _HASH_BASE + h * 512 + j, j in 0..511
 _UNIQUE_BASE = 1 << 45  # request i's own tokens: _UNIQUE_BASE + i * 2**24 + j
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 def prompt_token_ids(
@@ -962,19 +958,6 @@ def _describe_config(run: _Run) -> dict[str, Any]:
 # Process.
 
 
-@contextlib.contextmanager
-def _own_stdout() -> Iterator[TextIO]:
-    """The original standard output for messages; everything else that writes to it -> stderr."""
-    sys.stdout.flush()
-    channel = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    try:
-        yield channel
-    finally:
-        channel.close()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m tracekit.sglang.driver [--check | --scenarios FILE]``."""
     parser = argparse.ArgumentParser(prog="tracekit.sglang.driver")
@@ -982,52 +965,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="import SGLang, build, and exit")
     parser.add_argument("--model-dir", help="folder for the config-only model")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     model_dir = Path(args.model_dir or Path(tempfile.gettempdir()) / "bidkv-sglang-tiny-llama")
-    with _own_stdout() as channel:
 
-        def emit(message: dict[str, Any]) -> None:
-            channel.write(json.dumps(message, separators=(",", ":")) + "\n")
-
+    def open_backend() -> tuple[SglangBackend, dict[str, Any]]:
         sg = SglangBackend(model_dir)
-        emit(
-            {
-                "kind": "hello",
-                "protocol": PROTOCOL_VERSION,
-                "sglang_version": sg.version,
-                "torch_version": sg.torch_version,
-                "python": sys.version.split()[0],
-                "import_s": sg.import_s,
-            }
-        )
-        if args.check:
-            _Run(sg, _CHECK_CONFIG)
-            return 0
-        source = open(args.scenarios, encoding="utf-8") if args.scenarios else sys.stdin  # noqa: SIM115
-        with source:
-            for line in source:
-                if not line.strip():
-                    continue
-                scenario = json.loads(line)
-                index = scenario.get("run")
-                try:
-                    if scenario.get("protocol") != PROTOCOL_VERSION:
-                        raise ValueError(
-                            f"protocol {scenario.get('protocol')!r} is not {PROTOCOL_VERSION}"
-                        )
-                    end = run_scenario(sg, scenario, emit)
-                    emit({"kind": "end", "run": index, **end})
-                except Exception as error:
-                    emit(
-                        {
-                            "kind": "error",
-                            "run": index,
-                            "message": f"{type(error).__name__}: {error}",
-                            "traceback": traceback.format_exc(),
-                        }
-                    )
-    return 0
+        return sg, {"sglang_version": sg.version, "torch_version": sg.torch_version}
+
+    def run_one(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dict[str, Any]:
+        return {"kind": "end", "run": scenario.get("run"), **run_scenario(sg, scenario, emit)}
+
+    return serve_scenarios(
+        args.scenarios,
+        open_backend,
+        run_one,
+        protocol=PROTOCOL_VERSION,
+        buffering=1,
+        check=(lambda sg: _Run(sg, _CHECK_CONFIG)) if args.check else None,
+    )
 
 
 _CHECK_CONFIG = {

@@ -28,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.errors import TracekitError
+from tracekit.real_engine.comparison import FidelityVerdict
 from tracekit.sglang.compare import (
     EngineStep,
     StepMismatch,
@@ -72,7 +73,7 @@ class SglangFidelityInputError(TracekitError):
 
 
 @dataclass(frozen=True, slots=True)
-class SglangFidelityReport:
+class SglangFidelityReport(FidelityVerdict):
     """The result of :func:`compare_sglang_fidelity`."""
 
     first: str
@@ -83,16 +84,6 @@ class SglangFidelityReport:
     mismatch: StepMismatch | None
     detail: StepMismatch | None = None
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def matched(self) -> bool:
-        """Whether every step agreed."""
-        return self.mismatch is None
-
-    @property
-    def exit_code(self) -> int:
-        """0 for a match, 1 for a mismatch."""
-        return 0 if self.matched else 1
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-compatible form."""

@@ -67,9 +67,7 @@ The scenarios of the overlap, ``ignore_eos`` and priority options (workloads und
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import io
 import random
 import sys
 from collections.abc import Sequence
@@ -78,7 +76,13 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.recording.sim import load_run_workload
+from tracekit.real_engine.fixtures import (
+    AZURE_SAMPLE,
+    MOONCAKE_SAMPLE,
+    fixture_parser,
+    fixture_workload,
+    requests_csv,
+)
 from tracekit.sglang.protocol import SglangConfig
 from tracekit.sglang.record import compress_steps
 from tracekit.workloads import IGNORE_EOS, Workload, apply_ignore_eos
@@ -101,8 +105,6 @@ FIXTURES_DIR = Path("tests") / "data" / f"sglang-{SGLANG_VERSION}"
 #: Where the scenario workloads live, relative to the repository root.
 SCENARIO_WORKLOADS = Path("traces") / "sglang-fixtures" / "workloads"
 
-_AZURE = Path("traces") / "azure-llm-2023" / "azure_conv_sample.csv"
-_MOONCAKE = Path("traces") / "mooncake-synthetic" / "synthetic_trace.jsonl"
 _SYNTHETIC = Path("traces") / "vllm-fixtures" / "workloads" / "synthetic-chunked.csv"
 _SHARED_PREFIX = Path("traces") / "vllm-fixtures" / "workloads" / "shared-prefix.parquet"
 _PRIORITY = SCENARIO_WORKLOADS / "priority.csv"
@@ -127,8 +129,7 @@ class SglangFixture:
 
     def load_workload(self, root: Path) -> Workload:
         """The workload, read from ``root`` but recorded with its repository-relative path."""
-        workload = load_run_workload(root / self.workload, **self.workload_options)
-        workload = dataclasses.replace(workload, source=self.workload)
+        workload = fixture_workload(root, self.workload, self.workload_options)
         if self.ignore_eos == "all":
             return apply_ignore_eos(workload)
         if self.ignore_eos == "mixed":
@@ -163,7 +164,7 @@ def _legacy(config: SglangConfig, *, radix: bool, policy: str, overlap: bool) ->
 
 _BASE = {
     "azure": (
-        _AZURE,
+        AZURE_SAMPLE,
         {"limit": 60, "rate_scale": 2.0, "priority_seed": 1},
         SglangConfig(
             kv_tokens=4000,
@@ -175,7 +176,7 @@ _BASE = {
         ),
     ),
     "azure-late": (
-        _AZURE,
+        AZURE_SAMPLE,
         {"window": (60.0, 68.0), "rate_scale": 2.0, "priority_seed": 1},
         SglangConfig(
             kv_tokens=4000,
@@ -187,7 +188,7 @@ _BASE = {
         ),
     ),
     "mooncake": (
-        _MOONCAKE,
+        MOONCAKE_SAMPLE,
         {"window": (996.272, 1005.711), "rate_scale": 2.0, "priority_seed": 1},
         SglangConfig(
             kv_tokens=12000,
@@ -412,19 +413,7 @@ _SEEDS = {"priority": 21, "ignore-eos": 11, "ignore-eos-long": 5}
 
 def scenario_csv(kind: str) -> str:
     """:func:`scenario_requests` as the committed CSV text (canonical table columns)."""
-    buffer = io.StringIO()
-    columns = [
-        "request_id",
-        "arrival_s",
-        "prompt_tokens",
-        "output_tokens",
-        "max_tokens",
-        "priority",
-    ]
-    buffer.write(",".join(columns) + "\n")
-    for row in scenario_requests(kind):
-        buffer.write(",".join(str(row[c]) for c in columns) + "\n")
-    return buffer.getvalue()
+    return requests_csv(scenario_requests(kind))
 
 
 def record_fixtures(
@@ -461,10 +450,7 @@ def record_fixtures(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tracekit.sglang.fixtures``: remake the fixtures from the installed SGLang."""
-    parser = argparse.ArgumentParser(prog="python -m tracekit.sglang.fixtures")
-    parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root")
-    parser.add_argument("--out", type=Path, default=None, help=f"default: {FIXTURES_DIR}")
-    parser.add_argument("--sglang-venv", default=None, help="the SGLang environment")
+    parser = fixture_parser("sglang", str(FIXTURES_DIR))
     parser.add_argument(
         "--workloads",
         action="store_true",

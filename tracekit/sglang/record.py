@@ -23,13 +23,14 @@ import hashlib
 import json
 import lzma
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tracekit
-from tracekit.errors import ConfigError, TracekitError
-from tracekit.recording.driver_process import engine_python, run_driver_process
+from tracekit.errors import ConfigError
+from tracekit.real_engine.environment import SGLANG, SglangDriverError, SglangUnavailableError
+from tracekit.real_engine.process import record_runs, run_messages
 from tracekit.sglang.protocol import (
     PROTOCOL_VERSION,
     SglangConfig,
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 #: Where ``scripts/install-sglang-cpu.sh`` puts SGLang unless ``BIDKV_SGLANG_VENV`` says otherwise.
-DEFAULT_SGLANG_VENV = Path.home() / ".cache" / "bidkv" / "sglang-cpu-venv"
+DEFAULT_SGLANG_VENV = SGLANG.default_venv
 #: The bundle file with every step record whole, one JSON object a line.
 STEPS_FILE = "sglang-steps.jsonl"
 #: The bundle file with the scenario sent to the driver (configuration and request rows).
@@ -81,44 +82,16 @@ _STATUS = {
 }
 
 
-class SglangUnavailableError(ConfigError):
-    """No SGLang environment where one was looked for."""
-
-
-class SglangDriverError(TracekitError):
-    """The driver failed (SGLang could not start, or a run raised inside it)."""
-
-
-def find_sglang_python(venv: str | os.PathLike[str] | None = None) -> Path:
-    """The Python of the SGLang environment.
-
-    Parameters
-    ----------
-    venv
-        The environment's folder, or its Python executable. Default: ``$BIDKV_SGLANG_VENV``,
-        then :data:`DEFAULT_SGLANG_VENV`.
-
-    Raises
-    ------
-    SglangUnavailableError
-        When there is no Python there.
-    """
-    return engine_python(
-        venv,
-        variable="BIDKV_SGLANG_VENV",
-        default=DEFAULT_SGLANG_VENV,
-        missing=lambda path, python: SglangUnavailableError(
-            f"{path}: no SGLang environment (no {python}); run scripts/install-sglang-cpu.sh or "
-            "set BIDKV_SGLANG_VENV"
-        ),
-    )
+#: The environment's Python: ``venv`` (a folder or its Python), ``$BIDKV_SGLANG_VENV``, then
+#: :data:`DEFAULT_SGLANG_VENV` (``RealEngine.python``).
+find_sglang_python = SGLANG.python
 
 
 def run_driver(
     scenarios: Sequence[Mapping[str, Any]],
     *,
     venv: str | os.PathLike[str] | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     """Run ``scenarios`` (:func:`scenario_message` each) in one driver; yield its messages.
 
     The first message is ``hello``; then, per scenario in order, its records and ``end`` (or
@@ -133,14 +106,10 @@ def run_driver(
     """
     python = find_sglang_python(venv)
     model_dir = python.parent.parent / "bidkv-tiny-llama"
-    offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-    yield from run_driver_process(
+    yield from SGLANG.run_driver(
         python,
         ["-m", "tracekit.sglang.driver", "--model-dir", str(model_dir)],
         [json.dumps(s, separators=(",", ":")) + "\n" for s in scenarios],
-        engine="SGLang",
-        env={key: os.environ.get(key, value) for key, value in offline.items()},
-        error=SglangDriverError,
     )
 
 
@@ -227,28 +196,26 @@ def record_sglang(
     requests = [_request_rows(w) for w in workloads]
     scenarios = [scenario_message(i, configs[i], requests[i]) for i in range(len(workloads))]
     messages = run_driver(scenarios, venv=venv)
-    try:
-        hello = next(messages)
-        if hello.get("kind") != "hello" or hello.get("protocol") != PROTOCOL_VERSION:
-            raise SglangDriverError(f"the SGLang driver did not start as expected: {hello}")
+
+    def record_one(i: int, hello: dict[str, Any]) -> Path:
         engine = f"sglang-{hello['sglang_version']}"
-        bundles = []
-        for i, workload in enumerate(workloads):
-            run_id = (
-                run_ids[i] if run_ids is not None else make_run_id(workload, configs[i], engine)
-            )
-            run_messages = _collect(i, messages, len(requests[i]), progress)
-            manifest = _manifest(workload, configs[i], run_id, engine, hello, run_messages[-1])
-            bundles.append(
-                _write_bundle(
-                    Path(outs[i]), manifest, requests[i], configs[i], run_messages, overwrite
-                )
-            )
-        for _ in messages:  # let the driver finish and report its exit status
-            pass
-    finally:
-        messages.close()
-    return bundles
+        run_id = (
+            run_ids[i] if run_ids is not None else make_run_id(workloads[i], configs[i], engine)
+        )
+        run_messages = _collect(i, messages, len(requests[i]), progress)
+        manifest = _manifest(workloads[i], configs[i], run_id, engine, hello, run_messages[-1])
+        return _write_bundle(
+            Path(outs[i]), manifest, requests[i], configs[i], run_messages, overwrite
+        )
+
+    return record_runs(
+        messages,
+        len(workloads),
+        record_one,
+        driver=SGLANG.driver,
+        error=SglangDriverError,
+        protocol=PROTOCOL_VERSION,
+    )
 
 
 def _collect(
@@ -257,23 +224,13 @@ def _collect(
     """The messages of run ``index``, its ``end`` last."""
     collected = []
     finished = 0
-    for message in messages:
-        if message.get("run") != index:
-            raise SglangDriverError(f"the SGLang driver answered out of order: {message}")
-        kind = message.get("kind")
-        if kind == "error":
-            raise SglangDriverError(
-                f"run {index} failed in the SGLang driver: {message['message']}\n"
-                f"{message.get('traceback', '')[-3000:]}"
-            )
+    for message in run_messages(index, messages, SGLANG.driver, SglangDriverError):
         collected.append(message)
-        if kind == "request":
+        if message.get("kind") == "request":
             finished += 1
             if progress is not None:
                 progress(finished, total)
-        if kind == "end":
-            return collected
-    raise SglangDriverError(f"the SGLang driver stopped before finishing run {index}")
+    return collected
 
 
 def _manifest(

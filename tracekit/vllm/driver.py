@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from tracekit.engine.base import ScheduledStep
 from tracekit.engine.config import EngineConfig
@@ -46,6 +44,7 @@ from tracekit.engine.hosts import VictimHost
 from tracekit.engine.interface import BlockPoolView
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.real_engine.serve import Emit, serve_scenarios
 from tracekit.recording.state import final_state
 from tracekit.recording.tiny_model import TINY_MODEL_CONFIG, write_tiny_model
 from tracekit.strategies import StrategySpec
@@ -63,8 +62,6 @@ __all__ = ["TINY_MODEL_CONFIG", "RealScheduler", "VllmBackend", "main", "run_sce
 PROMPT_TOKEN = 3  # every prompt token with prefix caching off (ids do not matter then)
 SAMPLED_TOKEN = 5  # every sampled token but the last, with prefix caching off
 STOP_TOKEN = 7  # sampled at the target output length; a stop token of every request
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 class VllmBackend:
@@ -685,30 +682,21 @@ def run_scenario(backend: VllmBackend, scenario: Scenario, emit: Emit) -> dict[s
     }
 
 
-def _protocol_channel() -> TextIO:
-    """Keep the real standard output for messages; send everything else printed to stderr."""
-    sys.stdout.flush()
-    channel = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1 << 16)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return channel
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m tracekit.vllm.driver [--scenarios FILE] [--model-dir DIR]``."""
     parser = argparse.ArgumentParser(prog="python -m tracekit.vllm.driver")
     parser.add_argument("--scenarios", help="JSON-lines file of scenarios (default: stdin)")
     parser.add_argument("--model-dir", help="folder for the tiny config-only model")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     cache_root = os.environ.get("VLLM_CACHE_ROOT") or str(Path.home() / ".cache" / "vllm")
     model_dir = Path(args.model_dir or Path(cache_root) / "bidkv-tiny-llama")
     return serve_scenarios(
         args.scenarios,
         lambda: _scheduler_backend(model_dir),
-        lambda backend, scenario, emit: run_scenario(backend, scenario, emit),
+        lambda backend, message, emit: run_scenario(backend, Scenario.from_wire(message), emit),
+        protocol=PROTOCOL_VERSION,
+        json_default=str,
     )
 
 
@@ -720,59 +708,6 @@ def _scheduler_backend(model_dir: Path) -> tuple[VllmBackend, dict[str, Any]]:
         "torch_version": backend.torch_version,
     }
     return backend, versions
-
-
-def serve_scenarios(
-    scenarios: str | None,
-    open_backend: Callable[[], tuple[Any, dict[str, Any]]],
-    run_one: Callable[[Any, Scenario, Callable[[dict[str, Any]], None]], dict[str, Any]],
-) -> int:
-    """The driver side of the protocol, for the scheduler driver and the live-engine driver.
-
-    Messages go to the real standard output (everything else printed goes to stderr):
-    ``hello`` (``open_backend()``'s versions and its import time), then for each scenario line
-    of ``scenarios`` (a file, or stdin) the records ``run_one(backend, scenario, emit)`` emits
-    and the ``end`` message it returns, or an ``error`` message with the traceback.
-    """
-    channel = _protocol_channel()
-
-    def emit(message: dict[str, Any]) -> None:
-        channel.write(json.dumps(message, separators=(",", ":"), default=str) + "\n")
-
-    started = time.perf_counter()
-    backend, versions = open_backend()
-    emit(
-        {
-            "kind": "hello",
-            "protocol": PROTOCOL_VERSION,
-            **versions,
-            "python": sys.version.split()[0],
-            "import_s": time.perf_counter() - started,
-        }
-    )
-    channel.flush()
-    source = open(scenarios, encoding="utf-8") if scenarios else sys.stdin  # noqa: SIM115
-    with source:
-        for line in source:
-            if not line.strip():
-                continue
-            run = -1
-            try:
-                message = json.loads(line)
-                run = int(message.get("run", -1))
-                emit(run_one(backend, Scenario.from_wire(message), emit))
-            except Exception as exc:
-                emit(
-                    {
-                        "kind": "error",
-                        "run": run,
-                        "message": f"{type(exc).__name__}: {exc}",
-                        "traceback": traceback.format_exc(),
-                    }
-                )
-            channel.flush()
-    channel.close()
-    return 0
 
 
 if __name__ == "__main__":

@@ -39,20 +39,16 @@ from tracekit.engine.config import PRE_FEATURE_SETTINGS
 from tracekit.engine.fake_model import stop_rule
 from tracekit.errors import TracekitError
 from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
-from tracekit.sglang.fidelity import SglangFidelityReport, compare_sglang_fidelity
-from tracekit.sglang.record import is_sglang_bundle
+from tracekit.real_engine.comparison import FidelityVerdict, same_value
 from tracekit.trace.bundle import Bundle, open_trace
-from tracekit.trace.schema import trace_schema
 from tracekit.trace.text import text_table
-from tracekit.trace.validate import open_checked
-from tracekit.trace.values import ALL_COLUMNS
 
 __all__ = [
     "EngineState",
     "FidelityInputError",
     "FidelityReport",
     "Mismatch",
-    "compare_fidelity",
+    "compare_vllm_fidelity",
 ]
 
 # Engine settings that change scheduling decisions: both bundles must agree on them.
@@ -159,8 +155,8 @@ class Mismatch:
 
 
 @dataclass
-class FidelityReport:
-    """The outcome of :func:`compare_fidelity`."""
+class FidelityReport(FidelityVerdict):
+    """The outcome of :func:`compare_vllm_fidelity`."""
 
     first_path: str
     second_path: str
@@ -170,16 +166,6 @@ class FidelityReport:
     compared: dict[str, int]
     mismatch: Mismatch | None = None
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def matched(self) -> bool:
-        """Whether every compared record is identical."""
-        return self.mismatch is None
-
-    @property
-    def exit_code(self) -> int:
-        """0 on a match, 1 on a mismatch (2, bad input, is raised as an error)."""
-        return 0 if self.matched else 1
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON-compatible data."""
@@ -347,11 +333,11 @@ def _cache_checks(a: _Run, b: _Run) -> tuple[bool, bool]:
 
 
 # --------------------------------------------------------------------------------- comparing
-def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport | SglangFidelityReport:
-    """Compare two recordings of one run step by step; report the first difference.
+def compare_vllm_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport:
+    """Compare two recordings of one vLLM-mode run step by step; report the first difference.
 
-    When either bundle was recorded by ``tracekit record sglang``, the SGLang comparison
-    (:func:`tracekit.sglang.fidelity.compare_sglang_fidelity`) runs instead.
+    ``tracekit fidelity`` (:func:`tracekit.real_engine.fidelity.compare_fidelity`) checks both
+    bundles whole first and runs this for every pair that is not an SGLang recording.
 
     Parameters
     ----------
@@ -373,11 +359,6 @@ def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport | Sgla
     TraceSchemaError
         A bundle cannot be read.
     """
-    # Every table is compared step by step: each is checked whole first (either path).
-    for path in (sim, vllm):
-        open_checked(path, dict.fromkeys(trace_schema().tables, ALL_COLUMNS))
-    if is_sglang_bundle(sim) or is_sglang_bundle(vllm):  # SGLang recordings: their own path
-        return compare_sglang_fidelity(sim, vllm)
     a, b = _load(sim), _load(vllm)
     notes: list[str] = []
     _check_inputs(a, b, notes)
@@ -427,7 +408,7 @@ def compare_fidelity(sim: str | Path, vllm: str | Path) -> FidelityReport | Sgla
     for request_id in sorted(a.requests):
         ra, rb = a.requests[request_id], b.requests[request_id]
         for key in REQUEST_OUTCOMES:
-            if not _same(ra[key], rb[key]):
+            if not same_value(ra[key], rb[key]):
                 report.mismatch = Mismatch(
                     "request",
                     None,
@@ -478,7 +459,7 @@ def _compare_step(
         for key in (*DECISION_FIELDS, "candidates", *OPTIONAL_DECISION_FIELDS):
             if key in OPTIONAL_DECISION_FIELDS and (da[key] is None or db[key] is None):
                 continue  # one bundle did not record it
-            if not _same(da[key], db[key]):
+            if not same_value(da[key], db[key]):
                 return _mismatch(
                     a,
                     b,
@@ -504,7 +485,7 @@ def _compare_step(
             return _mismatch(a, b, "cache", step, _describe_admissions(adm_a, adm_b), adm_a, adm_b)
         compared["admissions"] += len(adm_a)
     for key in STEP_FIELDS:
-        if not _same(row_a[key], row_b[key]):
+        if not same_value(row_a[key], row_b[key]):
             return _mismatch(
                 a,
                 b,
@@ -567,14 +548,6 @@ def _describe_scheduled(a: list[tuple[str, int]], b: list[tuple[str, int]]) -> s
 
 def _decision_key(d: dict[str, Any]) -> tuple[str, str]:
     return (d["requesting_request_id"], d["applied_victim_id"])
-
-
-def _same(x: Any, y: Any) -> bool:
-    if isinstance(x, float) and isinstance(y, float):
-        return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
-    if isinstance(x, (list, tuple)) and isinstance(y, (list, tuple)):
-        return len(x) == len(y) and all(_same(p, q) for p, q in zip(x, y, strict=True))
-    return bool(x == y)
 
 
 def _mismatch(

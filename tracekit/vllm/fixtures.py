@@ -40,10 +40,7 @@ synthetic workload carries its own 0..3), on the steps clock (50 ms steps).
 
 from __future__ import annotations
 
-import argparse
-import csv
 import dataclasses
-import io
 import random
 import sys
 from collections.abc import Sequence
@@ -51,7 +48,14 @@ from pathlib import Path
 from typing import Any
 
 from tracekit.engine.config import EngineConfig
-from tracekit.recording.sim import SimRun, load_run_workload
+from tracekit.real_engine.fixtures import (
+    AZURE_SAMPLE,
+    MOONCAKE_SAMPLE,
+    fixture_parser,
+    fixture_workload,
+    requests_csv,
+)
+from tracekit.recording.sim import SimRun
 from tracekit.strategies import resolve_strategy
 from tracekit.workloads import Workload
 
@@ -88,8 +92,7 @@ class Fixture:
 
     def load_workload(self, root: Path) -> Workload:
         """The workload, read from ``root`` but recorded with its repository-relative path."""
-        workload = load_run_workload(root / self.workload, **self.workload_options)
-        return dataclasses.replace(workload, source=self.workload)
+        return fixture_workload(root, self.workload, self.workload_options)
 
     def engine_config(self, vllm_version: str = "0.32") -> EngineConfig:
         """The engine configuration of the run."""
@@ -109,8 +112,6 @@ class Fixture:
         )
 
 
-_AZURE = Path("traces") / "azure-llm-2023" / "azure_conv_sample.csv"
-_MOONCAKE = Path("traces") / "mooncake-synthetic" / "synthetic_trace.jsonl"
 _STEPS = {"clock": "steps", "step_s": 0.05}
 #: The engine defaults follow vLLM (prefix caching and async scheduling on); every fixture says
 #: which of the two it was recorded with, so a change of default never changes its meaning.
@@ -148,7 +149,7 @@ FIXTURES: dict[str, Fixture] = {
     for f in [
         *_pair(
             "azure",
-            _AZURE,
+            AZURE_SAMPLE,
             {"limit": 50, "rate_scale": 3.0, "priority_seed": 1},
             {
                 "num_blocks": 128,
@@ -175,7 +176,7 @@ FIXTURES: dict[str, Fixture] = {
         ),
         *_pair(
             "mooncake",
-            _MOONCAKE,
+            MOONCAKE_SAMPLE,
             {"limit": 40, "rate_scale": 4.0, "priority_seed": 1},
             {
                 "num_blocks": 1100,
@@ -189,7 +190,7 @@ FIXTURES: dict[str, Fixture] = {
         # Prefix caching on (vLLM's default): Mooncake hash_ids and a shared-prefix table.
         *_pair(
             "mooncake-apc",
-            _MOONCAKE,
+            MOONCAKE_SAMPLE,
             {"window": _MOONCAKE_SHARED_WINDOW, "rate_scale": 2.0, "priority_seed": 1},
             {
                 "num_blocks": 1100,
@@ -230,7 +231,7 @@ FIXTURES: dict[str, Fixture] = {
         ),
         *_pair(
             "mooncake-apc-async",
-            _MOONCAKE,
+            MOONCAKE_SAMPLE,
             {"window": _MOONCAKE_SHARED_WINDOW, "rate_scale": 2.0, "priority_seed": 1},
             {
                 "num_blocks": 1100,
@@ -330,20 +331,7 @@ def synthetic_requests(seed: int = SYNTHETIC_SEED, bursts: int = 8) -> list[dict
 
 def synthetic_csv(seed: int = SYNTHETIC_SEED) -> str:
     """:func:`synthetic_requests` as the committed CSV text (canonical table columns)."""
-    buffer = io.StringIO()
-    columns = [
-        "request_id",
-        "arrival_s",
-        "prompt_tokens",
-        "output_tokens",
-        "max_tokens",
-        "priority",
-    ]
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    for row in synthetic_requests(seed):
-        writer.writerow({name: row[name] for name in columns})
-    return buffer.getvalue()
+    return requests_csv(synthetic_requests(seed))
 
 
 def shared_prefix_requests(seed: int = SHARED_PREFIX_SEED, num: int = 60) -> list[dict[str, Any]]:
@@ -422,10 +410,7 @@ def record_fixtures(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tracekit.vllm.fixtures``: remake the fixtures from the installed vLLM."""
-    parser = argparse.ArgumentParser(prog="python -m tracekit.vllm.fixtures")
-    parser.add_argument("--root", type=Path, default=Path.cwd(), help="repository root")
-    parser.add_argument("--out", type=Path, default=None, help="default: traces/vllm-fixtures")
-    parser.add_argument("--vllm-venv", default=None, help="the vLLM environment")
+    parser = fixture_parser("vllm", FIXTURES_DIR.as_posix())
     parser.add_argument("names", nargs="*", help="fixtures to record (default: all)")
     args = parser.parse_args(argv)
     for path in record_fixtures(

@@ -32,6 +32,7 @@ from tracekit.engine.config import EngineConfig
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest
 from tracekit.hosts.preemption_policy import PreemptionCandidate
+from tracekit.real_engine.serve import check_protocol
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -109,11 +110,7 @@ class Scenario:
         """Parse a scenario message; ``ValueError`` on a bad one."""
         if message.get("kind") != "scenario":
             raise ValueError(f"expected a scenario message, got kind {message.get('kind')!r}")
-        if message.get("protocol") != PROTOCOL_VERSION:
-            raise ValueError(
-                f"protocol {message.get('protocol')!r} is not {PROTOCOL_VERSION}: the driver and "
-                "the recorder come from different versions of tracekit"
-            )
+        check_protocol(message, PROTOCOL_VERSION)
         requests = tuple(
             EngineRequest(*row[:6], tuple(row[6]), row[7]) if len(row) > 6 else EngineRequest(*row)
             for row in message["requests"]

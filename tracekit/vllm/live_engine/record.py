@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from tracekit.errors import ConfigError
 from tracekit.latency.measured import LIVE_STEP_SHAPES
-from tracekit.recording.driver_process import run_driver_process
+from tracekit.real_engine.environment import VLLM
 from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
@@ -47,7 +47,6 @@ from tracekit.vllm.protocol import (
     step_from_wire,
 )
 from tracekit.vllm.record import (
-    VllmDriverError,
     check_run_lists,
     consume_run,
     driver_env,
@@ -158,15 +157,13 @@ def record_vllm_live(
     argv = ["-m", "tracekit.vllm.live_engine.driver", "--seed", str(runs[0].seed if runs else 0)]
     if all_at_once:
         argv.append("--all-at-once")
-    messages = run_driver_process(
+    messages = VLLM.run_driver(
         python,
         argv,
         list(scenario_lines(scenarios)),
-        engine="vLLM",
         # One compute thread, unbound: on a machine shared with other processes a second OpenMP
         # thread spends its time spinning at barriers for a core, and step times swing by 10x.
-        env=driver_env(python, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind"),
-        error=VllmDriverError,
+        driver_env(python, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind"),
     )
     return record_each(
         messages,

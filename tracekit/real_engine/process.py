@@ -1,8 +1,9 @@
-"""A driver process that runs inside another engine's virtual environment.
+"""A driver process that runs inside a real engine's virtual environment, and its messages.
 
 The real-vLLM and real-SGLang recorders start a driver with that engine's interpreter, write it
 one JSON line per scenario on its standard input, and read one JSON message per line from its
-standard output: ``hello`` first, then per scenario its records and ``end`` (or ``error``).
+standard output: ``hello`` first, then per scenario its records and ``end`` (or ``error``), each
+carrying the scenario's index as ``run`` (:mod:`tracekit.real_engine.serve` is the driver's side).
 
 The driver needs ``bidkv`` and ``tracekit`` and nothing else from this environment. Pointing
 PYTHONPATH at the project root works for a source checkout but not for an install into
@@ -18,31 +19,11 @@ import os
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["engine_python", "project_packages_folder", "run_driver_process"]
-
-
-def engine_python(
-    venv: str | os.PathLike[str] | None,
-    *,
-    variable: str,
-    default: Path,
-    missing: Callable[[Path, Path], Exception],
-) -> Path:
-    """The Python executable of an engine's environment.
-
-    ``venv`` (a folder or its Python) wins, then ``$variable``, then ``default``. When there is no
-    Python there, ``missing(folder, python)`` is raised.
-    """
-    chosen = venv if venv is not None else os.environ.get(variable) or default
-    path = Path(chosen).expanduser()
-    python = path if path.is_file() else path / "bin" / "python"
-    if not python.is_file():
-        raise missing(path, python)
-    return python
+__all__ = ["project_packages_folder", "record_runs", "run_driver_process", "run_messages"]
 
 
 def project_packages_folder(prefix: str) -> Path:
@@ -68,7 +49,7 @@ def run_driver_process(
     engine: str,
     env: Mapping[str, str] | None = None,
     error: type[Exception],
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     """Run ``python argv`` with ``lines`` on its input; yield its JSON messages as they arrive.
 
     Parameters
@@ -147,3 +128,52 @@ def _write_lines(stream: IO[str], lines: Sequence[str]) -> None:
 def _tail(stream: IO[str], limit: int = 4000) -> str:
     stream.seek(0)
     return stream.read()[-limit:]
+
+
+def run_messages(
+    index: int, messages: Iterator[dict[str, Any]], driver: str, error: type[Exception]
+) -> Iterator[dict[str, Any]]:
+    """Run ``index``'s messages from ``messages``, up to and including its ``end``.
+
+    A message of another run, an ``error`` message or the driver stopping first raises
+    ``error`` naming ``driver`` ("the vLLM driver").
+    """
+    for message in messages:
+        if message.get("run") != index:
+            raise error(f"{driver} answered out of order: {message}")
+        if message.get("kind") == "error":
+            raise error(
+                f"run {index} failed in {driver}: {message['message']}\n"
+                f"{message.get('traceback', '')[-3000:]}"
+            )
+        yield message
+        if message.get("kind") == "end":
+            return
+    raise error(f"{driver} stopped before finishing run {index}")
+
+
+def record_runs(
+    messages: Generator[dict[str, Any], None, None],
+    count: int,
+    record_one: Callable[[int, dict[str, Any]], Path],
+    *,
+    driver: str,
+    error: type[Exception],
+    protocol: int,
+) -> list[Path]:
+    """Read a driver's ``hello``, then record each of ``count`` runs from its messages.
+
+    ``record_one(index, hello)`` writes run ``index``'s bundle from the messages that follow.
+    The ``hello`` must speak ``protocol``. The driver is then let finish, so that its exit
+    status is checked, and is always closed. ``driver`` names it in errors.
+    """
+    try:
+        hello = next(messages)
+        if hello.get("kind") != "hello" or hello.get("protocol") != protocol:
+            raise error(f"{driver} did not start as expected: {hello}")
+        bundles = [record_one(index, hello) for index in range(count)]
+        for _ in messages:  # let the driver finish and report its exit status
+            pass
+    finally:
+        messages.close()
+    return bundles
