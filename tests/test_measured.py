@@ -296,7 +296,7 @@ def test_accuracy_records_a_held_out_error_in_the_model_file(tmp_path: Path) -> 
             "--record-error",
             "vllm bench long prompts",
             "--target",
-            "100",
+            "10",
         ],
     )
     assert result.exit_code == 0, result.output
