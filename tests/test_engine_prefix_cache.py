@@ -20,7 +20,7 @@ from tracekit.engine.content import (
 )
 from tracekit.engine.outputs import StepRecord
 from tracekit.engine.prefix_cache import PrefixCachingBlockPool
-from tracekit.engine.request import EngineRequest, RequestState
+from tracekit.engine.request import EngineRequest, SchedulerRequest
 from tracekit.engine.scheduler import VllmPrefixCachingScheduler, make_vllm_scheduler
 from tracekit.vllm.protocol import Scenario
 
@@ -45,7 +45,7 @@ def test_block_segments_split_at_chunk_boundaries() -> None:
 
 
 def state(rid: str, index: int, prompt: int, content: tuple[int, ...], output: int = 5):
-    return RequestState(EngineRequest(rid, 0.0, prompt, output, output, 0, content, 32), index)
+    return SchedulerRequest(EngineRequest(rid, 0.0, prompt, output, output, 0, content, 32), index)
 
 
 def test_pool_keys_hits_and_free_order() -> None:
@@ -192,7 +192,7 @@ def test_prefix_caching_is_vllm_mode_only() -> None:
         EngineConfig(mode="sglang", enable_prefix_caching=True)
 
 
-def fresh_hit(pool: PrefixCachingBlockPool, request: RequestState) -> list:
+def fresh_hit(pool: PrefixCachingBlockPool, request: SchedulerRequest) -> list:
     """The longest hit walked from scratch, with no remembered lookup."""
     max_blocks = (request.num_tokens - 1) // pool.block_size
     if max_blocks <= 0:

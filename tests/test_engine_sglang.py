@@ -14,7 +14,7 @@ import pytest
 from engine_helpers import make_engine, make_requests, run_checked
 
 from tracekit.engine import BuiltinHost, EngineRequest, TypedHost
-from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.engine.request import RequestStatus, SchedulerRequest
 from tracekit.engine.sglang import (
     INIT_NEW_TOKEN_RATIO,
     RETRACT_DECODE_STEPS,
@@ -26,7 +26,7 @@ from tracekit.hosts.preemption_policy import PreemptionContext
 
 def _running(scheduler: SglangScheduler, request_id: str, prompt: int, outputs: int) -> None:
     """Install a decoding request: prompt + outputs tokens, KV for all but the last one."""
-    state = RequestState(EngineRequest(request_id, 0.0, prompt, 100, 100), 0)
+    state = SchedulerRequest(EngineRequest(request_id, 0.0, prompt, 100, 100), 0)
     state.num_output_tokens = outputs
     state.num_computed_tokens = prompt + outputs - 1
     state.num_blocks = -(-state.num_computed_tokens // 16)
@@ -290,5 +290,6 @@ def test_ignore_eos_insert_keeps_sglangs_index_quirk() -> None:
     assert [left for left, _ in states] == [10.0, 15.0, 99.0, 20.0]
 
 
-def _state(rid: str, max_tokens: int, prompt: int) -> RequestState:
-    return RequestState(EngineRequest(rid, 0.0, prompt, max_tokens, max_tokens, ignore_eos=True), 0)
+def _state(rid: str, max_tokens: int, prompt: int) -> SchedulerRequest:
+    request = EngineRequest(rid, 0.0, prompt, max_tokens, max_tokens, ignore_eos=True)
+    return SchedulerRequest(request, 0)

@@ -22,7 +22,7 @@ from tracekit.engine.queues import (
     PriorityRequestQueue,
     create_request_queue,
 )
-from tracekit.engine.request import RequestState
+from tracekit.engine.request import SchedulerRequest
 
 # --------------------------------------------------------------------------- block pool
 
@@ -49,8 +49,8 @@ def test_cdiv() -> None:
 # --------------------------------------------------------------------------- queues
 
 
-def _state(request_id: str, arrival: float, priority: int = 0) -> RequestState:
-    return RequestState(EngineRequest(request_id, arrival, 10, 1, 1, priority), 0)
+def _state(request_id: str, arrival: float, priority: int = 0) -> SchedulerRequest:
+    return SchedulerRequest(EngineRequest(request_id, arrival, 10, 1, 1, priority), 0)
 
 
 def test_fcfs_queue_prepends_preempted_requests() -> None:

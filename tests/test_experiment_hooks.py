@@ -23,7 +23,7 @@ from bidkv.legacy.baselines.registry import create_default_registry
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, run_engine
 from tracekit.engine.block_pool import cdiv
 from tracekit.engine.outputs import DecisionRecord
-from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.engine.request import RequestStatus, SchedulerRequest
 from tracekit.experiment.hooks import (
     LEGACY_STRATEGIES,
     ExperimentHooks,
@@ -51,8 +51,10 @@ class Scenario:
         )
         self._index = 0
 
-    def _state(self, request_id: str, prompt: int, max_tokens: int, arrival: float) -> RequestState:
-        state = RequestState(
+    def _state(
+        self, request_id: str, prompt: int, max_tokens: int, arrival: float
+    ) -> SchedulerRequest:
+        state = SchedulerRequest(
             EngineRequest(request_id, arrival, prompt, 10_000, max_tokens), self._index
         )
         self._index += 1
@@ -68,7 +70,7 @@ class Scenario:
         blocks: int | None = None,
         preemptions: int = 0,
         max_tokens: int = 256,
-    ) -> RequestState:
+    ) -> SchedulerRequest:
         """Add a RUNNING request holding ``blocks`` (default: what its computed tokens need)."""
         state = self._state(request_id, prompt, max_tokens, 0.0)
         state.num_output_tokens = output
@@ -84,7 +86,7 @@ class Scenario:
         self.scheduler.running.append(state)
         return state
 
-    def wait(self, request_id: str, prompt: int, *, max_tokens: int = 256) -> RequestState:
+    def wait(self, request_id: str, prompt: int, *, max_tokens: int = 256) -> SchedulerRequest:
         state = self._state(request_id, prompt, max_tokens, 0.0)
         self.scheduler.add_request(state)
         return state

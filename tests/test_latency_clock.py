@@ -234,9 +234,9 @@ def test_a_scheduler_that_does_not_advance_request_states_is_refused() -> None:
     # The real vLLM scheduler's adapter keeps its own requests: the engine's states stay at 0
     # computed tokens, so the make-up read from them disagrees with the scheduler's KV count.
     from tracekit.engine.base import ScheduledStep
-    from tracekit.engine.request import RequestState
+    from tracekit.engine.request import SchedulerRequest
 
-    state = RequestState(EngineRequest("r0", 0.0, 100, 3, 3), 0)
+    state = SchedulerRequest(EngineRequest("r0", 0.0, 100, 3, 3), 0)
     clock = make_clock(_config(), [state], model=RecordingModel())
     out = ScheduledStep(0, 0.0)
     out.num_scheduled_tokens = {"r0": 64}

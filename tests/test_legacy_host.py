@@ -31,10 +31,10 @@ from tracekit.hosts.bundles import (
 from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
 from tracekit.hosts.victim_selector import (
     VICTIM_SELECTOR_API_VERSION,
-    LegacyHost,
     NoOpVictimSelector,
     SchedulingPolicy,
     VictimSelector,
+    VictimSelectorHost,
     VictimSelectorMaterializationError,
     get_victim_selector,
     infer_kv_utilization_from_scheduler,
@@ -745,7 +745,7 @@ def test_version_in_range(version: str, version_range: str, expected: bool) -> N
 
 
 def test_legacy_host_calls_pick_victim_once_per_decision() -> None:
-    host = LegacyHost(GoodSelector())
+    host = VictimSelectorHost(GoodSelector())
     ctx = context(candidate("a"), candidate("b"), policy="priority", kv=0.75, now=12.5)
     assert host.select_victim(ctx) == "a"
     assert host.select_victim(ctx) == "a"
@@ -757,7 +757,7 @@ def test_legacy_host_calls_pick_victim_once_per_decision() -> None:
 
 
 def test_legacy_host_with_the_builtin_selector() -> None:
-    host = LegacyHost.from_vllm_config(config(victim_selector_plugin_disabled=True))
+    host = VictimSelectorHost.from_vllm_config(config(victim_selector_plugin_disabled=True))
     fcfs = context(candidate("a", 9, 1.0), candidate("b", 0, 2.0))
     priority = context(candidate("a", 9, 1.0), candidate("b", 0, 2.0), policy="priority")
     assert [host.select_victim(fcfs), host.select_victim(priority)] == ["b", "a"]
@@ -768,20 +768,20 @@ def test_legacy_host_with_the_builtin_selector() -> None:
 
 
 def test_legacy_host_rejects_a_victim_that_is_not_running() -> None:
-    host = LegacyHost(StrangerSelector())
+    host = VictimSelectorHost(StrangerSelector())
     with pytest.raises(RuntimeError, match="which is not one of the running requests"):
         host.select_victim(context(candidate("a"), candidate("b")))
 
 
 def test_legacy_host_has_no_failure_isolation() -> None:
-    host = LegacyHost(RaisingSelector())
+    host = VictimSelectorHost(RaisingSelector())
     with pytest.raises(KeyError, match="boom"):
         host.select_victim(context(candidate("a")))
     assert host.calls == 1
 
 
 def test_both_hosts_satisfy_the_host_contract() -> None:
-    assert isinstance(LegacyHost(NoOpVictimSelector()), HostContract)
+    assert isinstance(VictimSelectorHost(NoOpVictimSelector()), HostContract)
     assert isinstance(PreemptionPolicyController(None), HostContract)
     assert not isinstance(NoOpVictimSelector(), HostContract)
 

@@ -23,11 +23,11 @@ import pytest
 
 from tracekit.hosts import (
     HostContract,
-    LegacyHost,
     NoOpVictimSelector,
     PreemptionCandidate,
     PreemptionContext,
     PreemptionPolicyController,
+    VictimSelectorHost,
     VictimSelectorMaterializationError,
 )
 
@@ -75,10 +75,10 @@ def vllm_config(**additional_config: Any) -> SimpleNamespace:
 
 def build_hosts(config: dict[str, Any]) -> dict[str, HostContract]:
     return {
-        "legacy entry point": LegacyHost.from_vllm_config(
+        "legacy entry point": VictimSelectorHost.from_vllm_config(
             vllm_config(**config, victim_selector_plugin="bidkv"), bundles=[]
         ),
-        "legacy typed bundle": LegacyHost.from_vllm_config(
+        "legacy typed bundle": VictimSelectorHost.from_vllm_config(
             vllm_config(**config, victim_selector_component=COMPONENT), bundles=[BUNDLE_ID]
         ),
         "typed controller": PreemptionPolicyController(POLICY, vllm_config(**config)),
@@ -86,7 +86,7 @@ def build_hosts(config: dict[str, Any]) -> dict[str, HostContract]:
 
 
 def policy_of(host: HostContract) -> Any:
-    return host.selector if isinstance(host, LegacyHost) else host.policy
+    return host.selector if isinstance(host, VictimSelectorHost) else host.policy
 
 
 def test_three_paths_replay_identically(trace: dict[str, Any]) -> None:
@@ -149,11 +149,11 @@ def test_typed_host_reports_the_qualified_name_engines_load() -> None:
 def test_invalid_config_fails_startup_with_the_same_root_cause(trace: dict[str, Any]) -> None:
     invalid = {**trace["additional_config"], "utility_completion_weight": -1}
     with pytest.raises(RuntimeError) as legacy:
-        LegacyHost.from_vllm_config(
+        VictimSelectorHost.from_vllm_config(
             vllm_config(**invalid, victim_selector_plugin="bidkv"), bundles=[]
         )
     with pytest.raises(VictimSelectorMaterializationError) as typed_bundle:
-        LegacyHost.from_vllm_config(
+        VictimSelectorHost.from_vllm_config(
             vllm_config(**invalid, victim_selector_component=COMPONENT), bundles=[BUNDLE_ID]
         )
     with pytest.raises(ValueError) as controller:
@@ -180,7 +180,7 @@ def test_emergency_bypass_gives_the_builtin_rule(trace: dict[str, Any]) -> None:
         victim_selector_component=COMPONENT,
         victim_selector_plugin_disabled=True,
     )
-    legacy = LegacyHost.from_vllm_config(disabled, bundles=[BUNDLE_ID])
+    legacy = VictimSelectorHost.from_vllm_config(disabled, bundles=[BUNDLE_ID])
     builtin = PreemptionPolicyController(None, disabled)
     assert type(legacy.selector) is NoOpVictimSelector
     # FCFS tail, FCFS tail, PRIORITY max (r8 has priority 4), FCFS tail.
@@ -204,7 +204,7 @@ def test_legacy_path_has_no_requester_so_the_cascade_rule_never_fires() -> None:
         )
     )
     context = PreemptionContext(candidates, "fcfs", "requester", 0.95, 1.0)
-    legacy = LegacyHost.from_vllm_config(
+    legacy = VictimSelectorHost.from_vllm_config(
         vllm_config(**config, victim_selector_plugin="bidkv"), bundles=[]
     )
     typed = PreemptionPolicyController(POLICY, vllm_config(**config))

@@ -45,12 +45,7 @@ def emit_bundle(bundle: Path, as_json: bool, text: Callable[[], str] | None = No
     )
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
-def record() -> None:
-    """Record decision traces (from the embedded engine, or by importing existing logs)."""
-
-
-@record.command("import", context_settings=CONTEXT_SETTINGS)
+@click.command("import", context_settings=CONTEXT_SETTINGS)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @out_option(required=True, help="Bundle to create.")
 @click.option(
@@ -79,7 +74,7 @@ def record_import(
     emit_bundle(bundle, as_json, lambda: f"wrote {bundle}")
 
 
-@record.command("sim", context_settings=CONTEXT_SETTINGS)
+@click.command("sim", context_settings=CONTEXT_SETTINGS)
 @workload_options
 @oversize_option
 @load_options

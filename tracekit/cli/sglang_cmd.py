@@ -11,7 +11,7 @@ from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, ov
 from tracekit.cli.options import Progress, engine_range, workload_options, workload_settings
 from tracekit.cli.output import output_options
 from tracekit.cli.params import Choice, count
-from tracekit.cli.record_cmd import emit_bundle, record
+from tracekit.cli.record_cmd import emit_bundle
 from tracekit.engine.config import RETRACTION_POLICIES
 from tracekit.errors import ConfigError
 from tracekit.real_engine.environment import SGLANG
@@ -23,7 +23,7 @@ from tracekit.workloads import apply_ignore_eos
 _DEFAULT = SglangConfig()
 
 
-@record.command("sglang", context_settings=CONTEXT_SETTINGS)
+@click.command("sglang", context_settings=CONTEXT_SETTINGS)
 @workload_options
 @click.option(
     "--kv-tokens",

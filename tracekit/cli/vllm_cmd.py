@@ -17,7 +17,7 @@ from tracekit.cli.options import (
     workload_settings,
 )
 from tracekit.cli.output import emit, output_options
-from tracekit.cli.record_cmd import emit_bundle, record
+from tracekit.cli.record_cmd import emit_bundle
 from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
 from tracekit.real_engine.environment import VLLM
@@ -30,7 +30,7 @@ from tracekit.vllm.live_engine.record import record_vllm_live
 from tracekit.vllm.record import record_vllm
 
 
-@record.command("vllm", context_settings=CONTEXT_SETTINGS)
+@click.command("vllm", context_settings=CONTEXT_SETTINGS)
 @workload_options
 @engine_options
 @click.option(

@@ -176,7 +176,7 @@ def probe_contexts(
 def _choices(host: Any, contexts: list[PreemptionContext]) -> list[str]:
     if isinstance(host, typed_host.PreemptionPolicyController):
         return [host.select_victim(c) for c in contexts]
-    return [legacy_host.LegacyHost(host).select_victim(c) for c in contexts]
+    return [legacy_host.VictimSelectorHost(host).select_victim(c) for c in contexts]
 
 
 def _check_valid(name: str, paths: _Paths, settings: dict[str, Any], probes: list[Any]) -> Check:

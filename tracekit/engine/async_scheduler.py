@@ -8,7 +8,7 @@ Sources (vLLM 0.32.0 and 0.33.0): ``vllm/v1/core/sched/async_scheduler.py``
 (``EngineCore.step_with_batch_queue``, which :func:`tracekit.engine.engine.run_engine` follows
 when ``async_scheduling`` is on). ``docs/engine.md``, "Async scheduling", lists every rule.
 
-The state vLLM keeps per request lives on :class:`~tracekit.engine.request.RequestState` under
+The state vLLM keeps per request lives on :class:`~tracekit.engine.request.SchedulerRequest` under
 vLLM's names: ``num_output_placeholders`` (tokens sampled by steps still in flight) and
 ``num_stale_output_tokens`` (in-flight tokens of a request preempted since). As in vLLM,
 ``num_computed_tokens`` counts the placeholders. vLLM's third counter, ``num_in_flight_tokens``
@@ -22,7 +22,7 @@ from __future__ import annotations
 from tracekit.engine.base import DecisionCallback, ScheduledStep
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
-from tracekit.engine.request import FINISHED_STATUSES, RequestState, RequestStatus
+from tracekit.engine.request import FINISHED_STATUSES, RequestStatus, SchedulerRequest
 from tracekit.engine.scheduler import EAGER_UPDATES, VllmPrefixCachingScheduler, VllmScheduler
 
 __all__ = ["AsyncVllmPrefixCachingScheduler", "AsyncVllmScheduler"]
@@ -46,9 +46,9 @@ class _AsyncMixin(VllmScheduler):
     def _init_async(self) -> None:
         # The steps scheduled whose output is not applied yet: step -> (its scheduled tokens,
         # the requests it samples a token for, i.e. not a prefill chunk, in scheduling order).
-        self._in_flight_steps: dict[int, tuple[dict[str, int], list[RequestState]]] = {}
+        self._in_flight_steps: dict[int, tuple[dict[str, int], list[SchedulerRequest]]] = {}
         # Requests with stale output tokens still to come (num_stale_output_tokens > 0).
-        self._stale: set[RequestState] = set()
+        self._stale: set[SchedulerRequest] = set()
         # vLLM ``finished_req_ids``: finished since the last schedule() (has_finished_requests).
         self._finished_since_schedule = False
         # Caching of the tokens an output confirms: 0.32 AsyncScheduler caches up to
@@ -57,12 +57,12 @@ class _AsyncMixin(VllmScheduler):
         # placeholders. With one sampled token and no drafts both give the same count.
         self._caching = bool(self.config.enable_prefix_caching)
 
-    def num_in_flight_tokens(self, request: RequestState) -> int:
+    def num_in_flight_tokens(self, request: SchedulerRequest) -> int:
         """The request's tokens in steps whose output is pending (vLLM ``num_in_flight_tokens``)."""
         request_id = request.request_id
         return sum(scheduled.get(request_id, 0) for scheduled, _ in self._in_flight_steps.values())
 
-    def _forget(self, request: RequestState) -> None:
+    def _forget(self, request: SchedulerRequest) -> None:
         """An aborted request's stale tokens go with it (its in-flight output is skipped)."""
         self._stale.discard(request)
         super()._forget(request)
@@ -81,7 +81,7 @@ class _AsyncMixin(VllmScheduler):
         """
         requests = self.requests
         scheduled = out.num_scheduled_tokens
-        sampled: list[RequestState] = []
+        sampled: list[SchedulerRequest] = []
         in_flight: dict[str, int] | None = {} if self.keep_in_flight_outputs else None
         prefill = decode = kv_read = 0
         for request_id, num_new_tokens in scheduled.items():
@@ -110,7 +110,7 @@ class _AsyncMixin(VllmScheduler):
         return {} if self.keep_in_flight_outputs else None
 
     def _after_update(
-        self, out: ScheduledStep, sampled: list[RequestState], in_flight: dict[str, int] | None
+        self, out: ScheduledStep, sampled: list[SchedulerRequest], in_flight: dict[str, int] | None
     ) -> None:
         """Put the step in flight (with the requests it samples) once its requests advanced."""
         # (The num_in_flight_tokens of every scheduled request grow by its tokens here.)
@@ -121,7 +121,7 @@ class _AsyncMixin(VllmScheduler):
         # hit map: record its prefix-cache figures now (trace v2).
         self.record_cache_figures(out)
 
-    def _release_victim(self, victim: RequestState) -> None:
+    def _release_victim(self, victim: SchedulerRequest) -> None:
         """``_preempt_request``: in-flight output becomes stale; placeholders are dropped."""
         stale = self.num_in_flight_tokens(victim)
         victim.num_stale_output_tokens = stale
@@ -132,7 +132,7 @@ class _AsyncMixin(VllmScheduler):
         victim.num_output_placeholders = 0
         super()._release_victim(victim)
 
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[SchedulerRequest]:
         """Apply step ``out``'s fake outputs (vLLM ``update_from_output`` under async).
 
         Every request the step sampled for gets one token, even one preempted since (a stale
@@ -144,7 +144,7 @@ class _AsyncMixin(VllmScheduler):
         scheduled, sampled = self._in_flight_steps.pop(out.step)
         # Outputs of requests preempted since the step was scheduled are stale
         # (num_stale_output_tokens > 0 before it drops by the step's tokens).
-        stale: set[RequestState] | tuple[()] = ()
+        stale: set[SchedulerRequest] | tuple[()] = ()
         if self._stale:
             stale = {r for r in self._stale if r.request_id in scheduled}
             for request in stale:
@@ -156,7 +156,7 @@ class _AsyncMixin(VllmScheduler):
         block_size = self.config.block_size
         running_status = RequestStatus.RUNNING
         finished_statuses = FINISHED_STATUSES
-        finished: list[RequestState] = []
+        finished: list[SchedulerRequest] = []
         from_waiting = False
         for request in sampled:
             was_running = request.status == running_status
@@ -192,7 +192,7 @@ class _AsyncMixin(VllmScheduler):
                 self._drop_finished_waiting(finished)
         return finished
 
-    def _drop_finished_waiting(self, finished: list[RequestState]) -> None:
+    def _drop_finished_waiting(self, finished: list[SchedulerRequest]) -> None:
         """Take requests that a stale token finished out of the waiting queue."""
         gone = {r.request_id for r in finished}
         waiting = self.waiting

@@ -19,7 +19,7 @@ from tracekit.engine.fake_model import apply_fake_outputs, mark_arrived
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.outputs import DecisionRecord
 from tracekit.engine.queues import create_request_queue
-from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.engine.request import RequestStatus, SchedulerRequest
 from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
 
 __all__ = [
@@ -76,7 +76,7 @@ class ScheduledStep:
         self.no_batch = False
 
 
-def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, ...]:
+def make_candidates(running: list[SchedulerRequest]) -> tuple[PreemptionCandidate, ...]:
     """The running queue as the host shows it to a policy, in queue order."""
     return tuple(
         PreemptionCandidate(
@@ -93,7 +93,7 @@ def make_candidates(running: list[RequestState]) -> tuple[PreemptionCandidate, .
     )
 
 
-def candidate_blocks(request: RequestState) -> tuple[int, int]:
+def candidate_blocks(request: SchedulerRequest) -> tuple[int, int]:
     """``(blocks held, blocks only it holds)`` of a running request.
 
     With prefix caching the request's blocks are objects with a reference count, and only those
@@ -136,15 +136,15 @@ class SchedulerBase:
         self.policy = config.scheduling_policy
         self.block_pool = BlockPool(config.num_blocks)
         self.waiting = create_request_queue(config.scheduling_policy)
-        self.running: list[RequestState] = []
+        self.running: list[SchedulerRequest] = []
         # req_id -> request, for every request added and not finished (vLLM ``self.requests``).
-        self.requests: dict[str, RequestState] = {}
+        self.requests: dict[str, SchedulerRequest] = {}
         self.num_decisions = 0
         # Evicted-block count of the pool when the last step's output was applied.
         self._evicted_seen = 0
 
     # ----------------------------------------------------------------------------- queues
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Queue a newly arrived request (vLLM ``Scheduler.add_request``)."""
         if request.request_id in self.requests:
             raise ValueError(f"duplicate request_id {request.request_id!r}")
@@ -158,7 +158,7 @@ class SchedulerBase:
 
     def finish_requests(
         self, request_ids: Iterable[str], finished_status: str = RequestStatus.ABORTED
-    ) -> list[RequestState]:
+    ) -> list[SchedulerRequest]:
         """Finish requests from outside the scheduler (vLLM ``Scheduler.finish_requests``).
 
         How a client's cancel reaches the engine (vLLM ``EngineCore.abort_requests`` calls this
@@ -168,7 +168,7 @@ class SchedulerBase:
 
         Returns the requests finished, in the order named. The caller sets their ``finish_s``.
         """
-        valid: list[RequestState] = []
+        valid: list[SchedulerRequest] = []
         for request_id in dict.fromkeys(request_ids):
             request = self.requests.get(request_id)
             if request is not None:
@@ -191,13 +191,13 @@ class SchedulerBase:
             del self.requests[request.request_id]
         return valid
 
-    def _forget(self, request: RequestState) -> None:
+    def _forget(self, request: SchedulerRequest) -> None:
         """Drop ``request`` from any holder a mode keeps besides running and waiting."""
 
     # ----------------------------------------------------------------------------- victims
     def _choose_victim(
         self, requester_id: str, builtin_id: str, step: int, now: float
-    ) -> RequestState:
+    ) -> SchedulerRequest:
         """Ask the host for one victim among the running queue and record the decision.
 
         ``requester_id`` is the request whose allocation failed (``""`` when there is none);
@@ -236,7 +236,7 @@ class SchedulerBase:
         self.num_decisions += 1
         return victim
 
-    def _release_victim(self, victim: RequestState) -> None:
+    def _release_victim(self, victim: SchedulerRequest) -> None:
         """Free all of a preempted request's blocks and reset it for a full recompute.
 
         Precondition: ``victim`` is RUNNING and the caller has taken it out of ``running``; the
@@ -251,7 +251,7 @@ class SchedulerBase:
         victim.num_preemptions += 1
 
     # ----------------------------------------------------------------------------- outputs
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[SchedulerRequest]:
         """Apply the fake model output of a step (vLLM ``Scheduler.update_from_output``).
 
         See :func:`~tracekit.engine.fake_model.apply_fake_outputs`. Finished requests leave the
@@ -288,7 +288,7 @@ class SchedulerBase:
         self._evicted_seen = evicted
         out.cache_recorded = True
 
-    def _release_finished(self, request: RequestState) -> None:
+    def _release_finished(self, request: SchedulerRequest) -> None:
         """Return a finished request's blocks to the pool."""
         self.block_pool.free(request.num_blocks)
         request.num_blocks = 0

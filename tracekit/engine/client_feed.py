@@ -24,7 +24,7 @@ import heapq
 from bisect import insort
 from typing import Protocol
 
-from tracekit.engine.request import FINISHED_STATUSES, EngineRequest, RequestState
+from tracekit.engine.request import FINISHED_STATUSES, EngineRequest, SchedulerRequest
 
 __all__ = ["ArrivalFeed", "ClientLimits"]
 
@@ -60,7 +60,7 @@ _CANCEL = 1
 class ArrivalFeed:
     """Releases requests to the engine under a client model and tracks their cancel times.
 
-    A request's mutable :class:`RequestState` is made only when it is sent (:meth:`pop`): the
+    A request's mutable :class:`SchedulerRequest` is made only when it is sent (:meth:`pop`): the
     rows not sent yet stay the frozen requests, which a forked run shares
     (:mod:`tracekit.engine.fork`).
 
@@ -99,7 +99,7 @@ class ArrivalFeed:
         # Finish times so far, sorted: the j-th earliest frees slot j.
         self._freed: list[float] = []
         # (cancel time, order pushed, kind, request): read by the engine loop before each step.
-        self.deadlines: list[tuple[float, int, int, RequestState]] = []
+        self.deadlines: list[tuple[float, int, int, SchedulerRequest]] = []
         # Whether any request can be cancelled (a timeout or a recorded cancel).
         self.may_abort = self._timeout is not None or any(
             r.cancel_after_s is not None for _, r in self.rows
@@ -136,10 +136,10 @@ class ArrivalFeed:
             return None
         return max(due, freed[j] + self._think)
 
-    def pop(self, sent_s: float) -> RequestState:
+    def pop(self, sent_s: float) -> SchedulerRequest:
         """Make and send the next request at ``sent_s`` (the value :meth:`next_due` gave)."""
         index, request = self.rows[self._next]
-        state = RequestState(request, index)
+        state = SchedulerRequest(request, index)
         self._next += 1
         if self._closed:
             state.client_arrival_s = sent_s
@@ -157,14 +157,14 @@ class ArrivalFeed:
         if self._slots is not None:
             insort(self._freed, time_s)
 
-    def pop_cancels(self, until: float) -> list[tuple[RequestState, float]]:
+    def pop_cancels(self, until: float) -> list[tuple[SchedulerRequest, float]]:
         """Take the cancels due by ``until`` that still apply: ``(request, cancel time)``.
 
         A cancel applies to a request that has not finished and, for the TTFT timeout, has no
         first token by the cancel time. A request named twice is returned once, at its earlier
         cancel.
         """
-        out: list[tuple[RequestState, float]] = []
+        out: list[tuple[SchedulerRequest, float]] = []
         deadlines = self.deadlines
         taken: set[str] = set()
         while deadlines and deadlines[0][0] <= until:

@@ -39,7 +39,7 @@ from tracekit.errors import ConfigError
 
 if TYPE_CHECKING:
     from tracekit.engine.base import ScheduledStep
-    from tracekit.engine.request import RequestState
+    from tracekit.engine.request import SchedulerRequest
 
 __all__ = [
     "COST_MODEL_PRESETS",
@@ -260,7 +260,7 @@ class StepModelClock(CostModelClock):
     __slots__ = ("_states", "_totals", "step_model")
 
     def __init__(
-        self, model: StepTimeModel, requests: Iterable[RequestState], idle: CostModel
+        self, model: StepTimeModel, requests: Iterable[SchedulerRequest], idle: CostModel
     ) -> None:
         super().__init__(idle)
         self.step_model = model
@@ -268,7 +268,7 @@ class StepModelClock(CostModelClock):
         # A model of the step's totals alone is called without building a shape (hot loop).
         self._totals = getattr(model, "step_time_totals_s", None)
 
-    def register(self, state: RequestState) -> None:
+    def register(self, state: SchedulerRequest) -> None:
         """Add a request that reached the engine (the run makes its state on arrival)."""
         self._states[state.request_id] = state
 
@@ -319,7 +319,7 @@ EngineClock = StepsClock | CostModelClock | StepModelClock
 
 def make_clock(
     config: EngineConfig,
-    requests: Iterable[RequestState] = (),
+    requests: Iterable[SchedulerRequest] = (),
     *,
     model: StepTimeModel | None = None,
 ) -> StepsClock | CostModelClock | StepModelClock:

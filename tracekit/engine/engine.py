@@ -38,7 +38,7 @@ from tracekit.engine.fork import ForkableRun
 from tracekit.engine.hosts import BuiltinHost, VictimHost
 from tracekit.engine.interface import EngineScheduler, SchedulerFactory
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
-from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
+from tracekit.engine.request import EngineRequest, RequestStatus, SchedulerRequest
 from tracekit.engine.scheduler import VllmScheduler, make_vllm_scheduler
 from tracekit.engine.sglang import SglangScheduler
 
@@ -279,7 +279,7 @@ class EngineRun(ForkableRun):
         if self.observer is not None:
             self.observer.on_decision(record)
 
-    def _report(self, finished: list[RequestState], end: float) -> None:
+    def _report(self, finished: list[SchedulerRequest], end: float) -> None:
         """Records for requests that finished in a step ending at ``end``.
 
         ``end``: when the step whose output finished them ended (a closed-loop user's next
@@ -292,7 +292,7 @@ class EngineRun(ForkableRun):
         if self.check_consistency:
             self.scheduler.check_consistency()
 
-    def _finish(self, state: RequestState) -> None:
+    def _finish(self, state: SchedulerRequest) -> None:
         wait = state.arrival_s - state.client_arrival_s  # (the record's client_queue_s)
         result = self.result
         if wait > 0:
@@ -511,7 +511,7 @@ class EngineRun(ForkableRun):
         return self.result
 
 
-def _request_record(state: RequestState) -> RequestRecord:
+def _request_record(state: SchedulerRequest) -> RequestRecord:
     return RequestRecord(
         request_id=state.request_id,
         arrival_s=state.arrival_s,

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Protocol
 from tracekit.engine.request import RequestStatus
 
 if TYPE_CHECKING:
-    from tracekit.engine.request import RequestState
+    from tracekit.engine.request import SchedulerRequest
 
 __all__ = ["ScheduledRequest", "apply_fake_outputs", "mark_arrived", "split_tokens", "stop_rule"]
 
 
 class ScheduledRequest(Protocol):
-    """What :func:`split_tokens` reads: an engine ``RequestState`` or a vLLM ``Request``."""
+    """What :func:`split_tokens` reads: an engine ``SchedulerRequest`` or a vLLM ``Request``."""
 
     @property
     def num_computed_tokens(self) -> int:
@@ -76,7 +76,7 @@ def stop_rule(
     return output_tokens, RequestStatus.FINISHED_STOPPED
 
 
-def mark_arrived(request: RequestState, max_model_len: int) -> None:
+def mark_arrived(request: SchedulerRequest, max_model_len: int) -> None:
     """Set a newly added request waiting, with the output count and status it will stop at.
 
     An ``ignore_eos`` request has no end of sequence: it runs to its ``max_tokens``.
@@ -119,10 +119,10 @@ def split_tokens(
 
 def apply_fake_outputs(
     num_scheduled_tokens: Mapping[str, int],
-    requests: dict[str, RequestState],
-    release: Callable[[RequestState], None],
+    requests: dict[str, SchedulerRequest],
+    release: Callable[[SchedulerRequest], None],
     end_s: float,
-) -> list[RequestState]:
+) -> list[SchedulerRequest]:
     """Sample one token for every scheduled request whose input is complete; apply the stops.
 
     Each request carries ``stop_output_tokens`` and ``stop_status`` from :func:`stop_rule` (set
@@ -130,7 +130,7 @@ def apply_fake_outputs(
     block pool decides how) and it leaves ``requests``. Returns the finished requests in
     scheduling order (the caller removes them from its queues).
     """
-    finished: list[RequestState] = []
+    finished: list[SchedulerRequest] = []
     for request_id in num_scheduled_tokens:
         request = requests[request_id]
         output = request.num_output_tokens

@@ -10,7 +10,7 @@ What a fork copies and what it shares (copy-on-write by construction):
 
 - **Shared, never copied:** the configuration (frozen), the workload's requests that have not
   arrived (frozen :class:`~tracekit.engine.request.EngineRequest` rows in one tuple, the client
-  feed's; a run makes their mutable :class:`~tracekit.engine.request.RequestState` only when
+  feed's; a run makes their mutable :class:`~tracekit.engine.request.SchedulerRequest` only when
   they arrive, so the arrivals a fork has not reached cost nothing to copy).
 - **Replaced:** the victim host (the caller passes the fork's host; without one, the run's host
   is deep-copied, so a stateful policy continues from its state) and the observer (a fork has
@@ -61,7 +61,7 @@ from tracekit.engine.hosts import VictimHost
 from tracekit.engine.interface import EngineScheduler
 from tracekit.engine.prefix_cache import Block, PrefixCachingBlockPool
 from tracekit.engine.queues import FCFSRequestQueue
-from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
+from tracekit.engine.request import EngineRequest, RequestStatus, SchedulerRequest
 from tracekit.engine.scheduler import VllmPrefixCachingScheduler, VllmScheduler
 
 if TYPE_CHECKING:
@@ -180,12 +180,12 @@ class _LazyTailQueue(FCFSRequestQueue):
 
     def __init__(
         self,
-        head: deque[RequestState],
+        head: deque[SchedulerRequest],
         arrivals: tuple[tuple[int, EngineRequest], ...],
         start: int,
         end: int,
         count: int,
-        table: dict[str, RequestState],
+        table: dict[str, SchedulerRequest],
         max_model_len: int,
     ) -> None:
         super().__init__()
@@ -196,9 +196,9 @@ class _LazyTailQueue(FCFSRequestQueue):
         self._lazy_count = count
         self._table = table
         self._max_len = max_model_len
-        self._after: deque[RequestState] = deque()
+        self._after: deque[SchedulerRequest] = deque()
 
-    def _make_next(self) -> RequestState:
+    def _make_next(self) -> SchedulerRequest:
         """Make the first lazy arrival into a registered, arrived request state."""
         arrivals, max_len = self._arrivals, self._max_len
         while True:
@@ -206,7 +206,7 @@ class _LazyTailQueue(FCFSRequestQueue):
             self._lazy += 1
             if request.prompt_tokens < max_len:  # (a rejected one never queued)
                 break
-        state = RequestState(request, index)
+        state = SchedulerRequest(request, index)
         mark_arrived(state, max_len)
         self._table[state.request_id] = state
         self._lazy_count -= 1
@@ -224,19 +224,19 @@ class _LazyTailQueue(FCFSRequestQueue):
         rows = self._arrivals[self._lazy : self._lazy_end]
         return [r for _, r in rows if r.prompt_tokens < self._max_len]
 
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Append to the back (after the lazy part)."""
         if self._lazy_count:
             self._after.append(request)
         else:
             self._queue.append(request)
 
-    def peek_request(self) -> RequestState:
+    def peek_request(self) -> SchedulerRequest:
         """The front request; ``IndexError`` when empty."""
         self._fill()
         return self._queue[0]
 
-    def pop_request(self) -> RequestState:
+    def pop_request(self) -> SchedulerRequest:
         """Remove the front request."""
         self._fill()
         return self._queue.popleft()
@@ -255,12 +255,12 @@ class _LazyTailQueue(FCFSRequestQueue):
     def __len__(self) -> int:
         return len(self._queue) + self._lazy_count + len(self._after)
 
-    def __iter__(self) -> Iterator[RequestState]:
+    def __iter__(self) -> Iterator[SchedulerRequest]:
         # Every state must exist to be iterated: make them (rare: consistency checks).
         self._make_all()
         return iter(self._queue)
 
-    def made(self) -> list[RequestState]:
+    def made(self) -> list[SchedulerRequest]:
         """The states made so far, in queue order (nothing is made by this call)."""
         return [*self._queue, *self._after]
 
@@ -289,7 +289,7 @@ class ForkableRun:
     _tail_length = 0
     _tail_key: tuple[Any, ...] | None = None
 
-    def live_requests(self) -> list[RequestState]:
+    def live_requests(self) -> list[SchedulerRequest]:
         """The request states running or waiting now, running queue first.
 
         A fork's untouched backlog (:meth:`unmade_arrivals`) is not included: those requests
@@ -309,7 +309,7 @@ class ForkableRun:
         """How many untouched arrivals sit at the back of an FCFS waiting queue.
 
         They are the last arrivals admitted to the queue, never scheduled: a fork can make them
-        again from the frozen rows (``RequestState`` then ``add_request`` give the same state).
+        again from the frozen rows (``SchedulerRequest`` then ``add_request`` give the same state).
         Only for the embedded synchronous vLLM schedulers with an FCFS queue, where nothing but
         ``add_request`` appends to the back; the first ``max_num_seqs`` entries always stay.
         Sets ``_tail_start``, the arrival cursor of the first of them. Cached until the run

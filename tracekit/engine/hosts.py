@@ -10,7 +10,7 @@ answers with a :class:`VictimChoice`; the engine preempts ``victim_id``. Four ho
   :class:`~tracekit.hosts.preemption_policy.PreemptionPolicyController`
   (docs/contracts.md, "The controller and its counters").
 - :class:`LegacyHost`: a pre-0.28 ``pick_victim`` selector, with no failure isolation
-  (docs/contracts.md, "Driving a selector: LegacyHost").
+  (docs/contracts.md, "Driving a selector: VictimSelectorHost").
 - :class:`ContractHost`: any object with ``select_victim(context) -> str`` (a ``HostContract``).
 """
 
@@ -26,8 +26,7 @@ from tracekit.hosts.preemption_policy import (
     builtin_victim_id,
     decision_reason_of,
 )
-from tracekit.hosts.victim_selector import LegacyHost as ContractLegacyHost
-from tracekit.hosts.victim_selector import SchedulingPolicy
+from tracekit.hosts.victim_selector import SchedulingPolicy, VictimSelectorHost
 
 __all__ = [
     "BuiltinHost",
@@ -132,11 +131,11 @@ LegacySchedulingPolicy = SchedulingPolicy
 class LegacyHost:
     """A legacy ``pick_victim(running, policy, *, kv_utilization, now_s)`` selector.
 
-    The engine face of :class:`tracekit.hosts.victim_selector.LegacyHost`, which makes the call:
-    the candidates are passed as the running requests (a ``PreemptionCandidate`` carries every
-    attribute a selector reads); no requesting request reaches the selector. As in the legacy
-    host there is no failure isolation: an exception propagates, and so does a returned object
-    that is not one of the candidates (``RuntimeError``).
+    The engine face of :class:`tracekit.hosts.victim_selector.VictimSelectorHost`, which makes
+    the call: the candidates are passed as the running requests (a ``PreemptionCandidate``
+    carries every attribute a selector reads); no requesting request reaches the selector. As in
+    the legacy host there is no failure isolation: an exception propagates, and so does a
+    returned object that is not one of the candidates (``RuntimeError``).
 
     Parameters
     ----------
@@ -146,7 +145,7 @@ class LegacyHost:
 
     def __init__(self, selector: Any) -> None:
         self.selector = selector
-        self._host = ContractLegacyHost(selector)
+        self._host = VictimSelectorHost(selector)
 
     @property
     def policy_name(self) -> str:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tracekit.engine.config import EngineConfig
     from tracekit.engine.hosts import VictimHost
     from tracekit.engine.outputs import DecisionRecord
-    from tracekit.engine.request import RequestState
+    from tracekit.engine.request import SchedulerRequest
 
 __all__ = ["BlockPoolView", "EngineScheduler", "QueueView", "SchedulerFactory"]
 
@@ -79,7 +79,7 @@ class EngineScheduler(Protocol):
         """Victim decisions made so far."""
         ...
 
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Take a request that has just arrived; ``ValueError`` on a duplicate id.
 
         The request's prompt is shorter than ``max_model_len`` (the loop rejects longer ones).
@@ -101,7 +101,7 @@ class EngineScheduler(Protocol):
         """
         ...
 
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[SchedulerRequest]:
         """Apply the fake model's output of step ``out``, which ended at ``end_s``.
 
         Returns the requests that finished, in scheduling order, with their outcome fields

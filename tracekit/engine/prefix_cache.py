@@ -32,7 +32,7 @@ from operator import attrgetter
 from typing import final
 
 from tracekit.engine.content import block_segments, content_length
-from tracekit.engine.request import RequestState
+from tracekit.engine.request import SchedulerRequest
 
 __all__ = ["Block", "PrefixCachingBlockPool"]
 
@@ -99,7 +99,7 @@ class PrefixCachingBlockPool:
         # the position to walk again from (``_memo_dirty``; None when clean). Evicting a hit
         # block dirties the hit from that block on (the blocks before it are still cached and
         # still the first of their keys); caching the missing key dirties it from its end.
-        self._memo_request: RequestState | None = None
+        self._memo_request: SchedulerRequest | None = None
         self._memo_max = -1
         self._memo_hit: list[Block] = []
         self._memo_pos: dict[Block, int] = {}
@@ -129,7 +129,7 @@ class PrefixCachingBlockPool:
         return 1.0 - (self.num_free_blocks / self.num_usable_blocks)
 
     # ----------------------------------------------------------------------------- keys
-    def block_keys(self, request: RequestState, num_blocks: int) -> list[object]:
+    def block_keys(self, request: SchedulerRequest, num_blocks: int) -> list[object]:
         """The request's keys of its first ``num_blocks`` full blocks, computed as needed.
 
         Precondition: those blocks are full (``num_blocks * block_size <= num_tokens``).
@@ -179,7 +179,7 @@ class PrefixCachingBlockPool:
         return keys
 
     # ----------------------------------------------------------------------------- lookups
-    def find_longest_cache_hit(self, request: RequestState) -> list[Block]:
+    def find_longest_cache_hit(self, request: SchedulerRequest) -> list[Block]:
         """The cached blocks of the request's longest hit (vLLM ``get_computed_blocks``).
 
         Full blocks only, capped at ``num_tokens - 1`` tokens (the last token is recomputed to
@@ -287,7 +287,7 @@ class PrefixCachingBlockPool:
                 into.append(block)
             self.num_evicted += rest
 
-    def cache_full_blocks(self, request: RequestState, num_tokens: int) -> None:
+    def cache_full_blocks(self, request: SchedulerRequest, num_tokens: int) -> None:
         """Key the request's blocks that are full within its first ``num_tokens`` tokens.
 
         vLLM ``SingleTypeKVCacheManager.cache_blocks`` / ``BlockPool.cache_full_blocks``: blocks

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from tracekit.engine.request import RequestState
+from tracekit.engine.request import SchedulerRequest
 
 __all__ = [
     "FCFSRequestQueue",
@@ -25,19 +25,19 @@ __all__ = [
 class RequestQueue(Protocol):
     """The waiting queue the scheduler admits from."""
 
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Add a newly arrived request according to the policy."""
         ...
 
-    def prepend_request(self, request: RequestState) -> None:
+    def prepend_request(self, request: SchedulerRequest) -> None:
         """Put a preempted request back (front for FCFS; by key for PRIORITY)."""
         ...
 
-    def peek_request(self) -> RequestState:
+    def peek_request(self) -> SchedulerRequest:
         """The request the scheduler would admit next."""
         ...
 
-    def pop_request(self) -> RequestState:
+    def pop_request(self) -> SchedulerRequest:
         """Remove and return the request :meth:`peek_request` shows."""
         ...
 
@@ -45,7 +45,7 @@ class RequestQueue(Protocol):
         """Number of waiting requests."""
         ...
 
-    def __iter__(self) -> Iterator[RequestState]:
+    def __iter__(self) -> Iterator[SchedulerRequest]:
         """The waiting requests in admission order."""
         ...
 
@@ -56,25 +56,25 @@ class FCFSRequestQueue:
     __slots__ = ("_queue",)
 
     def __init__(self) -> None:
-        self._queue: deque[RequestState] = deque()
+        self._queue: deque[SchedulerRequest] = deque()
 
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Append to the back."""
         self._queue.append(request)
 
-    def prepend_request(self, request: RequestState) -> None:
+    def prepend_request(self, request: SchedulerRequest) -> None:
         """Put at the front (vLLM ``FCFSRequestQueue.prepend_request``)."""
         self._queue.appendleft(request)
 
-    def peek_request(self) -> RequestState:
+    def peek_request(self) -> SchedulerRequest:
         """The front request; ``IndexError`` when empty."""
         return self._queue[0]
 
-    def pop_request(self) -> RequestState:
+    def pop_request(self) -> SchedulerRequest:
         """Remove the front request."""
         return self._queue.popleft()
 
-    def sort(self, key: Callable[[RequestState], Any]) -> None:
+    def sort(self, key: Callable[[SchedulerRequest], Any]) -> None:
         """Stable-sort the queue by ``key``, smallest at the front.
 
         Not a vLLM operation: the legacy BidKV experiment hooks re-sort vLLM's waiting deque
@@ -86,7 +86,7 @@ class FCFSRequestQueue:
     def __len__(self) -> int:
         return len(self._queue)
 
-    def __iter__(self) -> Iterator[RequestState]:
+    def __iter__(self) -> Iterator[SchedulerRequest]:
         return iter(self._queue)
 
 
@@ -96,30 +96,30 @@ class PriorityRequestQueue:
     __slots__ = ("_heap",)
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, float, str, RequestState]] = []
+        self._heap: list[tuple[int, float, str, SchedulerRequest]] = []
 
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Push by key."""
         heapq.heappush(
             self._heap, (request.priority, request.arrival_s, request.request_id, request)
         )
 
-    def prepend_request(self, request: RequestState) -> None:
+    def prepend_request(self, request: SchedulerRequest) -> None:
         """Same as :meth:`add_request`: a heap has no front (as in vLLM)."""
         self.add_request(request)
 
-    def peek_request(self) -> RequestState:
+    def peek_request(self) -> SchedulerRequest:
         """The smallest request; ``IndexError`` when empty."""
         return self._heap[0][3]
 
-    def pop_request(self) -> RequestState:
+    def pop_request(self) -> SchedulerRequest:
         """Remove the smallest request."""
         return heapq.heappop(self._heap)[3]
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def __iter__(self) -> Iterator[RequestState]:
+    def __iter__(self) -> Iterator[SchedulerRequest]:
         return (entry[3] for entry in sorted(self._heap))
 
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # (prefix_cache imports this module)
 __all__ = [
     "FINISHED_STATUSES",
     "EngineRequest",
-    "RequestState",
     "RequestStatus",
+    "SchedulerRequest",
     "engine_requests",
 ]
 
@@ -145,7 +145,7 @@ class EngineRequest:
             raise ValueError(f"{where}: ignore_eos must be a bool; found {self.ignore_eos!r}")
 
 
-class RequestState:
+class SchedulerRequest:
     """The scheduler's mutable view of one request.
 
     ``num_computed_tokens`` advances when a step is scheduled (vLLM
@@ -237,7 +237,7 @@ class RequestState:
 
     def __repr__(self) -> str:
         return (
-            f"RequestState({self.request_id!r}, status={self.status}, "
+            f"SchedulerRequest({self.request_id!r}, status={self.status}, "
             f"computed={self.num_computed_tokens}/{self.num_tokens}, "
             f"blocks={self.num_blocks}, preemptions={self.num_preemptions})"
         )

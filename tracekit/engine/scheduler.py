@@ -34,7 +34,7 @@ from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.prefix_cache import PrefixCachingBlockPool
-from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.engine.request import RequestStatus, SchedulerRequest
 from tracekit.hosts.preemption_policy import builtin_victim
 
 __all__ = ["VllmPrefixCachingScheduler", "VllmScheduler", "make_vllm_scheduler"]
@@ -117,7 +117,7 @@ class VllmScheduler(SchedulerBase):
         eager = self._eager
         is_async = self._is_async
         in_flight = self._eager_in_flight()
-        sampled: list[RequestState] = []
+        sampled: list[SchedulerRequest] = []
         sample = sampled.append
         take_blocks = self._take_blocks
         prefill = decode = kv_read = 0
@@ -320,11 +320,11 @@ class VllmScheduler(SchedulerBase):
         return None
 
     def _after_update(
-        self, out: ScheduledStep, sampled: list[RequestState], in_flight: dict[str, int] | None
+        self, out: ScheduledStep, sampled: list[SchedulerRequest], in_flight: dict[str, int] | None
     ) -> None:
         """What ``_update_after_schedule`` does after advancing the requests (hook)."""
 
-    def _undo_eager(self, scheduled: dict[str, int], sampled: list[RequestState]) -> None:
+    def _undo_eager(self, scheduled: dict[str, int], sampled: list[SchedulerRequest]) -> None:
         """Take back the eager advances of the step so far (before the first victim decision).
 
         Each scheduled request's ``num_computed_tokens`` goes back by its tokens, and each
@@ -337,7 +337,7 @@ class VllmScheduler(SchedulerBase):
         for request in sampled:
             request.num_output_placeholders -= 1
 
-    def _take_blocks(self, request: RequestState, num: int) -> None:
+    def _take_blocks(self, request: SchedulerRequest, num: int) -> None:
         """Give ``request`` ``num`` more blocks; the caller has checked they are free (hook)."""
         self.block_pool.num_free_blocks -= num
         request.num_blocks += num
@@ -345,10 +345,10 @@ class VllmScheduler(SchedulerBase):
     #: Called as ``(request, min(computed + new tokens, known tokens))`` after a running
     #: request's allocation succeeded and the step fills a block beyond its cached ones (prefix
     #: caching keys them: ``cache_full_blocks``); None: nothing to do.
-    _after_running_allocation: Callable[[RequestState, int], None] | None = None
+    _after_running_allocation: Callable[[SchedulerRequest, int], None] | None = None
 
     def _admit(
-        self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
+        self, request: SchedulerRequest, token_budget: int, long_prefill: int, watermark: int
     ) -> int:
         """Allocate for the head of the waiting queue and return its new tokens (hook).
 
@@ -401,7 +401,7 @@ class VllmScheduler(SchedulerBase):
 
     def _allocate_or_preempt(
         self,
-        request: RequestState,
+        request: SchedulerRequest,
         num_new_tokens: int,
         req_index: int,
         step: int,
@@ -431,11 +431,11 @@ class VllmScheduler(SchedulerBase):
             if victim is request:
                 return False, req_index, refunded
 
-    def _builtin_victim(self) -> RequestState:
+    def _builtin_victim(self) -> SchedulerRequest:
         """Return vLLM's victim: PRIORITY the max ``(priority, arrival_time)``, FCFS the tail."""
         return builtin_victim(self.running, self.policy, _PRIORITY_KEY)
 
-    def _preempt(self, victim: RequestState, req_index: int) -> tuple[int, int]:
+    def _preempt(self, victim: SchedulerRequest, req_index: int) -> tuple[int, int]:
         """Preempt ``victim`` and put it back in the waiting queue (vLLM ``_preempt_request``).
 
         Precondition: ``victim`` is in ``self.running`` with status RUNNING. This removes it from
@@ -527,12 +527,12 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         self._evicted_seen = evicted
         out.cache_recorded = True
 
-    def _take_blocks(self, request: RequestState, num: int) -> None:
+    def _take_blocks(self, request: SchedulerRequest, num: int) -> None:
         self.block_pool.get_new_blocks(num, request.kv_blocks)
         request.num_blocks += num
 
     def _admit(
-        self, request: RequestState, token_budget: int, long_prefill: int, watermark: int
+        self, request: SchedulerRequest, token_budget: int, long_prefill: int, watermark: int
     ) -> int:
         """Admission with a prefix-cache lookup (``get_computed_blocks``, ``allocate_slots``)."""
         pool = self.block_pool
@@ -598,7 +598,7 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         self.step_cache_hits[request.request_id] = hit_tokens
         return num_new_tokens
 
-    def _release_victim(self, victim: RequestState) -> None:
+    def _release_victim(self, victim: SchedulerRequest) -> None:
         """Free the victim's blocks in reverse order (cached ones stay cached until reused)."""
         assert victim.status == RequestStatus.RUNNING, "only running requests can be preempted"
         self.block_pool.free_blocks(victim.kv_blocks)
@@ -610,7 +610,7 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         victim.status = RequestStatus.PREEMPTED
         victim.num_preemptions += 1
 
-    def _release_finished(self, request: RequestState) -> None:
+    def _release_finished(self, request: SchedulerRequest) -> None:
         """Free a finished request's blocks in reverse order (cached ones stay cached)."""
         self.block_pool.free_blocks(request.kv_blocks)
         request.kv_blocks = []

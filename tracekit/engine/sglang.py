@@ -81,7 +81,7 @@ from collections.abc import Iterable
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
-from tracekit.engine.request import FINISHED_STATUSES, RequestState, RequestStatus
+from tracekit.engine.request import FINISHED_STATUSES, RequestStatus, SchedulerRequest
 
 __all__ = [
     "CLIP_MAX_NEW_TOKENS",
@@ -120,8 +120,8 @@ _CONTINUE, _NO_TOKEN, _OTHER = 0, 1, 2
 
 
 def retraction_order(
-    running: list[RequestState], policy: str = "length", *, low_first: bool = True
-) -> list[RequestState]:
+    running: list[SchedulerRequest], policy: str = "length", *, low_first: bool = True
+) -> list[SchedulerRequest]:
     """SGLang's ``_get_decode_retraction_order``: most to least preferred to keep.
 
     ``(outputs, -prompt)`` descending (``"length"``), or ``(priority * -sign, outputs,
@@ -141,7 +141,7 @@ def retraction_order(
     return sorted(running, key=lambda r: (r.num_output_tokens, -r.num_prompt_tokens), reverse=True)
 
 
-class SglangWaitingQueue(list[RequestState]):
+class SglangWaitingQueue(list[SchedulerRequest]):
     """SGLang's waiting queue: a list; arrivals and retracted requests join its tail.
 
     ``entry`` stamps every addition (``Scheduler._add_request_to_queue`` sets
@@ -155,7 +155,7 @@ class SglangWaitingQueue(list[RequestState]):
         self.entry: dict[str, int] = {}
         self.counter = 0
 
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Append ``request`` with a new entry stamp."""
         self.counter += 1
         self.entry[request.request_id] = self.counter
@@ -343,9 +343,9 @@ class _Launched:
     def __init__(
         self,
         out: ScheduledStep,
-        reqs: list[RequestState],
+        reqs: list[SchedulerRequest],
         prefill: bool,
-        no_sample: RequestState | None,
+        no_sample: SchedulerRequest | None,
         ends: dict[str, int] | None,
     ) -> None:
         self.out = out
@@ -389,7 +389,7 @@ class SglangScheduler(SchedulerBase):
         self.policy = config.victim_scheduling_policy
         self.waiting: SglangWaitingQueue = SglangWaitingQueue()  # type: ignore[assignment]
         # A request part-way through a chunked prefill: neither waiting nor decoding.
-        self.chunked: RequestState | None = None
+        self.chunked: SchedulerRequest | None = None
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self._ratio_decay = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / (
             NEW_TOKEN_RATIO_DECAY_STEPS
@@ -437,11 +437,11 @@ class SglangScheduler(SchedulerBase):
         self.late_outputs = self.overlap
         self._in_flight: _Launched | None = None
         self._launching: _Launched | None = None
-        self._finishing: list[RequestState] = []
-        self._pending: list[RequestState] = []
+        self._finishing: list[SchedulerRequest] = []
+        self._pending: list[SchedulerRequest] = []
         self._unfiltered = False
         self._ends: dict[str, int] | None = None
-        self._batch_reqs: list[RequestState] = []
+        self._batch_reqs: list[SchedulerRequest] = []
         self.outputs_end_s = 0.0
         # Records of the last schedule() (for comparisons and the trace): retraction events
         # (victims, kept order), requests preempted at admission, why admission stopped, the
@@ -454,7 +454,7 @@ class SglangScheduler(SchedulerBase):
         self.step_cache_hits: dict[str, int] = {}
 
     # ----------------------------------------------------------------------------- queues
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Queue a new request; clip its ``max_new`` and stop as SGLang does.
 
         An ``ignore_eos`` request ignores its end of sequence: it stops at ``max_new``.
@@ -484,14 +484,14 @@ class SglangScheduler(SchedulerBase):
             or self._unfiltered
         )
 
-    def _forget(self, request: RequestState) -> None:
+    def _forget(self, request: SchedulerRequest) -> None:
         """An aborted request part-way through its chunked prefill stops being the chunk."""
         if self.chunked is request:
             self.chunked = None
 
     def finish_requests(
         self, request_ids: Iterable[str], finished_status: str = RequestStatus.ABORTED
-    ) -> list[RequestState]:
+    ) -> list[SchedulerRequest]:
         """Finish requests from outside (a client's cancel), keeping SGLang's queue and tree.
 
         As :meth:`SchedulerBase.finish_requests`, but the waiting queue stays SGLang's list
@@ -616,7 +616,7 @@ class SglangScheduler(SchedulerBase):
     def _evictable(self) -> int:
         return 0 if self.radix is None else self.radix.evictable
 
-    def _offset(self, request: RequestState, ratio: float) -> float:
+    def _offset(self, request: SchedulerRequest, ratio: float) -> float:
         """``PrefillAdder._get_running_request_total_token_offset`` (ratio 1 for ignore_eos)."""
         left = self.max_new[request.request_id] - request.num_output_tokens
         return min(left, CLIP_MAX_NEW_TOKENS) * (1.0 if request.ignore_eos else ratio)
@@ -661,10 +661,10 @@ class SglangScheduler(SchedulerBase):
         rem_input = config.max_num_batched_tokens
         rem_chunk = self.chunk_size
         free = self._free_tokens()
-        batch: list[tuple[RequestState, int]] = []
-        new_chunked: RequestState | None = None
+        batch: list[tuple[SchedulerRequest, int]] = []
+        new_chunked: SchedulerRequest | None = None
         continues = False
-        preempted: list[RequestState] = []
+        preempted: list[SchedulerRequest] = []
         # add_one_req_ignore_eos's (tokens left, tokens occupied), sorted; None until first used.
         states: list[tuple[float, int]] | None = None
 
@@ -684,7 +684,7 @@ class SglangScheduler(SchedulerBase):
                 return _OTHER
             return _CONTINUE
 
-        def preempt_to_schedule(request: RequestState) -> bool:
+        def preempt_to_schedule(request: SchedulerRequest) -> bool:
             """``PrefillAdder.preempt_to_schedule``: free less important running requests."""
             nonlocal total_offset, free
             sign = self._sign
@@ -699,7 +699,7 @@ class SglangScheduler(SchedulerBase):
             )
             # Least important first; among equals the latest entry into the waiting queue.
             order = sorted(self.running, key=lambda r: (r.priority * -sign, -entry[r.request_id]))
-            chosen: list[RequestState] = []
+            chosen: list[SchedulerRequest] = []
             for r in order:
                 if (request.priority - r.priority) * -sign > self._threshold:
                     chosen.append(r)
@@ -870,7 +870,7 @@ class SglangScheduler(SchedulerBase):
         self._batch_reqs = [request for request, _ in batch]
         return True
 
-    def _requeue_preempted(self, preempted: list[RequestState], out: ScheduledStep) -> None:
+    def _requeue_preempted(self, preempted: list[SchedulerRequest], out: ScheduledStep) -> None:
         """``_add_request_to_queue`` for the requests preempted at admission, in order."""
         if not preempted:
             return
@@ -954,8 +954,8 @@ class SglangScheduler(SchedulerBase):
         return True
 
     def _finishing_inflight(
-        self, running: list[RequestState], in_flight: _Launched
-    ) -> list[RequestState]:
+        self, running: list[SchedulerRequest], in_flight: _Launched
+    ) -> list[SchedulerRequest]:
         """``Scheduler._reqs_finishing_inflight``: the result in flight commits their last token.
 
         Running requests of the batch in flight whose next output reaches ``max_new``
@@ -972,7 +972,7 @@ class SglangScheduler(SchedulerBase):
             and r.request_id in launched
         ]
 
-    def _blocks_needed(self, request: RequestState, computed: int) -> int:
+    def _blocks_needed(self, request: SchedulerRequest, computed: int) -> int:
         """Blocks to allocate so that ``computed`` tokens are in KV.
 
         The tree holds the request's first ``shared`` tokens (radix cache); the request holds
@@ -982,12 +982,12 @@ class SglangScheduler(SchedulerBase):
         shared = self._shared.get(request.request_id, 0)
         return -(-computed // block_size) - -(-shared // block_size) - request.num_blocks
 
-    def _decode_need(self, requests: list[RequestState]) -> int:
+    def _decode_need(self, requests: list[SchedulerRequest]) -> int:
         """``new_tokens_required_next_decode``: a page for each request at a page boundary."""
         block_size = self.config.block_size
         return sum(1 for r in requests if r.num_computed_tokens % block_size == 0)
 
-    def _decode_fits(self, requests: list[RequestState]) -> bool:
+    def _decode_fits(self, requests: list[SchedulerRequest]) -> bool:
         """``check_decode_mem``: evict the tree for the step, then compare with the free pool."""
         need = self._decode_need(requests)
         if self.radix is not None:
@@ -1028,7 +1028,7 @@ class SglangScheduler(SchedulerBase):
         self.last_retractions.append((victims, [r.request_id for r in order]))
 
     # ----------------------------------------------------------------------------- radix
-    def _token_ids(self, request: RequestState) -> tuple[int, ...]:
+    def _token_ids(self, request: SchedulerRequest) -> tuple[int, ...]:
         """At least the request's prompt and output tokens, as the recorder's driver builds them.
 
         Cached per request and lengthened only when outputs grew, so that the tree is handed
@@ -1051,7 +1051,7 @@ class SglangScheduler(SchedulerBase):
         self._tokens[rid] = ids
         return ids
 
-    def _checkpoint(self, request: RequestState, up_to: int | None = None) -> None:
+    def _checkpoint(self, request: SchedulerRequest, up_to: int | None = None) -> None:
         """``UnifiedRadixCache.checkpoint_into_tree``: publish the computed tokens, move the lock.
 
         ``up_to``: the tokens to publish (``extend_end`` of an unfinished prefill); default
@@ -1089,12 +1089,12 @@ class SglangScheduler(SchedulerBase):
         self._node[rid] = node
         self._shared[rid] = length
 
-    def _release_finished(self, request: RequestState) -> None:
+    def _release_finished(self, request: SchedulerRequest) -> None:
         """Return a finished request's KV (radix cache: later, in batch order, to the tree)."""
         if self.radix is None:
             super()._release_finished(request)
 
-    def _release_tree(self, request: RequestState) -> None:
+    def _release_tree(self, request: SchedulerRequest) -> None:
         """Unlock a released request's path (its tree tokens become evictable)."""
         if self.radix is None:
             return
@@ -1126,7 +1126,7 @@ class SglangScheduler(SchedulerBase):
         self._record_cache(out)
 
     # ----------------------------------------------------------------------------- outputs
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[SchedulerRequest]:
         """Apply outputs; finished requests shrink the batch (``batch_is_full`` clears).
 
         Normal loop: the outputs of ``out``. Overlap: ``out`` is launched and the outputs
@@ -1167,7 +1167,7 @@ class SglangScheduler(SchedulerBase):
             finished += self._process(done)
         return finished
 
-    def _process(self, launched: _Launched) -> list[RequestState]:
+    def _process(self, launched: _Launched) -> list[SchedulerRequest]:
         """``process_batch_result`` of one batch: fake outputs, finishes, the tree's updates.
 
         Requests since finished or retracted (overlap: after the batch launched) are skipped,
@@ -1178,8 +1178,8 @@ class SglangScheduler(SchedulerBase):
         requests = self.requests
         no_sample = launched.no_sample
         running_status = RequestStatus.RUNNING
-        finished: list[RequestState] = []
-        processed: list[RequestState] | None = [] if self.radix is not None else None
+        finished: list[SchedulerRequest] = []
+        processed: list[SchedulerRequest] | None = [] if self.radix is not None else None
         for request in launched.reqs:
             # (A finished request has its final status; a retracted one waits again.)
             if request.status != running_status or request is no_sample:
@@ -1267,7 +1267,7 @@ def _left(state: tuple[float, int]) -> float:
 
 def _add_state(
     states: list[tuple[float, int]],
-    request: RequestState,
+    request: SchedulerRequest,
     max_new: int,
     ratio: float,
     insert_sort: bool,

@@ -57,7 +57,7 @@ from typing import Any, Literal, Protocol
 from tracekit.engine.base import DecisionCallback
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import BuiltinHost, VictimHost
-from tracekit.engine.request import RequestState
+from tracekit.engine.request import SchedulerRequest
 from tracekit.experiment.scheduler import HookedVllmScheduler
 from tracekit.strategies import CompressionAction, StaticRandomStrategy
 from tracekit.strategies import LegacyRequest as StrategyRequest
@@ -225,7 +225,7 @@ class HookStats:
         return counters
 
 
-def keep_score(request: RequestState) -> float:
+def keep_score(request: SchedulerRequest) -> float:
     """The fallback keep score of a running request (higher = keep; running re-order).
 
     ``(0.1 + c²) · (computed + 1) / max(1, max_tokens - out) · (1 + 2P)`` where
@@ -316,7 +316,7 @@ class ExperimentHooks:
         victim_host = host if host is not None else BuiltinHost()
         return HookedVllmScheduler(config, victim_host, self, on_decision)
 
-    def on_arrival(self, request: RequestState, sent_s: float) -> None:
+    def on_arrival(self, request: SchedulerRequest, sent_s: float) -> None:
         """Note a request the client sent at ``sent_s``; its first sighting is the next step."""
         self.sent_s[request.request_id] = sent_s
         self._unseen.append(request.request_id)
@@ -378,7 +378,7 @@ class ExperimentHooks:
 
     def proactive_preempt(
         self, scheduler: HookedVllmScheduler, step: int, now: float
-    ) -> RequestState | None:
+    ) -> SchedulerRequest | None:
         """Preempt the running request with the lowest cached priority (proactive preemption)."""
         settings = self.settings
         if now - self.last_proactive_s < settings.proactive_cooldown_s:
@@ -411,7 +411,7 @@ class ExperimentHooks:
 
     def srpt_preempt(
         self, scheduler: HookedVllmScheduler, step: int, now: float
-    ) -> RequestState | None:
+    ) -> SchedulerRequest | None:
         """Preempt a long-remaining running request for a cheap waiting one (SRPT preemption)."""
         settings = self.settings
         if not self.plan.srpt or now - self.last_srpt_s < settings.srpt_cooldown_s:
@@ -471,7 +471,7 @@ class ExperimentHooks:
         return "keep-score"
 
     # ----------------------------------------------------------------------------- helpers
-    def _strategy_request(self, request: RequestState, now: float) -> StrategyRequest:
+    def _strategy_request(self, request: SchedulerRequest, now: float) -> StrategyRequest:
         """The adapter's ``RequestState`` of one running request (priority cache).
 
         ``current_tokens`` is the tracked token count, prompt plus output so far: the adapter
@@ -503,5 +503,5 @@ class ExperimentHooks:
         }
 
 
-def _prompt_tokens(request: RequestState) -> int:
+def _prompt_tokens(request: SchedulerRequest) -> int:
     return request.num_prompt_tokens

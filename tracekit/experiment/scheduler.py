@@ -18,7 +18,7 @@ from tracekit.engine.base import DecisionCallback, ScheduledStep, make_candidate
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.outputs import DecisionRecord
-from tracekit.engine.request import RequestState
+from tracekit.engine.request import SchedulerRequest
 from tracekit.engine.scheduler import VllmScheduler
 
 if TYPE_CHECKING:
@@ -73,10 +73,10 @@ class HookedVllmScheduler(VllmScheduler):
         self.hooks = hooks
         self._hook_preemptions = 0
         # Arrived requests the emulated client has not sent yet, in arrival order.
-        self._held: deque[RequestState] = deque()
+        self._held: deque[SchedulerRequest] = deque()
         self._max_in_flight = hooks.settings.client_max_in_flight
 
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Queue a newly arrived request and let the hooks stamp its first sighting.
 
         With ``client_max_in_flight`` set and that many requests already in the engine, the
@@ -89,7 +89,7 @@ class HookedVllmScheduler(VllmScheduler):
         super().add_request(request)
         self.hooks.on_arrival(request, request.arrival_s)
 
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[SchedulerRequest]:
         """Apply the step's outputs, then send held requests while the client cap allows."""
         finished = super().update_from_output(out, end_s)
         held = self._held
@@ -112,7 +112,7 @@ class HookedVllmScheduler(VllmScheduler):
         return out
 
     def preempt_outside_step(
-        self, victim: RequestState, step: int, now: float, reason: str
+        self, victim: SchedulerRequest, step: int, now: float, reason: str
     ) -> None:
         """Preempt a running request chosen by a hook, through the engine's one primitive.
 

@@ -10,7 +10,7 @@ Two engine hosts load a victim policy (docs/contracts.md):
 - :mod:`tracekit.hosts.victim_selector`: the legacy ``VictimSelector`` contract (pre-0.28
   vLLM-HUST), discovered by :func:`get_victim_selector` from an admitted typed Bundle v1
   component (:mod:`tracekit.hosts.bundles`) or a ``vllm.victim_selector`` entry point, and
-  driven per decision by :class:`LegacyHost`.
+  driven per decision by :class:`VictimSelectorHost`.
 
 Both hosts satisfy :class:`HostContract` (:mod:`tracekit.hosts.contract`), the one interface the
 replay engine calls. Nothing in this package imports a third-party module, so engines and the
@@ -18,8 +18,8 @@ embedded engine can use it without the ``tracekit`` extra.
 """
 
 from tracekit.hosts.bundles import (
+    AdmittedBundle,
     AdmittedComponent,
-    Bundle,
     BundleAdmissionError,
     resolve_admitted_bundles,
 )
@@ -41,10 +41,10 @@ from tracekit.hosts.preemption_policy import (
 )
 from tracekit.hosts.victim_selector import (
     VICTIM_SELECTOR_API_VERSION,
-    LegacyHost,
     NoOpVictimSelector,
     SchedulingPolicy,
     VictimSelector,
+    VictimSelectorHost,
     VictimSelectorMaterializationError,
     get_victim_selector,
 )
@@ -52,11 +52,10 @@ from tracekit.hosts.victim_selector import (
 __all__ = [
     "PREEMPTION_POLICY_API_VERSION",
     "VICTIM_SELECTOR_API_VERSION",
+    "AdmittedBundle",
     "AdmittedComponent",
-    "Bundle",
     "BundleAdmissionError",
     "HostContract",
-    "LegacyHost",
     "NoOpVictimSelector",
     "PolicyOutcome",
     "PreemptionCandidate",
@@ -67,6 +66,7 @@ __all__ = [
     "SchedulingPolicy",
     "SchedulingPolicyName",
     "VictimSelector",
+    "VictimSelectorHost",
     "VictimSelectorMaterializationError",
     "builtin_victim",
     "builtin_victim_id",

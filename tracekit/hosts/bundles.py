@@ -28,8 +28,8 @@ __all__ = [
     "BUNDLE_SCHEMA_VERSION",
     "EXTENSION_BUNDLE_GROUPS",
     "HOST_API_VERSION",
+    "AdmittedBundle",
     "AdmittedComponent",
-    "Bundle",
     "BundleAdmissionError",
     "admitted_bundle_ids",
     "components_for",
@@ -77,7 +77,7 @@ class AdmittedComponent:
 
 
 @dataclass(frozen=True, slots=True)
-class Bundle:
+class AdmittedBundle:
     """An admitted Bundle v1 manifest (``source`` is ``<package>/<file name>``)."""
 
     bundle_id: str
@@ -151,7 +151,7 @@ def resolve_admitted_bundles(
     bundles: Iterable[str] | None = None,
     *,
     entry_points: Iterable[metadata.EntryPoint] | None = None,
-) -> tuple[Bundle, ...]:
+) -> tuple[AdmittedBundle, ...]:
     """Read the Bundle v1 manifest of every admitted bundle.
 
     Parameters
@@ -164,7 +164,7 @@ def resolve_admitted_bundles(
 
     Returns
     -------
-    tuple of Bundle
+    tuple of AdmittedBundle
         In allow-list order. Empty when nothing is admitted (no entry point is read then).
 
     Raises
@@ -197,7 +197,7 @@ def resolve_admitted_bundles(
 
 
 def components_for(
-    bundles: Sequence[Bundle], contract: str, plane: str
+    bundles: Sequence[AdmittedBundle], contract: str, plane: str
 ) -> tuple[AdmittedComponent, ...]:
     """The admitted components that implement ``contract`` on execution plane ``plane``."""
     return tuple(
@@ -224,7 +224,7 @@ def _bundle_packages(
     return packages
 
 
-def _read_bundle(bundle_id: str, package: str) -> Bundle:
+def _read_bundle(bundle_id: str, package: str) -> AdmittedBundle:
     """Find and check the one Bundle v1 manifest for ``bundle_id`` in ``package``."""
     try:
         files = sorted(
@@ -258,8 +258,8 @@ def _read_bundle(bundle_id: str, package: str) -> Bundle:
     return _parse_bundle(document, source)
 
 
-def _parse_bundle(document: dict[str, Any], source: str) -> Bundle:
-    """Check the fields the host relies on and build the :class:`Bundle`."""
+def _parse_bundle(document: dict[str, Any], source: str) -> AdmittedBundle:
+    """Check the fields the host relies on and build the :class:`AdmittedBundle`."""
     bundle_id = document["bundle_id"]
     bundle_version = _field(document, "bundle_version", str, source)
     host_api_range = _field(document, "host_api_range", str, source)
@@ -297,7 +297,7 @@ def _parse_bundle(document: dict[str, Any], source: str) -> Bundle:
                 source=source,
             )
         )
-    return Bundle(bundle_id, bundle_version, host_api_range, tuple(components), source)
+    return AdmittedBundle(bundle_id, bundle_version, host_api_range, tuple(components), source)
 
 
 def _field(document: dict[str, Any], name: str, kind: type, where: str) -> Any:

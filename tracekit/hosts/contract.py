@@ -2,9 +2,10 @@
 
 Both engine contracts are reached through it: the typed ``vllm.preemption-policy.v1`` host
 (:class:`~tracekit.hosts.preemption_policy.PreemptionPolicyController`) and the legacy
-``VictimSelector`` host (:class:`~tracekit.hosts.victim_selector.LegacyHost`). The engine builds one
-:class:`~tracekit.hosts.preemption_policy.PreemptionContext` per decision, in running-queue order,
-and hands it to whichever host the replay was configured with. Standard library only.
+``VictimSelector`` host (:class:`~tracekit.hosts.victim_selector.VictimSelectorHost`). The engine
+builds one :class:`~tracekit.hosts.preemption_policy.PreemptionContext` per decision, in
+running-queue order, and hands it to whichever host the replay was configured with. Standard
+library only.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ once at startup. Discovery order:
    ``vllm.victim_selector``.
 4. Otherwise the built-in selector.
 
-:class:`LegacyHost` drives a selector through the :class:`~tracekit.hosts.contract.HostContract`
-so that replays can compare it with the typed host. Standard library only.
+:class:`VictimSelectorHost` drives a selector through the
+:class:`~tracekit.hosts.contract.HostContract` so that replays can compare it with the typed host.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ __all__ = [
     "VICTIM_SELECTOR_DISABLED_KEY",
     "VICTIM_SELECTOR_PLUGINS_GROUP",
     "VICTIM_SELECTOR_PLUGIN_CONFIG_KEY",
-    "LegacyHost",
     "LegacyRequest",
     "NoOpVictimSelector",
     "SchedulingPolicy",
     "VictimSelector",
+    "VictimSelectorHost",
     "VictimSelectorMaterializationError",
     "get_victim_selector",
     "infer_kv_utilization_from_scheduler",
@@ -251,7 +252,7 @@ def infer_kv_utilization_from_scheduler(scheduler: Any) -> float | None:
         return None
 
 
-class LegacyHost:
+class VictimSelectorHost:
     """Drives one legacy :class:`VictimSelector` through the ``HostContract``.
 
     Each :meth:`select_victim` is one host decision: the candidates are passed as the running
@@ -281,7 +282,7 @@ class LegacyHost:
         *,
         entry_points: Iterable[metadata.EntryPoint] | None = None,
         bundles: Iterable[str] | None = None,
-    ) -> LegacyHost:
+    ) -> VictimSelectorHost:
         """Discover the selector with :func:`get_victim_selector` and wrap it."""
         return cls(get_victim_selector(vllm_config, entry_points=entry_points, bundles=bundles))
 

@@ -34,7 +34,7 @@ from tracekit.engine.engine import EngineRun, FinishedRequests
 from tracekit.engine.fake_model import stop_rule
 from tracekit.engine.hosts import VictimChoice
 from tracekit.engine.outputs import RequestRecord
-from tracekit.engine.request import EngineRequest, RequestState, RequestStatus
+from tracekit.engine.request import EngineRequest, RequestStatus, SchedulerRequest
 from tracekit.hosts.preemption_policy import PreemptionContext, builtin_victim_id
 
 __all__ = [
@@ -106,14 +106,14 @@ class ScriptedHost:
         return VictimChoice(builtin_victim_id(context), "builtin")
 
 
-def _live(run: EngineRun) -> list[RequestState]:
+def _live(run: EngineRun) -> list[SchedulerRequest]:
     return run.live_requests()
 
 
 def _score(
     settings: OracleSettings,
     finished: Iterable[RequestRecord],
-    live: Iterable[RequestState],
+    live: Iterable[SchedulerRequest],
     base_recomputed: int,
     t_start: float,
     t_end: float,
@@ -130,7 +130,7 @@ def _score(
         # Never scheduled, nothing computed: a fresh state reads the same (first token None).
         extra = []
         for request in unmade:
-            state = RequestState(request, 0)
+            state = SchedulerRequest(request, 0)
             state.stop_output_tokens = stop_rule(
                 request.prompt_tokens, request.output_tokens, request.max_tokens, max_model_len
             )[0]

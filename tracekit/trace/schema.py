@@ -21,7 +21,7 @@ import pyarrow as pa
 __all__ = [
     "READABLE_VERSIONS",
     "SCHEMA_VERSION",
-    "Column",
+    "ColumnSpec",
     "TableSpec",
     "TraceSchema",
     "added_columns",
@@ -47,7 +47,7 @@ _POLARS_TYPES: dict[str, Any] = {
 
 
 @dataclass(frozen=True, slots=True)
-class Column:
+class ColumnSpec:
     """One column of a trace table."""
 
     name: str
@@ -62,7 +62,7 @@ class TableSpec:
 
     name: str
     description: str
-    columns: tuple[Column, ...]
+    columns: tuple[ColumnSpec, ...]
     key: tuple[str, ...]
     optional: bool
 
@@ -118,7 +118,7 @@ def trace_schema(version: int = SCHEMA_VERSION) -> TraceSchema:
         name: TableSpec(
             name=name,
             description=spec["description"],
-            columns=tuple(Column(**col) for col in spec["columns"]),
+            columns=tuple(ColumnSpec(**col) for col in spec["columns"]),
             key=tuple(spec["key"]),
             optional=bool(spec.get("optional", False)),
         )
@@ -134,7 +134,7 @@ def trace_schema(version: int = SCHEMA_VERSION) -> TraceSchema:
     )
 
 
-def added_columns(table: str, since: int) -> list[Column]:
+def added_columns(table: str, since: int) -> list[ColumnSpec]:
     """Columns of ``table`` in the current schema that version ``since`` lacks (all nullable).
 
     A reader of a version-``since`` bundle adds them as nulls: the old recorder could not see

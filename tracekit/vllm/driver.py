@@ -43,7 +43,7 @@ from tracekit.engine.fake_model import mark_arrived, split_tokens
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.interface import BlockPoolView
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
-from tracekit.engine.request import RequestState, RequestStatus
+from tracekit.engine.request import RequestStatus, SchedulerRequest
 from tracekit.real_engine.serve import Emit, serve_scenarios
 from tracekit.recording.state import final_state
 from tracekit.recording.tiny_model import TINY_MODEL_CONFIG, write_tiny_model
@@ -246,7 +246,7 @@ class VllmBackend:
             ),
         }
 
-    def make_request(self, request: RequestState) -> Any:
+    def make_request(self, request: SchedulerRequest) -> Any:
         """A vLLM ``Request`` for ``request``.
 
         With prefix caching off the prompt ids are one repeated token; with it on they follow
@@ -425,7 +425,7 @@ class RealScheduler:
         self.scheduler_s = 0.0
         self.scheduler_cpu_s = 0.0
         # req_id -> the engine's state and vLLM's Request, for every unfinished request.
-        self._states: dict[str, RequestState] = {}
+        self._states: dict[str, SchedulerRequest] = {}
         self._requests: dict[str, Any] = {}
         # step -> vLLM's SchedulerOutput and the ids it samples for (two in flight under async).
         self._outputs: dict[int, Any] = {}
@@ -441,7 +441,7 @@ class RealScheduler:
         """Victim decisions recorded so far."""
         return self.hooks.num_decisions
 
-    def add_request(self, request: RequestState) -> None:
+    def add_request(self, request: SchedulerRequest) -> None:
         """Hand a new request to vLLM (``Scheduler.add_request``)."""
         if request.request_id in self._states:
             raise ValueError(f"duplicate request_id {request.request_id!r}")
@@ -508,7 +508,7 @@ class RealScheduler:
         out.num_preemptions = hooks.num_preempted_in_step
         return out
 
-    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[RequestState]:
+    def update_from_output(self, out: ScheduledStep, end_s: float) -> list[SchedulerRequest]:
         """Sample the step's tokens, run vLLM's ``update_from_output``, return the finished."""
         states, requests = self._states, self._requests
         req_ids = list(out.num_scheduled_tokens)
@@ -544,7 +544,7 @@ class RealScheduler:
         self.scheduler_cpu_s += time.thread_time() - started_cpu
         status_names = self.backend.status_names
         recomputed = self.hooks.recomputed_tokens
-        finished: list[RequestState] = []
+        finished: list[SchedulerRequest] = []
         for request_id in req_ids:
             state = states.get(request_id)
             if state is None:
