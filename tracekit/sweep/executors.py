@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -188,7 +189,7 @@ def _die_with_parent(parent: int) -> None:
 
 def _init_worker(parent: int | None = None) -> None:
     # Ctrl-C reaches the whole process group: only the driver decides what it means. The
-    # worker was started with SIGINT blocked (see _sigint_blocked), so a Ctrl-C during its
+    # worker was started with SIGINT blocked (see _starting_workers), so a Ctrl-C during its
     # start-up stays pending until it is ignored here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
@@ -205,16 +206,36 @@ def _run_task(task: SweepTask, root: Path, parent: int) -> TaskOutcome:
 
 
 @contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """Block SIGINT in this thread while the pool may start workers (they inherit the mask)."""
-    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - Windows
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def _starting_workers() -> Iterator[None]:
+    """Around ``submit()``, which may start worker processes.
+
+    SIGINT is blocked in this thread, so the workers inherit the mask (a Ctrl-C to the
+    process group reaches the driver only). A stop handled meanwhile (SIGINT taken by another
+    thread, or SIGTERM) is only noted by the Python handlers, and raised again once the
+    workers are started: raised in the middle of a start it leaves the new worker reading a
+    truncated start-up pickle, which prints "EOFError: Ran out of input" after the command's
+    one-line message.
+    """
+    noted: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if callable(signal.getsignal(signum)):  # a Python handler, the CLI's or Python's
+                previous[signum] = signal.signal(signum, lambda number, _: noted.append(number))
+    mask = (
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        if hasattr(signal, "pthread_sigmask")
+        else None
+    )
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 class ProcessExecutor:
@@ -262,7 +283,7 @@ class ProcessExecutor:
                     # submit() (another thread may take the signal while SIGINT is blocked
                     # here) must not report one running run fewer than the workers hold.
                     listener.started(task.index)
-                    with _sigint_blocked():  # submit() starts the worker processes
+                    with _starting_workers():
                         inflight[pool.submit(_run_task, task, root, os.getpid())] = task
                     spawned.update((getattr(pool, "_processes", None) or {}).items())
                     if source is suspects:
