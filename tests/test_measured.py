@@ -20,7 +20,7 @@ from tracekit.cli import cli
 from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
 from tracekit.latency.calibrated import TERMS, CalibratedModel, load_calibrated_model
-from tracekit.measured.calibrate import fit_from_runs
+from tracekit.measured.calibrate import HUBER_DELTA, fit_from_runs
 from tracekit.measured.compare import compare_metrics
 from tracekit.measured.metrics import run_metrics
 from tracekit.measured.server_log import read_vllm_server_log
@@ -363,18 +363,22 @@ def test_fit_gives_back_every_coefficient_of_a_known_model(tmp_path: Path) -> No
     assert fit.model.fit["stop_reason"] == "fixed point"
 
 
-def test_one_stalled_request_does_not_move_the_fit(tmp_path: Path) -> None:
-    # A 0.2 s stall on one of 30 requests (latencies of 20 to 200 ms): the Huber loss counts it
-    # by its size; least squares moved the fixed cost per step by a fifth.
-    fit = fit_from_runs(
-        [_burst(tmp_path, stall_s=0.2)], dataclasses.replace(_config(tmp_path), latency=None)
-    )
-    c = fit.model.coefficients
+def test_a_huber_fit_is_not_moved_by_one_stalled_request(tmp_path: Path) -> None:
+    # A 0.2 s stall on one of 30 requests (latencies of 20 to 200 ms). Least squares (the
+    # default: its latencies add up to the measured ones, stall included) moves the fixed cost
+    # per step by a fifth; the Huber loss counts the stall by its size.
+    config = dataclasses.replace(_config(tmp_path), latency=None)
+    run = _burst(tmp_path, stall_s=0.2)
+    squares = fit_from_runs([run], config).model.coefficients
+    huber = fit_from_runs([run], config, huber_delta=HUBER_DELTA).model
+    assert abs(squares[0] / TRUTH[0] - 1) > 0.1
+    c = huber.coefficients
     assert c[0] == pytest.approx(TRUTH[0], rel=0.02)
     # The step time of a full decode step of 29 sequences over 7,600 context tokens.
     step = c[0] + 29 * c[2] + 7646 * c[3] + 29 * c[4]
     truth = TRUTH[0] + 29 * TRUTH[2] + 7646 * TRUTH[3] + 29 * TRUTH[4]
     assert step == pytest.approx(truth, rel=0.02)
+    assert huber.fit["huber_delta"] == HUBER_DELTA
 
 
 def test_the_fit_keeps_the_best_model_it_simulated(tmp_path: Path) -> None:
