@@ -34,6 +34,7 @@ def qualify_exit(results: Path) -> int:
     document = json.loads((results / "qualification.json").read_text("utf-8"))
     return 1 if document["headline"]["decision"] == "no-go" else 0
 
+
 REPO = Path(__file__).resolve().parents[1]
 AZURE = REPO / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
 

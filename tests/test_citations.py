@@ -217,9 +217,7 @@ def test_nothing_cites_a_tracker_number() -> None:
         for name in _prose_files(_tracked_files())
         for number, text in tracker_citations(_lines(name))
     ]
-    assert not offenders, "say what is meant instead of a tracker number:\n" + "\n".join(
-        offenders
-    )
+    assert not offenders, "say what is meant instead of a tracker number:\n" + "\n".join(offenders)
 
 
 def test_cited_repository_paths_exist() -> None:

@@ -71,6 +71,7 @@ def test_every_quick_start_command_exits_0_twice_in_a_row(tmp_path: Path) -> Non
         if not line.startswith("pip install")
     ]
     commands = sum(line.startswith("tracekit") for line in lines)
+
     def step(i: int, line: str, round_: int) -> str:
         if not line.startswith("tracekit"):
             return line

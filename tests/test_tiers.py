@@ -67,7 +67,7 @@ def test_engine_programs_are_recognised(tmp_path: Path, monkeypatch) -> None:
     assert engine_program([]) is None
 
 
-SESSION = '''
+SESSION = """
 import subprocess, os, pytest
 
 def start():
@@ -101,7 +101,7 @@ def test_end_to_end():
 @pytest.mark.slow
 def test_slow_is_end_to_end():
     pass
-'''
+"""
 
 
 def _session(tmp_path: Path, name: str, *args: str) -> subprocess.CompletedProcess[str]:

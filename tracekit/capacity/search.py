@@ -289,6 +289,7 @@ def expected_probes(
     ``ceil(log2(ln(high / low) / ln(1 + tolerance)))`` more; before that, one more doubling or
     halving is assumed, then the bisection of a factor of 2. For progress lines only.
     """
+
     def bisections(ratio: float) -> int:
         if ratio <= 1 + tolerance:
             return 0

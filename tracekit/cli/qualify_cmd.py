@@ -69,7 +69,7 @@ def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> 
     type=count(3, 1000),
     default=DEFAULT_REPEATS,
     show_default=True,
-    help="Paired repeats per load cell (3 to 1000; docs/qualify.md, \"Repeats\").",
+    help='Paired repeats per load cell (3 to 1000; docs/qualify.md, "Repeats").',
 )
 @click.option(
     "--repeat-by",

@@ -544,8 +544,6 @@ def _name_final_paths(staging: Path, final: Path) -> None:
         file.write_text(text, "utf-8")
 
 
-
-
 def check_results_folder(final: Path, inputs: Sequence[Path], *, overwrite: bool) -> None:
     """Refuse a results folder that writing (or replacing) could damage the user's data.
 

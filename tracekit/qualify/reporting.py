@@ -100,9 +100,7 @@ def report_inputs(
     steps: dict[str, Callable[[], Any]] = {
         "latency_ecdf": lambda: frames.latency_ecdf_frame(results),
         # The KV chart compares the baseline with the candidate on repeat 0 only: one run each.
-        "kv_usage": lambda: frames.kv_usage_frame(
-            results, [BASELINE, results.candidate], repeat=0
-        ),
+        "kv_usage": lambda: frames.kv_usage_frame(results, [BASELINE, results.candidate], repeat=0),
         "preemption_histogram": lambda: frames.preemption_histogram_frame(results),
         "most_preempted": lambda: frames.most_preempted_frame(results),
         "recomputed": lambda: frames.recomputed_frame(results),

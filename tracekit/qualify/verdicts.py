@@ -300,9 +300,7 @@ def _invoked_check(runs: pl.DataFrame) -> dict[str, Any]:
             + ", ".join(names[:5]),
         )
     if called == 0:
-        return _check(
-            "invoked_at_every_preemption", False, f"no call in any of {runs.height} runs"
-        )
+        return _check("invoked_at_every_preemption", False, f"no call in any of {runs.height} runs")
     quiet = runs.height - called
     detail = f"called in {called} of {runs.height} runs, at every preemption"
     if quiet:

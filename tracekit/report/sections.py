@@ -210,7 +210,9 @@ def _recomputed(view: ReportInputs, strategies: list[str]) -> Section:
                 Column("runs", "runs", fmt_int, True),
                 Column("recomputed_tokens", "discarded tokens (mean per run)", fmt_float(0), True),
                 Column(
-                    "truly_recomputed_tokens", "truly recomputed (mean per run)", fmt_float(0),
+                    "truly_recomputed_tokens",
+                    "truly recomputed (mean per run)",
+                    fmt_float(0),
                     True,
                 ),
                 Column("recompute_tax", "recompute tax (mean per run)", fmt_pct, True),
@@ -400,12 +402,16 @@ def _cache(view: ReportInputs, strategies: list[str]) -> Section | None:
                         "recomputed_tokens", "recomputed tokens (mean per run)", fmt_float(0), True
                     ),
                     Column(
-                        "from_cache_tokens", "of which cache hits (mean per run)", fmt_float(0),
+                        "from_cache_tokens",
+                        "of which cache hits (mean per run)",
+                        fmt_float(0),
                         True,
                     ),
                     Column(
-                        "truly_recomputed_tokens", "truly recomputed (mean per run)",
-                        fmt_float(0), True,
+                        "truly_recomputed_tokens",
+                        "truly recomputed (mean per run)",
+                        fmt_float(0),
+                        True,
                     ),
                     Column("cache_hit_tokens", "all cache hits (mean per run)", fmt_float(0), True),
                 ],
