@@ -31,6 +31,7 @@ Usage: ``python benchmarks/serve_fidelity.py [--out DIR] [--rates 4,8,16] [--bur
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -726,6 +727,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     fit_cpu = time.process_time() - t0
     models = {"calibrated": f"calibrated:{out / 'model.json'}"}
+    # Side by side, the same fit without its residual spread (constant overheads only): what
+    # the spread changes, on the same runs (docs/latency.md, "The spread").
+    if fit.model.request_spread:
+        constant = dataclasses.replace(fit.model, request_spread={})
+        models["calibrated-constant"] = f"calibrated:{constant.save(out / 'model-constant.json')}"
     also = args.also_latency
     if also is None:
         also = ["roofline"]
@@ -745,7 +751,6 @@ def main(argv: list[str] | None = None) -> int:
         models[spec.split(":")[0] if spec.startswith(("roofline", "aiconfigurator")) else spec] = (
             spec
         )
-    import dataclasses
 
     report: dict[str, Any] = {
         "model": args.model,
@@ -796,6 +801,7 @@ def main(argv: list[str] | None = None) -> int:
     held_e2e: list[float] = []
     failures: list[str] = []
     checked_all: list[bool] = []
+    checked_constant: list[bool] = []
     for (client, rate, burst), paths in sorted(results.items()):
         held_out = not (client == "vllm-bench" and rate == args.calibrate_rate)
         entry: dict[str, Any] = {
@@ -813,6 +819,10 @@ def main(argv: list[str] | None = None) -> int:
             cmp = accuracy(paths, dataclasses.replace(config, latency=spec), target=args.target)
             entry[name] = cmp.as_dict()
             _print_comparison(name, cmp)
+            if name == "calibrated-constant" and held_out:
+                checked_constant.extend(
+                    w for w in (cmp.metric(m).within for m in TARGET_METRICS) if w is not None
+                )
             if name == "calibrated":
                 within = [cmp.metric(m).within for m in TARGET_METRICS]
                 if held_out:
@@ -834,6 +844,9 @@ def main(argv: list[str] | None = None) -> int:
         "share_within": sum(checked_all) / len(checked_all) if checked_all else None,
         "median_abs_e2e_mean_error_held_out": median_e2e,
         "median_below_6.7pct": None if median_e2e is None else median_e2e < 0.067,
+        "constant_overheads_share_within": (
+            sum(checked_constant) / len(checked_constant) if checked_constant else None
+        ),
     }
     (out / "serve_fidelity.json").write_text(json.dumps(report, indent=1, default=str))
     print(
@@ -847,6 +860,11 @@ def main(argv: list[str] | None = None) -> int:
             + ")"
         )
     )
+    if checked_constant:
+        print(
+            f"  without the residual spread (constant overheads): {sum(checked_constant)}/"
+            f"{len(checked_constant)} within"
+        )
     if args.check and failures:
         print("check failed: " + "; ".join(failures), file=sys.stderr)
         return 1

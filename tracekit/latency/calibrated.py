@@ -140,6 +140,11 @@ class CalibratedModel:
         the relative error on the runs it was fitted on and on held-out runs, with the runs'
         own noise floor. Carried into manifests, so reports whose step times came from this
         model print it next to their verdicts (``docs/latency.md``, "Measured error").
+    request_spread
+        The residuals of the fitted runs' requests, ``ttft_s`` (seconds, mean 0) and
+        ``decode_ratio`` (mean 1), paired (``tracekit.measured.simulate.LatencySpread``): the
+        scatter of live latencies around the model's, which the latency percentiles of
+        ``tracekit accuracy`` include. Empty for a model fitted to step times.
     """
 
     coefficients: tuple[float, ...]
@@ -148,6 +153,7 @@ class CalibratedModel:
     source: str = ""
     request_overheads: dict[str, float] = field(default_factory=dict)
     measured_error: dict[str, Any] = field(default_factory=dict)
+    request_spread: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.coefficients) != len(TERMS):
@@ -204,11 +210,16 @@ class CalibratedModel:
             "errors": self.errors,
             **({"request_overheads": self.request_overheads} if self.request_overheads else {}),
             **({"measured_error": self.measured_error} if self.measured_error else {}),
+            **(
+                {"request_spread": {"num_residuals": len(self.request_spread["ttft_s"])}}
+                if self.request_spread
+                else {}
+            ),
         }
 
     def to_json(self) -> dict[str, Any]:
         """The versioned JSON document :func:`load_calibrated_model` reads."""
-        measured = bool(self.request_overheads or self.measured_error)
+        measured = bool(self.request_overheads or self.measured_error or self.request_spread)
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION_MEASURED if measured else FORMAT_VERSION,
@@ -222,6 +233,7 @@ class CalibratedModel:
             "errors": self.errors,
             **({"request_overheads": self.request_overheads} if self.request_overheads else {}),
             **({"measured_error": self.measured_error} if self.measured_error else {}),
+            **({"request_spread": self.request_spread} if self.request_spread else {}),
         }
 
     def save(self, path: str | Path) -> Path:
@@ -269,6 +281,7 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
         isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in overheads.values()
     ):
         raise ConfigError(f"{path}: field request_overheads must map names to finite seconds >= 0")
+    spread = _read_spread(path, doc.get("request_spread") or {})
     try:
         return CalibratedModel(
             values,
@@ -277,9 +290,35 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
             str(path),
             {k: float(v) for k, v in overheads.items()},
             dict(doc.get("measured_error") or {}),
+            spread,
         )
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def _read_spread(path: Path, doc: Any) -> dict[str, list[float]]:
+    """``request_spread``: two lists of one length, finite TTFT residuals, ratios > 0."""
+    if not doc:
+        return {}
+
+    def finite(values: Any, positive: bool) -> bool:
+        return isinstance(values, list) and all(
+            isinstance(v, int | float) and math.isfinite(v) and (v > 0 or not positive)
+            for v in values
+        )
+
+    if (
+        not isinstance(doc, dict)
+        or set(doc) != {"ttft_s", "decode_ratio"}
+        or not finite(doc["ttft_s"], False)
+        or not finite(doc["decode_ratio"], True)
+        or len(doc["ttft_s"]) != len(doc["decode_ratio"])
+    ):
+        raise ConfigError(
+            f"{path}: field request_spread must hold two lists of one length, ttft_s (finite "
+            "seconds) and decode_ratio (finite, > 0); fit the model again with tracekit calibrate"
+        )
+    return {k: [float(v) for v in doc[k]] for k in ("ttft_s", "decode_ratio")}
 
 
 # ---------------------------------------------------------------------------------------------

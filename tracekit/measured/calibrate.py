@@ -33,6 +33,13 @@ depend on the step times, for example every request sent at once, that is the ge
 model exactly), at a **local minimum** (every step within ``DAMPING_MAX`` fits worse), or at
 ``max_iterations``; it always returns the best model simulated. Leaving the overheads out
 loses a fixed share of every TTFT (peers lost 17 to 56 %).
+
+The overheads are constants, so the model gives each request's expected latencies; live ones
+scatter around them (on a shared CPU, the client's and the server's share changes request by
+request), and a constant fits the means, not the percentiles. The fitted model therefore keeps
+its **spread** (:class:`~tracekit.measured.simulate.LatencySpread`): every fitted request's TTFT
+residual and decode-time ratio, centred, which ``tracekit accuracy`` convolves with the
+simulated latencies.
 """
 
 from __future__ import annotations
@@ -53,7 +60,13 @@ from tracekit.errors import ConfigError
 from tracekit.latency.calibrated import TERMS, CalibratedModel, FitError, nnls
 from tracekit.measured.compare import compare_metrics
 from tracekit.measured.metrics import run_metrics
-from tracekit.measured.simulate import RequestOverheads, SimulatedRun, simulate_run
+from tracekit.measured.simulate import (
+    LatencySpread,
+    RequestOverheads,
+    SimulatedRun,
+    simulate_run,
+    simulated_metrics,
+)
 from tracekit.workloads.measured import MeasuredRun
 
 __all__ = ["OVERHEADS", "RequestFit", "fit_from_runs", "initial_model"]
@@ -324,6 +337,39 @@ def _padded(solution: Sequence[float], terms: Sequence[str]) -> tuple[float, ...
     return tuple(solution[: len(terms)]) + (0.0,) * (len(TERMS) - len(terms))
 
 
+def _spread(runs: Sequence[MeasuredRun], sims: Sequence[SimulatedRun]) -> LatencySpread | None:
+    """The fitted model's residuals on its runs: requests served on both sides, two tokens or more.
+
+    None when fewer than :data:`MIN_REQUESTS` requests have both residuals.
+    """
+    residuals: list[float] = []
+    ratios: list[float] = []
+    for run, sim in zip(runs, sims, strict=True):
+        cols = ("request_id", "ttft_s", "e2e_s")
+        both = (
+            run.frame.filter(pl.col("ok") & (pl.col("output_tokens") > 1))
+            .select(cols)
+            .join(
+                sim.requests.filter(pl.col("ok") & (pl.col("output_tokens") > 1)).select(cols),
+                on="request_id",
+                suffix="_sim",
+            )
+            .filter(
+                ((pl.col("e2e_s_sim") - pl.col("ttft_s_sim")) > 0)
+                & ((pl.col("e2e_s") - pl.col("ttft_s")) > 0)
+            )
+        )
+        residuals.extend(both.select(pl.col("ttft_s") - pl.col("ttft_s_sim")).to_series())
+        ratios.extend(
+            both.select(
+                (pl.col("e2e_s") - pl.col("ttft_s")) / (pl.col("e2e_s_sim") - pl.col("ttft_s_sim"))
+            ).to_series()
+        )
+    if len(residuals) < MIN_REQUESTS:
+        return None
+    return LatencySpread.from_residuals(residuals, ratios)
+
+
 def fit_from_runs(
     runs: Sequence[MeasuredRun],
     config: EngineConfig,
@@ -477,13 +523,15 @@ def fit_from_runs(
         current = best[1]
         model = CalibratedModel(_padded(current, terms), source=source)
         overheads = RequestOverheads(*current[len(terms) :])
-        # The fitted model's own error on the runs it was fitted on, metric by metric.
+        # The residuals of the fitted model on its runs (its spread), then its own error on
+        # them, metric by metric, the spread included as tracekit accuracy includes it.
         cfg = _with_model(config, model, folder, 0)
+        sims = [simulate_run(run, cfg, overheads=overheads) for run in runs]
+        spread = _spread(runs, sims)
         measured, simulated = [], []
-        for run in runs:
-            sim = simulate_run(run, cfg, overheads=overheads)
+        for run, sim in zip(runs, sims, strict=True):
             measured.append(run_metrics(run.frame))
-            simulated.append(run_metrics(sim.requests, start="arrival_s"))
+            simulated.append(simulated_metrics(sim.requests, spread))
         errors = {
             m.name: m.error
             for m in compare_metrics(measured, simulated, 0.10)
@@ -541,5 +589,6 @@ def fit_from_runs(
         source,
         overheads.as_dict(),
         measured_error,
+        spread.as_dict() if spread else {},
     )
     return RequestFit(final, overheads, len(history), converged, tuple(history), stop_reason)

@@ -17,7 +17,12 @@ from typing import Any
 
 from tracekit.engine.config import EngineConfig
 from tracekit.measured.metrics import METRIC_NAMES, run_metrics
-from tracekit.measured.simulate import RequestOverheads, simulate_run
+from tracekit.measured.simulate import (
+    LatencySpread,
+    RequestOverheads,
+    simulate_run,
+    simulated_metrics,
+)
 from tracekit.workloads.measured import MeasuredRun
 
 __all__ = ["Comparison", "MetricComparison", "compare_runs"]
@@ -157,6 +162,7 @@ def compare_runs(
     config: EngineConfig,
     *,
     overheads: RequestOverheads | None = None,
+    spread: LatencySpread | None = None,
     target: float = 0.10,
 ) -> Comparison:
     """Simulate each repeat of one measured configuration and compare the metrics.
@@ -169,6 +175,9 @@ def compare_runs(
         The engine configuration, with the step-time model in ``config.latency``.
     overheads
         Per-request time outside the step loop (a calibrated model's, or none).
+    spread
+        A calibrated model's residual spread: the simulated latency statistics are then those
+        of the simulation convolved with it (:func:`~tracekit.measured.simulate.spread_requests`).
     target
         The relative error a metric is held to where the noise floor is smaller.
     """
@@ -178,7 +187,7 @@ def compare_runs(
     for run in runs:
         sim = simulate_run(run, config, overheads=overheads)
         m = run_metrics(run.frame, start="start_s")
-        s = run_metrics(sim.requests, start="arrival_s")
+        s = simulated_metrics(sim.requests, spread)
         measured.append(m)
         simulated.append(s)
         rows.append(

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-__all__ = ["LATENCIES", "METRIC_NAMES", "STATS", "run_metrics"]
+__all__ = ["LATENCIES", "METRIC_NAMES", "STATS", "latency_metrics", "run_metrics"]
 
 #: The latency metrics and the statistics of each.
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
@@ -52,6 +52,24 @@ def _stats(series: pl.Series, prefix: str) -> dict[str, float | None]:
     }
 
 
+def latency_metrics(frame: pl.DataFrame) -> dict[str, float | None]:
+    """The latency statistics (``ttft_*``, ``tpot_*``, ``itl_*``, ``e2e_*``) of served rows.
+
+    ``frame``: rows of successful requests (``ttft_s``, ``e2e_s``, ``output_tokens``,
+    ``itl_s``), or any sample of their latencies (``tracekit.measured.simulate.spread_requests``).
+    """
+    tpot = frame.filter(pl.col("output_tokens") > 1).select(
+        ((pl.col("e2e_s") - pl.col("ttft_s")) / (pl.col("output_tokens") - 1)).alias("tpot")
+    )
+    itl = frame.select(pl.col("itl_s").explode()).to_series()
+    return (
+        _stats(frame["ttft_s"], "ttft")
+        | _stats(tpot["tpot"], "tpot")
+        | _stats(itl, "itl")
+        | _stats(frame["e2e_s"], "e2e")
+    )
+
+
 def run_metrics(frame: pl.DataFrame, *, start: str = "start_s") -> dict[str, Any]:
     """The metrics of the module docstring for one run.
 
@@ -64,15 +82,7 @@ def run_metrics(frame: pl.DataFrame, *, start: str = "start_s") -> dict[str, Any
         The send-time column (``start_s`` for a measured run, ``arrival_s`` for a simulation).
     """
     ok = frame.filter(pl.col("ok"))
-    tpot = ok.filter(pl.col("output_tokens") > 1).select(
-        ((pl.col("e2e_s") - pl.col("ttft_s")) / (pl.col("output_tokens") - 1)).alias("tpot")
-    )
-    itl = ok.select(pl.col("itl_s").explode()).to_series()
-    out: dict[str, Any] = {}
-    out |= _stats(ok["ttft_s"], "ttft")
-    out |= _stats(tpot["tpot"], "tpot")
-    out |= _stats(itl, "itl")
-    out |= _stats(ok["e2e_s"], "e2e")
+    out: dict[str, Any] = latency_metrics(ok)
     if ok.height:
         first = float(frame[start].min())  # type: ignore[arg-type]
         last = float(ok.select((pl.col(start) + pl.col("e2e_s")).max()).item())

@@ -22,7 +22,7 @@ from tracekit.latency.calibrated import CalibratedModel, load_calibrated_model
 from tracekit.measured.calibrate import RequestFit, fit_from_runs
 from tracekit.measured.compare import Comparison, compare_runs
 from tracekit.measured.server_log import merge_engine_options, read_vllm_server_log
-from tracekit.measured.simulate import RequestOverheads
+from tracekit.measured.simulate import LatencySpread, RequestOverheads
 from tracekit.workloads.aiperf import read_aiperf_run
 from tracekit.workloads.detect import WorkloadFormat, detect_format
 from tracekit.workloads.guidellm import read_guidellm_run
@@ -172,19 +172,24 @@ def accuracy(
     """Compare repeats of one measured configuration with their simulation (``tracekit accuracy``).
 
     A ``calibrated:`` model that carries request overheads has them added to the simulated
-    latencies; any other model's latencies are the engine's alone.
+    latencies, and one that carries a residual spread has its latency percentiles include it
+    (``tracekit.measured.simulate.spread_requests``); any other model's latencies are the
+    engine's alone.
     """
     runs = [r if isinstance(r, MeasuredRun) else read_measured_run(r) for r in results]
     overheads = RequestOverheads()
+    spread = None
     spelling = config.effective_latency
     if spelling.startswith("calibrated:"):
         model = load_calibrated_model(spelling.partition(":")[2])
         overheads = RequestOverheads.from_dict(model.request_overheads)
-    comparison = compare_runs(runs, config, overheads=overheads, target=target)
+        spread = LatencySpread.from_dict(model.request_spread)
+    comparison = compare_runs(runs, config, overheads=overheads, spread=spread, target=target)
     return dataclasses.replace(
         comparison,
         extra={
             "overheads": overheads.as_dict(),
+            "spread_residuals": len(spread) if spread else 0,
             "engine_config": {k: getattr(config, k) for k in _CONFIG_FIELDS},
             "engine_provenance": provenance or {},
         },

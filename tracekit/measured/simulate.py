@@ -15,7 +15,12 @@ computed. Each step's make-up, priced by the model, gives back the engine's own 
 Per-request overheads outside the step loop (``RequestOverheads``: HTTP, tokenisation and the
 server's queues before the engine; the stream's end after the last step) are added to the
 engine's latencies here, not in the engine: they delay every request alike and do not change the
-schedule.
+schedule. A calibrated model also carries the **spread** of its fitted runs' residuals
+(``LatencySpread``): the step model and constant overheads give each request's expected
+latencies, while a live request's TTFT and decode time scatter around them (the client's and the
+server's share of a shared CPU, request by request). :func:`spread_requests` gives the
+distribution of the simulated latencies with that scatter: every simulated request with every
+measured residual (their convolution), centred so that the means stay the model's.
 """
 
 from __future__ import annotations
@@ -34,9 +39,18 @@ from tracekit.engine.engine import EngineResult, run_engine
 from tracekit.engine.hosts import BuiltinHost
 from tracekit.engine.request import engine_requests
 from tracekit.latency.calibrated import TERMS
+from tracekit.measured.metrics import latency_metrics, run_metrics
 from tracekit.workloads.measured import MeasuredRun
 
-__all__ = ["RequestOverheads", "SimulatedRun", "simulate_run", "walk_steps"]
+__all__ = [
+    "LatencySpread",
+    "RequestOverheads",
+    "SimulatedRun",
+    "simulate_run",
+    "simulated_metrics",
+    "spread_requests",
+    "walk_steps",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +81,112 @@ class RequestOverheads:
     def as_dict(self) -> dict[str, float]:
         """The three figures, seconds."""
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySpread:
+    """The per-request residuals of a calibrated model on the runs it was fitted on.
+
+    One pair per measured request served on both sides with at least two output tokens, in
+    the order of the fitted runs' requests:
+
+    Attributes
+    ----------
+    ttft_s
+        Measured TTFT minus simulated TTFT (overheads included), seconds, less their mean:
+        the scatter of the time before the first token around the model's.
+    decode_ratio
+        Measured over simulated time after the first token (``e2e - ttft``), over their mean:
+        the scatter of a request's decode speed around the model's (a request decoding while
+        another process holds the CPU).
+    """
+
+    ttft_s: tuple[float, ...]
+    decode_ratio: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.ttft_s) != len(self.decode_ratio):
+            raise ValueError("LatencySpread: ttft_s and decode_ratio must pair up")
+
+    @classmethod
+    def from_residuals(
+        cls, ttft_residual_s: Sequence[float], decode_ratio: Sequence[float]
+    ) -> LatencySpread:
+        """Centred residuals: TTFT's less their mean, the ratios over theirs."""
+        n = len(ttft_residual_s)
+        if n == 0:
+            return cls((), ())
+        mean_r = sum(ttft_residual_s) / n
+        mean_q = sum(decode_ratio) / n
+        return cls(
+            tuple(r - mean_r for r in ttft_residual_s),
+            tuple(q / mean_q for q in decode_ratio),
+        )
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> LatencySpread | None:
+        """From :meth:`as_dict`'s mapping; None for an empty one."""
+        if not doc:
+            return None
+        return cls(tuple(map(float, doc["ttft_s"])), tuple(map(float, doc["decode_ratio"])))
+
+    def as_dict(self) -> dict[str, list[float]]:
+        """The two residual lists."""
+        return {"ttft_s": list(self.ttft_s), "decode_ratio": list(self.decode_ratio)}
+
+    def __len__(self) -> int:
+        return len(self.ttft_s)
+
+
+def spread_requests(requests: pl.DataFrame, spread: LatencySpread) -> pl.DataFrame:
+    """Every served simulated request with every residual of ``spread`` (their convolution).
+
+    Row ``(i, j)``: request ``i``'s TTFT plus residual ``j`` (at least 0), its time after the
+    first token and its inter-token gaps times ratio ``j``, its E2E their sum. The latency
+    percentiles of the result are those of the simulated latencies with the measured scatter,
+    the residuals drawn independently of the request; the means are the simulation's (the
+    residuals are centred), up to the clip at 0. The schedule, and so the throughput, is the
+    simulation's: compute it on ``requests``.
+
+    Parameters
+    ----------
+    requests
+        :attr:`SimulatedRun.requests` (``ok``, ``arrival_s``, ``output_tokens``, ``ttft_s``,
+        ``e2e_s``, ``itl_s``).
+    spread
+        The model's residuals.
+    """
+    residuals = pl.DataFrame(
+        {"_r": list(spread.ttft_s), "_q": list(spread.decode_ratio)},
+        schema={"_r": pl.Float64, "_q": pl.Float64},
+    )
+    served = requests.filter(pl.col("ok")).select(
+        "ok", "arrival_s", "output_tokens", "ttft_s", "e2e_s", "itl_s"
+    )
+    ttft = (pl.col("ttft_s") + pl.col("_r")).clip(lower_bound=0.0)
+    return (
+        served.join(residuals, how="cross")
+        .with_columns(
+            ttft.alias("ttft_s"),
+            (ttft + (pl.col("e2e_s") - pl.col("ttft_s")) * pl.col("_q")).alias("e2e_s"),
+            pl.col("itl_s") * pl.col("_q"),
+        )
+        .drop("_r", "_q")
+    )
+
+
+def simulated_metrics(
+    requests: pl.DataFrame, spread: LatencySpread | None = None
+) -> dict[str, Any]:
+    """:func:`~tracekit.measured.metrics.run_metrics` of a simulation's requests.
+
+    With a ``spread``, the latency statistics are those of :func:`spread_requests`; the
+    throughputs and counts stay the simulation's own.
+    """
+    metrics = run_metrics(requests, start="arrival_s")
+    if spread and metrics["num_ok"]:
+        metrics |= latency_metrics(spread_requests(requests, spread))
+    return metrics
 
 
 @dataclass(frozen=True)
