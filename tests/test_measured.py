@@ -228,6 +228,10 @@ def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None
     assert doc["fit"]["engine_provenance"]["sources"]["num_blocks"].startswith("server log")
     loaded = load_calibrated_model(model)
     assert loaded.request_overheads == pytest.approx(doc["request_overheads"])
+    # The spread: one residual pair per fitted request served on both sides, two tokens or more.
+    spread = doc["request_spread"]
+    assert len(spread["ttft_s"]) == len(spread["decode_ratio"]) >= 20
+    assert f"spread         {len(spread['ttft_s'])} residual pairs" in result.output
     out = tmp_path / "accuracy.json"
     result = runner.invoke(
         cli,
@@ -250,6 +254,7 @@ def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None
     assert payload["all_within"] is True
     assert {m["metric"] for m in payload["metrics"]} >= {"ttft_p99", "tpot_p50", "itl_p90"}
     assert payload["overheads"] == pytest.approx(doc["request_overheads"])
+    assert payload["spread_residuals"] == len(spread["ttft_s"])
     # With a 0.1 % target a single run (no noise floor) is outside it: exit 1.
     strict = runner.invoke(
         cli,

@@ -159,6 +159,7 @@ def _calibrate_results(
             "stop_reason": fit.stop_reason,
             "coefficients": model.describe()["coefficients"],
             "request_overheads": dict(model.request_overheads),
+            "spread_residuals": len(model.request_spread.get("ttft_s", ())),
             "error_on_fitted_runs": errors,
             "defaulted": list(provenance["defaulted"]),
         },
@@ -184,6 +185,8 @@ def _results_text(fit: Any, runs: int, out: Path, provenance: dict[str, Any]) ->
         f"rounds         {fit.iterations}, {state}",
         f"coefficients   {coefficients} (seconds per unit)",
         f"overheads      {overheads} (seconds)",
+        f"spread         {len(model.request_spread.get('ttft_s', ()))} residual pairs of the "
+        "fitted requests (TTFT, decode-time ratio), in the percentiles of tracekit accuracy",
         f"error on them  {shown} (simulated / measured - 1)",
     ]
     if provenance["defaulted"]:
