@@ -185,8 +185,8 @@ def _results_text(fit: Any, runs: int, out: Path, provenance: dict[str, Any]) ->
         f"rounds         {fit.iterations}, {state}",
         f"coefficients   {coefficients} (seconds per unit)",
         f"overheads      {overheads} (seconds)",
-        f"spread         {len(model.request_spread.get('ttft_s', ()))} residual pairs of the "
-        "fitted requests (TTFT, decode-time ratio), in the percentiles of tracekit accuracy",
+        f"spread         {len(model.request_spread.get('ttft_s', ()))} TTFT residuals of the "
+        "fitted requests, in the percentiles of tracekit accuracy",
         f"error on them  {shown} (simulated / measured - 1)",
     ]
     if provenance["defaulted"]:

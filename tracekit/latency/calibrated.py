@@ -141,10 +141,10 @@ class CalibratedModel:
         own noise floor. Carried into manifests, so reports whose step times came from this
         model print it next to their verdicts (``docs/latency.md``, "Measured error").
     request_spread
-        The residuals of the fitted runs' requests, ``ttft_s`` (seconds, mean 0) and
-        ``decode_ratio`` (mean 1), paired (``tracekit.measured.simulate.LatencySpread``): the
-        scatter of live latencies around the model's, which the latency percentiles of
-        ``tracekit accuracy`` include. Empty for a model fitted to step times.
+        ``{"ttft_s": [...]}``: the TTFT residuals of the fitted runs' requests, seconds, mean 0
+        (``tracekit.measured.simulate.LatencySpread``): the scatter of live TTFTs around the
+        model's, which the latency percentiles of ``tracekit accuracy`` include. Empty for a
+        model fitted to step times.
     """
 
     coefficients: tuple[float, ...]
@@ -297,28 +297,21 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
 
 
 def _read_spread(path: Path, doc: Any) -> dict[str, list[float]]:
-    """``request_spread``: two lists of one length, finite TTFT residuals, ratios > 0."""
+    """``request_spread``: ``{"ttft_s": [finite seconds, ...]}``."""
     if not doc:
         return {}
-
-    def finite(values: Any, positive: bool) -> bool:
-        return isinstance(values, list) and all(
-            isinstance(v, int | float) and math.isfinite(v) and (v > 0 or not positive)
-            for v in values
-        )
-
+    values = doc.get("ttft_s") if isinstance(doc, dict) else None
     if (
         not isinstance(doc, dict)
-        or set(doc) != {"ttft_s", "decode_ratio"}
-        or not finite(doc["ttft_s"], False)
-        or not finite(doc["decode_ratio"], True)
-        or len(doc["ttft_s"]) != len(doc["decode_ratio"])
+        or set(doc) != {"ttft_s"}
+        or not isinstance(values, list)
+        or not all(isinstance(v, int | float) and math.isfinite(v) for v in values)
     ):
         raise ConfigError(
-            f"{path}: field request_spread must hold two lists of one length, ttft_s (finite "
-            "seconds) and decode_ratio (finite, > 0); fit the model again with tracekit calibrate"
+            f'{path}: field request_spread must be {{"ttft_s": [finite seconds, ...]}}; fit '
+            "the model again with tracekit calibrate"
         )
-    return {k: [float(v) for v in doc[k]] for k in ("ttft_s", "decode_ratio")}
+    return {"ttft_s": [float(v) for v in values]}
 
 
 # ---------------------------------------------------------------------------------------------

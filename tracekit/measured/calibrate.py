@@ -34,12 +34,11 @@ model exactly), at a **local minimum** (every step within ``DAMPING_MAX`` fits w
 ``max_iterations``; it always returns the best model simulated. Leaving the overheads out
 loses a fixed share of every TTFT (peers lost 17 to 56 %).
 
-The overheads are constants, so the model gives each request's expected latencies; live ones
+The overheads are constants, so the model gives each request's expected latencies; live TTFTs
 scatter around them (on a shared CPU, the client's and the server's share changes request by
 request), and a constant fits the means, not the percentiles. The fitted model therefore keeps
 its **spread** (:class:`~tracekit.measured.simulate.LatencySpread`): every fitted request's TTFT
-residual and decode-time ratio, centred, which ``tracekit accuracy`` convolves with the
-simulated latencies.
+residual, centred, which ``tracekit accuracy`` convolves with the simulated latencies.
 """
 
 from __future__ import annotations
@@ -338,36 +337,25 @@ def _padded(solution: Sequence[float], terms: Sequence[str]) -> tuple[float, ...
 
 
 def _spread(runs: Sequence[MeasuredRun], sims: Sequence[SimulatedRun]) -> LatencySpread | None:
-    """The fitted model's residuals on its runs: requests served on both sides, two tokens or more.
+    """The fitted model's TTFT residuals on its runs, requests served on both sides.
 
-    None when fewer than :data:`MIN_REQUESTS` requests have both residuals.
+    None when fewer than :data:`MIN_REQUESTS` requests have one.
     """
     residuals: list[float] = []
-    ratios: list[float] = []
     for run, sim in zip(runs, sims, strict=True):
-        cols = ("request_id", "ttft_s", "e2e_s")
         both = (
-            run.frame.filter(pl.col("ok") & (pl.col("output_tokens") > 1))
-            .select(cols)
+            run.frame.filter(pl.col("ok"))
+            .select("request_id", "ttft_s")
             .join(
-                sim.requests.filter(pl.col("ok") & (pl.col("output_tokens") > 1)).select(cols),
+                sim.requests.filter(pl.col("ok")).select("request_id", "ttft_s"),
                 on="request_id",
                 suffix="_sim",
             )
-            .filter(
-                ((pl.col("e2e_s_sim") - pl.col("ttft_s_sim")) > 0)
-                & ((pl.col("e2e_s") - pl.col("ttft_s")) > 0)
-            )
         )
         residuals.extend(both.select(pl.col("ttft_s") - pl.col("ttft_s_sim")).to_series())
-        ratios.extend(
-            both.select(
-                (pl.col("e2e_s") - pl.col("ttft_s")) / (pl.col("e2e_s_sim") - pl.col("ttft_s_sim"))
-            ).to_series()
-        )
     if len(residuals) < MIN_REQUESTS:
         return None
-    return LatencySpread.from_residuals(residuals, ratios)
+    return LatencySpread.from_residuals(residuals)
 
 
 def fit_from_runs(

@@ -17,8 +17,8 @@ server's queues before the engine; the stream's end after the last step) are add
 engine's latencies here, not in the engine: they delay every request alike and do not change the
 schedule. A calibrated model also carries the **spread** of its fitted runs' residuals
 (``LatencySpread``): the step model and constant overheads give each request's expected
-latencies, while a live request's TTFT and decode time scatter around them (the client's and the
-server's share of a shared CPU, request by request). :func:`spread_requests` gives the
+latencies, while a live request's TTFT scatters around them (the client's and the server's
+share of a shared CPU, request by request). :func:`spread_requests` gives the
 distribution of the simulated latencies with that scatter: every simulated request with every
 measured residual (their convolution), centred so that the means stay the model's.
 """
@@ -85,54 +85,42 @@ class RequestOverheads:
 
 @dataclass(frozen=True, slots=True)
 class LatencySpread:
-    """The per-request residuals of a calibrated model on the runs it was fitted on.
-
-    One pair per measured request served on both sides with at least two output tokens, in
-    the order of the fitted runs' requests:
+    """The TTFT residuals of a calibrated model on the runs it was fitted on.
 
     Attributes
     ----------
     ttft_s
-        Measured TTFT minus simulated TTFT (overheads included), seconds, less their mean:
-        the scatter of the time before the first token around the model's.
-    decode_ratio
-        Measured over simulated time after the first token (``e2e - ttft``), over their mean:
-        the scatter of a request's decode speed around the model's (a request decoding while
-        another process holds the CPU).
+        Per measured request served on both sides, in the order of the fitted runs' requests:
+        its measured TTFT minus its simulated TTFT (overheads included), seconds, less their
+        mean. The scatter of the time before the first token around the model's: the client's
+        and the API server's share of the CPU, request by request.
+
+    Only the time before the first token is spread. A ratio of measured to simulated decode
+    time, spread the same way, over-predicted the TPOT and E2E P99 by 27 to 85 %: a slow
+    stretch of a shared machine slows every request decoding in it together, which the
+    independent draw of the convolution does not know, and the ratio carries the schedule's
+    own misfit (0.0 to 4.2 on one fitted run; docs/latency.md, "The spread").
     """
 
     ttft_s: tuple[float, ...]
-    decode_ratio: tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.ttft_s) != len(self.decode_ratio):
-            raise ValueError("LatencySpread: ttft_s and decode_ratio must pair up")
 
     @classmethod
-    def from_residuals(
-        cls, ttft_residual_s: Sequence[float], decode_ratio: Sequence[float]
-    ) -> LatencySpread:
-        """Centred residuals: TTFT's less their mean, the ratios over theirs."""
+    def from_residuals(cls, ttft_residual_s: Sequence[float]) -> LatencySpread:
+        """Centred residuals: each less their mean."""
         n = len(ttft_residual_s)
-        if n == 0:
-            return cls((), ())
-        mean_r = sum(ttft_residual_s) / n
-        mean_q = sum(decode_ratio) / n
-        return cls(
-            tuple(r - mean_r for r in ttft_residual_s),
-            tuple(q / mean_q for q in decode_ratio),
-        )
+        mean = sum(ttft_residual_s) / n if n else 0.0
+        return cls(tuple(r - mean for r in ttft_residual_s))
 
     @classmethod
     def from_dict(cls, doc: Any) -> LatencySpread | None:
         """From :meth:`as_dict`'s mapping; None for an empty one."""
         if not doc:
             return None
-        return cls(tuple(map(float, doc["ttft_s"])), tuple(map(float, doc["decode_ratio"])))
+        return cls(tuple(map(float, doc["ttft_s"])))
 
     def as_dict(self) -> dict[str, list[float]]:
-        """The two residual lists."""
-        return {"ttft_s": list(self.ttft_s), "decode_ratio": list(self.decode_ratio)}
+        """The residuals, ``{"ttft_s": [...]}``."""
+        return {"ttft_s": list(self.ttft_s)}
 
     def __len__(self) -> int:
         return len(self.ttft_s)
@@ -141,8 +129,8 @@ class LatencySpread:
 def spread_requests(requests: pl.DataFrame, spread: LatencySpread) -> pl.DataFrame:
     """Every served simulated request with every residual of ``spread`` (their convolution).
 
-    Row ``(i, j)``: request ``i``'s TTFT plus residual ``j`` (at least 0), its time after the
-    first token and its inter-token gaps times ratio ``j``, its E2E their sum. The latency
+    Row ``(i, j)``: request ``i`` with its TTFT plus residual ``j`` (at least 0) and every
+    later token as much later (its E2E moves with it; its TPOT and gaps stay). The latency
     percentiles of the result are those of the simulated latencies with the measured scatter,
     the residuals drawn independently of the request; the means are the simulation's (the
     residuals are centred), up to the clip at 0. The schedule, and so the throughput, is the
@@ -156,22 +144,17 @@ def spread_requests(requests: pl.DataFrame, spread: LatencySpread) -> pl.DataFra
     spread
         The model's residuals.
     """
-    residuals = pl.DataFrame(
-        {"_r": list(spread.ttft_s), "_q": list(spread.decode_ratio)},
-        schema={"_r": pl.Float64, "_q": pl.Float64},
-    )
+    residuals = pl.DataFrame({"_r": list(spread.ttft_s)}, schema={"_r": pl.Float64})
     served = requests.filter(pl.col("ok")).select(
         "ok", "arrival_s", "output_tokens", "ttft_s", "e2e_s", "itl_s"
     )
-    ttft = (pl.col("ttft_s") + pl.col("_r")).clip(lower_bound=0.0)
+    shift = pl.max_horizontal(pl.col("_r"), -pl.col("ttft_s"))
     return (
         served.join(residuals, how="cross")
         .with_columns(
-            ttft.alias("ttft_s"),
-            (ttft + (pl.col("e2e_s") - pl.col("ttft_s")) * pl.col("_q")).alias("e2e_s"),
-            pl.col("itl_s") * pl.col("_q"),
+            (pl.col("ttft_s") + shift).alias("ttft_s"), (pl.col("e2e_s") + shift).alias("e2e_s")
         )
-        .drop("_r", "_q")
+        .drop("_r")
     )
 
 
