@@ -307,17 +307,16 @@ def _fixtures() -> dict[str, SglangFixture]:
 FIXTURES: dict[str, SglangFixture] = _fixtures()
 
 
+#: The columns of a scenario workload, in the order :func:`_row` takes them.
+_ROW_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "max_tokens", "priority")
+
+
 def _row(
     arrival_s: float, prompt_tokens: int, output_tokens: int, max_tokens: int, priority: int = 0
 ) -> dict[str, Any]:
     # The arguments are drawn in the order they are given: the seeded workloads depend on it.
-    return {
-        "arrival_s": arrival_s,
-        "prompt_tokens": prompt_tokens,
-        "output_tokens": output_tokens,
-        "max_tokens": max_tokens,
-        "priority": priority,
-    }
+    values = (arrival_s, prompt_tokens, output_tokens, max_tokens, priority)
+    return dict(zip(_ROW_COLUMNS, values, strict=True))
 
 
 def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]]:
