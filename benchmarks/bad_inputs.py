@@ -269,16 +269,6 @@ def _with(command: str, *extra: str | Callable[[Path], str], name: str, family: 
 # --- options: every numeric option, every closed choice ---------------------------------------
 
 
-def _commands(
-    group: click.Group, path: tuple[str, ...] = ()
-) -> Iterator[tuple[str, click.Command]]:
-    for name, command in group.commands.items():
-        if isinstance(command, click.Group):
-            yield from _commands(command, (*path, name))
-        else:
-            yield " ".join((*path, name)), command
-
-
 def _bad_numbers(param: click.Parameter) -> list[str]:
     """Values outside ``param``'s range, NaN, infinities, wrong types and empty strings."""
     from tracekit.cli.options import slo_target
@@ -314,9 +304,10 @@ def _bad_choices(param: click.Parameter) -> list[str]:
 def option_cases() -> list[Case]:
     """Every numeric option and closed choice of every command, with bad values."""
     from tracekit.cli import cli
+    from tracekit.cli.common import leaf_commands
 
     cases = []
-    for command, cmd in _commands(cli):
+    for command, cmd in leaf_commands(cli):
         if command not in BASES:
             continue
         for param in cmd.params:

@@ -18,6 +18,7 @@
 # Nothing here downloads a model or a data set: both clients are pointed at a local server and
 # its tokenizer folder. Prints the environment's path on its last line.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib-venv.sh"
 
 client="${1:-}"
 case "$client" in
@@ -30,32 +31,13 @@ esac
 venv="${BIDKV_CLIENT_VENV:-$HOME/.cache/bidkv/$client-venv}"
 python="${PYTHON:-python3}"
 stamp_text="bidkv-bench-client 1
-python $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+python $(bidkv_python_version)
 ${reqs[*]}"
 stamp="$venv/.bidkv-client-stamp"
 
-reuse() {
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] && [ -x "$venv/bin/$exe" ]; then
-        echo "install-bench-client: reusing $venv ($client)" >&2
-        echo "$venv"
-        exit 0
-    fi
-}
-reuse
-mkdir -p "$(dirname "$venv")"
-# One installer at a time per environment; the second one waits, then finds the stamp.
-exec 9>"$venv.lock"
-flock 9
-reuse
-
-start=$(date +%s)
-echo "install-bench-client: installing ${reqs[*]} into $venv" >&2
-rm -rf "$venv"
-"$python" -m venv "$venv" >&2
+bidkv_venv_begin install-bench-client "$exe" " ($client)" "${reqs[*]}"
 "$venv/bin/python" -m pip install -qq --disable-pip-version-check "${reqs[@]}" >&2
 "$venv/bin/python" -c "$check" >&2
 "$venv/bin/$exe" --help >/dev/null
 "$venv/bin/python" -m pip freeze --disable-pip-version-check >"$venv/.bidkv-freeze.txt"
-printf '%s' "$stamp_text" >"$stamp"
-echo "install-bench-client: done in $(( $(date +%s) - start )) s" >&2
-echo "$venv"
+bidkv_venv_finish install-bench-client

@@ -19,6 +19,7 @@
 # packages below. Do not add PyPI's torchvision: it is a CUDA build and breaks the CPU torch's
 # imports ("operator torchvision::nms does not exist"); the driver stubs it instead.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib-venv.sh"
 
 venv="${BIDKV_SGLANG_VENV:-$HOME/.cache/bidkv/sglang-cpu-venv}"
 python="${PYTHON:-python3}"
@@ -33,31 +34,13 @@ deps=(
     "apache-tvm-ffi==0.1.15.post2" "openai==3.57.0" "partial-json-parser==0.2.1.1.post7"
 )
 stamp_text="bidkv-sglang-cpu 1
-python $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+python $(bidkv_python_version)
 $torch_req
 ${nodeps_reqs[*]}
 ${deps[*]}"
 stamp="$venv/.bidkv-sglang-stamp"
 
-reuse() {
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] && [ -x "$venv/bin/python" ]; then
-        echo "install-sglang-cpu: reusing $venv (SGLang 0.5.23)" >&2
-        echo "$venv"
-        exit 0
-    fi
-}
-reuse
-
-mkdir -p "$(dirname "$venv")"
-# One installer at a time per environment; the second one waits, then finds the stamp.
-exec 9>"$venv.lock"
-flock 9
-reuse
-
-start=$(date +%s)
-echo "install-sglang-cpu: installing SGLang 0.5.23 (CPU torch) into $venv" >&2
-rm -rf "$venv"
-"$python" -m venv "$venv" >&2
+bidkv_venv_begin install-sglang-cpu python " (SGLang 0.5.23)" "SGLang 0.5.23 (CPU torch)"
 # -qq: only errors (the --no-deps install leaves SGLang's unused requirements unmet on purpose).
 pip=("$venv/bin/python" -m pip install -qq --disable-pip-version-check --no-warn-conflicts)
 # Standard output carries only the environment's path (callers capture it): pip talks on stderr.
@@ -68,6 +51,4 @@ pip=("$venv/bin/python" -m pip install -qq --disable-pip-version-check --no-warn
 # The check the recorder relies on: the driver's own import path works on this CPU-only machine.
 HF_HUB_OFFLINE=1 PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)" "$venv/bin/python" \
     -m tracekit.sglang.driver --check >&2
-printf '%s' "$stamp_text" >"$stamp"
-echo "install-sglang-cpu: done in $(( $(date +%s) - start )) s" >&2
-echo "$venv"
+bidkv_venv_finish install-sglang-cpu

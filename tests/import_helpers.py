@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -23,3 +26,15 @@ def imported_modules(path: Path) -> set[str]:
             if called in ("import_module", "__import__") and isinstance(first, ast.Constant):
                 names.add(str(first.value))
     return names
+
+
+def run_isolated(script: str, cwd: Path, **options: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh ``python -I`` from ``cwd`` (no user site, no PYTHONPATH, no
+    checkout on sys.path: only what is installed imports); ``options`` go to subprocess.run."""
+    return subprocess.run(
+        [sys.executable, "-I", "-c", script],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        **options,
+    )

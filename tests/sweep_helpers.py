@@ -12,10 +12,9 @@ SAMPLE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
 SMOKE = ROOT / "examples" / "sweeps" / "smoke.toml"
 PAPER = ROOT / "examples" / "sweeps" / "bidkv-paper-matrix.toml"
 
-# 60 Azure requests on 300 blocks of 16 tokens: a few policy decisions per run, in ~0.1 s.
-TINY = f"""
-strategies = ["builtin", "bidkv"]
-
+# 60 Azure requests on 300 blocks of 16 tokens: a few policy decisions per run, in ~0.1 s. A
+# matrix with its strategies (and any other top-level key) ahead of these tables.
+TINY_TABLES = f"""
 [[workloads]]
 path = "{SAMPLE}"
 limit = 60
@@ -25,6 +24,7 @@ label = "small"
 num_blocks = 300
 max_model_len = 4608
 """
+TINY = '\nstrategies = ["builtin", "bidkv"]\n' + TINY_TABLES
 
 
 def matches_now(out: Path, pattern: str) -> list[Path]:

@@ -8,23 +8,30 @@ import polars as pl
 import pytest
 
 from tracekit.analysis.cells import CellRun, cells_frame
-from tracekit.engine.config import make_engine_config
+from tracekit.engine.config import EngineConfig, make_engine_config
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
-from tracekit.workloads import load_workload
+from tracekit.workloads import Workload, load_workload
 
 SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
+
+
+def recorded_cells(
+    tmp_path: Path, workload: Workload, config: EngineConfig, strategy: str
+) -> pl.DataFrame:
+    """The cells of the built-in run and ``strategy``'s (typed host), recorded under tmp_path."""
+    runs = []
+    for name in ("builtin", strategy):
+        bundle = tmp_path / "runs" / name
+        record_sim(SimRun(workload, config, resolve_strategy(name), "typed"), bundle)
+        runs.append(CellRun(0, 0, name, bundle))
+    return cells_frame(tmp_path, runs, f"azure|rate=1.0|{strategy}:defaults")
 
 
 def test_one_row_per_run_with_counters_matching_the_decisions(tmp_path: Path) -> None:
     workload = load_workload(SAMPLE, limit=120)
     config = make_engine_config(num_blocks=300, max_model_len=4608, clock="cost-model")
-    runs = []
-    for name in ("builtin", "bidkv"):
-        bundle = tmp_path / "runs" / name
-        record_sim(SimRun(workload, config, resolve_strategy(name), "typed"), bundle)
-        runs.append(CellRun(0, 0, name, bundle))
-    cells = cells_frame(tmp_path, runs, "azure|rate=1.0|bidkv:defaults")
+    cells = recorded_cells(tmp_path, workload, config, "bidkv")
     assert cells["strategy"].to_list() == ["bidkv", "builtin"]
     assert cells["bundle"].to_list() == ["runs/bidkv", "runs/builtin"]
     assert cells["host_path"].to_list() == ["typed", "builtin"]
@@ -49,12 +56,7 @@ def test_efficiency_outcomes_and_goodput_match_the_bundles(tmp_path: Path) -> No
     # Prefix caching on (the default): part of what preemptions discard comes back on resume.
     workload = load_workload(SAMPLE, limit=200)
     config = make_engine_config(num_blocks=300, max_model_len=4608)
-    runs = []
-    for name in ("builtin", "lcf"):
-        bundle = tmp_path / "runs" / name
-        record_sim(SimRun(workload, config, resolve_strategy(name), "typed"), bundle)
-        runs.append(CellRun(0, 0, name, bundle))
-    cells = cells_frame(tmp_path, runs, "azure|rate=1.0|lcf:defaults")
+    cells = recorded_cells(tmp_path, workload, config, "lcf")
     for row in cells.iter_rows(named=True):
         folder = tmp_path / row["bundle"]
         requests = pl.read_parquet(folder / "requests.parquet").to_dicts()

@@ -16,17 +16,10 @@ import click
 from click.testing import CliRunner
 
 from tracekit.cli import cli
+from tracekit.cli.common import leaf_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
-
-
-def _commands(group: click.Group = cli, path: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
-    for name, command in group.commands.items():
-        if isinstance(command, click.Group):
-            yield from _commands(command, (*path, name))
-        else:
-            yield " ".join((*path, name)), command
 
 
 def _visible(command: click.Command) -> dict[str, click.Parameter]:
@@ -38,7 +31,7 @@ def _visible(command: click.Command) -> dict[str, click.Parameter]:
     }
 
 
-COMMANDS = dict(_commands())
+COMMANDS = dict(leaf_commands(cli))
 
 
 def test_one_name_per_meaning() -> None:

@@ -6,21 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import SMALL
 from click.testing import CliRunner
 
 from tracekit.cli import cli
-
-SAMPLE = Path(__file__).resolve().parents[1] / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
-SMALL = [
-    "--workload",
-    str(SAMPLE),
-    "--limit",
-    "120",
-    "--num-blocks",
-    "300",
-    "--max-model-len",
-    "4608",
-]
 
 
 def record(out: Path, strategy: str, host: str) -> Path:

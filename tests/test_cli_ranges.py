@@ -16,9 +16,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import tracekit.cli.options
 import tracekit.cli.qualify_cmd
 from tracekit.capacity.search import find_capacity
 from tracekit.cli import cli
+from tracekit.cli.common import leaf_commands
 from tracekit.cli.options import slo_target
 from tracekit.cli.params import Count, Number
 from tracekit.engine.config import ENGINE_RANGES, EngineConfig, make_engine_config
@@ -29,18 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
 
 
-def _commands(group: click.Group = cli, path: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
-    for name, command in group.commands.items():
-        if isinstance(command, click.Group):
-            yield from _commands(command, (*path, name))
-        else:
-            yield " ".join((*path, name)), command
-
-
 def test_every_numeric_option_has_a_range_and_refuses_nan() -> None:
     """A new option typed ``int`` or ``float`` (unbounded, NaN accepted) fails here."""
     loose = []
-    for name, command in _commands():
+    for name, command in leaf_commands(cli):
         for param in command.params:
             kind = param.type
             if isinstance(kind, Count):
@@ -177,7 +171,7 @@ def test_qualify_refuses_bad_load_fractions_before_any_work(
         raise AssertionError("the capacity search ran")
 
     monkeypatch.setattr(tracekit.cli.qualify_cmd, "plan_loads", no_work)
-    monkeypatch.setattr(tracekit.cli.qualify_cmd, "load_run_workload", no_work)
+    monkeypatch.setattr(tracekit.cli.options, "load_run_workload", no_work)
     out = tmp_path / "out"
     result = _invoke("qualify", "--workload", SAMPLE, "--load-fractions", fractions, "--out", out)
     assert result.exit_code == 2, result.output

@@ -105,6 +105,19 @@ def at(seq: int, position: int | None = None) -> pl.Expr:
     return expr if position is None else expr & (pl.col("position") == position)
 
 
+def with_victim(source: Path, out: Path, seq: int, victim: str) -> Path:
+    """A copy of bundle ``source`` whose decision ``seq`` applied (and returned) ``victim``."""
+    return doctored(
+        source,
+        out,
+        "decisions",
+        lambda d: d.with_columns(
+            pl.when(at(seq)).then(pl.lit(victim)).otherwise(pl.col(c)).alias(c)
+            for c in ("applied_victim_id", "raw_result")
+        ),
+    )
+
+
 # -- equivalent --------------------------------------------------------------------------------
 
 
@@ -216,15 +229,7 @@ def test_a_cascade_label_without_the_condition_is_unexplained(runs, tmp_path: Pa
         .filter(at(seq) & (pl.col("request_id") != victim))["request_id"]
         .first()
     )
-    bad = doctored(
-        legacy,
-        tmp_path / "legacy",
-        "decisions",
-        lambda d: d.with_columns(
-            pl.when(at(seq)).then(pl.lit(other)).otherwise(pl.col(c)).alias(c)
-            for c in ("applied_victim_id", "raw_result")
-        ),
-    )
+    bad = with_victim(legacy, tmp_path / "legacy", seq, other)
     report = diff_traces(bad, typed)
     (pair,) = report.pairs
     row = pair.decisions.filter(at(seq)).row(0, named=True)
@@ -323,15 +328,7 @@ def test_a_different_victim_without_a_contract_cause_is_unexplained(runs, tmp_pa
         .filter(at(3) & ~pl.col("request_id").is_in(victim.implode()))["request_id"]
         .first()
     )
-    bad = doctored(
-        legacy,
-        tmp_path / "legacy",
-        "decisions",
-        lambda d: d.with_columns(
-            pl.when(at(3)).then(pl.lit(other)).otherwise(pl.col(c)).alias(c)
-            for c in ("applied_victim_id", "raw_result")
-        ),
-    )
+    bad = with_victim(legacy, tmp_path / "legacy", 3, other)
     (pair,) = diff_traces(bad, typed).pairs
     row = pair.decisions.row(0, named=True)
     assert (row["seq"], row["kind"]) == (3, "unexplained")

@@ -7,11 +7,13 @@ the committed prefix-caching fixtures; these tests pin the rules without vLLM.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from engine_helpers import StepWatcher, random_content
 
-from tracekit.engine import BuiltinHost, EngineConfig, run_engine
+from tracekit.engine import BuiltinHost, EngineConfig, EngineResult, run_engine
 from tracekit.engine.content import (
     block_segments,
     content_token,
@@ -76,6 +78,33 @@ def test_pool_keys_hits_and_free_order() -> None:
     assert pool.find_longest_cache_hit(c) == a.kv_blocks[:3]
 
 
+def run_watching_hits(
+    requests: list[EngineRequest],
+    config: EngineConfig,
+    make: Callable[..., Any],
+    on_hits: Callable[[dict[str, int]], None],
+) -> EngineResult:
+    """Run ``requests`` (consistency checked) on the scheduler ``make(config, host, on_decision)``
+    builds; after every step, ``on_hits`` gets the step's prefix-cache hits per request."""
+    made: list[Any] = []
+
+    def factory(c, h, d):  # type: ignore[no-untyped-def]
+        made.append(make(c, h or BuiltinHost(), d))
+        return made[0]
+
+    def on_step(record: StepRecord) -> None:
+        on_hits(made[0].step_cache_hits)
+
+    return run_engine(
+        requests,
+        config,
+        None,
+        StepWatcher(on_step),
+        scheduler_factory=factory,
+        check_consistency=True,
+    )
+
+
 def workload(seed: int, n: int = 80) -> list[EngineRequest]:
     return random_content(seed, n)
 
@@ -95,24 +124,10 @@ def test_runs_stay_consistent_and_hit(policy: str, version: str, is_async: bool)
         enable_prefix_caching=True,
         async_scheduling=is_async,
     )
-    made: list[VllmPrefixCachingScheduler] = []
     hits: list[int] = []
-
-    def factory(c, h, d):  # type: ignore[no-untyped-def]
-        made.append(make_vllm_scheduler(c, h or BuiltinHost(), d))  # type: ignore[arg-type]
-        return made[0]
-
-    def on_step(record: StepRecord) -> None:
-        hits.extend(made[0].step_cache_hits.values())
-
     requests = workload(1)
-    result = run_engine(
-        requests,
-        config,
-        None,
-        StepWatcher(on_step),
-        scheduler_factory=factory,
-        check_consistency=True,
+    result = run_watching_hits(
+        requests, config, make_vllm_scheduler, lambda step_hits: hits.extend(step_hits.values())
     )
     assert result.num_preemptions > 0
     assert sum(hits) > 0 and all(h % 16 == 0 for h in hits)
@@ -152,25 +167,13 @@ def test_preempted_request_rehits_its_own_blocks() -> None:
         EngineRequest("a", 0.0, 64, 60, 60),
         EngineRequest("b", 0.0, 64, 60, 60),
     ]
-    made: list[VllmPrefixCachingScheduler] = []
     hits: dict[str, int] = {}
 
-    def factory(c, h, d):  # type: ignore[no-untyped-def]
-        made.append(VllmPrefixCachingScheduler(c, h or BuiltinHost(), d))
-        return made[0]
-
-    def on_step(record: StepRecord) -> None:
-        for rid, n in made[0].step_cache_hits.items():
+    def keep_largest(step_hits: dict[str, int]) -> None:
+        for rid, n in step_hits.items():
             hits[rid] = max(hits.get(rid, 0), n)
 
-    result = run_engine(
-        requests,
-        config,
-        None,
-        StepWatcher(on_step),
-        scheduler_factory=factory,
-        check_consistency=True,
-    )
+    result = run_watching_hits(requests, config, VllmPrefixCachingScheduler, keep_largest)
     assert result.num_preemptions > 0
     # b was preempted holding four full (keyed) blocks; a's growth reused its unkeyed partial
     # block first, then its keyed blocks from the last one: three are left to hit on resume.

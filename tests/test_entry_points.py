@@ -9,13 +9,12 @@ not import the policy module (docs/contracts.md, "Bundle admission").
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from import_helpers import run_isolated
 
 import bidkv
 from tracekit.hosts.bundles import EXTENSION_BUNDLE_GROUPS, resolve_admitted_bundles
@@ -81,13 +80,7 @@ print(json.dumps({{
     "imported": sorted(m for m in sys.modules if m.startswith("bidkv.adapters.vllm_hust.")),
 }}))
 """
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", script],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = run_isolated(script, tmp_path, check=True)
     report = json.loads(result.stdout)
     versions = ["0.2-experimental", "0.3-experimental", "1.0"]
     assert report["names"] == {

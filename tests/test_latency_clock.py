@@ -62,6 +62,16 @@ def _run_with(model: Any, requests: list[EngineRequest], config: EngineConfig) -
         engine_module.make_clock = original
 
 
+# The one request's four steps (both loops): chunks 64 and 36 of its 100-token prompt, then
+# decodes with 100 and 101 tokens of context.
+HAND_SHAPES = [
+    StepShape.of(prefill=[(64, 0)]),
+    StepShape.of(prefill=[(36, 64)]),
+    StepShape.of(decode=[100]),
+    StepShape.of(decode=[101]),
+]
+
+
 def test_async_steps_count_in_flight_output_as_decode() -> None:
     # Async: step 3 is scheduled while step 2 (which samples token 1) is in flight, so r0 has
     # no output yet but one placeholder: still a decode with 100 tokens of context, as vLLM's
@@ -70,12 +80,7 @@ def test_async_steps_count_in_flight_output_as_decode() -> None:
     # one more empty schedule() reports it (vLLM's finished_req_ids): overhead again.
     model = RecordingModel()
     result = _run_with(model, _one_request(), _config(async_scheduling=True))
-    assert model.shapes == [
-        StepShape.of(prefill=[(64, 0)]),
-        StepShape.of(prefill=[(36, 64)]),
-        StepShape.of(decode=[100]),
-        StepShape.of(decode=[101]),
-    ]
+    assert model.shapes == HAND_SHAPES
     durations = [s.duration_s for s in result.steps]
     overhead = result.steps[-1].duration_s
     assert durations == pytest.approx([0.074, 0.046, 0.02, 0.0201, overhead, overhead])
@@ -87,12 +92,7 @@ def test_step_shapes_are_the_hand_worked_chunks_and_decodes() -> None:
     # then decodes with 100 and 101 tokens of context (tokens 2 and 3).
     model = RecordingModel()
     result = _run_with(model, _one_request(), _config())
-    assert model.shapes == [
-        StepShape.of(prefill=[(64, 0)]),
-        StepShape.of(prefill=[(36, 64)]),
-        StepShape.of(decode=[100]),
-        StepShape.of(decode=[101]),
-    ]
+    assert model.shapes == HAND_SHAPES
     durations = [s.duration_s for s in result.steps]
     assert durations == pytest.approx([0.074, 0.046, 0.02, 0.0201])
     # Step start times accumulate the model's durations; the request ends after the fourth.

@@ -97,15 +97,33 @@ latency = "calibrated:{known}"
     assert f"calibrated: calibrated:{known} (fitted" in report
 
 
-def test_a_bad_latency_in_a_matrix_names_the_engine(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("latency", "words"),
+    [
+        pytest.param("roofline:h100", "unknown roofline preset 'h100'", id="unknown-preset"),
+        # A matrix asking for aiconfigurator without the package is refused on load.
+        pytest.param(
+            "aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B",
+            "aiconfigurator-core",
+            id="aiconfigurator-absent",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("aiconfigurator_core") is not None,
+                reason="checks the error raised when aiconfigurator-core is absent",
+            ),
+        ),
+    ],
+)
+def test_a_bad_latency_in_a_matrix_names_the_engine(
+    tmp_path: Path, latency: str, words: str
+) -> None:
     matrix = write_matrix(
         tmp_path,
         f'strategies = ["builtin"]\n[[workloads]]\npath = "{SAMPLE}"\n'
-        '[[engines]]\nlatency = "roofline:h100"\n',
+        f'[[engines]]\nlatency = "{latency}"\n',
     )
     with pytest.raises(ConfigError) as err:
         load_matrix(matrix)
-    assert "engines[0]" in str(err.value) and "unknown roofline preset 'h100'" in str(err.value)
+    assert "engines[0]" in str(err.value) and words in str(err.value)
 
 
 def test_record_sim_steps_last_what_the_calibrated_model_says(known: Path, tmp_path: Path) -> None:
@@ -218,20 +236,3 @@ def test_closed_replay_reruns_with_the_recorded_latency_model(known: Path, tmp_p
     assert manifests
     for path in manifests:
         assert json.loads(path.read_text())["latency"]["spec"] == f"calibrated:{known}"
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("aiconfigurator_core") is not None,
-    reason="checks the error raised when aiconfigurator-core is absent",
-)
-def test_a_matrix_asking_for_aiconfigurator_without_the_package_is_refused_on_load(
-    tmp_path: Path,
-) -> None:
-    matrix = write_matrix(
-        tmp_path,
-        f'strategies = ["builtin"]\n[[workloads]]\npath = "{SAMPLE}"\n'
-        '[[engines]]\nlatency = "aiconfigurator:l40s/meta-llama/Meta-Llama-3.1-8B"\n',
-    )
-    with pytest.raises(ConfigError) as err:
-        load_matrix(matrix)
-    assert "engines[0]" in str(err.value) and "aiconfigurator-core" in str(err.value)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 import textwrap
 import types
@@ -20,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from import_helpers import run_isolated
 
 from tracekit.hosts import HostContract, PreemptionPolicyController
 from tracekit.hosts.bundles import (
@@ -813,13 +813,7 @@ STDLIB_ONLY = textwrap.dedent(
 
 
 def test_hosts_import_with_the_standard_library_only(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", STDLIB_ONLY],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_isolated(STDLIB_ONLY, tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "'tracekit.hosts.victim_selector'" in result.stdout
     assert "'tracekit.hosts.bundles'" in result.stdout

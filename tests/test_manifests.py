@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from import_helpers import run_isolated
 
 import bidkv
 from bidkv.manifests import load_manifest, manifest_names
@@ -602,13 +601,7 @@ def test_render_does_not_import_the_policy(tmp_path: Path) -> None:
         "print('bidkv.adapters.vllm_hust.selector' in sys.modules,"
         " 'bidkv.adapters.vllm_hust.policy' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", script],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    result = run_isolated(script, tmp_path, check=True)
     assert result.stdout == "False False\n"
 
 

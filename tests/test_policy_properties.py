@@ -54,33 +54,10 @@ def candidates(
     n = draw(st.integers(min_value=1, max_value=max_size))
     floats = FINITE_FLOAT if finite else EXTREME_FLOAT
     # Most candidates come from a cheap template so that large lists stay fast to draw.
-    template = draw(
-        st.tuples(
-            EXTREME_INT,
-            floats,
-            EXTREME_INT,
-            EXTREME_INT,
-            EXTREME_INT,
-            EXTREME_INT,
-            EXTREME_INT,
-        )
-    )
-    varied = draw(
-        st.lists(
-            st.tuples(
-                IDS,
-                EXTREME_INT,
-                floats,
-                EXTREME_INT,
-                EXTREME_INT,
-                EXTREME_INT,
-                EXTREME_INT,
-                EXTREME_INT,
-            ),
-            min_size=1,
-            max_size=min(n, 24),
-        )
-    )
+    # A candidate's fields after its id: priority, arrival time, then five counts.
+    fields = (EXTREME_INT, floats, *[EXTREME_INT] * 5)
+    template = draw(st.tuples(*fields))
+    varied = draw(st.lists(st.tuples(IDS, *fields), min_size=1, max_size=min(n, 24)))
     rows: list[PreemptionCandidate] = []
     for i in range(n):
         if i < len(varied):

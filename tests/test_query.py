@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from tracekit.cli import cli
 from tracekit.errors import ConfigError
@@ -20,6 +20,10 @@ def dataset(tmp_path: Path, write_bundle: Callable[..., Path]) -> Path:
     write_bundle(tmp_path / "d" / "one", run_id="one")
     write_bundle(tmp_path / "d" / "two", run_id="two")
     return tmp_path / "d"
+
+
+def _query(dataset: Path, sql: str, *options: str) -> Result:
+    return CliRunner().invoke(cli, ["query", str(dataset), sql, *options])
 
 
 def test_views_span_the_dataset_and_join_runs(dataset: Path) -> None:
@@ -82,7 +86,7 @@ def test_cli_formats(dataset: Path, tmp_path: Path) -> None:
 def test_truncated_parquet_is_a_one_line_error(dataset: Path) -> None:
     file = dataset / "one" / "decisions.parquet"
     file.write_bytes(file.read_bytes()[:100])
-    result = CliRunner().invoke(cli, ["query", str(dataset), "select 1"])
+    result = _query(dataset, "select 1")
     assert result.exit_code == 2
     assert "decisions.parquet: not a readable Parquet file" in result.output
     assert result.output.strip().count("\n") == 0
@@ -102,19 +106,7 @@ def test_out_never_writes_inside_the_dataset(
     (dataset / "one" / "sub").mkdir()
     before = _digests(dataset)
     out = dataset / target
-    result = CliRunner().invoke(
-        cli,
-        [
-            "query",
-            str(dataset),
-            "select 1 as x",
-            "--format",
-            "parquet",
-            "--out",
-            str(out),
-            *overwrite,
-        ],
-    )
+    result = _query(dataset, "select 1 as x", "--format", "parquet", "--out", str(out), *overwrite)
     assert result.exit_code == 2
     assert result.output.startswith(f"Error: --out {out}: inside the dataset")
     assert result.output.strip().count("\n") == 0
@@ -135,19 +127,10 @@ def test_out_inside_the_dataset_through_a_symlink_is_refused(dataset: Path, tmp_
     link = tmp_path / "link"
     link.symlink_to(dataset / "one")
     before = _digests(dataset)
-    result = CliRunner().invoke(
-        cli,
-        [
-            "query",
-            str(dataset),
-            "select 1 as x",
-            "--format",
-            "csv",
-            "--out",
-            str(link / "decisions.parquet"),
-            "--overwrite",
-        ],
-    )
+    result = _query(
+        dataset, "select 1 as x", "--format", "csv", "--out", str(link / "decisions.parquet"),
+        "--overwrite",
+    )  # fmt: skip
     assert result.exit_code == 2
     assert "inside the dataset" in result.output
     assert _digests(dataset) == before
@@ -172,9 +155,7 @@ def test_out_refuses_an_existing_file_without_overwrite(dataset: Path, tmp_path:
 
 def test_out_in_a_missing_folder_is_a_one_line_error(dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "nope" / "r.csv"
-    result = CliRunner().invoke(
-        cli, ["query", str(dataset), "select 1", "--format", "csv", "--out", str(out)]
-    )
+    result = _query(dataset, "select 1", "--format", "csv", "--out", str(out))
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0
     assert "folder" in result.output and str(out.parent) in result.output
@@ -183,7 +164,7 @@ def test_out_in_a_missing_folder_is_a_one_line_error(dataset: Path, tmp_path: Pa
 def test_a_deleted_table_is_an_error_not_an_empty_view(dataset: Path) -> None:
     file = dataset / "two" / "decisions.parquet"
     file.unlink()
-    result = CliRunner().invoke(cli, ["query", str(dataset), "select count(*) from decisions"])
+    result = _query(dataset, "select count(*) from decisions")
     assert result.exit_code == 2
     assert result.output == (
         f"Error: {file}: table 'decisions' is missing (the manifest lists 2 rows); restore the "
@@ -195,13 +176,13 @@ def test_a_column_of_the_wrong_type_is_a_one_line_error(dataset: Path) -> None:
     file = dataset / "one" / "steps.parquet"
     frame = pl.read_parquet(file).with_columns(pl.col("time_s").cast(pl.String))
     frame.write_parquet(file)
-    result = CliRunner().invoke(cli, ["query", str(dataset), "select count(*) from requests"])
+    result = _query(dataset, "select count(*) from requests")
     assert result.exit_code == 2
     assert result.output.startswith(f"Error: {file}: column 'time_s' has type")
     assert result.output.count("\n") == 1
 
 
 def test_bad_sql_exits_2(dataset: Path) -> None:
-    result = CliRunner().invoke(cli, ["query", str(dataset), "select * from nope"])
+    result = _query(dataset, "select * from nope")
     assert result.exit_code == 2
     assert result.output.startswith("Error: SQL: Catalog Error")

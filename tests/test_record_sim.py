@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+from cli_helpers import SMALL
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 
@@ -21,18 +22,6 @@ from tracekit.workloads import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
-# 120 Azure requests (mean prompt 812 tokens, longest prompt + output 4,176) on 300 blocks of 16
-# tokens (4,784 usable): about five average requests fit, so every run makes policy decisions.
-SMALL = [
-    "--workload",
-    str(SAMPLE),
-    "--limit",
-    "120",
-    "--num-blocks",
-    "300",
-    "--max-model-len",
-    "4608",
-]
 
 
 def run_cli(*args: str):

@@ -13,24 +13,19 @@ from pathlib import Path
 import polars as pl
 import pytest
 from report_helpers import shared_results
-from trace_helpers import engine_config, record_engine_bundle
+from trace_helpers import (
+    HAND_CACHE_CONFIG,
+    engine_config,
+    hand_cache_requests,
+    record_engine_bundle,
+)
 
-from tracekit.engine import EngineRequest
 from tracekit.qualify import load_results
 from tracekit.qualify.frames import cache_hit_frame, cache_split_frame
 from tracekit.qualify.reporting import report_inputs
 from tracekit.qualify.verdicts import qualification_from_results
 from tracekit.report.charts import cache_hit_rate_chart
 from tracekit.report.sections import build_sections
-
-HAND = dict(
-    num_blocks=8,
-    block_size=4,
-    max_model_len=28,
-    max_num_seqs=2,
-    clock="steps",
-    enable_prefix_caching=True,
-)
 
 
 @dataclasses.dataclass
@@ -45,12 +40,10 @@ class _Results:
 
 @pytest.fixture(scope="module")
 def hand_results(tmp_path_factory: pytest.TempPathFactory) -> _Results:
-    requests = [
-        EngineRequest("A", 0.0, 10, 12, 12, 0, (7,), 8),
-        EngineRequest("B", 0.0, 10, 8, 8, 0, (7,), 8),
-    ]
     out = record_engine_bundle(
-        tmp_path_factory.mktemp("cache") / "run", engine_config(**HAND), requests
+        tmp_path_factory.mktemp("cache") / "run",
+        engine_config(**HAND_CACHE_CONFIG),
+        hand_cache_requests(),
     )
     cells = pl.DataFrame({"bundle": [str(out)], "repeat": [0], "strategy": ["builtin"]})
     return _Results(cells)

@@ -12,27 +12,21 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_helpers import SAMPLE, hidden_leftovers, matches_now, write_matrix
+from sweep_helpers import TINY_TABLES, hidden_leftovers, matches_now, write_matrix
 
 from tracekit.sweep import run_sweep
 from tracekit.sweep.task import bundle_state
 
 # 4 strategies x 3 rates x 2 repeats = 24 runs of about 0.1 s, but the sleepy policy's runs
 # take SWEEP_TEST_SLEEP seconds: with 2 jobs, one of them is in flight when Ctrl-C comes.
-MATRIX = f"""
+MATRIX = (
+    """
 strategies = ["builtin", "sweep_helpers:SleepyPolicy", "bidkv", "pe"]
 rate_scale = [1.0, 2.0, 3.0]
 repeats = 2
-
-[[workloads]]
-path = "{SAMPLE}"
-limit = 60
-
-[[engines]]
-label = "small"
-num_blocks = 300
-max_model_len = 4608
 """
+    + TINY_TABLES
+)
 SLEEPY = "runs/workload=azure_conv_sample/rate=1.0/strategy=sweep_helpers-SleepyPolicy"
 
 SCRIPT = """

@@ -34,34 +34,23 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
-from trace_helpers import engine_config, record_engine_bundle
+from trace_helpers import (
+    HAND_CACHE_CONFIG,
+    engine_config,
+    hand_cache_requests,
+    record_engine_bundle,
+)
 
 from tracekit.cli import cli
 from tracekit.engine import EngineRequest
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.validate import validate_trace
 
-HAND_CONFIG = dict(
-    num_blocks=8,
-    block_size=4,
-    max_model_len=28,
-    max_num_seqs=2,
-    clock="steps",
-    enable_prefix_caching=True,
-)
-
-
-def hand_requests() -> list[EngineRequest]:
-    return [
-        EngineRequest("A", 0.0, 10, 12, 12, 0, (7,), 8),
-        EngineRequest("B", 0.0, 10, 8, 8, 0, (7,), 8),
-    ]
-
 
 @pytest.fixture(scope="module")
 def hand(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("v2") / "bundle"
-    return record_engine_bundle(out, engine_config(**HAND_CONFIG), hand_requests())
+    return record_engine_bundle(out, engine_config(**HAND_CACHE_CONFIG), hand_cache_requests())
 
 
 def test_hand_worked_requests(hand: Path) -> None:
@@ -112,10 +101,10 @@ def test_prefix_caching_off_is_well_defined(tmp_path: Path) -> None:
     step 3 both need a fourth block (13 tokens): A takes the last, B preempts itself and frees
     its 3 blocks (12 tokens of capacity, its 12 computed tokens).
     """
-    config = engine_config(**{**HAND_CONFIG, "enable_prefix_caching": False})
+    config = engine_config(**{**HAND_CACHE_CONFIG, "enable_prefix_caching": False})
     # C's 30-token prompt is over max_model_len (28): rejected, never scheduled.
     rejected = EngineRequest("C", 0.0, 30, 1, 1)
-    out = record_engine_bundle(tmp_path / "off", config, [*hand_requests(), rejected])
+    out = record_engine_bundle(tmp_path / "off", config, [*hand_cache_requests(), rejected])
     data = open_trace(out)
     steps = data.scan("steps").collect()
     assert steps.get_column("cache_hit_tokens").to_list() == [0] * steps.height

@@ -245,23 +245,18 @@ def test_deleted_decisions_table(tmp_path: Path) -> None:
 
 def _broken_bundles(tmp_path: Path) -> list[Path]:
     """Bundles whose problems straddle row boundaries: each needs state carried over rows."""
-    out = []
-    out.append(write_bundle(tmp_path / "ok"))
-    b = write_bundle(tmp_path / "time")
-    _rewrite(b, "decisions", lambda f: _set(f, "time_s", 0, 9.0))
-    out.append(b)
-    b = write_bundle(tmp_path / "counter")
-    _rewrite(b, "decisions", lambda f: _set(f, "calls", 1, 5))
-    out.append(b)
-    b = write_bundle(tmp_path / "dup")
-    _rewrite(b, "candidates", lambda f: _set(f, "request_id", 3, "r2"))
-    out.append(b)
-    b = write_bundle(tmp_path / "steps")
-    _rewrite(b, "steps", lambda f: _set(f, "step", 3, 2))
-    out.append(b)
-    b = write_bundle(tmp_path / "requests")
-    _rewrite(b, "requests", lambda f: _set(f, "request_id", 2, "r0"))
-    out.append(b)
+    out = [write_bundle(tmp_path / "ok")]
+    # (bundle, table, column, row, value): one cell set to a value that breaks a rule.
+    for name, table, column, row, value in (
+        ("time", "decisions", "time_s", 0, 9.0),
+        ("counter", "decisions", "calls", 1, 5),
+        ("dup", "candidates", "request_id", 3, "r2"),
+        ("steps", "steps", "step", 3, 2),
+        ("requests", "requests", "request_id", 2, "r0"),
+    ):
+        bundle = write_bundle(tmp_path / name)
+        _rewrite(bundle, table, lambda f, c=column, r=row, v=value: _set(f, c, r, v))
+        out.append(bundle)
     return out
 
 

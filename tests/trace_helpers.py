@@ -119,6 +119,23 @@ def write_bundle(out: Path, run_id: str = RUN, **overrides: Any) -> Path:
     return out
 
 
+#: The prefix-cache run worked out by hand in tests/test_trace_v2_cache.py's docstring: block
+#: size 4, 7 usable blocks, vLLM 0.32 FCFS, prefix caching on (its requests:
+#: :func:`hand_cache_requests`).
+HAND_CACHE_CONFIG = dict(
+    num_blocks=8, block_size=4, max_model_len=28, max_num_seqs=2, clock="steps",
+    enable_prefix_caching=True,
+)  # fmt: skip
+
+
+def hand_cache_requests() -> list[EngineRequest]:
+    """A and B at 0: 10-token prompts sharing 8 tokens; A stops after 12 outputs, B after 8."""
+    return [
+        EngineRequest("A", 0.0, 10, 12, 12, 0, (7,), 8),
+        EngineRequest("B", 0.0, 10, 8, 8, 0, (7,), 8),
+    ]
+
+
 def engine_config(**settings: object) -> EngineConfig:
     """An engine configuration with synchronous scheduling where the engine offers async."""
     names = {f.name for f in dataclasses.fields(EngineConfig)}

@@ -8,25 +8,22 @@ import click
 
 from tracekit.analysis.serving import SloTargets
 from tracekit.capacity.result_file import check_capacity_file, write_capacity
-from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE, Probe, find_capacity
+from tracekit.capacity.search import Probe, find_capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
+    capacity_search_options,
     engine_options,
-    engine_settings,
     load_options,
     load_settings,
     oversize_option,
-    slo_target,
+    run_inputs,
+    slo_options,
     warn_rejections,
     workload_options,
-    workload_settings,
 )
 from tracekit.cli.output import emit, output_options
-from tracekit.cli.params import SEED, Number
-from tracekit.engine.config import make_engine_config
-from tracekit.recording.sim import load_run_workload
+from tracekit.cli.params import SEED
 from tracekit.workloads.load_spec import apply_load
-from tracekit.workloads.prompt_limit import fit_prompts
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -34,25 +31,11 @@ from tracekit.workloads.prompt_limit import fit_prompts
 @oversize_option
 @load_options
 @engine_options
-@click.option(
-    "--slo-ttft-s", type=float, default=SloTargets().ttft_s, show_default=True, callback=slo_target
-)
-@click.option(
-    "--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True, callback=slo_target
-)
-@click.option(
-    "--target",
-    type=Number(0.0, 1.0, low_open=True),
-    default=DEFAULT_TARGET,
-    show_default=True,
-    help="SLO attainment the built-in policy must reach.",
-)
-@click.option(
-    "--tolerance",
-    type=Number(0.0, 1.0, low_open=True, high_open=True),
-    default=DEFAULT_TOLERANCE,
-    show_default=True,
-    help="Stop when the meeting and missing rates are this close (relative).",
+@slo_options
+@capacity_search_options(
+    "",
+    target_help="SLO attainment the built-in policy must reach.",
+    tolerance_help="Stop when the meeting and missing rates are this close (relative).",
 )
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of generated arrivals.")
 @out_option(
@@ -72,12 +55,7 @@ def capacity(**options: Any) -> None:
     with library_errors():
         if out is not None:  # refused before the search, which takes seconds to minutes
             check_capacity_file(out, overwrite=options["overwrite"], inputs=inputs)
-        config = make_engine_config(**engine_settings(options))
-        workload = fit_prompts(
-            load_run_workload(options["workload_path"], **workload_settings(options)),
-            config.max_model_len,
-            options["oversize_prompts"],
-        )
+        config, workload = run_inputs(options)
         spec = load_settings(options)
         warn_rejections(apply_load(workload, spec, seed=options["seed"]), config)
 

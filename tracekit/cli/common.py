@@ -200,3 +200,18 @@ class FixHintGroup(click.Group):
                 else:
                     error.message = f"{error.message.rstrip('.')}; {fix}"
             raise
+
+
+def leaf_commands(
+    group: click.Group, path: tuple[str, ...] = ()
+) -> Iterator[tuple[str, click.Command]]:
+    """Every command under ``group`` that is not a group, with its full name (``"record sim"``).
+
+    In the group's registration order; the checks over every command (tests, benchmarks) walk
+    the tree with it.
+    """
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from leaf_commands(command, (*path, name))
+        else:
+            yield " ".join((*path, name)), command

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from tracekit.analysis.serving import check_slo_target
+from tracekit.analysis.serving import SloTargets, check_slo_target
 from tracekit.capacity.rejections import find_rejections
-from tracekit.capacity.search import Probe, expected_probes
+from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE, Probe, expected_probes
 from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError
 from tracekit.cli.params import (
     MAX_RATE,
@@ -40,14 +40,16 @@ from tracekit.engine.config import (
     ENGINE_RANGES,
     EngineConfig,
     EngineOption,
+    make_engine_config,
 )
 from tracekit.errors import ConfigError
+from tracekit.recording.sim import load_run_workload
 from tracekit.sweep.progress import format_duration
 from tracekit.trace.values import MAX_TIME_S
 from tracekit.workloads import Workload
 from tracekit.workloads.client import ClientModel
 from tracekit.workloads.load_spec import LoadSpec
-from tracekit.workloads.prompt_limit import OVERSIZE_MODES
+from tracekit.workloads.prompt_limit import OVERSIZE_MODES, fit_prompts
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,6 +60,7 @@ __all__ = [
     "CapacityProgress",
     "Progress",
     "StageProgress",
+    "capacity_search_options",
     "engine_options",
     "field_defaults",
     "latency_option",
@@ -65,6 +68,8 @@ __all__ = [
     "load_options",
     "load_settings",
     "oversize_option",
+    "run_inputs",
+    "slo_options",
     "warn_rejections",
     "policy_options",
     "workload_options",
@@ -109,6 +114,41 @@ def slo_target(ctx: click.Context, param: click.Parameter, value: float | None) 
         return check_slo_target(param.opts[0], value)
     except ConfigError as error:
         raise LibraryError(str(error), EXIT_BAD_INPUT) from error
+
+
+#: The SLO targets of the commands that judge attainment (capacity, qualify).
+slo_options = _stack(
+    *(
+        click.option(
+            f"--slo-{name}-s",
+            type=float,
+            default=getattr(SloTargets(), f"{name}_s"),
+            show_default=True,
+            callback=slo_target,
+        )
+        for name in ("ttft", "tpot")
+    )
+)
+
+
+def capacity_search_options(prefix: str, target_help: str, tolerance_help: str) -> Callable[[F], F]:
+    """The capacity search's ``--{prefix}target`` and ``--{prefix}tolerance`` options."""
+    return _stack(
+        click.option(
+            f"--{prefix}target",
+            type=Number(0.0, 1.0, low_open=True),
+            default=DEFAULT_TARGET,
+            show_default=True,
+            help=target_help,
+        ),
+        click.option(
+            f"--{prefix}tolerance",
+            type=Number(0.0, 1.0, low_open=True, high_open=True),
+            default=DEFAULT_TOLERANCE,
+            show_default=True,
+            help=tolerance_help,
+        ),
+    )
 
 
 workload_options = _stack(
@@ -432,6 +472,21 @@ oversize_option = click.option(
     help="Prompts of at least --max-model-len tokens: reject (the engine refuses them), drop "
     "them from the workload, or cap them at max_model_len - 1 tokens.",
 )
+
+
+def run_inputs(options: dict[str, Any]) -> tuple[EngineConfig, Workload]:
+    """The engine configuration and the workload of ``options``, its prompts fitted to it.
+
+    The load options are not applied yet: capacity and qualify search on the loaded workload
+    as read, so each command applies them itself (:func:`load_settings`).
+    """
+    config = make_engine_config(**engine_settings(options))
+    workload = fit_prompts(
+        load_run_workload(options["workload_path"], **workload_settings(options)),
+        config.max_model_len,
+        options["oversize_prompts"],
+    )
+    return config, workload
 
 
 def warn_rejections(workload: Workload, config: EngineConfig) -> None:

@@ -9,36 +9,32 @@ from typing import Any
 import click
 
 from tracekit.analysis.serving import SloTargets
-from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     CapacityProgress,
     StageProgress,
+    capacity_search_options,
     engine_options,
-    engine_settings,
     load_options,
     load_settings,
     oversize_option,
     policy_options,
-    slo_target,
+    run_inputs,
+    slo_options,
     warn_rejections,
     workload_options,
-    workload_settings,
 )
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import Choice, Number, count, jobs_option
-from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
 from tracekit.qualify import QUALIFICATION_NAME, QualifyPlan, run_qualify, write_report
 from tracekit.qualify.endpoints import DEFAULT_ALPHA, VerdictRule, parse_margins, parse_primary
 from tracekit.qualify.job import DEFAULT_REPEATS, check_results_folder
 from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
 from tracekit.qualify.outcome import exit_code, outcome_document, read_qualification
-from tracekit.recording.sim import load_run_workload
 from tracekit.report.html import prefetch_javascript_bundle
 from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
 from tracekit.workloads.load_spec import apply_load
-from tracekit.workloads.prompt_limit import fit_prompts
 
 
 def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -78,12 +74,7 @@ def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> 
     show_default=True,
     help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
 )
-@click.option(
-    "--slo-ttft-s", type=float, default=SloTargets().ttft_s, show_default=True, callback=slo_target
-)
-@click.option(
-    "--slo-tpot-s", type=float, default=SloTargets().tpot_s, show_default=True, callback=slo_target
-)
+@slo_options
 @click.option(
     "--load-plan",
     type=Choice(["capacity", "single"]),
@@ -107,19 +98,10 @@ def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> 
     show_default=True,
     help="Users of the capacity plan's closed-loop cell (0: no such cell).",
 )
-@click.option(
-    "--capacity-target",
-    type=Number(0.0, 1.0, low_open=True),
-    default=DEFAULT_TARGET,
-    show_default=True,
-    help="SLO attainment that defines the knee (tracekit capacity's --target).",
-)
-@click.option(
-    "--capacity-tolerance",
-    type=Number(0.0, 1.0, low_open=True, high_open=True),
-    default=DEFAULT_TOLERANCE,
-    show_default=True,
-    help="Precision of the capacity search (tracekit capacity's --tolerance).",
+@capacity_search_options(
+    "capacity-",
+    target_help="SLO attainment that defines the knee (tracekit capacity's --target).",
+    tolerance_help="Precision of the capacity search (tracekit capacity's --tolerance).",
 )
 @click.option(
     "--margin",
@@ -173,12 +155,7 @@ def qualify(**options: Any) -> None:
         check_results_folder(
             options["out"], [options["workload_path"]], overwrite=options["overwrite"]
         )
-        config = make_engine_config(**engine_settings(options))
-        loaded = fit_prompts(
-            load_run_workload(options["workload_path"], **workload_settings(options)),
-            config.max_model_len,
-            options["oversize_prompts"],
-        )
+        config, loaded = run_inputs(options)
         spec = load_settings(options)
         workload = apply_load(loaded, spec, seed=options["seed"])
         warn_rejections(workload, config)

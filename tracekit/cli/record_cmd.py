@@ -12,24 +12,21 @@ from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, ov
 from tracekit.cli.options import (
     Progress,
     engine_options,
-    engine_settings,
     load_options,
     load_settings,
     oversize_option,
     policy_options,
+    run_inputs,
     warn_rejections,
     workload_options,
-    workload_settings,
 )
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import Choice
-from tracekit.engine.config import make_engine_config
 from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
-from tracekit.recording.sim import SimRun, load_run_workload, record_sim
+from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import parse_policy_config, resolve_strategy
 from tracekit.trace.inspect import inspect_trace, render_inspection
 from tracekit.workloads.load_spec import apply_load
-from tracekit.workloads.prompt_limit import fit_prompts
 
 
 def emit_bundle(bundle: Path, as_json: bool, text: Callable[[], str] | None = None) -> None:
@@ -93,12 +90,7 @@ def record_import(
 def record_sim_command(**options: Any) -> None:
     """Run a workload through the embedded engine and record a trace bundle."""
     with library_errors():
-        config = make_engine_config(**engine_settings(options))
-        workload = fit_prompts(
-            load_run_workload(options["workload_path"], **workload_settings(options)),
-            config.max_model_len,
-            options["oversize_prompts"],
-        )
+        config, workload = run_inputs(options)
         workload = apply_load(workload, load_settings(options), seed=options["seed"])
         warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -20,17 +22,32 @@ from tracekit.sglang.protocol import SCHEDULE_POLICIES, SglangConfig
 from tracekit.sglang.record import record_sglang
 from tracekit.workloads import apply_ignore_eos
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 _DEFAULT = SglangConfig()
+
+#: The option that sets each SglangConfig field named otherwise (the rest share their names;
+#: max_steps has no option).
+_OPTION_OF = {"max_context_len": "context_length"}
+
+
+def _setting(flag: str, kind: Any, default: Any, help: str) -> Callable[[F], F]:
+    """An SGLang setting whose default ``--help`` shows (``kind`` None: click's guess)."""
+    return click.option(flag, type=kind, default=default, show_default=True, help=help)
+
+
+def _switch(flag: str, help: str) -> Callable[[F], F]:
+    """An SGLang flag that is off unless given."""
+    return click.option(flag, is_flag=True, default=False, help=help)
 
 
 @click.command("sglang", context_settings=CONTEXT_SETTINGS)
 @workload_options
-@click.option(
+@_setting(
     "--kv-tokens",
-    type=count(),
-    default=_DEFAULT.kv_tokens,
-    show_default=True,
-    help="Size of the KV token pool (page size 1).",
+    count(),
+    _DEFAULT.kv_tokens,
+    "Size of the KV token pool (page size 1).",
 )
 @click.option(
     "--max-running-requests",
@@ -39,93 +56,77 @@ _DEFAULT = SglangConfig()
     help="SGLang --max-running-requests (default SGLang's, derived from the pool and the "
     f"context length: {_DEFAULT.max_running_requests} with the default ones).",
 )
-@click.option(
+@_setting(
     "--chunked-prefill-size",
-    type=count(0),
-    default=_DEFAULT.chunked_prefill_size,
-    show_default=True,
-    help="SGLang --chunked-prefill-size (SGLang's default on the A6000); 0 turns chunking off.",
+    count(0),
+    _DEFAULT.chunked_prefill_size,
+    "SGLang --chunked-prefill-size (SGLang's default on the A6000); 0 turns chunking off.",
 )
-@click.option(
+@_setting(
     "--max-prefill-tokens",
-    type=count(),
-    default=_DEFAULT.max_prefill_tokens,
-    show_default=True,
-    help="SGLang --max-prefill-tokens: the prefill token budget of one step.",
+    count(),
+    _DEFAULT.max_prefill_tokens,
+    "SGLang --max-prefill-tokens: the prefill token budget of one step.",
 )
-@click.option(
+@_setting(
     "--context-length",
-    type=count(2),
-    default=_DEFAULT.max_context_len,
-    show_default=True,
-    help="SGLang --context-length; prompts of min(context, pool) - 6 tokens or more are rejected.",
+    count(2),
+    _DEFAULT.max_context_len,
+    "SGLang --context-length; prompts of min(context, pool) - 6 tokens or more are rejected.",
 )
-@click.option(
+@_setting(
     "--radix-cache/--no-radix-cache",
-    default=_DEFAULT.radix_cache,
-    show_default=True,
-    help="SGLang's radix cache (on by default in SGLang; --no-radix-cache is "
-    "--disable-radix-cache).",
+    None,
+    _DEFAULT.radix_cache,
+    "SGLang's radix cache (on by default in SGLang; --no-radix-cache is --disable-radix-cache).",
 )
-@click.option(
+@_setting(
     "--retraction-policy",
-    type=Choice(RETRACTION_POLICIES),
-    default=_DEFAULT.retraction_policy,
-    show_default=True,
-    help="SGLang --retraction-policy (priority needs --enable-priority-scheduling).",
+    Choice(RETRACTION_POLICIES),
+    _DEFAULT.retraction_policy,
+    "SGLang --retraction-policy (priority needs --enable-priority-scheduling).",
 )
-@click.option(
+@_setting(
     "--overlap-schedule/--disable-overlap-schedule",
-    default=_DEFAULT.overlap_schedule,
-    show_default=True,
-    help="SGLang's overlap event loop (its default), or its normal loop.",
+    None,
+    _DEFAULT.overlap_schedule,
+    "SGLang's overlap event loop (its default), or its normal loop.",
 )
-@click.option(
+@_switch(
     "--enable-priority-scheduling",
-    is_flag=True,
-    default=False,
-    help="SGLang --enable-priority-scheduling: the waiting queue by priority, then arrival.",
+    "SGLang --enable-priority-scheduling: the waiting queue by priority, then arrival.",
 )
-@click.option(
+@_switch(
     "--schedule-low-priority-values-first",
-    is_flag=True,
-    default=False,
-    help="SGLang --schedule-low-priority-values-first (off: a larger value is more important).",
+    "SGLang --schedule-low-priority-values-first (off: a larger value is more important).",
 )
-@click.option(
+@_switch(
     "--disable-priority-preemption",
-    is_flag=True,
-    default=False,
-    help="SGLang --disable-priority-preemption (off: priority scheduling preempts running "
+    "SGLang --disable-priority-preemption (off: priority scheduling preempts running "
     "requests at admission).",
 )
-@click.option(
+@_setting(
     "--priority-scheduling-preemption-threshold",
-    type=engine_range("priority_scheduling_preemption_threshold"),
-    default=_DEFAULT.priority_scheduling_preemption_threshold,
-    show_default=True,
-    help="SGLang --priority-scheduling-preemption-threshold.",
+    engine_range("priority_scheduling_preemption_threshold"),
+    _DEFAULT.priority_scheduling_preemption_threshold,
+    "SGLang --priority-scheduling-preemption-threshold.",
 )
-@click.option(
+@_switch(
     "--ignore-eos",
-    is_flag=True,
-    default=False,
-    help="Send every request with ignore_eos (it runs to its max_tokens), as SGLang's "
+    "Send every request with ignore_eos (it runs to its max_tokens), as SGLang's "
     "bench_serving does by default.",
 )
-@click.option(
+@_setting(
     "--schedule-policy",
-    type=Choice(SCHEDULE_POLICIES),
-    default=_DEFAULT.schedule_policy,
-    show_default=True,
-    help="SGLang --schedule-policy.",
+    Choice(SCHEDULE_POLICIES),
+    _DEFAULT.schedule_policy,
+    "SGLang --schedule-policy.",
 )
-@click.option(
+@_setting(
     "--step-s",
-    type=engine_range("step_s"),
-    default=_DEFAULT.step_s,
-    show_default=True,
-    help="Seconds per step of the steps clock that places arrivals.",
+    engine_range("step_s"),
+    _DEFAULT.step_s,
+    "Seconds per step of the steps clock that places arrivals.",
 )
 @click.option(
     "--sglang-venv",
@@ -150,22 +151,11 @@ def record_sglang_command(**options: Any) -> None:
             workload = apply_ignore_eos(workload)
         try:
             config = SglangConfig(
-                kv_tokens=options["kv_tokens"],
-                max_running_requests=options["max_running_requests"],
-                chunked_prefill_size=options["chunked_prefill_size"],
-                max_prefill_tokens=options["max_prefill_tokens"],
-                max_context_len=options["context_length"],
-                radix_cache=options["radix_cache"],
-                retraction_policy=options["retraction_policy"],
-                schedule_policy=options["schedule_policy"],
-                overlap_schedule=options["overlap_schedule"],
-                enable_priority_scheduling=options["enable_priority_scheduling"],
-                schedule_low_priority_values_first=options["schedule_low_priority_values_first"],
-                disable_priority_preemption=options["disable_priority_preemption"],
-                priority_scheduling_preemption_threshold=options[
-                    "priority_scheduling_preemption_threshold"
-                ],
-                step_s=options["step_s"],
+                **{
+                    field.name: options[_OPTION_OF.get(field.name, field.name)]
+                    for field in dataclasses.fields(SglangConfig)
+                    if _OPTION_OF.get(field.name, field.name) in options
+                }
             )
         except ValueError as error:
             raise ConfigError(f"SGLang configuration: {error}") from None

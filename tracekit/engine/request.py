@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from tracekit.engine.content import MOONCAKE_BLOCK_TOKENS
@@ -22,8 +23,10 @@ __all__ = [
     "FINISHED_STATUSES",
     "EngineRequest",
     "RequestStatus",
+    "REQUEST_FIELDS",
     "SchedulerRequest",
     "engine_requests",
+    "request_fields",
 ]
 
 
@@ -143,6 +146,18 @@ class EngineRequest:
             )
         if not isinstance(self.ignore_eos, bool):
             raise ValueError(f"{where}: ignore_eos must be a bool; found {self.ignore_eos!r}")
+
+
+#: The six fields every request has (a workload's, the engine's, a real-engine scenario's):
+#: :class:`EngineRequest`'s first six, the order of the drivers' request rows too.
+REQUEST_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(EngineRequest)[:6])
+_get_request_fields = attrgetter(*REQUEST_FIELDS)
+
+
+def request_fields(request: object) -> tuple[str, float, int, int, int, int]:
+    """The :data:`REQUEST_FIELDS` of ``request`` (any object that has them), in that order."""
+    values: tuple[str, float, int, int, int, int] = _get_request_fields(request)
+    return values
 
 
 class SchedulerRequest:
@@ -269,12 +284,7 @@ def engine_requests(workload: _Workload) -> list[EngineRequest]:
     block = int(options.get("content_block_tokens") or MOONCAKE_BLOCK_TOKENS)
     return [
         EngineRequest(
-            r.request_id,
-            r.arrival_s,
-            r.prompt_tokens,
-            r.output_tokens,
-            r.max_tokens,
-            r.priority,
+            *request_fields(r),
             tuple(getattr(r, "prefix_hash_ids", None) or ()),
             block,
             cancel_after_s=getattr(r, "cancel_after_s", None),

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tracekit.engine.request import REQUEST_FIELDS
 from tracekit.recording.sim import load_run_workload
 from tracekit.workloads import Workload
 
@@ -33,14 +34,7 @@ AZURE_SAMPLE = Path("traces") / "azure-llm-2023" / "azure_conv_sample.csv"
 #: The shipped Mooncake semi-synthetic trace, relative to the repository root.
 MOONCAKE_SAMPLE = Path("traces") / "mooncake-synthetic" / "synthetic_trace.jsonl"
 # The canonical table columns of a generated workload's CSV.
-_CSV_COLUMNS = (
-    "request_id",
-    "arrival_s",
-    "prompt_tokens",
-    "output_tokens",
-    "max_tokens",
-    "priority",
-)
+_CSV_COLUMNS = REQUEST_FIELDS
 
 
 def fixture_workload(root: Path, workload: Path, options: Mapping[str, Any]) -> Workload:

@@ -149,6 +149,26 @@ def _ignore_eos_every_other(workload: Workload) -> Workload:
     return dataclasses.replace(workload, frame=frame, options=options)
 
 
+def _sized(
+    kv_tokens: int,
+    max_running_requests: int | None,
+    chunked_prefill_size: int,
+    max_prefill_tokens: int,
+    max_context_len: int,
+    **settings: Any,
+) -> SglangConfig:
+    """A fixture's configuration: its pool, batch and context sizes on the 50 ms steps clock."""
+    return SglangConfig(
+        kv_tokens=kv_tokens,
+        max_running_requests=max_running_requests,
+        chunked_prefill_size=chunked_prefill_size,
+        max_prefill_tokens=max_prefill_tokens,
+        max_context_len=max_context_len,
+        step_s=0.05,
+        **settings,
+    )
+
+
 def _legacy(config: SglangConfig, *, radix: bool, policy: str, overlap: bool) -> SglangConfig:
     """A base configuration with the settings of the first fixtures, in one of both loops."""
     return dataclasses.replace(
@@ -162,80 +182,39 @@ def _legacy(config: SglangConfig, *, radix: bool, policy: str, overlap: bool) ->
     )
 
 
+# Both Azure slices (the first minute, and 60-68 s) run on the same pool.
+_AZURE_SIZES = _sized(4000, 32, 512, 2048, 4000)
 _BASE = {
     "azure": (
         AZURE_SAMPLE,
         {"limit": 60, "rate_scale": 2.0, "priority_seed": 1},
-        SglangConfig(
-            kv_tokens=4000,
-            max_running_requests=32,
-            chunked_prefill_size=512,
-            max_prefill_tokens=2048,
-            max_context_len=4000,
-            step_s=0.05,
-        ),
+        _AZURE_SIZES,
     ),
     "azure-late": (
         AZURE_SAMPLE,
         {"window": (60.0, 68.0), "rate_scale": 2.0, "priority_seed": 1},
-        SglangConfig(
-            kv_tokens=4000,
-            max_running_requests=32,
-            chunked_prefill_size=512,
-            max_prefill_tokens=2048,
-            max_context_len=4000,
-            step_s=0.05,
-        ),
+        _AZURE_SIZES,
     ),
     "mooncake": (
         MOONCAKE_SAMPLE,
         {"window": (996.272, 1005.711), "rate_scale": 2.0, "priority_seed": 1},
-        SglangConfig(
-            kv_tokens=12000,
-            max_running_requests=12,
-            chunked_prefill_size=2048,
-            max_prefill_tokens=4096,
-            max_context_len=8192,
-            step_s=0.05,
-        ),
+        _sized(12000, 12, 2048, 4096, 8192),
     ),
     "shared-prefix": (
         _SHARED_PREFIX,
         {"rate_scale": 2.0},
-        SglangConfig(
-            kv_tokens=2100,
-            max_running_requests=16,
-            chunked_prefill_size=512,
-            max_prefill_tokens=1024,
-            max_context_len=2048,
-            step_s=0.05,
-        ),
+        _sized(2100, 16, 512, 1024, 2048),
     ),
     "synthetic": (
         _SYNTHETIC,
         {},
-        SglangConfig(
-            kv_tokens=1000,
-            max_running_requests=12,
-            chunked_prefill_size=256,
-            max_prefill_tokens=512,
-            max_context_len=1000,
-            step_s=0.05,
-        ),
+        _sized(1000, 12, 256, 512, 1000),
     ),
 }
 
 # Memory bound (decode outgrows the pool: retractions; the running cap never binds, so no
 # preemption at admission) and slot bound (a full batch of 4: preemption at admission).
-_PRIORITY_BASE = SglangConfig(
-    kv_tokens=1600,
-    max_running_requests=32,
-    chunked_prefill_size=256,
-    max_prefill_tokens=1024,
-    max_context_len=1200,
-    enable_priority_scheduling=True,
-    step_s=0.05,
-)
+_PRIORITY_BASE = _sized(1600, 32, 256, 1024, 1200, enable_priority_scheduling=True)
 _PREEMPT_BASE = dataclasses.replace(_PRIORITY_BASE, kv_tokens=3000, max_running_requests=4)
 _SCENARIOS: dict[str, tuple[Path, dict[str, Any], SglangConfig, str | None]] = {
     "priority-high": (_PRIORITY, {}, _PRIORITY_BASE, None),
@@ -279,27 +258,13 @@ _SCENARIOS: dict[str, tuple[Path, dict[str, Any], SglangConfig, str | None]] = {
         None,
     ),
 }
-_IGNORE_EOS_BASE = SglangConfig(
-    kv_tokens=1500,
-    max_running_requests=16,
-    chunked_prefill_size=256,
-    max_prefill_tokens=1024,
-    max_context_len=1500,
-    step_s=0.05,
-)
+_IGNORE_EOS_BASE = _sized(1500, 16, 256, 1024, 1500)
 # Outputs longer than CLIP_MAX_NEW_TOKENS (4,096): the running requests' reservation is clipped,
 # add_one_req_ignore_eos's drain check is not.
 _SCENARIOS["ignore-eos-long-noradix"] = (
     _IGNORE_EOS_LONG,
     {},
-    SglangConfig(
-        kv_tokens=17000,
-        chunked_prefill_size=2048,
-        max_prefill_tokens=8192,
-        max_context_len=8192,
-        radix_cache=False,
-        step_s=0.05,
-    ),
+    _sized(17000, None, 2048, 8192, 8192, radix_cache=False),
     "all",
 )
 for _mode in ("all", "mixed"):
@@ -342,6 +307,18 @@ def _fixtures() -> dict[str, SglangFixture]:
 FIXTURES: dict[str, SglangFixture] = _fixtures()
 
 
+#: The columns of a scenario workload, in the order :func:`_row` takes them.
+_ROW_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "max_tokens", "priority")
+
+
+def _row(
+    arrival_s: float, prompt_tokens: int, output_tokens: int, max_tokens: int, priority: int = 0
+) -> dict[str, Any]:
+    # The arguments are drawn in the order they are given: the seeded workloads depend on it.
+    values = (arrival_s, prompt_tokens, output_tokens, max_tokens, priority)
+    return dict(zip(_ROW_COLUMNS, values, strict=True))
+
+
 def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]]:
     """The rows of a scenario workload (deterministic for a seed): ``priority`` or ``ignore-eos``.
 
@@ -364,14 +341,14 @@ def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]
                 priority = 40 if last else rng.choice([0, 0, 5, 20])
                 output = rng.randint(20, 300)
                 rows.append(
-                    {
+                    _row(
                         # The most important request of a burst comes 0.2 s after the others.
-                        "arrival_s": round(start + (0.2 if last else 0.02 * k), 3),
-                        "prompt_tokens": rng.randint(40, 400),
-                        "output_tokens": output,
-                        "max_tokens": output,
-                        "priority": priority,
-                    }
+                        round(start + (0.2 if last else 0.02 * k), 3),
+                        rng.randint(40, 400),
+                        output,
+                        output,
+                        priority,
+                    )
                 )
         rows.sort(key=lambda r: r["arrival_s"])
         prefix = "pri"
@@ -379,27 +356,13 @@ def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]
         for i in range(40):
             output = rng.randint(10, 120)
             rows.append(
-                {
-                    "arrival_s": round(0.15 * i, 3),
-                    "prompt_tokens": rng.randint(30, 300),
-                    "output_tokens": output,
-                    "max_tokens": output * rng.randint(1, 3),
-                    "priority": 0,
-                }
+                _row(round(0.15 * i, 3), rng.randint(30, 300), output, output * rng.randint(1, 3))
             )
         prefix = "eos"
     elif kind == "ignore-eos-long":
         for i in range(6):
             output = rng.randint(4200, 4600)
-            rows.append(
-                {
-                    "arrival_s": round(0.1 * i, 3),
-                    "prompt_tokens": rng.randint(100, 600),
-                    "output_tokens": output,
-                    "max_tokens": output,
-                    "priority": 0,
-                }
-            )
+            rows.append(_row(round(0.1 * i, 3), rng.randint(100, 600), output, output))
         prefix = "long"
     else:
         raise ValueError(

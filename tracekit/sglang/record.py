@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import tracekit
+from tracekit.engine.request import request_fields
 from tracekit.errors import ConfigError
 from tracekit.real_engine.environment import SGLANG, SglangDriverError, SglangUnavailableError
 from tracekit.real_engine.process import record_runs, run_messages
@@ -116,12 +117,7 @@ def run_driver(
 def _request_rows(workload: Workload) -> list[tuple[Any, ...]]:
     return [
         (
-            r.request_id,
-            r.arrival_s,
-            r.prompt_tokens,
-            r.output_tokens,
-            r.max_tokens,
-            r.priority,
+            *request_fields(r),
             r.prefix_hash_ids,
             bool(getattr(r, "ignore_eos", False)),
         )

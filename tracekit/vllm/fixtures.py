@@ -117,21 +117,46 @@ _STEPS = {"clock": "steps", "step_s": 0.05}
 #: which of the two it was recorded with, so a change of default never changes its meaning.
 _SYNC = {"async_scheduling": False}
 _NO_APC = {"enable_prefix_caching": False}
+_APC = {"enable_prefix_caching": True}
+_ASYNC = {"async_scheduling": True}
 #: Mooncake rows 3890 to 3929 (timestamps 996.272 s to 1005.711 s), whose prompts share
 #: ``hash_ids`` prefixes with earlier requests of the window under both policies.
 _MOONCAKE_SHARED_WINDOW = (996.272, 1005.711)
+_MOONCAKE_SHARED_OPTIONS: dict[str, Any] = {
+    "window": _MOONCAKE_SHARED_WINDOW,
+    "rate_scale": 2.0,
+    "priority_seed": 1,
+}
+
+
+def _sizes(
+    num_blocks: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    **settings: Any,
+) -> dict[str, Any]:
+    """A fixture's pool, context and batch sizes (and ``settings``), as EngineConfig fields."""
+    return {
+        "num_blocks": num_blocks,
+        "max_model_len": max_model_len,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_num_seqs": max_num_seqs,
+        **settings,
+    }
+
+
+#: The sizes of the fixtures of each workload.
+_AZURE_CONFIG = _sizes(128, 2000, 512, 16)
+_SYNTHETIC_CONFIG = _sizes(64, 1008, 256, 12, long_prefill_token_threshold=128)
+_MOONCAKE_CONFIG = _sizes(1100, 16384, 2048, 16)
+_SHARED_PREFIX_CONFIG = _sizes(200, 2048, 512, 12)
 _SESSIONS = Path("examples") / "workloads" / "conversations-synthetic.csv"
 #: The multi-turn session slice: all 32 turns at ten times their rate, priorities 0..2.
 _SESSIONS_OPTIONS: dict[str, Any] = {"rate_scale": 10.0, "priority_seed": 1}
 #: 170 blocks of 16 tokens: just over the longest turn (2,221 prompt tokens), so turns preempt
 #: each other while later turns hit their conversation's cached prompt blocks.
-_SESSIONS_CONFIG: dict[str, Any] = {
-    "num_blocks": 170,
-    "max_model_len": 2560,
-    "max_num_batched_tokens": 512,
-    "max_num_seqs": 12,
-    "enable_prefix_caching": True,
-}
+_SESSIONS_CONFIG = _sizes(170, 2560, 512, 12, **_APC)
 
 
 def _pair(
@@ -151,109 +176,51 @@ FIXTURES: dict[str, Fixture] = {
             "azure",
             AZURE_SAMPLE,
             {"limit": 50, "rate_scale": 3.0, "priority_seed": 1},
-            {
-                "num_blocks": 128,
-                "max_model_len": 2000,
-                "max_num_batched_tokens": 512,
-                "max_num_seqs": 16,
-                **_NO_APC,
-                **_SYNC,
-            },
+            {**_AZURE_CONFIG, **_NO_APC, **_SYNC},
         ),
         *_pair(
             "synthetic",
             SYNTHETIC_CSV,
             {},
-            {
-                "num_blocks": 64,
-                "max_model_len": 1008,
-                "max_num_batched_tokens": 256,
-                "max_num_seqs": 12,
-                "long_prefill_token_threshold": 128,
-                **_NO_APC,
-                **_SYNC,
-            },
+            {**_SYNTHETIC_CONFIG, **_NO_APC, **_SYNC},
         ),
         *_pair(
             "mooncake",
             MOONCAKE_SAMPLE,
             {"limit": 40, "rate_scale": 4.0, "priority_seed": 1},
-            {
-                "num_blocks": 1100,
-                "max_model_len": 16384,
-                "max_num_batched_tokens": 2048,
-                "max_num_seqs": 16,
-                **_NO_APC,
-                **_SYNC,
-            },
+            {**_MOONCAKE_CONFIG, **_NO_APC, **_SYNC},
         ),
         # Prefix caching on (vLLM's default): Mooncake hash_ids and a shared-prefix table.
         *_pair(
             "mooncake-apc",
             MOONCAKE_SAMPLE,
-            {"window": _MOONCAKE_SHARED_WINDOW, "rate_scale": 2.0, "priority_seed": 1},
-            {
-                "num_blocks": 1100,
-                "max_model_len": 16384,
-                "max_num_batched_tokens": 2048,
-                "max_num_seqs": 16,
-                "enable_prefix_caching": True,
-                **_SYNC,
-            },
+            _MOONCAKE_SHARED_OPTIONS,
+            {**_MOONCAKE_CONFIG, **_APC, **_SYNC},
         ),
         *_pair(
             "shared-prefix-apc",
             SHARED_PREFIX_TABLE,
             {},
-            {
-                "num_blocks": 200,
-                "max_model_len": 2048,
-                "max_num_batched_tokens": 512,
-                "max_num_seqs": 12,
-                "enable_prefix_caching": True,
-                **_SYNC,
-            },
+            {**_SHARED_PREFIX_CONFIG, **_APC, **_SYNC},
         ),
         # Async scheduling on (vLLM's default on GPUs), with prefix caching off and on.
         *_pair(
             "synthetic-async",
             SYNTHETIC_CSV,
             {},
-            {
-                "num_blocks": 64,
-                "max_model_len": 1008,
-                "max_num_batched_tokens": 256,
-                "max_num_seqs": 12,
-                "long_prefill_token_threshold": 128,
-                **_NO_APC,
-                "async_scheduling": True,
-            },
+            {**_SYNTHETIC_CONFIG, **_NO_APC, **_ASYNC},
         ),
         *_pair(
             "mooncake-apc-async",
             MOONCAKE_SAMPLE,
-            {"window": _MOONCAKE_SHARED_WINDOW, "rate_scale": 2.0, "priority_seed": 1},
-            {
-                "num_blocks": 1100,
-                "max_model_len": 16384,
-                "max_num_batched_tokens": 2048,
-                "max_num_seqs": 16,
-                "enable_prefix_caching": True,
-                "async_scheduling": True,
-            },
+            _MOONCAKE_SHARED_OPTIONS,
+            {**_MOONCAKE_CONFIG, **_APC, **_ASYNC},
         ),
         *_pair(
             "shared-prefix-apc-async",
             SHARED_PREFIX_TABLE,
             {},
-            {
-                "num_blocks": 200,
-                "max_model_len": 2048,
-                "max_num_batched_tokens": 512,
-                "max_num_seqs": 12,
-                "enable_prefix_caching": True,
-                "async_scheduling": True,
-            },
+            {**_SHARED_PREFIX_CONFIG, **_APC, **_ASYNC},
         ),
         # A multi-turn session workload (turn k's prompt is the conversation so far), synchronous
         # and async, prefix caching on.
@@ -262,7 +229,7 @@ FIXTURES: dict[str, Fixture] = {
             "sessions-apc-async",
             _SESSIONS,
             _SESSIONS_OPTIONS,
-            {**_SESSIONS_CONFIG, "async_scheduling": True},
+            {**_SESSIONS_CONFIG, **_ASYNC},
         ),
     ]
 }

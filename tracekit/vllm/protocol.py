@@ -30,7 +30,7 @@ from typing import Any
 
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
-from tracekit.engine.request import EngineRequest
+from tracekit.engine.request import EngineRequest, request_fields
 from tracekit.hosts.preemption_policy import PreemptionCandidate
 from tracekit.real_engine.serve import check_protocol
 
@@ -88,14 +88,7 @@ class Scenario:
             "run": self.index,
             "config": dataclasses.asdict(self.config),
             "requests": [
-                [
-                    r.request_id,
-                    r.arrival_s,
-                    r.prompt_tokens,
-                    r.output_tokens,
-                    r.max_tokens,
-                    r.priority,
-                ]
+                [*request_fields(r)]
                 # The content model only when present, so old scenarios read the same.
                 + ([list(r.content_ids), r.content_block_tokens] if r.content_ids else [])
                 for r in self.requests

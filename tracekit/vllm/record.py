@@ -252,43 +252,79 @@ def record_vllm(
         scenarios.append(vllm_scenario(index, run, shims[index], "scheduler"))
     messages = run_driver(scenarios, venv=venv)
     return record_each(
-        messages,
-        runs,
-        "the vLLM driver",
-        lambda run, index, hello: _record_one(
-            run,
-            Path(outs[index]),
-            scenarios[index],
-            hello,
-            messages,
-            run_id=None if run_ids is None else run_ids[index],
-            record_scheduled=record_scheduled,
-            progress=progress,
-            overwrite=overwrite,
-        ),
-    )
+        messages, runs, "the vLLM driver", _record_one, outs, scenarios, run_ids,
+        record_scheduled=record_scheduled, progress=progress, overwrite=overwrite,
+    )  # fmt: skip
 
 
 def record_each(
     messages: Generator[dict[str, Any], None, None],
     runs: Sequence[SimRun],
     driver: str,
-    record_one: Callable[[SimRun, int, dict[str, Any]], Path],
+    record_one: Callable[..., Path],
+    outs: Sequence[str | os.PathLike[str]],
+    scenarios: Sequence[Scenario],
+    run_ids: Sequence[str] | None,
+    **options: Any,
 ) -> list[Path]:
     """Record each of ``runs`` from a vLLM driver's messages (:func:`record_runs`).
 
-    ``record_one(run, index, hello)`` writes run ``index``'s bundle (``run`` carries the
-    recorded vLLM's release, :func:`_vllm_engine_config`). ``driver`` names it in errors.
+    ``record_one(run, out, scenario, hello, messages, run_id=..., **options)`` writes run
+    ``index``'s bundle to ``outs[index]`` (``run`` carries the recorded vLLM's release,
+    :func:`_vllm_engine_config`; ``run_id`` is None without ``run_ids``). ``driver`` names it
+    in errors.
     """
     return record_runs(
         messages,
         len(runs),
         lambda index, hello: record_one(
-            _vllm_engine_config(runs[index], hello["vllm_version"]), index, hello
+            _vllm_engine_config(runs[index], hello["vllm_version"]),
+            Path(outs[index]),
+            scenarios[index],
+            hello,
+            messages,
+            run_id=None if run_ids is None else run_ids[index],
+            **options,
         ),
         driver=driver,
         error=VllmDriverError,
         protocol=PROTOCOL_VERSION,
+    )
+
+
+def vllm_manifest(
+    run: SimRun, scenario: Scenario, engine: str, run_id: str | None, id_suffix: str = ""
+) -> tuple[str, dict[str, Any]]:
+    """The run id and manifest of a vLLM recording of ``run``.
+
+    The id is ``run_id``, or one made for ``engine + id_suffix``; the manifest names ``engine``,
+    and the host path ``builtin`` when the scenario runs without the shim.
+    """
+    run_id = run_id or make_run_id(run, engine=engine + id_suffix)
+    manifest = run.manifest(run_id)
+    manifest["engine"] = engine
+    if not scenario.shim:
+        manifest["host_path"] = "builtin"
+    return run_id, manifest
+
+
+def vllm_observer(
+    writer: BundleWriter,
+    run_id: str,
+    run: SimRun,
+    scenario: Scenario,
+    progress: Progress | None,
+    **options: Any,
+) -> TraceObserver:
+    """The observer that writes a vLLM recording of ``run`` (``options``: TraceObserver's)."""
+    return TraceObserver(
+        writer,
+        run_id,
+        policy_name=run.strategy.name,
+        scheduling_policy=run.engine_config.scheduling_policy,
+        total_requests=len(scenario.requests),
+        progress=progress,
+        **options,
     )
 
 
@@ -327,12 +363,7 @@ def _record_one(
     progress: Progress | None,
     overwrite: bool,
 ) -> Path:
-    engine = f"vllm-{hello['vllm_version']}"
-    run_id = run_id or make_run_id(run, engine=engine)
-    manifest = run.manifest(run_id)
-    manifest["engine"] = engine
-    if not scenario.shim:
-        manifest["host_path"] = "builtin"
+    run_id, manifest = vllm_manifest(run, scenario, f"vllm-{hello['vllm_version']}", run_id)
     tables = ["requests", "decisions", "candidates", "steps"]
     if record_scheduled:
         tables.append("scheduled")
@@ -342,14 +373,13 @@ def _record_one(
     if admissions:
         tables.append("admissions")
     with BundleWriter(out, manifest, tables=tables, overwrite=overwrite) as writer:
-        observer = TraceObserver(
+        observer = vllm_observer(
             writer,
             run_id,
-            policy_name=run.strategy.name,
-            scheduling_policy=run.engine_config.scheduling_policy,
+            run,
+            scenario,
+            progress,
             record_scheduled=record_scheduled,
-            total_requests=len(scenario.requests),
-            progress=progress,
             record_cache=True,
             record_admissions=admissions,
         )

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from tracekit.errors import ConfigError
 from tracekit.latency.measured import LIVE_STEP_SHAPES
 from tracekit.real_engine.environment import VLLM
-from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver, make_run_id
+from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver
 from tracekit.trace.writer import BundleWriter
 from tracekit.vllm.protocol import (
     Scenario,
@@ -53,6 +53,8 @@ from tracekit.vllm.record import (
     find_vllm_python,
     finish_vllm_manifest,
     record_each,
+    vllm_manifest,
+    vllm_observer,
     vllm_scenario,
 )
 
@@ -166,21 +168,9 @@ def record_vllm_live(
         driver_env(python, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind"),
     )
     return record_each(
-        messages,
-        runs,
-        "the live vLLM driver",
-        lambda run, index, hello: _record_one(
-            run,
-            Path(outs[index]),
-            scenarios[index],
-            hello,
-            messages,
-            run_id=None if run_ids is None else run_ids[index],
-            all_at_once=all_at_once,
-            progress=progress,
-            overwrite=overwrite,
-        ),
-    )
+        messages, runs, "the live vLLM driver", _record_one, outs, scenarios, run_ids,
+        all_at_once=all_at_once, progress=progress, overwrite=overwrite,
+    )  # fmt: skip
 
 
 def _record_one(
@@ -195,14 +185,15 @@ def _record_one(
     progress: Progress | None,
     overwrite: bool,
 ) -> Path:
-    engine = f"vllm-{hello['vllm_version']}-live"
     # The arrivals mode enters the id: the two recordings of one run are different runs.
-    run_id = run_id or make_run_id(run, engine=engine + ("-all-at-once" if all_at_once else ""))
-    manifest = run.manifest(run_id)
-    manifest["engine"] = engine
+    run_id, manifest = vllm_manifest(
+        run,
+        scenario,
+        f"vllm-{hello['vllm_version']}-live",
+        run_id,
+        "-all-at-once" if all_at_once else "",
+    )
     manifest["clock"] = "wall"
-    if not scenario.shim:
-        manifest["host_path"] = "builtin"
     tables = ["requests", "decisions", "candidates", "steps", "scheduled"]
     outputs: dict[str, list[int]] = {}
     shapes: list[tuple[int, int, int, int, int, float, int, float]] = []
@@ -210,15 +201,7 @@ def _record_one(
         out, manifest, tables=tables, overwrite=overwrite,
         side_files=(POLICY_LOG, OUTPUTS_FILE, STEP_SHAPES_FILE),
     ) as writer:  # fmt: skip
-        observer = TraceObserver(
-            writer,
-            run_id,
-            policy_name=run.strategy.name,
-            scheduling_policy=run.engine_config.scheduling_policy,
-            record_scheduled=True,
-            total_requests=len(scenario.requests),
-            progress=progress,
-        )
+        observer = vllm_observer(writer, run_id, run, scenario, progress, record_scheduled=True)
         with open(writer.folder / POLICY_LOG, "w", encoding="utf-8") as log:
             end = _consume(scenario.index, messages, observer, log, outputs, shapes)
         _write_outputs(writer.folder / OUTPUTS_FILE, run_id, outputs)
