@@ -26,13 +26,8 @@ from tracekit.measured.compare import compare_metrics, compare_runs
 from tracekit.measured.metrics import run_metrics
 from tracekit.measured.runs import accuracy
 from tracekit.measured.server_log import read_vllm_server_log
-from tracekit.measured.simulate import (
-    LatencySpread,
-    RequestOverheads,
-    simulate_run,
-    simulated_metrics,
-    spread_requests,
-)
+from tracekit.measured.simulate import RequestOverheads, simulate_run
+from tracekit.measured.spread import LatencySpread, simulated_metrics, spread_requests
 from tracekit.workloads.vllm_bench import read_vllm_bench_run
 
 DATA = Path(__file__).parent / "data" / "bench-results"
@@ -213,13 +208,19 @@ def test_a_file_that_is_not_a_server_log_is_refused(tmp_path: Path) -> None:
         read_vllm_server_log(other)
 
 
-def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None:
-    runner = CliRunner()
-    model = tmp_path / "model.json"
+def _calibrate_real_results(runner: CliRunner, model: Path):
+    """``tracekit calibrate`` on the real vLLM bench and GuideLLM results, with the server log."""
     result = runner.invoke(
         cli, ["calibrate", str(RATE8), str(GUIDELLM), "--server-log", str(LOG), "--out", str(model)]
     )
     assert result.exit_code == 0, result.output
+    return result
+
+
+def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None:
+    runner = CliRunner()
+    model = tmp_path / "model.json"
+    result = _calibrate_real_results(runner, model)
     assert "overheads" in result.output and "wrote" in result.output
     doc = json.loads(model.read_text())
     assert doc["version"] == 3
@@ -233,22 +234,12 @@ def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None
     assert len(spread["ttft_s"]) >= 20
     assert f"spread         {len(spread['ttft_s'])} TTFT residuals" in result.output
     out = tmp_path / "accuracy.json"
-    result = runner.invoke(
-        cli,
-        [
-            "accuracy",
-            str(RATE8),
-            "--latency",
-            f"calibrated:{model}",
-            "--server-log",
-            str(LOG),
-            "--json",
-            "--out",
-            str(out),
-            "--target",
-            "10",
-        ],
-    )
+
+    def run_accuracy(*options: str):
+        argv = ["accuracy", str(RATE8), "--latency", f"calibrated:{model}", "--server-log"]
+        return runner.invoke(cli, [*argv, str(LOG), *options])
+
+    result = run_accuracy("--json", "--out", str(out), "--target", "10")
     assert result.exit_code == 0, result.output
     payload = json.loads(out.read_text())
     assert payload["all_within"] is True
@@ -256,19 +247,7 @@ def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None
     assert payload["overheads"] == pytest.approx(doc["request_overheads"])
     assert payload["spread_residuals"] == len(spread["ttft_s"])
     # With a 0.1 % target a single run (no noise floor) is outside it: exit 1.
-    strict = runner.invoke(
-        cli,
-        [
-            "accuracy",
-            str(RATE8),
-            "--latency",
-            f"calibrated:{model}",
-            "--server-log",
-            str(LOG),
-            "--target",
-            "0.001",
-        ],
-    )
+    strict = run_accuracy("--target", "0.001")
     assert strict.exit_code == 1
     assert "NO" in strict.output
 
@@ -294,10 +273,7 @@ def test_a_summary_only_result_is_refused_by_accuracy(tmp_path: Path) -> None:
 def test_accuracy_records_a_held_out_error_in_the_model_file(tmp_path: Path) -> None:
     runner = CliRunner()
     model = tmp_path / "model.json"
-    fitted = runner.invoke(
-        cli, ["calibrate", str(RATE8), str(GUIDELLM), "--server-log", str(LOG), "--out", str(model)]
-    )
-    assert fitted.exit_code == 0, fitted.output
+    _calibrate_real_results(runner, model)
     before = json.loads(model.read_text())
     result = runner.invoke(
         cli,

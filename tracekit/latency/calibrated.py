@@ -142,7 +142,7 @@ class CalibratedModel:
         model print it next to their verdicts (``docs/latency.md``, "Measured error").
     request_spread
         ``{"ttft_s": [...]}``: the TTFT residuals of the fitted runs' requests, seconds, mean 0
-        (``tracekit.measured.simulate.LatencySpread``): the scatter of live TTFTs around the
+        (``tracekit.measured.spread.LatencySpread``): the scatter of live TTFTs around the
         model's, which the latency percentiles of ``tracekit accuracy`` include. Empty for a
         model fitted to step times.
     """

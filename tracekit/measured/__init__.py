@@ -2,6 +2,7 @@
 
 - :mod:`.server_log`: the engine configuration of a ``vllm serve`` from its start-up log;
 - :mod:`.simulate`: a measured run's requests replayed on the engine, with per-token times;
+- :mod:`.spread`: a calibrated model's TTFT residuals, convolved with simulated latencies;
 - :mod:`.metrics`: TTFT, TPOT, ITL, E2E and throughput, with their definitions;
 - :mod:`.compare`: measured against simulated, with the repeats' noise floor
   (``tracekit accuracy``);

@@ -37,7 +37,7 @@ loses a fixed share of every TTFT (peers lost 17 to 56 %).
 The overheads are constants, so the model gives each request's expected latencies; live TTFTs
 scatter around them (on a shared CPU, the client's and the server's share changes request by
 request), and a constant fits the means, not the percentiles. The fitted model therefore keeps
-its **spread** (:class:`~tracekit.measured.simulate.LatencySpread`): every fitted request's TTFT
+its **spread** (:class:`~tracekit.measured.spread.LatencySpread`): every fitted request's TTFT
 residual, centred, which ``tracekit accuracy`` convolves with the simulated latencies.
 """
 
@@ -59,13 +59,9 @@ from tracekit.errors import ConfigError
 from tracekit.latency.calibrated import TERMS, CalibratedModel, FitError, nnls
 from tracekit.measured.compare import compare_metrics
 from tracekit.measured.metrics import run_metrics
-from tracekit.measured.simulate import (
-    LatencySpread,
-    RequestOverheads,
-    SimulatedRun,
-    simulate_run,
-    simulated_metrics,
-)
+from tracekit.measured.server_log import OPTIONS as SERVER_OPTIONS
+from tracekit.measured.simulate import RequestOverheads, SimulatedRun, simulate_run
+from tracekit.measured.spread import LatencySpread, simulated_metrics
 from tracekit.workloads.measured import MeasuredRun
 
 __all__ = ["OVERHEADS", "RequestFit", "fit_from_runs", "initial_model"]
@@ -552,17 +548,7 @@ def fit_from_runs(
             }
             for run in runs
         ],
-        "engine_config": {
-            key: getattr(config, key)
-            for key in (
-                "block_size",
-                "num_blocks",
-                "max_model_len",
-                "max_num_seqs",
-                "max_num_batched_tokens",
-                "enable_prefix_caching",
-            )
-        },
+        "engine_config": {key: getattr(config, key) for key in SERVER_OPTIONS},
         "history": history,
         "source": source,
     }

@@ -17,12 +17,8 @@ from typing import Any
 
 from tracekit.engine.config import EngineConfig
 from tracekit.measured.metrics import METRIC_NAMES, run_metrics
-from tracekit.measured.simulate import (
-    LatencySpread,
-    RequestOverheads,
-    simulate_run,
-    simulated_metrics,
-)
+from tracekit.measured.simulate import RequestOverheads, simulate_run
+from tracekit.measured.spread import LatencySpread, simulated_metrics
 from tracekit.workloads.measured import MeasuredRun
 
 __all__ = ["Comparison", "MetricComparison", "compare_runs"]
@@ -177,7 +173,7 @@ def compare_runs(
         Per-request time outside the step loop (a calibrated model's, or none).
     spread
         A calibrated model's residual spread: the simulated latency statistics are then those
-        of the simulation convolved with it (:func:`~tracekit.measured.simulate.spread_requests`).
+        of the simulation convolved with it (:func:`~tracekit.measured.spread.spread_requests`).
     target
         The relative error a metric is held to where the noise floor is smaller.
     """

@@ -56,7 +56,7 @@ def latency_metrics(frame: pl.DataFrame) -> dict[str, float | None]:
     """The latency statistics (``ttft_*``, ``tpot_*``, ``itl_*``, ``e2e_*``) of served rows.
 
     ``frame``: rows of successful requests (``ttft_s``, ``e2e_s``, ``output_tokens``,
-    ``itl_s``), or any sample of their latencies (``tracekit.measured.simulate.spread_requests``).
+    ``itl_s``), or any sample of their latencies (``tracekit.measured.spread.spread_requests``).
     """
     tpot = frame.filter(pl.col("output_tokens") > 1).select(
         ((pl.col("e2e_s") - pl.col("ttft_s")) / (pl.col("output_tokens") - 1)).alias("tpot")

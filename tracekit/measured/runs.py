@@ -21,8 +21,9 @@ from tracekit.errors import ConfigError
 from tracekit.latency.calibrated import CalibratedModel, load_calibrated_model
 from tracekit.measured.calibrate import RequestFit, fit_from_runs
 from tracekit.measured.compare import Comparison, compare_runs
-from tracekit.measured.server_log import merge_engine_options, read_vllm_server_log
-from tracekit.measured.simulate import LatencySpread, RequestOverheads
+from tracekit.measured.server_log import OPTIONS, merge_engine_options, read_vllm_server_log
+from tracekit.measured.simulate import RequestOverheads
+from tracekit.measured.spread import LatencySpread
 from tracekit.workloads.aiperf import read_aiperf_run
 from tracekit.workloads.detect import WorkloadFormat, detect_format
 from tracekit.workloads.guidellm import read_guidellm_run
@@ -39,16 +40,9 @@ __all__ = [
     "record_measured_error",
 ]
 
-#: The engine settings a measured server's configuration is made of (and reported with).
-_CONFIG_FIELDS = (
-    "block_size",
-    "num_blocks",
-    "max_model_len",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "enable_prefix_caching",
-    "async_scheduling",
-)
+#: The engine settings a measured server's configuration is made of (and reported with): the
+#: ones its start-up log can give.
+_CONFIG_FIELDS = OPTIONS
 
 #: The workload formats that are measured runs.
 MEASURED_FORMATS = (WorkloadFormat.VLLM_BENCH, WorkloadFormat.GUIDELLM, WorkloadFormat.AIPERF)
@@ -173,7 +167,7 @@ def accuracy(
 
     A ``calibrated:`` model that carries request overheads has them added to the simulated
     latencies, and one that carries a residual spread has its latency percentiles include it
-    (``tracekit.measured.simulate.spread_requests``); any other model's latencies are the
+    (``tracekit.measured.spread.spread_requests``); any other model's latencies are the
     engine's alone.
     """
     runs = [r if isinstance(r, MeasuredRun) else read_measured_run(r) for r in results]

@@ -15,12 +15,8 @@ computed. Each step's make-up, priced by the model, gives back the engine's own 
 Per-request overheads outside the step loop (``RequestOverheads``: HTTP, tokenisation and the
 server's queues before the engine; the stream's end after the last step) are added to the
 engine's latencies here, not in the engine: they delay every request alike and do not change the
-schedule. A calibrated model also carries the **spread** of its fitted runs' residuals
-(``LatencySpread``): the step model and constant overheads give each request's expected
-latencies, while a live request's TTFT scatters around them (the client's and the server's
-share of a shared CPU, request by request). :func:`spread_requests` gives the
-distribution of the simulated latencies with that scatter: every simulated request with every
-measured residual (their convolution), centred so that the means stay the model's.
+schedule. A calibrated model's residual spread
+is added to the simulated latencies afterwards (:mod:`tracekit.measured.spread`).
 """
 
 from __future__ import annotations
@@ -39,18 +35,9 @@ from tracekit.engine.engine import EngineResult, run_engine
 from tracekit.engine.hosts import BuiltinHost
 from tracekit.engine.request import engine_requests
 from tracekit.latency.calibrated import TERMS
-from tracekit.measured.metrics import latency_metrics, run_metrics
 from tracekit.workloads.measured import MeasuredRun
 
-__all__ = [
-    "LatencySpread",
-    "RequestOverheads",
-    "SimulatedRun",
-    "simulate_run",
-    "simulated_metrics",
-    "spread_requests",
-    "walk_steps",
-]
+__all__ = ["RequestOverheads", "SimulatedRun", "simulate_run", "walk_steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,95 +68,6 @@ class RequestOverheads:
     def as_dict(self) -> dict[str, float]:
         """The three figures, seconds."""
         return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class LatencySpread:
-    """The TTFT residuals of a calibrated model on the runs it was fitted on.
-
-    Attributes
-    ----------
-    ttft_s
-        Per measured request served on both sides, in the order of the fitted runs' requests:
-        its measured TTFT minus its simulated TTFT (overheads included), seconds, less their
-        mean. The scatter of the time before the first token around the model's: the client's
-        and the API server's share of the CPU, request by request.
-
-    Only the time before the first token is spread. A ratio of measured to simulated decode
-    time, spread the same way, over-predicted the TPOT and E2E P99 by 27 to 85 %: a slow
-    stretch of a shared machine slows every request decoding in it together, which the
-    independent draw of the convolution does not know, and the ratio carries the schedule's
-    own misfit (0.0 to 4.2 on one fitted run; docs/latency.md, "The spread").
-    """
-
-    ttft_s: tuple[float, ...]
-
-    @classmethod
-    def from_residuals(cls, ttft_residual_s: Sequence[float]) -> LatencySpread:
-        """Centred residuals: each less their mean."""
-        n = len(ttft_residual_s)
-        mean = sum(ttft_residual_s) / n if n else 0.0
-        return cls(tuple(r - mean for r in ttft_residual_s))
-
-    @classmethod
-    def from_dict(cls, doc: Any) -> LatencySpread | None:
-        """From :meth:`as_dict`'s mapping; None for an empty one."""
-        if not doc:
-            return None
-        return cls(tuple(map(float, doc["ttft_s"])))
-
-    def as_dict(self) -> dict[str, list[float]]:
-        """The residuals, ``{"ttft_s": [...]}``."""
-        return {"ttft_s": list(self.ttft_s)}
-
-    def __len__(self) -> int:
-        return len(self.ttft_s)
-
-
-def spread_requests(requests: pl.DataFrame, spread: LatencySpread) -> pl.DataFrame:
-    """Every served simulated request with every residual of ``spread`` (their convolution).
-
-    Row ``(i, j)``: request ``i`` with its TTFT plus residual ``j`` (at least 0) and every
-    later token as much later (its E2E moves with it; its TPOT and gaps stay). The latency
-    percentiles of the result are those of the simulated latencies with the measured scatter,
-    the residuals drawn independently of the request; the means are the simulation's (the
-    residuals are centred), up to the clip at 0. The schedule, and so the throughput, is the
-    simulation's: compute it on ``requests``.
-
-    Parameters
-    ----------
-    requests
-        :attr:`SimulatedRun.requests` (``ok``, ``arrival_s``, ``output_tokens``, ``ttft_s``,
-        ``e2e_s``, ``itl_s``).
-    spread
-        The model's residuals.
-    """
-    residuals = pl.DataFrame({"_r": list(spread.ttft_s)}, schema={"_r": pl.Float64})
-    served = requests.filter(pl.col("ok")).select(
-        "ok", "arrival_s", "output_tokens", "ttft_s", "e2e_s", "itl_s"
-    )
-    shift = pl.max_horizontal(pl.col("_r"), -pl.col("ttft_s"))
-    return (
-        served.join(residuals, how="cross")
-        .with_columns(
-            (pl.col("ttft_s") + shift).alias("ttft_s"), (pl.col("e2e_s") + shift).alias("e2e_s")
-        )
-        .drop("_r")
-    )
-
-
-def simulated_metrics(
-    requests: pl.DataFrame, spread: LatencySpread | None = None
-) -> dict[str, Any]:
-    """:func:`~tracekit.measured.metrics.run_metrics` of a simulation's requests.
-
-    With a ``spread``, the latency statistics are those of :func:`spread_requests`; the
-    throughputs and counts stay the simulation's own.
-    """
-    metrics = run_metrics(requests, start="arrival_s")
-    if spread and metrics["num_ok"]:
-        metrics |= latency_metrics(spread_requests(requests, spread))
-    return metrics
 
 
 @dataclass(frozen=True)
