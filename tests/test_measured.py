@@ -509,3 +509,13 @@ def test_a_bad_request_spread_is_refused(tmp_path: Path, spread: object) -> None
     path.write_text(json.dumps(doc))
     with pytest.raises(ConfigError, match=r"m\.json: field request_spread must be"):
         load_calibrated_model(path)
+
+
+def test_calibrate_no_spread_writes_constant_overheads_only(tmp_path: Path) -> None:
+    model = tmp_path / "model.json"
+    argv = ["calibrate", str(RATE8), str(GUIDELLM), "--server-log", str(LOG), "--out", str(model)]
+    result = CliRunner().invoke(cli, [*argv, "--no-spread", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(model.read_text())
+    assert "request_spread" not in doc and doc["version"] == 3
+    assert json.loads(result.stdout)["spread_residuals"] == 0

@@ -39,6 +39,13 @@ __all__ = ["calibrate"]
     show_default=True,
     help="Benchmark results: simulate-and-fit rounds at most.",
 )
+@click.option(
+    "--spread/--no-spread",
+    default=True,
+    show_default=True,
+    help="Benchmark results: keep the fitted requests' TTFT residuals in the model, so that "
+    'tracekit accuracy\'s percentiles include their scatter (docs/latency.md, "The spread").',
+)
 @overwrite_option("a model file calibrate wrote")
 @output_options("model file, its coefficients and errors")
 def calibrate(
@@ -48,6 +55,7 @@ def calibrate(
     seed: int,
     server_log: Path | None,
     max_iterations: int,
+    spread: bool,
     overwrite: bool,
     as_json: bool,
     **options: Any,
@@ -69,7 +77,9 @@ def calibrate(
     from tracekit.measured.runs import is_measured_result
 
     if any(is_measured_result(t) for t in traces):
-        _calibrate_results(traces, out, server_log, max_iterations, overwrite, as_json, options)
+        _calibrate_results(
+            traces, out, server_log, max_iterations, spread, overwrite, as_json, options
+        )
         return
 
     with library_errors():
@@ -121,6 +131,7 @@ def _calibrate_results(
     out: Path,
     server_log: Path | None,
     max_iterations: int,
+    spread: bool,
     overwrite: bool,
     as_json: bool,
     options: dict[str, Any],
@@ -142,6 +153,7 @@ def _calibrate_results(
             config,
             provenance=provenance,
             max_iterations=max_iterations,
+            spread=spread,
             overwrite=overwrite,
         )
     click.echo(f"calibrate: done {fit.iterations} round(s)", err=True)

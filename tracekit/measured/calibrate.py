@@ -363,6 +363,7 @@ def fit_from_runs(
     tol: float = 1e-3,
     huber_delta: float | None = None,
     pairs: bool = True,
+    spread: bool = True,
     source: str = "",
     workdir: str | os.PathLike[str] | None = None,
 ) -> RequestFit:
@@ -390,6 +391,9 @@ def fit_from_runs(
         which contain them.
     pairs
         Fit the prefill attention-pairs term (off: five step terms).
+    spread
+        Keep the fitted requests' TTFT residuals in the model (its ``request_spread``; off:
+        constant overheads only).
     source
         Recorded in the model (what it was fitted on).
     workdir
@@ -511,11 +515,11 @@ def fit_from_runs(
         # them, metric by metric, the spread included as tracekit accuracy includes it.
         cfg = _with_model(config, model, folder, 0)
         sims = [simulate_run(run, cfg, overheads=overheads) for run in runs]
-        spread = _spread(runs, sims)
+        residuals = _spread(runs, sims) if spread else None
         measured, simulated = [], []
         for run, sim in zip(runs, sims, strict=True):
             measured.append(run_metrics(run.frame))
-            simulated.append(simulated_metrics(sim.requests, spread))
+            simulated.append(simulated_metrics(sim.requests, residuals))
         errors = {
             m.name: m.error
             for m in compare_metrics(measured, simulated, 0.10)
@@ -563,6 +567,6 @@ def fit_from_runs(
         source,
         overheads.as_dict(),
         measured_error,
-        spread.as_dict() if spread else {},
+        residuals.as_dict() if residuals else {},
     )
     return RequestFit(final, overheads, len(history), converged, tuple(history), stop_reason)

@@ -120,6 +120,7 @@ def calibrate_results(
     provenance: dict[str, Any] | None = None,
     initial: str | Path | None = None,
     max_iterations: int = 20,
+    spread: bool = True,
     overwrite: bool = False,
 ) -> RequestFit:
     """Fit the model to measured runs (``tracekit calibrate RESULT ...``) and write it to ``out``.
@@ -141,6 +142,7 @@ def calibrate_results(
         config,
         initial=start,
         max_iterations=max_iterations,
+        spread=spread,
         source=", ".join(str(r) for r in results),
         workdir=None,
     )
