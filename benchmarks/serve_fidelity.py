@@ -819,14 +819,12 @@ def main(argv: list[str] | None = None) -> int:
             cmp = accuracy(paths, dataclasses.replace(config, latency=spec), target=args.target)
             entry[name] = cmp.as_dict()
             _print_comparison(name, cmp)
+            within = [w for w in (cmp.metric(m).within for m in TARGET_METRICS) if w is not None]
             if name == "calibrated-constant" and held_out:
-                checked_constant.extend(
-                    w for w in (cmp.metric(m).within for m in TARGET_METRICS) if w is not None
-                )
+                checked_constant.extend(within)
             if name == "calibrated":
-                within = [cmp.metric(m).within for m in TARGET_METRICS]
                 if held_out:
-                    checked_all.extend(w for w in within if w is not None)
+                    checked_all.extend(within)
                     e2e = cmp.metric("e2e_mean").error
                     if e2e is not None:
                         held_e2e.append(abs(e2e))

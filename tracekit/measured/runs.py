@@ -40,10 +40,6 @@ __all__ = [
     "record_measured_error",
 ]
 
-#: The engine settings a measured server's configuration is made of (and reported with): the
-#: ones its start-up log can give.
-_CONFIG_FIELDS = OPTIONS
-
 #: The workload formats that are measured runs.
 MEASURED_FORMATS = (WorkloadFormat.VLLM_BENCH, WorkloadFormat.GUIDELLM, WorkloadFormat.AIPERF)
 
@@ -95,7 +91,7 @@ def measured_engine_config(
     config = make_engine_config(**merged)
     provenance = {
         "sources": where,
-        "defaulted": [f for f in _CONFIG_FIELDS if f not in where],
+        "defaulted": [f for f in OPTIONS if f not in where],
         "server_log": None if log is None else log.describe(),
     }
     return config, provenance
@@ -186,7 +182,7 @@ def accuracy(
         extra={
             "overheads": overheads.as_dict(),
             "spread_residuals": len(spread) if spread else 0,
-            "engine_config": {k: getattr(config, k) for k in _CONFIG_FIELDS},
+            "engine_config": {k: getattr(config, k) for k in OPTIONS},
             "engine_provenance": provenance or {},
         },
     )

@@ -15,8 +15,8 @@ computed. Each step's make-up, priced by the model, gives back the engine's own 
 Per-request overheads outside the step loop (``RequestOverheads``: HTTP, tokenisation and the
 server's queues before the engine; the stream's end after the last step) are added to the
 engine's latencies here, not in the engine: they delay every request alike and do not change the
-schedule. A calibrated model's residual spread
-is added to the simulated latencies afterwards (:mod:`tracekit.measured.spread`).
+schedule. A calibrated model's residual spread is added to the simulated latencies afterwards
+(:mod:`tracekit.measured.spread`).
 """
 
 from __future__ import annotations
