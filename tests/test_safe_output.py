@@ -231,6 +231,41 @@ def test_any_stop_inside_leaves_nothing(tmp_path: Path, stop: BaseException) -> 
     assert list(tmp_path.iterdir()) == []
 
 
+def _stop_as_staging_appears(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make a stop arrive just as a staging folder is made: after the mkdir, before its return.
+
+    That is where a SIGTERM that came as the folder appeared is handled (Python runs a
+    signal's handler after the system call returns), before the caller's clean-up has begun.
+    """
+    mkdir = Path.mkdir
+
+    def stopped(self: Path, *args: object, **kwargs: object) -> None:
+        mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+        if safe_output.STAGING_INFIX in self.name:
+            raise KeyboardInterrupt("stopped by SIGTERM")
+
+    monkeypatch.setattr(Path, "mkdir", stopped)
+
+
+def test_a_stop_as_the_staging_folder_appears_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracekit.sweep.task import publish_files
+    from tracekit.trace.writer import BundleWriter
+
+    _stop_as_staging_appears(monkeypatch)
+    writers = {
+        "staged_folder": lambda out: safe_output.staged_folder(out, mark=ANY).__enter__(),
+        "staging_copy": lambda out: safe_output.staging_copy(out).__enter__(),
+        "publish_files": lambda out: publish_files(out, {"manifest.json": b"{}"}),
+        "BundleWriter": lambda out: BundleWriter(out, {"run_id": "r"}),
+    }
+    for name, write in writers.items():
+        with pytest.raises(KeyboardInterrupt):
+            write(tmp_path / name)
+        assert list(tmp_path.iterdir()) == [], name
+
+
 def test_an_existing_folder_is_replaced_only_with_overwrite_and_only_if_marked(
     tmp_path: Path,
 ) -> None:

@@ -55,6 +55,7 @@ __all__ = [
     "replacing",
     "staged_file",
     "staged_folder",
+    "staging_copy",
     "staging_path",
     "staging_pid",
     "write_bytes",
@@ -422,13 +423,22 @@ def _os_error(final: Path, option: str, error: OSError) -> OutputRefused:
 
 
 def make_staging(
-    final: str | os.PathLike[str], *, folder: bool = True, option: str = "--out"
+    final: str | os.PathLike[str],
+    *,
+    folder: bool = True,
+    option: str = "--out",
+    created: list[Path] | None = None,
 ) -> Path:
     """Create this process's staging folder (or reserve its file name) for ``final``.
 
     Stale staging copies of ``final`` are removed first. A leftover under this process's own
     staging name (a pid reused after a kill) is removed if it is a real folder or file of this
     user; anything else there (a link, another user's) is refused, never touched.
+
+    ``created`` receives the staging path once the name is this process's to create, before
+    the folder exists: a stop (Ctrl-C, SIGTERM) handled just after the folder was made, before
+    the caller holds the returned path, still leaves the caller the path to remove
+    (:func:`staging_copy` does this).
     """
     final = Path(final)
     remove_stale_staging(final)
@@ -438,6 +448,8 @@ def make_staging(
             f"{option} {final}: {staging} exists and is not a staging copy this process can "
             "remove; remove it or choose a new path"
         )
+    if created is not None:
+        created.append(staging)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         if folder:
@@ -445,6 +457,25 @@ def make_staging(
     except OSError as error:
         raise _os_error(final, option, error) from None
     return staging
+
+
+@contextlib.contextmanager
+def staging_copy(
+    final: str | os.PathLike[str], *, folder: bool = True, option: str = "--out"
+) -> Iterator[Path]:
+    """:func:`make_staging` as a block: on any exception the staging copy is removed.
+
+    A stop handled at any instant, even between the folder's creation and the return of
+    :func:`make_staging`, leaves nothing behind (a SIGTERM that came just as the folder
+    appeared used to leave it, since the caller's clean-up had not begun).
+    """
+    created: list[Path] = []
+    try:
+        yield make_staging(final, folder=folder, option=option, created=created)
+    except BaseException:
+        for path in created:
+            discard(path)
+        raise
 
 
 def discard(staging: str | os.PathLike[str]) -> None:
@@ -562,14 +593,10 @@ def staged_folder(
     """
     final = Path(final)
     check_folder_output(final, mark=mark, overwrite=overwrite, inputs=inputs, option=option)
-    staging = make_staging(final, option=option)
-    try:
+    with staging_copy(final, option=option) as staging:
         yield staging
         if marker is not None:
             write_marker(staging, marker, mark.command)
-    except BaseException:
-        discard(staging)
-        raise
     publish_folder(staging, final, mark=mark, overwrite=overwrite, option=option)
 
 
@@ -660,8 +687,9 @@ def staged_file(
     """
     final = Path(final)
     check_new_file(final, mark=mark, overwrite=overwrite, inputs=inputs, option=option)
-    staging = make_staging(final, folder=False, option=option)
+    created: list[Path] = []
     try:
+        staging = make_staging(final, folder=False, option=option, created=created)
         yield staging
         if not os.path.lexists(staging):
             raise OutputRefused(f"{option} {final}: nothing was written")
@@ -678,4 +706,5 @@ def staged_file(
         except OSError as error:
             raise _os_error(final, option, error) from None
     finally:
-        discard(staging)
+        for path in created:
+            discard(path)

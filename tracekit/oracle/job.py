@@ -120,14 +120,10 @@ def record_oracle_task(
     executor sees the folder only once it is complete.
     """
     frame = _run_task(task)
-    staging = safe_output.make_staging(out)
-    try:
+    with safe_output.staging_copy(out) as staging:
         frame.write_parquet(staging / "result.parquet")
         manifest = {"complete": True, "run_id": run_id, "kind": task.kind}
         (staging / "manifest.json").write_text(json.dumps(manifest) + "\n", "utf-8")
-    except BaseException:
-        safe_output.discard(staging)
-        raise
     # Inside the job's own staging folder: an earlier (incomplete) task folder is replaced.
     safe_output.publish_folder(staging, out, mark=_TASK_MARK, overwrite=True)
 

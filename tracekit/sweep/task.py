@@ -234,15 +234,11 @@ def publish_files(dest: Path, files: Mapping[str, bytes]) -> None:
     is fully written.
     """
     mark = bundle_mark("tracekit sweep")
-    staging = safe_output.make_staging(dest)
-    try:
+    with safe_output.staging_copy(dest) as staging:
         for name, data in files.items():
             target = staging / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
-    except BaseException:
-        safe_output.discard(staging)
-        raise
     safe_output.publish_folder(staging, dest, mark=mark, overwrite=True)
 
 

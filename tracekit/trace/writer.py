@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from tracekit import safe_output
 from tracekit.errors import TracekitError
 from tracekit.trace.rows import ROW_TYPES, TraceRow
-from tracekit.trace.schema import SCHEMA_VERSION, TableSpec, trace_schema
+from tracekit.trace.schema import SCHEMA_VERSION, TableSpec, TraceSchema, trace_schema
 
 __all__ = [
     "DEFAULT_ROW_GROUP_ROWS",
@@ -273,7 +273,27 @@ class BundleWriter:
             # docs/guarantees.md, "Safe output": checked, staged beside it, renamed at close.
             safe_output.check_folder_output(self.out, mark=self.mark, overwrite=overwrite)
             self.removed_partials = safe_output.remove_stale_staging(self.out)
-            self.folder = safe_output.make_staging(self.out)
+        created: list[Path] = []
+        try:
+            if not live:
+                self.folder = safe_output.make_staging(self.out, created=created)
+            self._start(manifest, schema, names, live, row_group_rows, flush_interval_s)
+        except BaseException:
+            # Nothing of an unstarted bundle is left, even if a stop came as it was created.
+            for path in created:
+                safe_output.discard(path)
+            raise
+
+    def _start(
+        self,
+        manifest: Mapping[str, Any],
+        schema: TraceSchema,
+        names: list[str],
+        live: bool,
+        row_group_rows: int,
+        flush_interval_s: float | None,
+    ) -> None:
+        """Open every table's sink and write the first (incomplete) manifest."""
         self.manifest: dict[str, Any] = {
             **manifest,
             "format": safe_output.BUNDLE_FORMAT,
