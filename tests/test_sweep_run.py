@@ -18,6 +18,7 @@ from tracekit.analysis.serving import serving_metrics
 from tracekit.errors import ConfigError
 from tracekit.sweep import StderrProgress, load_matrix, plan_sweep, run_sweep
 from tracekit.sweep.executors import WORKER_DIED, ProcessExecutor, SerialExecutor, make_executor
+from tracekit.sweep.guards import sweep_lock
 from tracekit.sweep.progress import ProgressCounter, format_duration, render_progress
 from tracekit.sweep.task import (
     SweepTask,
@@ -222,6 +223,19 @@ def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path: Path) -> None:
     # A lock whose process is gone is stale: the sweep takes it over.
     lock.write_text(json.dumps({"pid": 2**22 + 12345, "host": socket.gethostname()}))
     assert run_sweep(matrix, out, jobs=1).exit_code == 0
+    assert not lock.exists()
+
+
+@pytest.mark.parametrize("pid", [0, -1, 99999999999999999999])
+def test_a_lock_no_process_can_hold_is_taken_over(tmp_path: Path, pid: int) -> None:
+    # Zero and -1 would make os.kill probe a process group or every process; a pid beyond
+    # pid_t makes it raise OverflowError. No process can hold such a lock.
+    import socket
+
+    lock = tmp_path / ".sweep.lock"
+    lock.write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
+    with sweep_lock(tmp_path):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
     assert not lock.exists()
 
 

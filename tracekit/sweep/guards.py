@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tracekit import safe_output
 from tracekit.errors import ConfigError
 
 __all__ = ["LOCK_FILE", "interrupt_guard", "sweep_lock"]
@@ -68,13 +69,7 @@ def _holder(lock: Path) -> str | None:
         return "a sweep that is starting" if fresh else None
     if host != socket.gethostname():
         return f"pid {pid} on {host}"
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return f"pid {pid}"
+    return f"pid {pid}" if safe_output.pid_alive(pid) else None
 
 
 @contextlib.contextmanager
