@@ -36,7 +36,6 @@ import multiprocessing
 import os
 import pstats
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bidkv._version import __version__
+from tracekit import safe_output
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.replay import replay_open
@@ -128,53 +128,53 @@ def concatenated_bundle(source: Path, cache: Path, decisions: int) -> Path:
     if (out / "manifest.json").exists():
         return out
     print(f"writing a {decisions:,}-decision bundle ...", flush=True)
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    bundles = open_trace(source).bundles
-    run_id = f"concat-{decisions}"
-    writers: dict[str, pq.ParquetWriter] = {}
-    rows = {"decisions": 0, "candidates": 0}
-    offset = 0
-    index = 0
-    while offset < decisions:
-        bundle = bundles[index % len(bundles)]
-        index += 1
-        take = min(
-            decisions - offset, pq.ParquetFile(bundle.path / "decisions.parquet").metadata.num_rows
-        )
-        for table in ("decisions", "candidates"):
-            file = pq.ParquetFile(bundle.path / f"{table}.parquet")
-            for batch in file.iter_batches(batch_size=65_536):
-                part = pa.Table.from_batches([batch])
-                seq = part.column("seq")
-                keep = pc.less(seq, take)
-                part = part.filter(keep)
-                if part.num_rows == 0:
-                    break
-                part = part.set_column(
-                    part.schema.get_field_index("seq"), "seq", pc.add(part.column("seq"), offset)
-                )
-                part = part.set_column(
-                    part.schema.get_field_index("run_id"),
-                    "run_id",
-                    pa.array([run_id] * part.num_rows, pa.string()),
-                )
-                if table not in writers:
-                    writers[table] = pq.ParquetWriter(
-                        partial / f"{table}.parquet", part.schema, compression="zstd"
+    with safe_output.made_once(out, done="manifest.json") as partial:
+        bundles = open_trace(source).bundles
+        run_id = f"concat-{decisions}"
+        writers: dict[str, pq.ParquetWriter] = {}
+        rows = {"decisions": 0, "candidates": 0}
+        offset = 0
+        index = 0
+        while offset < decisions:
+            bundle = bundles[index % len(bundles)]
+            index += 1
+            take = min(
+                decisions - offset,
+                pq.ParquetFile(bundle.path / "decisions.parquet").metadata.num_rows,
+            )
+            for table in ("decisions", "candidates"):
+                file = pq.ParquetFile(bundle.path / f"{table}.parquet")
+                for batch in file.iter_batches(batch_size=65_536):
+                    part = pa.Table.from_batches([batch])
+                    seq = part.column("seq")
+                    keep = pc.less(seq, take)
+                    part = part.filter(keep)
+                    if part.num_rows == 0:
+                        break
+                    part = part.set_column(
+                        part.schema.get_field_index("seq"),
+                        "seq",
+                        pc.add(part.column("seq"), offset),
                     )
-                writers[table].write_table(part, row_group_size=65_536)
-                rows[table] += part.num_rows
-        offset += take
-    for writer in writers.values():
-        writer.close()
-    manifest = dict(bundles[0].manifest)
-    manifest["run_id"] = run_id
-    manifest["notes"] = f"{len(bundles)} benchmark runs repeated to {decisions:,} decisions"
-    manifest["tables"] = {t: {"rows": n, "files": [f"{t}.parquet"]} for t, n in rows.items()}
-    (partial / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
-    os.replace(partial, out)
+                    part = part.set_column(
+                        part.schema.get_field_index("run_id"),
+                        "run_id",
+                        pa.array([run_id] * part.num_rows, pa.string()),
+                    )
+                    if table not in writers:
+                        writers[table] = pq.ParquetWriter(
+                            partial / f"{table}.parquet", part.schema, compression="zstd"
+                        )
+                    writers[table].write_table(part, row_group_size=65_536)
+                    rows[table] += part.num_rows
+            offset += take
+        for writer in writers.values():
+            writer.close()
+        manifest = dict(bundles[0].manifest)
+        manifest["run_id"] = run_id
+        manifest["notes"] = f"{len(bundles)} benchmark runs repeated to {decisions:,} decisions"
+        manifest["tables"] = {t: {"rows": n, "files": [f"{t}.parquet"]} for t, n in rows.items()}
+        (partial / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return out
 
 

@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import time
@@ -50,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import PRESSURE, RATE_SCALE, concatenated_bundle, default_cache
 
+from tracekit import safe_output
 from tracekit.engine.config import make_engine_config
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
@@ -127,34 +127,33 @@ def large_bundle(source: Path, cache: Path, decisions: int, steps: int, requests
     concat = concatenated_bundle(source, cache, decisions)
     manifest = json.loads((concat / "manifest.json").read_text())
     run_id = manifest["run_id"]
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    for table in ("decisions", "candidates"):
-        os.link(concat / f"{table}.parquet", partial / f"{table}.parquet")
-    print(f"writing {steps:,} steps and {requests:,} requests ...", flush=True)
-    _tiled(
-        source,
-        "steps",
-        steps,
-        run_id,
-        partial / "steps.parquet",
-        {"step": "count", "time_s": "time"},
-    )
-    _tiled(
-        source,
-        "requests",
-        requests,
-        run_id,
-        partial / "requests.parquet",
-        {"request_id": "suffix", "input_index": "count"},
-    )
-    manifest["tables"] = {
-        t: {"rows": pq.ParquetFile(partial / f"{t}.parquet").metadata.num_rows, "files": [f]}
-        for t, f in ((t, f"{t}.parquet") for t in ("requests", "decisions", "candidates", "steps"))
-    }
-    (partial / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
-    os.replace(partial, out)
+    with safe_output.made_once(out, done="manifest.json") as partial:
+        for table in ("decisions", "candidates"):
+            os.link(concat / f"{table}.parquet", partial / f"{table}.parquet")
+        print(f"writing {steps:,} steps and {requests:,} requests ...", flush=True)
+        _tiled(
+            source,
+            "steps",
+            steps,
+            run_id,
+            partial / "steps.parquet",
+            {"step": "count", "time_s": "time"},
+        )
+        _tiled(
+            source,
+            "requests",
+            requests,
+            run_id,
+            partial / "requests.parquet",
+            {"request_id": "suffix", "input_index": "count"},
+        )
+        manifest["tables"] = {
+            t: {"rows": pq.ParquetFile(partial / f"{t}.parquet").metadata.num_rows, "files": [f]}
+            for t, f in (
+                (t, f"{t}.parquet") for t in ("requests", "decisions", "candidates", "steps")
+            )
+        }
+        (partial / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return out
 
 

@@ -540,6 +540,40 @@ def test_write_files_writes_all_or_none(tmp_path: Path, monkeypatch: pytest.Monk
     }  # fmt: skip
 
 
+def test_a_cache_folder_is_made_once_and_a_crashed_makers_copy_goes(tmp_path: Path) -> None:
+    final = tmp_path / "model"
+    stale = staging_path(final, _gone())
+    stale.mkdir()
+    (stale / "half").write_text("a maker killed halfway")
+    with pytest.raises(RuntimeError), safe_output.made_once(final, done="weights") as staging:
+        (staging / "weights").write_text("half")
+        raise RuntimeError
+    assert _tree(tmp_path) == {}  # the crashed maker's copy and the failed one are both gone
+    with safe_output.made_once(final, done="weights") as staging:
+        (staging / "weights").write_text("first")
+        # Another process completes the folder meanwhile: the first complete one stays.
+        final.mkdir()
+        (final / "weights").write_text("second")
+    assert _tree(tmp_path) == {"model": "dir", "model/weights": "second"}
+    # A folder there without the file that says it is complete is an error, not a success.
+    (final / "weights").unlink()
+    with pytest.raises(OSError), safe_output.made_once(final, done="weights") as staging:
+        (staging / "weights").write_text("third")
+    assert _tree(tmp_path) == {"model": "dir"}
+
+
+def test_the_tiny_models_config_is_rewritten_through_a_staging_file(tmp_path: Path) -> None:
+    from tracekit.recording.tiny_model import TINY_MODEL_CONFIG, write_tiny_model
+
+    stale = staging_path(tmp_path / "config.json", _gone())
+    stale.write_text("{")
+    (tmp_path / "config.json").write_text("{}")  # an older config: replaced
+    assert write_tiny_model(tmp_path) == tmp_path
+    assert _tree(tmp_path) == {
+        "config.json": json.dumps(TINY_MODEL_CONFIG, indent=1, sort_keys=True)
+    }
+
+
 def test_the_module_imports_the_standard_library_and_the_error_root_only() -> None:
     script = (
         "import sys, tracekit.safe_output\n"

@@ -46,6 +46,7 @@ __all__ = [
     "check_new_file",
     "discard",
     "is_trace_bundle",
+    "made_once",
     "make_staging",
     "marker_files",
     "pid_alive",
@@ -598,6 +599,25 @@ def staged_folder(
         if marker is not None:
             write_marker(staging, marker, mark.command)
     publish_folder(staging, final, mark=mark, overwrite=overwrite, option=option)
+
+
+@contextlib.contextmanager
+def made_once(final: str | os.PathLike[str], *, done: str) -> Iterator[Path]:
+    """Make the cache folder ``final`` through a staging folder: yields the folder to fill.
+
+    For a folder any number of processes may make at once (a model under the user's cache):
+    the first complete one to be renamed into place wins; a later one finding ``final`` there
+    with its file ``done`` is discarded. On any exception the staging folder is removed.
+    """
+    final = Path(final)
+    with staging_copy(final) as staging:
+        yield staging
+        try:
+            _rename_noreplace(staging, final)
+        except OSError:
+            if not (final / done).is_file():
+                raise
+            discard(staging)  # another process made it first
 
 
 # ------------------------------------------------------------------------------ files

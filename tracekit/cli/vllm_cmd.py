@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from tracekit import safe_output
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     Progress,
@@ -24,7 +25,6 @@ from tracekit.real_engine.environment import VLLM
 from tracekit.real_engine.fidelity import compare_fidelity
 from tracekit.recording.sim import SimRun, load_run_workload
 from tracekit.strategies import parse_policy_config, resolve_strategy
-from tracekit.trace.writer import write_json_atomic
 from tracekit.vllm.live_engine.gate import OUTPUT_GATE_FILE, compare_outputs
 from tracekit.vllm.live_engine.record import record_vllm_live
 from tracekit.vllm.record import record_vllm
@@ -148,6 +148,6 @@ def outputs(baseline: Path, candidate: Path, results: Path | None, as_json: bool
             )
         gate = compare_outputs(baseline, candidate)
         if results is not None:
-            write_json_atomic(results / OUTPUT_GATE_FILE, gate.to_dict())
+            safe_output.write_json(results / OUTPUT_GATE_FILE, gate.to_dict())
     emit(as_json, gate.to_dict, gate.render)
     raise SystemExit(gate.exit_code)

@@ -63,7 +63,6 @@ from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.timestamps import utc_now_iso
-from tracekit.trace.writer import write_json_atomic
 from tracekit.workloads import Workload, load_workload
 
 __all__ = [
@@ -397,7 +396,7 @@ def run_matrix(
     execution.check()
     result = summarize_matrix(root, spec)
     wall = time.perf_counter() - start
-    write_json_atomic(
+    safe_output.write_json(
         root / "matrix.json",
         {
             "spec": spec.describe(),
@@ -464,7 +463,7 @@ def summarize_matrix(
     ):  # fmt: skip
         with safe_output.replacing(root / f"{name}.parquet") as staging:
             frame.write_parquet(staging)
-    write_json_atomic(root / "summary.json", _summary_json(summary, spec))
+    safe_output.write_json(root / "summary.json", _summary_json(summary, spec))
     note = _matrix_note(spec)
     safe_output.write_files(
         {

@@ -11,14 +11,14 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tracekit import safe_output
 from tracekit.engine.config import EngineConfig, make_engine_config
 from tracekit.errors import ConfigError
-from tracekit.latency.calibrated import CalibratedModel, load_calibrated_model
+from tracekit.latency.calibrated import load_calibrated_model
 from tracekit.measured.calibrate import RequestFit, fit_from_runs
 from tracekit.measured.compare import Comparison, compare_runs
 from tracekit.measured.server_log import OPTIONS, merge_engine_options, read_vllm_server_log
@@ -97,17 +97,6 @@ def measured_engine_config(
     return config, provenance
 
 
-def _atomic_save(model: CalibratedModel, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        model.save(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return out
-
-
 def calibrate_results(
     results: Sequence[str | Path],
     out: str | Path,
@@ -126,7 +115,6 @@ def calibrate_results(
     ``overwrite`` and it is a model file calibrate wrote (``docs/guarantees.md``, "Safe
     output").
     """
-    from tracekit import safe_output
     from tracekit.latency.measured import MODEL_MARK
 
     out = Path(out)
@@ -210,4 +198,6 @@ def record_measured_error(model_path: str | Path, comparison: Comparison, label:
     }
     measured = dict(model.measured_error)
     measured["held_out"] = {**(measured.get("held_out") or {}), label: entry}
-    return _atomic_save(dataclasses.replace(model, measured_error=measured), path)
+    with safe_output.replacing(path) as staging:
+        dataclasses.replace(model, measured_error=measured).save(staging)
+    return path

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from tracekit import safe_output
 
 __all__ = [
     "LIVE_FIRST_TOKEN",
@@ -50,13 +49,10 @@ TINY_MODEL_CONFIG: dict[str, Any] = {
 
 def write_tiny_model(folder: Path) -> Path:
     """Write the config-only model folder (idempotent, atomic); return it."""
-    folder.mkdir(parents=True, exist_ok=True)
     config = folder / "config.json"
     text = json.dumps(TINY_MODEL_CONFIG, indent=1, sort_keys=True)
     if not config.is_file() or config.read_text("utf-8") != text:
-        tmp = folder / f".config.json.{os.getpid()}"
-        tmp.write_text(text, "utf-8")
-        os.replace(tmp, config)
+        safe_output.write_files({config: text}, cleanup=True)
     return folder
 
 
@@ -111,9 +107,7 @@ def write_live_model(parent: Path, seed: int = 0) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=parent))
-    try:
+    with safe_output.made_once(folder, done="model.safetensors") as tmp:
         torch.manual_seed(seed)
         settings = {k: v for k, v in LIVE_MODEL_CONFIG.items() if k not in ("architectures",)}
         model = LlamaForCausalLM(LlamaConfig(**settings))
@@ -125,15 +119,6 @@ def write_live_model(parent: Path, seed: int = 0) -> Path:
             tokenizer_object=word_level, unk_token="t0", bos_token="t1", eos_token="t2"
         )
         tokenizer.save_pretrained(tmp)
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not (folder / "model.safetensors").is_file():
-                raise
-            shutil.rmtree(tmp)  # another process made it first
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder
 
 
@@ -184,9 +169,7 @@ def write_dummy_model(parent: Path, config: dict[str, Any], name: str) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=parent))
-    try:
+    with safe_output.made_once(folder, done="tokenizer.json") as tmp:
         (tmp / "config.json").write_text(json.dumps(config, indent=1, sort_keys=True), "utf-8")
         vocab = {f"t{i}": i for i in range(config["vocab_size"])}
         word_level = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
@@ -194,13 +177,4 @@ def write_dummy_model(parent: Path, config: dict[str, Any], name: str) -> Path:
         PreTrainedTokenizerFast(
             tokenizer_object=word_level, unk_token="t0", bos_token="t1", eos_token="t2"
         ).save_pretrained(tmp)
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not (folder / "tokenizer.json").is_file():
-                raise
-            shutil.rmtree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return folder

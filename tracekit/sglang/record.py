@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import tracekit
+from tracekit import safe_output
 from tracekit.engine.request import request_fields
 from tracekit.errors import ConfigError
 from tracekit.real_engine.environment import SGLANG, SglangDriverError, SglangUnavailableError
@@ -558,9 +559,7 @@ def compress_steps(bundle: str | os.PathLike[str]) -> Path:
     """
     path = Path(bundle) / STEPS_FILE
     target = path.with_name(STEPS_FILE + ".xz")
-    temporary = target.with_name(target.name + ".tmp")
     packed = lzma.compress(path.read_bytes(), preset=9 | lzma.PRESET_EXTREME)
-    temporary.write_bytes(packed)
-    os.replace(temporary, target)
+    safe_output.write_bytes(target, packed)
     path.unlink()
     return target

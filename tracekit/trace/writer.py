@@ -48,7 +48,6 @@ __all__ = [
     "RecordingInterrupted",
     "bundle_mark",
     "remove_stale_partials",
-    "write_json_atomic",
 ]
 
 DEFAULT_ROW_GROUP_ROWS = 65_536
@@ -56,11 +55,6 @@ COMPRESSION = "zstd"
 _append = list.append
 # Part files of an atomic bundle are only read if the run is killed: fast to write beats small.
 _CRASH_COPY: dict[str, Any] = {"compression": "lz4", "use_dictionary": False}
-
-
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
-    """Write ``payload`` as sorted, indented JSON through a staging file and a rename."""
-    safe_output.write_json(path, payload)
 
 
 class RecordingInterrupted(TracekitError):
@@ -501,7 +495,7 @@ class BundleWriter:
             name: {"rows": sink.listed, "files": list(sink.files)}
             for name, sink in self._sinks.items()
         }
-        write_json_atomic(self.folder / "manifest.json", self.manifest)
+        safe_output.write_json(self.folder / "manifest.json", self.manifest)
 
     def __enter__(self) -> BundleWriter:
         return self
