@@ -20,7 +20,11 @@ from tracekit.engine.hosts import VictimHost
 from tracekit.engine.outputs import DecisionRecord
 from tracekit.engine.queues import create_request_queue
 from tracekit.engine.request import RequestStatus, SchedulerRequest
-from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionContext
+from tracekit.hosts.preemption_policy import (
+    PreemptionCandidate,
+    PreemptionContext,
+    candidates_of,
+)
 
 __all__ = [
     "DecisionCallback",
@@ -78,19 +82,7 @@ class ScheduledStep:
 
 def make_candidates(running: list[SchedulerRequest]) -> tuple[PreemptionCandidate, ...]:
     """The running queue as the host shows it to a policy, in queue order."""
-    return tuple(
-        PreemptionCandidate(
-            r.request_id,
-            r.priority,
-            r.arrival_s,
-            r.num_prompt_tokens,
-            r.num_output_tokens,
-            r.num_computed_tokens,
-            r.num_preemptions,
-            r.max_tokens,
-        )
-        for r in running
-    )
+    return candidates_of(running, "arrival_s")
 
 
 def candidate_blocks(request: SchedulerRequest) -> tuple[int, int]:

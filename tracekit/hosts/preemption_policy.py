@@ -13,7 +13,7 @@ import importlib
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from operator import attrgetter
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -34,6 +34,7 @@ __all__ = [
     "SchedulingPolicyName",
     "builtin_victim",
     "builtin_victim_id",
+    "candidates_of",
     "context_problem",
     "decision_reason_of",
     "fallback_victim_id",
@@ -67,6 +68,23 @@ class PreemptionCandidate:
 
 # The candidate's field names in positional order: what recorders store and replays rebuild.
 CANDIDATE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(PreemptionCandidate))
+# Each field read from a request of the running queue, by arrival attribute name.
+_READERS = {
+    arrival: attrgetter(*(arrival if f == "arrival_time" else f for f in CANDIDATE_FIELDS))
+    for arrival in ("arrival_time", "arrival_s")
+}
+
+
+def candidates_of(
+    running: Iterable[Any], arrival: Literal["arrival_time", "arrival_s"] = "arrival_time"
+) -> tuple[PreemptionCandidate, ...]:
+    """The running queue as a host shows it to a policy: one candidate per request, in order.
+
+    Each request has the candidate's fields under the same names (vLLM's ``Request`` does),
+    except its arrival, named ``arrival`` (the embedded engine's requests call it ``arrival_s``).
+    """
+    read = _READERS[arrival]
+    return tuple(PreemptionCandidate(*read(r)) for r in running)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,11 +295,15 @@ def fallback_victim_id(context: object) -> str:
         return supplied
     if candidates and isinstance(ids[-1], str):
         policy = _safe_get(context, "scheduling_policy")
-        if policy != "priority":
-            return ids[-1]
-        keys = [(_safe_get(c, "priority"), _safe_get(c, "arrival_time")) for c in candidates]
-        if len(named) == len(ids) and all(_is_int(p) and _is_finite(a) for p, a in keys):
-            return ids[builtin_victim(range(len(ids)), "priority", keys.__getitem__)]
+        # Under PRIORITY the rule reads every candidate's key, which must be well formed; under
+        # FCFS only the last id.
+        keys: list[tuple[Any, Any]] = []
+        if policy == "priority":
+            keys = [(_safe_get(c, "priority"), _safe_get(c, "arrival_time")) for c in candidates]
+        if not keys or (
+            len(named) == len(ids) and all(_is_int(p) and _is_finite(a) for p, a in keys)
+        ):
+            return ids[builtin_victim(range(len(ids)), policy, keys.__getitem__)]
     if named:
         return named[-1]
     requester = _safe_get(context, "requesting_request_id")

@@ -41,6 +41,7 @@ from tracekit.hosts.preemption_policy import (
     PreemptionCandidate,
     PreemptionContext,
     builtin_victim,
+    candidates_of,
 )
 
 __all__ = ["SchedulerHooks", "ShimError"]
@@ -245,19 +246,7 @@ class SchedulerHooks:
     # ---------------------------------------------------------------------------- decisions
     def _decide(self, requester: Any) -> _Pending:
         running = self.scheduler.running
-        candidates = tuple(
-            PreemptionCandidate(
-                r.request_id,
-                r.priority,
-                r.arrival_time,
-                r.num_prompt_tokens,
-                r.num_output_tokens,
-                r.num_computed_tokens,
-                r.num_preemptions,
-                r.max_tokens,
-            )
-            for r in running
-        )
+        candidates = candidates_of(running)
         usage = float(self.scheduler.kv_cache_manager.usage)
         # Only blocks at reference count 1 go back to the free queue when their holder is
         # preempted (BlockPool.free_blocks); shared prefix blocks stay held by the others.
