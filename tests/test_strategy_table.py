@@ -34,12 +34,20 @@ from tracekit.hosts.preemption_policy import PreemptionContext, builtin_victim_i
 from tracekit.hosts.victim_selector import NoOpVictimSelector, SchedulingPolicy
 from tracekit.replay.contexts import build_contexts, iter_run_chunks
 from tracekit.replay.fast import FAST_RULES, NO_FAST_FORM, ORDERED_PASSES
-from tracekit.replay.rules import ROW_RULES, ChunkRules
-from tracekit.strategies import ALL_STRATEGIES, PRODUCTION_STRATEGIES, DecisionRules
+from tracekit.replay.rules import ChunkRules
+from tracekit.strategies import (
+    ALL_STRATEGIES,
+    BUILTIN_ORDER,
+    PRODUCTION_STRATEGIES,
+    DecisionRules,
+    OrderKey,
+    VictimOrder,
+)
 from tracekit.trace import open_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = [row.name for row in STRATEGY_TABLE]
+ORDERED = [row.name for row in STRATEGY_TABLE if row.order is not None]
 
 
 def test_the_table_is_the_list_of_names_everywhere() -> None:
@@ -61,7 +69,7 @@ def test_the_table_is_the_list_of_names_everywhere() -> None:
 
 
 def test_every_row_has_a_fast_form_or_is_declared_to_have_none() -> None:
-    forms = [set(ROW_RULES), set(ORDERED_PASSES), set(NO_FAST_FORM)]
+    forms = [set(ORDERED), set(ORDERED_PASSES), set(NO_FAST_FORM)]
     assert set.union(*forms) == set(NAMES)
     assert sum(len(f) for f in forms) == len(NAMES)  # each row in exactly one
     assert ("builtin", *(n for n in NAMES if n not in NO_FAST_FORM)) == FAST_RULES
@@ -77,6 +85,8 @@ def test_only_the_rows_that_need_the_requester_get_it(caplog: pytest.LogCaptureF
     lcf = strategy_row("lcf")
     assert lcf is not None and lcf.needs_requester
     assert [r.name for r in STRATEGY_TABLE if r.needs_requester] == ["bidkv", "lcf", "mcf"]
+    # An order that skips the requester is one whose function is shown it.
+    assert all(r.needs_requester for r in STRATEGY_TABLE if r.order and r.order.skip_requester)
 
     def spy(candidates: Any, inputs: StrategyInputs) -> tuple[Any, tuple[Any, ...]]:
         seen.append(inputs.requester)
@@ -136,7 +146,7 @@ def test_the_columnar_builtin_rule_is_the_python_rule(chunk_and_contexts) -> Non
     rules = ChunkRules(chunk)
     expected = [builtin_victim(c.candidates, c.scheduling_policy).request_id for c in contexts]
     assert any(c.scheduling_policy == "priority" for c in contexts)
-    assert columnar_ids(rules, rules.default_rows) == expected
+    assert columnar_ids(rules, rules.rows(BUILTIN_ORDER)) == expected
     # Every Python call site computes the same rule.
     assert [builtin_victim_id(c) for c in contexts] == expected
     selector = NoOpVictimSelector()
@@ -146,7 +156,7 @@ def test_the_columnar_builtin_rule_is_the_python_rule(chunk_and_contexts) -> Non
     ] == expected
 
 
-@pytest.mark.parametrize("name", sorted(ROW_RULES))
+@pytest.mark.parametrize("name", ORDERED)
 @pytest.mark.parametrize("slo_s", [120.0, 1.5])
 def test_each_columnar_form_is_its_rows_victim_function(
     chunk_and_contexts, name: str, slo_s: float
@@ -161,7 +171,34 @@ def test_each_columnar_form_is_its_rows_victim_function(
         requester = c.requesting_request_id if row.needs_requester else None
         inputs = StrategyInputs(c.scheduling_policy, requester, c.now, random.Random(0), slo_s)
         expected.append(row.victim(c.candidates, inputs)[0].request_id)
-    assert columnar_ids(rules, ROW_RULES[name](rules, config)) == expected
+    assert row.order is not None
+    assert columnar_ids(rules, rules.rows(row.order, config.utility_slo_s)) == expected
+
+
+def test_a_new_order_needs_no_replay_code(chunk_and_contexts) -> None:
+    # A rule no row has (fewest preemptions, then the latest deadline, first on ties, never the
+    # requester) compiles as it is declared: the replay holds no strategy's rule by name.
+    chunk, contexts = chunk_and_contexts
+    order = VictimOrder(
+        (
+            OrderKey("num_preemptions", False),
+            OrderKey(("+", "arrival_time", "slo_s"), True),
+            OrderKey("priority", False, priority_only=True),
+        ),
+        skip_requester=True,
+    )
+    expected = []
+    for c in contexts:
+        eligible = [x for x in c.candidates if x.request_id != c.requesting_request_id]
+        priority = c.scheduling_policy == "priority"
+        keys = [
+            (-x.num_preemptions, x.arrival_time + 2.5, -x.priority if priority else 0)
+            for x in eligible
+        ]
+        expected.append(
+            eligible[keys.index(max(keys))].request_id if eligible else c.candidates[-1].request_id
+        )
+    assert columnar_ids(ChunkRules(chunk), ChunkRules(chunk).rows(order, 2.5)) == expected
 
 
 def test_the_diffs_policy_view_is_the_python_rule(chunk_and_contexts) -> None:

@@ -11,9 +11,9 @@ holds its complete configuration and re-running it gives the same result on any 
 
 This is the only tracekit module that imports ``bidkv`` (besides the hosts, which import vLLM's
 built-in victim rule): the rest of tracekit reaches the policy, its strategy table
-(:data:`STRATEGY_TABLE`, whose row names key the replay's columnar forms and the diff's
-classes), its settings, and its decision rule (``decide``, ``utility``, used by the replay fast
-path) through the public names here.
+(:data:`STRATEGY_TABLE`, whose rows' orders the replay compiles to polars and whose names key
+the diff's classes), its settings, and its decision rule (``decide``, ``utility``, used by the
+replay fast path) through the public names here.
 """
 
 from __future__ import annotations
@@ -37,9 +37,13 @@ from bidkv.adapters.vllm_hust.decision import DecisionRules, DecisionState, Step
 from bidkv.adapters.vllm_hust.scoring import utility
 from bidkv.adapters.vllm_hust.selector import BidkvPreemptionPolicy, BidkvVictimSelector
 from bidkv.adapters.vllm_hust.strategies import (
+    BUILTIN_ORDER,
     STRATEGY_TABLE,
+    OrderKey,
     Strategy,
     StrategyInputs,
+    Term,
+    VictimOrder,
     strategy_row,
 )
 from bidkv.legacy.baselines.base import BaselineCandidate as LegacyRequest
@@ -53,6 +57,7 @@ from tracekit.hosts.preemption_policy import resolve_qualname
 
 __all__ = [
     "ALL_STRATEGIES",
+    "BUILTIN_ORDER",
     "KNOWN_STRATEGY_NAMES",
     "POLICY_CLASS",
     # The original experiments' legacy select_victims strategies (tracekit.experiment.hooks).
@@ -67,10 +72,13 @@ __all__ = [
     "DecisionRules",
     "DecisionState",
     "HostPath",
+    "OrderKey",
     "Step",
     "Strategy",
     "StrategyInputs",
     "StrategySpec",
+    "Term",
+    "VictimOrder",
     "canonical_strategy",
     "changed_settings",
     "decide",

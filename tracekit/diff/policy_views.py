@@ -5,8 +5,9 @@ policy's utility top" and "the cascade condition held" are recomputed from the r
 candidates with the run's configuration. The utility is the replay fast path's column form of the
 policy's scan (:func:`tracekit.replay.rules.utility_columns`, which calls the policy's own
 ``utility``), so the utilities are bit-identical to the policy's (docs/policy.md, "The bidkv
-decision"), and the selections are the fast path's (:func:`tracekit.replay.rules.select_rows`),
-so each rule has one columnar form:
+decision"), and the selections are the fast path's (:func:`tracekit.replay.rules.select_rows`,
+and the built-in rule's declared order compiled by :func:`tracekit.replay.rules.order_picks`), so
+each rule has one columnar form:
 
 - ``r = max(num_computed_tokens, 0)``, ``c = clamp(num_output_tokens / M, 0, 1)`` with ``M`` the
   candidate's ``max_tokens`` or ``utility_default_max_tokens`` when not positive,
@@ -25,8 +26,8 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.replay.rules import select_rows, utility_columns
-from tracekit.strategies import decision_rules
+from tracekit.replay.rules import order_picks, select_rows, utility_columns
+from tracekit.strategies import BUILTIN_ORDER, decision_rules
 
 __all__ = ["policy_views"]
 
@@ -88,29 +89,26 @@ def policy_views(
             pl.col("position").alias("row"),
             col("request_id").alias("rid"),
             col("priority").alias("priority"),
-            col("arrival_time").alias("arrival"),
+            col("arrival_time").alias("arrival_time"),
             tokens.alias("r"),
             utility.alias("utility"),
         )
         .join(keys.rename({"seq": "dec"}), on="dec", how="left")
+        .with_columns(is_priority=pl.col("policy") == "priority")
         .sort("dec", "row")
         .collect()
     )
     # The same selections as the replay's fast path (tracekit.replay.rules), on the same
     # formula: the utility top by (-U, arrival, id), host order on ties; the requester's best
-    # record; the built-in rule (FCFS tail, or PRIORITY's first largest (priority, arrival)).
-    top = select_rows(
-        scored, [(pl.col("utility"), True), (pl.col("arrival"), False), (pl.col("rid"), False)]
-    )
+    # record; the built-in rule (its order compiled, the tail where it decides nothing).
+    arrival = pl.col("arrival_time")
+    top = select_rows(scored, [(pl.col("utility"), True), (arrival, False), (pl.col("rid"), False)])
     requester = select_rows(
         scored.filter(pl.col("rid") == pl.col("requester")),
-        [(pl.col("utility"), True), (pl.col("arrival"), False)],
+        [(pl.col("utility"), True), (arrival, False)],
     )
     tail = scored.group_by("dec", maintain_order=True).agg(pl.col("row").last())
-    priority = select_rows(
-        scored.filter(pl.col("policy") == "priority"),
-        [(pl.col("priority"), True), (pl.col("arrival"), True)],
-    )
+    priority = order_picks(scored, BUILTIN_ORDER)
     default = tail.join(priority, on="dec", how="left", suffix="_priority").select(
         "dec", pl.coalesce("row_priority", "row").alias("row")
     )

@@ -1,9 +1,9 @@
 """The fast path: the production strategies evaluated chunk by chunk without calling the policy.
 
-Every row of the strategy table (``tracekit.strategies.STRATEGY_TABLE``) has a fast form here,
-keyed by its name. The built-in rule and the stateless rows (``pe``, ``pe-sjf``,
-``largest-first``, ``sglang-default``, ``slack-aware``, ``lcf``, ``mcf``) are polars
-expressions over the chunk (:data:`tracekit.replay.rules.ROW_RULES`). The two stateful rows
+Every row of the strategy table (``tracekit.strategies.STRATEGY_TABLE``) has a fast form here.
+The built-in rule and the stateless rows (``pe``, ``pe-sjf``, ``largest-first``,
+``sglang-default``, ``slack-aware``, ``lcf``, ``mcf``) are their declared orders compiled to
+polars expressions over the chunk (:func:`tracekit.replay.rules.order_picks`). The two stateful rows
 (:data:`ORDERED_PASSES`) get one ordered pass in Python over per-decision values computed by
 polars, the only loops over decisions in the fast path:
 
@@ -34,21 +34,29 @@ from itertools import repeat
 import polars as pl
 
 from tracekit.replay.contexts import Chunk
-from tracekit.replay.rules import ROW_RULES, ChunkRules, UtilityTop
+from tracekit.replay.rules import ChunkRules, UtilityTop
 from tracekit.replay.table import OUTCOME, RAW_TYPE, REASON
-from tracekit.strategies import STRATEGY_TABLE, Step, StrategySpec, decide
+from tracekit.strategies import (
+    BUILTIN_ORDER,
+    STRATEGY_TABLE,
+    Step,
+    StrategySpec,
+    decide,
+    strategy_row,
+)
 
 __all__ = ["FAST_RULES", "NO_FAST_FORM", "ORDERED_PASSES", "FastStrategy", "fast_rule"]
 
 #: The strategy table's rows whose fast form is an ordered pass over the decisions, because their
-#: victim functions carry state (the bidkv decision state, the static-random generator).
+#: victim functions carry state (the bidkv decision state, the static-random generator); every
+#: other row's fast form is its order.
 ORDERED_PASSES: tuple[str, ...] = ("bidkv", "static-random")
 #: Rows declared to have no fast form: the reference path replays them (none today).
 NO_FAST_FORM: tuple[str, ...] = ()
 #: The rules the fast path reproduces: the built-in rule and every row with a fast form.
 FAST_RULES: tuple[str, ...] = (
     "builtin",
-    *(row.name for row in STRATEGY_TABLE if row.name in ROW_RULES or row.name in ORDERED_PASSES),
+    *(row.name for row in STRATEGY_TABLE if row.order is not None or row.name in ORDERED_PASSES),
 )
 
 
@@ -118,6 +126,8 @@ class FastStrategy:
         self.rule = rule
         self.config = spec.policy_config()
         self.decision_rules = spec.decision_rules() if rule == "bidkv" else None
+        row = strategy_row(rule)
+        self.order = None if row is None else row.order
         # What last_decision_reason() says of a pick that is not bidkv's: a switched-off policy
         # behaves as pe and reports "disabled".
         self.reason = (
@@ -149,8 +159,9 @@ class FastStrategy:
         if rule == "static-random":
             rows = self._static_random(rules.chunk)
         else:
-            assert self.config is not None  # every other rule is a production strategy's
-            rows = ROW_RULES[rule](rules, self.config)
+            # Every other rule is a production strategy's, with an order.
+            assert self.config is not None and self.order is not None
+            rows = rules.rows(self.order, self.config.utility_slo_s)
         return _selected_result(rules.canonical(rows), self.reason)
 
     def _static_random(self, chunk: Chunk) -> pl.Series:
@@ -204,7 +215,7 @@ class FastStrategy:
             {
                 "code": pl.Series(codes, dtype=pl.Int8),
                 "top": top_row,
-                "default": rules.canonical(rules.default_rows),
+                "default": rules.canonical(rules.rows(BUILTIN_ORDER)),
                 "builtin": rules.builtin_rows,
             }
         )

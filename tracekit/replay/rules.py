@@ -2,10 +2,10 @@
 
 Every rule gives, per decision, the row of the chosen candidate in the chunk's candidates table.
 
-Each rule is the columnar twin of one victim function of the strategy table
-(``bidkv.adapters.vllm_hust.strategies``, through :mod:`tracekit.strategies`) or of vLLM's
-built-in rule (``builtin_victim``), exact, ties included; :data:`ROW_RULES` maps the table's
-stateless rows to their twins by name, and a test holds each twin equal to its function. They
+The stateless rows of the strategy table (``bidkv.adapters.vllm_hust.strategies``, through
+:mod:`tracekit.strategies`) declare their rule as an :class:`~tracekit.strategies.VictimOrder`; this
+module compiles any order to polars (:func:`order_picks`), so no rule is written here by name,
+and a test holds each compiled order equal to its row's victim function, ties included. They
 match exactly: :func:`select_rows` picks, per decision, the candidate that is best on a
 list of keys compared lexicographically, exact ties going to the first (or last) in host order,
 which is what the policy's ``max``/``<=`` loops do. The utility is the policy's own formula
@@ -15,21 +15,28 @@ tests hold it equal to the policy's scan). The fast path relies on the trace's f
 (``open_mode`` checks it per run): NaN orders differently in Python comparisons and in polars
 sorts.
 
-``ChunkRules`` caches each rule per chunk, since several strategies share one (``pe`` and
-``pe-sjf`` the default victim, ``bidkv`` the default and the built-in victims).
+``ChunkRules`` caches each order's rows per chunk, since several strategies share one (``pe`` and
+``pe-sjf`` the built-in order, ``bidkv`` the default and the built-in victims).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 
 import polars as pl
 
 from tracekit.replay.contexts import Chunk
-from tracekit.strategies import BidkvSelectorConfig, DecisionRules, utility
+from tracekit.strategies import BUILTIN_ORDER, DecisionRules, Term, VictimOrder, utility
 
-__all__ = ["ROW_RULES", "ChunkRules", "RowRule", "UtilityTop", "select_rows", "utility_columns"]
+__all__ = [
+    "ChunkRules",
+    "UtilityTop",
+    "order_picks",
+    "select_rows",
+    "term_expr",
+    "utility_columns",
+]
 
 _DEC = "dec"
 _ROW = "row"
@@ -73,6 +80,61 @@ def select_rows(
     return df.unique(subset=_DEC, keep="last" if last else "first", maintain_order=True).select(
         _DEC, _ROW
     )
+
+
+def _reads(order: VictimOrder, name: str) -> bool:
+    def reads(term: Term) -> bool:
+        return term == name if isinstance(term, str) else reads(term[1]) or reads(term[2])
+
+    return any(reads(key.term) for key in order.keys)
+
+
+def term_expr(term: Term, slo_s: float) -> pl.Expr:
+    """A key's term as a polars expression: a column, ``slo_s`` a literal, ``+``/``-`` of two."""
+    if isinstance(term, str):
+        return pl.lit(slo_s, pl.Float64) if term == "slo_s" else pl.col(term)
+    op, left, right = term
+    a, b = term_expr(left, slo_s), term_expr(right, slo_s)
+    return a + b if op == "+" else a - b
+
+
+def order_picks(frame: pl.DataFrame, order: VictimOrder, slo_s: float = 0.0) -> pl.DataFrame:
+    """The columnar form of a strategy row's :class:`~tracekit.strategies.VictimOrder`.
+
+    Parameters
+    ----------
+    frame
+        Candidate rows in host order within each decision: ``dec``, ``row``, the columns the
+        order's keys name, ``is_priority`` (the decision is under PRIORITY scheduling), and for
+        ``skip_requester`` orders ``first_row`` and ``requester_row`` (the first row of the
+        candidate's id and of the requester's; null when the requester is not a candidate).
+    order
+        The row's order.
+    slo_s
+        ``utility_slo_s``, for keys that name it.
+
+    Returns
+    -------
+    pl.DataFrame
+        ``dec, row`` for the decisions the keys decide; every other decision's victim is its
+        last candidate (FCFS under ``fcfs_tail``, nothing eligible under ``skip_requester``).
+    """
+    if order.fcfs_tail:
+        frame = frame.filter(pl.col("is_priority"))
+    if order.skip_requester:
+        frame = frame.filter(
+            pl.col("requester_row").is_null() | (pl.col("first_row") != pl.col("requester_row"))
+        )
+    priority = order.fcfs_tail or bool(frame["is_priority"].any())
+    keys = []
+    for key in order.keys:
+        expr = term_expr(key.term, slo_s)
+        if key.priority_only and not order.fcfs_tail:
+            if not priority:
+                continue  # 0 for every candidate: it orders nothing
+            expr = pl.when(pl.col("is_priority")).then(expr).otherwise(0)
+        keys.append((expr, key.most))
+    return select_rows(frame, keys, last=order.last)
 
 
 def utility_columns(
@@ -168,9 +230,8 @@ class ChunkRules:
             dec["time_s"].gather(index).alias("now"),
             dec["requester_row"].gather(index).alias("requester_row"),
         )
-        self.any_priority = bool((dec["scheduling_policy"] == "priority").any())
         self._utility: dict[tuple[float, float, float, int], UtilityTop] = {}
-        self._slack: dict[float, pl.Series] = {}
+        self._rows: dict[tuple[VictimOrder, float], pl.Series] = {}
 
     def canonical(self, rows: pl.Series) -> pl.Series:
         """``rows`` with each replaced by the first row of its decision with the same id."""
@@ -182,74 +243,34 @@ class ChunkRules:
             return fallback
         return fallback.scatter(picked[_DEC], picked[_ROW])
 
-    @cached_property
-    def default_rows(self) -> pl.Series:
-        """The built-in rule of vLLM (``builtin_victim``), the policy's own default victim.
+    def rows(self, order: VictimOrder, slo_s: float = 0.0) -> pl.Series:
+        """The victim row of every decision under ``order`` (:func:`order_picks`), cached.
 
-        PRIORITY: the first candidate with the largest ``(priority, arrival_time)``; otherwise
-        the last candidate (the FCFS tail).
+        ``slo_s`` is read only by orders whose keys name it (``slack-aware``).
         """
-        dec = self.chunk.decisions
-        tail = (dec["offset"] + dec["num_candidates"] - 1).alias(_ROW)
-        priority = self.frame.filter(pl.col("is_priority"))
-        if priority.height == 0:
-            return tail
-        picked = select_rows(priority, [(pl.col("priority"), True), (pl.col("arrival_time"), True)])
-        return self._one_per_decision(tail, picked)
+        key = (order, slo_s if _reads(order, "slo_s") else 0.0)
+        rows = self._rows.get(key)
+        if rows is None:
+            dec = self.chunk.decisions
+            tail = (dec["offset"] + dec["num_candidates"] - 1).alias(_ROW)
+            rows = self._rows[key] = self._one_per_decision(
+                tail, order_picks(self.frame, order, slo_s)
+            )
+        return rows
 
     @cached_property
     def builtin_rows(self) -> pl.Series:
         """The host's built-in victim (docs/contracts.md#the-built-in-victim).
 
-        The recorded ``builtin_victim_id`` when it names a candidate, else the policy's default
-        rule (the host's PRIORITY and FCFS rules are the same as the policy's).
+        The recorded ``builtin_victim_id`` when it names a candidate, else vLLM's rule
+        (:data:`BUILTIN_ORDER`, the policy's own default victim: the host's PRIORITY and FCFS
+        rules are the same as the policy's).
         """
         dec = self.chunk.decisions
         named = dec.select(
             pl.int_range(pl.len(), dtype=pl.Int64).alias(_DEC), pl.col("builtin_row").alias(_ROW)
         ).drop_nulls()
-        return self._one_per_decision(self.canonical(self.default_rows), named)
-
-    @cached_property
-    def largest_first_rows(self) -> pl.Series:
-        """``largest-first``: most ``num_computed_tokens``, first maximal in host order."""
-        return select_rows(self.frame, [(pl.col("num_computed_tokens"), True)])[_ROW]
-
-    @cached_property
-    def sglang_default_rows(self) -> pl.Series:
-        """``sglang-default``: min ``(-priority if PRIORITY, out, -prompt)``, last on ties."""
-        keys = [(pl.col("num_output_tokens"), False), (pl.col("num_prompt_tokens"), True)]
-        if self.any_priority:
-            priority = pl.when(pl.col("is_priority")).then(pl.col("priority")).otherwise(0)
-            keys.insert(0, (priority, True))
-        return select_rows(self.frame, keys, last=True)[_ROW]
-
-    def computed_rows(self, *, most: bool) -> pl.Series:
-        """``lcf``, ``mcf`` (``computed_victim``): least (most) ``num_computed_tokens``.
-
-        The requester's rows (every row with its id) are not eligible; exact ties go to the last
-        in host order; a decision with no eligible row takes the last candidate (the FCFS tail).
-        """
-        key = "mcf_rows" if most else "lcf_rows"
-        cached = self.__dict__.get(key)
-        if cached is not None:
-            return cached
-        dec = self.chunk.decisions
-        tail = (dec["offset"] + dec["num_candidates"] - 1).alias(_ROW)
-        eligible = self.frame.filter(
-            pl.col("requester_row").is_null() | (pl.col("first_row") != pl.col("requester_row"))
-        )
-        picked = select_rows(eligible, [(pl.col("num_computed_tokens"), most)], last=True)
-        rows = self._one_per_decision(tail, picked)
-        self.__dict__[key] = rows
-        return rows
-
-    def slack_aware_rows(self, slo_s: float) -> pl.Series:
-        """``slack-aware``: most ``(arrival_time + slo_s) - now``, last on ties."""
-        if slo_s not in self._slack:
-            slack = (pl.col("arrival_time") + pl.lit(slo_s, pl.Float64)) - pl.col("now")
-            self._slack[slo_s] = select_rows(self.frame, [(slack, True)], last=True)[_ROW]
-        return self._slack[slo_s]
+        return self._one_per_decision(self.canonical(self.rows(BUILTIN_ORDER)), named)
 
     def utility(self, rules: DecisionRules) -> UtilityTop:
         """``scan_top`` per decision: the utility winner and the requester's record.
@@ -305,20 +326,3 @@ class ChunkRules:
         )
         self._utility[key] = result
         return result
-
-
-#: ``rule(chunk_rules, config) -> rows``: a stateless row's victim per decision of the chunk.
-RowRule = Callable[[ChunkRules, BidkvSelectorConfig], pl.Series]
-
-#: The columnar twins of the strategy table's stateless victim functions, by row name. The
-#: stateful rows (``bidkv``, ``static-random``) are ordered passes of the fast path
-#: (:data:`tracekit.replay.fast.ORDERED_PASSES`).
-ROW_RULES: Mapping[str, RowRule] = {
-    "pe": lambda rules, config: rules.default_rows,
-    "pe-sjf": lambda rules, config: rules.default_rows,
-    "largest-first": lambda rules, config: rules.largest_first_rows,
-    "sglang-default": lambda rules, config: rules.sglang_default_rows,
-    "slack-aware": lambda rules, config: rules.slack_aware_rows(config.utility_slo_s),
-    "lcf": lambda rules, config: rules.computed_rows(most=False),
-    "mcf": lambda rules, config: rules.computed_rows(most=True),
-}

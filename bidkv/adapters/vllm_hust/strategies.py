@@ -1,19 +1,25 @@
 """The strategy table: every production strategy is one row (docs/policy.md, "Strategies").
 
-A row (:class:`Strategy`) holds the strategy's name, its aliases, its victim function, whether
-that function reads the requester, the log line the policy writes for it and how the policy
-counts its picks. Everything that dispatches on a strategy reads this table: the policy
+A row (:class:`Strategy`) holds the strategy's name, its aliases, its victim function, its
+victim order (the same rule declared as data, :class:`VictimOrder`), whether the function reads the
+requester, the log line the policy writes for it and how the policy counts its picks. Everything
+that dispatches on a strategy reads this table: the policy
 (:class:`~bidkv.adapters.vllm_hust.policy.BidkvPreemptionPolicy`), the names ``utility_strategy``
 accepts (:mod:`~bidkv.adapters.vllm_hust.config`), and, through ``tracekit.strategies``, the
-replay's fast path and the diff's classifier (their columnar forms are keyed by the row names).
+replay's fast path (which compiles each row's order to polars) and the diff's classifier.
 
 A victim function is pure: it takes the candidates (non-empty, in host order) and the call's
 :class:`StrategyInputs`, and returns ``(victim, log_values)``: one of the candidate objects and
 the values of the row's log fields. ``bidkv`` has no victim function here: its rule is
 :func:`bidkv.adapters.vllm_hust.decision.decide`, which the policy runs with its state.
 
-Adding a strategy means one function here, one row in :data:`STRATEGY_TABLE`, and its tests
-(docs/policy.md, "Adding a strategy").
+The order is standard-library data (this package imports no polars): the keys the function
+compares and its tie rule. The function stays hand-written because the policy calls it on every
+preemption (a generic evaluation of the order costs several times as much per call); a test
+holds the two equal on random decisions full of ties.
+
+Adding a strategy means one function here, one row in :data:`STRATEGY_TABLE` (with its order),
+and its tests (docs/policy.md, "Adding a strategy").
 """
 
 from __future__ import annotations
@@ -26,10 +32,13 @@ from typing import Any
 from bidkv.adapters.vllm_hust.builtin import builtin_victim
 
 __all__ = [
+    "BUILTIN_ORDER",
     "STRATEGY_TABLE",
+    "OrderKey",
     "Strategy",
     "StrategyInputs",
     "Victim",
+    "VictimOrder",
     "computed_victim",
     "largest_first_victim",
     "lcf_victim",
@@ -208,6 +217,55 @@ def slack_aware_victim(
     return best, (best_slack, slo_s)
 
 
+#: A key's term: a candidate field (``num_computed_tokens``, ...), an input (``now``, the
+#: decision time; ``slo_s``, ``utility_slo_s``), or ``("+" | "-", term, term)``.
+Term = str | tuple[str, "Term", "Term"]
+
+
+@dataclass(frozen=True, slots=True)
+class OrderKey:
+    """One key of a :class:`VictimOrder`: a term the victim maximises (``most``) or minimises.
+
+    ``priority_only``: the key counts under PRIORITY scheduling only (it is 0 for every
+    candidate under FCFS).
+    """
+
+    term: Term
+    most: bool
+    priority_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VictimOrder:
+    """A victim rule declared as data: the victim is the candidate best on ``keys``.
+
+    Attributes
+    ----------
+    keys
+        Compared lexicographically (Python's tuple comparison, as the functions' loops do).
+    last
+        Exact ties on every key go to the last candidate in host order (else the first).
+    fcfs_tail
+        Under FCFS scheduling the victim is the last candidate (the running queue's tail); the
+        keys order PRIORITY decisions only.
+    skip_requester
+        The requester's records are not eligible; when no other candidate is, the victim is the
+        last candidate.
+    """
+
+    keys: tuple[OrderKey, ...]
+    last: bool = False
+    fcfs_tail: bool = False
+    skip_requester: bool = False
+
+
+#: vLLM's built-in rule (:func:`~bidkv.adapters.vllm_hust.builtin.builtin_victim`) as an order:
+#: the FCFS tail, or under PRIORITY the first with the largest ``(priority, arrival_time)``.
+BUILTIN_ORDER = VictimOrder(
+    (OrderKey("priority", True), OrderKey("arrival_time", True)), fcfs_tail=True
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Strategy:
     """One production strategy (a row of :data:`STRATEGY_TABLE`).
@@ -231,6 +289,10 @@ class Strategy:
         values; ``None`` for no line (``bidkv`` writes its own lines).
     default_hit
         Picks count as default hits (the built-in victim), not as strategy ("utility") hits.
+    order
+        The victim function's rule as data (:class:`VictimOrder`), from which the replay's fast path
+        compiles its columnar form; ``None`` for the rows whose rule carries state (``bidkv``,
+        ``static-random``), which the fast path runs as ordered passes.
     """
 
     name: str
@@ -239,24 +301,45 @@ class Strategy:
     needs_requester: bool = False
     log: str | None = None
     default_hit: bool = False
+    order: VictimOrder | None = None
 
+
+_COMPUTED = OrderKey("num_computed_tokens", True)
 
 #: Every production strategy, in the order ``--strategy all`` runs them.
 STRATEGY_TABLE: tuple[Strategy, ...] = (
     Strategy("bidkv", None, needs_requester=True),
-    Strategy("pe", pe_victim, ("preempt-evict",), default_hit=True),
-    Strategy("pe-sjf", pe_victim, ("preempt-evict-sjf",), default_hit=True),
+    Strategy("pe", pe_victim, ("preempt-evict",), default_hit=True, order=BUILTIN_ORDER),
+    Strategy("pe-sjf", pe_victim, ("preempt-evict-sjf",), default_hit=True, order=BUILTIN_ORDER),
     Strategy("static-random", random_victim, log="RANDOM | victim=%s"),
-    Strategy("largest-first", largest_first_victim, log="LARGEST_FIRST | victim=%s | tokens=%d"),
+    Strategy(
+        "largest-first",
+        largest_first_victim,
+        log="LARGEST_FIRST | victim=%s | tokens=%d",
+        order=VictimOrder((_COMPUTED,)),
+    ),
     Strategy(
         "sglang-default",
         sglang_default_victim,
         # SGLang's length order (fewest output tokens, then longest prompt) is this rule.
         ("fewest-output",),
         log="SGLANG_DEFAULT | victim=%s | output_tokens=%d | prompt_tokens=%d",
+        order=VictimOrder(
+            (
+                OrderKey("priority", True, priority_only=True),
+                OrderKey("num_output_tokens", False),
+                OrderKey("num_prompt_tokens", True),
+            ),
+            last=True,
+        ),
     ),
     Strategy(
-        "slack-aware", slack_aware_victim, log="SLACK_AWARE | victim=%s | slack_s=%.3f | slo_s=%.1f"
+        "slack-aware",
+        slack_aware_victim,
+        log="SLACK_AWARE | victim=%s | slack_s=%.3f | slo_s=%.1f",
+        order=VictimOrder(
+            (OrderKey(("-", ("+", "arrival_time", "slo_s"), "now"), True),), last=True
+        ),
     ),
     Strategy(
         "lcf",
@@ -264,6 +347,9 @@ STRATEGY_TABLE: tuple[Strategy, ...] = (
         ("least-computed-first",),
         needs_requester=True,
         log="LCF | victim=%s | tokens=%d | requester=%s",
+        order=VictimOrder(
+            (OrderKey("num_computed_tokens", False),), last=True, skip_requester=True
+        ),
     ),
     Strategy(
         "mcf",
@@ -271,6 +357,7 @@ STRATEGY_TABLE: tuple[Strategy, ...] = (
         ("most-computed-first",),
         needs_requester=True,
         log="MCF | victim=%s | tokens=%d | requester=%s",
+        order=VictimOrder((_COMPUTED,), last=True, skip_requester=True),
     ),
 )
 
