@@ -20,22 +20,13 @@ from bidkv._version import __version__
 # Public name -> (module under bidkv.legacy, attribute of that module).
 _LEGACY_NAMES: dict[str, tuple[str, str]] = {
     # the bid protocol
-    "FEATURE_GATE_ID": ("bids", "FEATURE_GATE_ID"),
     "BidAcceptance": ("bids", "BidAcceptance"),
     "BidPool": ("bids", "BidPool"),
     "CompressionBid": ("bids", "CompressionBid"),
-    "compute_utility": ("bids", "compute_utility"),
     "make_bid_id": ("bids", "make_bid_id"),
-    "CompressionBidError": ("bid_errors", "CompressionBidError"),
-    "BidCapacityError": ("bid_errors", "BidCapacityError"),
-    "BidExecutionError": ("bid_errors", "BidExecutionError"),
-    "BidExpiredError": ("bid_errors", "BidExpiredError"),
-    "CompressionBidProvider": ("bid_provider", "CompressionBidProvider"),
     "BidKVConfig": ("bid_config", "BidKVConfig"),
     # the bid path
     "BidPoolManager": ("bid_pool", "BidPoolManager"),
-    "PressureConfig": ("pressure", "PressureConfig"),
-    "PressureDetector": ("pressure", "PressureDetector"),
     "SolverConfig": ("solver", "SolverConfig"),
     "GreedyBidSolver": ("solver", "GreedyBidSolver"),
     # scoring
@@ -53,10 +44,6 @@ _LEGACY_NAMES: dict[str, tuple[str, str]] = {
     "PreemptEvictStrategy": ("baselines.preempt_evict", "PreemptEvictStrategy"),
     "PreemptEvictSJFStrategy": ("baselines.preempt_evict", "PreemptEvictSJFStrategy"),
     "StaticRandomStrategy": ("baselines.static_random", "StaticRandomStrategy"),
-    # adapters and experiment records
-    "BaseAdapterMetrics": ("adapter", "BaseAdapterMetrics"),
-    "FrameworkAdapter": ("adapter", "FrameworkAdapter"),
-    "ExperimentMetrics": ("run_metrics", "ExperimentMetrics"),
 }
 
 __all__ = ["__version__", *_LEGACY_NAMES]

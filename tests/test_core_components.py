@@ -1,4 +1,4 @@
-"""Configuration, scoring, bid pool, pressure detector, adapter contract and package surface.
+"""Configuration, scoring, bid pool, user strategies and package surface.
 
 Expected scores and gaps are worked by hand from the formulas in docs/bidkv-core.md.
 """
@@ -22,7 +22,6 @@ import pytest
 
 import bidkv
 from bidkv import (
-    BaseAdapterMetrics,
     BaselineRegistry,
     BaselineStrategy,
     BidKVConfig,
@@ -30,11 +29,7 @@ from bidkv import (
     BidPoolManager,
     CompressionAction,
     CompressionBid,
-    ExperimentMetrics,
-    FrameworkAdapter,
     PositionalScoring,
-    PressureConfig,
-    PressureDetector,
     RequestState,
     ScoringStrategy,
     build_bids,
@@ -491,184 +486,6 @@ class TestBidPoolManager:
         assert manager.get_stats()["total_bids"] == 0
 
 
-# --------------------------------------------------------------------------------------------
-# PressureDetector
-
-
-class TestPressure:
-    def test_config_defaults_and_frozen(self) -> None:
-        config = PressureConfig()
-        assert (config.threshold_pct, config.min_free_tokens, config.enabled) == (0.85, 512, False)
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            config.enabled = True  # type: ignore[misc]
-
-    @pytest.mark.parametrize(
-        ("overrides", "message"),
-        [
-            ({"threshold_pct": 0.0}, r"threshold_pct must be in \(0.0, 1.0\], got 0.0"),
-            ({"threshold_pct": 1.2}, r"threshold_pct must be in \(0.0, 1.0\], got 1.2"),
-            ({"threshold_pct": math.nan}, r"threshold_pct must be in \(0.0, 1.0\], got nan"),
-            ({"min_free_tokens": -1}, r"min_free_tokens must be >= 0, got -1"),
-        ],
-    )
-    def test_config_validation(self, overrides: dict[str, Any], message: str) -> None:
-        with pytest.raises(ValueError, match=message):
-            PressureConfig(**overrides)
-
-    def test_disabled_never_under_pressure(self) -> None:
-        detector = PressureDetector()
-        detector.update_stats(1000, 1000, pending_high_priority=5)
-        assert not detector.is_under_pressure()
-        # The gap is reported regardless of the gate: 1000 - int(1000·0.85) = 150.
-        assert detector.needed_tokens() == 150
-
-    def test_occupancy_threshold(self) -> None:
-        detector = PressureDetector(PressureConfig(enabled=True, threshold_pct=0.85))
-        detector.update_stats(849, 1000)
-        assert not detector.is_under_pressure()
-        detector.update_stats(850, 1000)  # 0.85 >= 0.85
-        assert detector.is_under_pressure()
-        assert detector.needed_tokens() == 0  # 850 - 850
-        detector.update_stats(900, 1000)
-        assert detector.needed_tokens() == 50  # 900 - 850
-
-    def test_high_priority_waiting_with_little_free(self) -> None:
-        # threshold 0.95 keeps every case below the occupancy rule.
-        config = PressureConfig(enabled=True, threshold_pct=0.95, min_free_tokens=512)
-        detector = PressureDetector(config)
-        detector.update_stats(3600, 4096, pending_high_priority=1)  # free 496 < 512, occ 0.879
-        assert detector.is_under_pressure()
-        detector.update_stats(3584, 4096, pending_high_priority=1)  # free 512, not < 512
-        assert not detector.is_under_pressure()
-        detector.update_stats(3000, 4096, pending_high_priority=1)  # free 1096, occ 0.73
-        assert not detector.is_under_pressure()
-        detector.update_stats(3000, 3400, pending_high_priority=0)  # free 400, nobody waits
-        assert not detector.is_under_pressure()
-        detector.update_stats(3000, 3400, pending_high_priority=2)
-        assert detector.is_under_pressure()
-
-    def test_no_capacity(self) -> None:
-        detector = PressureDetector(PressureConfig(enabled=True))
-        detector.update_stats(10, 0, pending_high_priority=3)
-        assert not detector.is_under_pressure()
-        assert detector.needed_tokens() == 0
-
-    def test_latest_snapshot_only(self) -> None:
-        detector = PressureDetector(PressureConfig(enabled=True))
-        detector.update_stats(1000, 1000)
-        detector.update_stats(10, 1000)
-        assert not detector.is_under_pressure()
-
-    def test_kv_stats(self) -> None:
-        detector = PressureDetector()
-        assert detector.get_kv_stats() == {
-            "used_tokens": 0,
-            "max_tokens": 0,
-            "free_tokens": 0,
-            "pending_high_priority": 0,
-        }
-        detector.update_stats(1200, 1000, 4)
-        assert detector.get_kv_stats() == {
-            "used_tokens": 1200,
-            "max_tokens": 1000,
-            "free_tokens": 0,
-            "pending_high_priority": 4,
-        }
-
-    def test_set_enabled_leaves_callers_config_alone(self) -> None:
-        config = PressureConfig()
-        detector = PressureDetector(config)
-        detector.update_stats(950, 1000)
-        detector.set_enabled(True)
-        assert detector.is_under_pressure()
-        assert detector.config.enabled is True
-        assert config.enabled is False
-        detector.set_enabled(False)
-        assert not detector.is_under_pressure()
-
-
-# --------------------------------------------------------------------------------------------
-# Adapter contract, metrics records
-
-
-class _Adapter(FrameworkAdapter):
-    def __init__(self, config: BidKVConfig, scoring: ScoringStrategy) -> None:
-        super().__init__(config, scoring)
-        self.completed: list[str] = []
-
-    def install(self) -> None:
-        return None
-
-    def get_kv_stats(self) -> tuple[int, int]:
-        return (10, 100)
-
-    def on_request_complete(self, request_id: str) -> None:
-        self.completed.append(request_id)
-
-
-class _Incomplete(FrameworkAdapter):
-    def install(self) -> None:
-        return None
-
-
-class TestAdapterBase:
-    def test_abstract(self) -> None:
-        with pytest.raises(TypeError):
-            FrameworkAdapter(BidKVConfig(), PositionalScoring())  # type: ignore[abstract]
-        with pytest.raises(TypeError):
-            _Incomplete(BidKVConfig(), PositionalScoring())  # type: ignore[abstract]
-
-    def test_the_contract_is_the_three_reference_methods(self) -> None:
-        # docs/bidkv-core.md, "Modules": FrameworkAdapter(config, scoring) ABC with install(),
-        # get_kv_stats() and on_request_complete(request_id); a subclass missing one cannot be
-        # built.
-        assert FrameworkAdapter.__abstractmethods__ == {
-            "install",
-            "get_kv_stats",
-            "on_request_complete",
-        }
-        with pytest.raises(TypeError, match=r"get_kv_stats.*on_request_complete"):
-            _Incomplete(BidKVConfig(), PositionalScoring())  # type: ignore[abstract]
-        adapter = _Adapter(BidKVConfig(), PositionalScoring())
-        assert isinstance(adapter, FrameworkAdapter)
-        assert isinstance(adapter.scoring, ScoringStrategy)
-
-    def test_metrics(self) -> None:
-        metrics = BaseAdapterMetrics()
-        metrics.record_eviction("a", 120)
-        metrics.record_eviction("b", 0)  # frees nothing: not counted
-        metrics.record_pressure_event()
-        metrics.record_request_complete("a")
-        metrics.record_decode_step("a")
-        metrics.record_decode_step("a")
-        metrics.record_kill_switch()
-        assert metrics.as_dict() == {
-            "total_evictions": 1,
-            "total_tokens_freed": 120,
-            "total_pressure_events": 1,
-            "total_requests_completed": 1,
-            "total_decode_steps": 2,
-            "kill_switch_activations": 1,
-        }
-        assert list(metrics.as_dict()) == [
-            "total_evictions",
-            "total_tokens_freed",
-            "total_pressure_events",
-            "total_requests_completed",
-            "total_decode_steps",
-            "kill_switch_activations",
-        ]
-
-    def test_metrics_subclass_fields_are_exported(self) -> None:
-        @dataclasses.dataclass
-        class VllmMetrics(BaseAdapterMetrics):
-            preemptions_avoided: int = 0
-
-        exported = VllmMetrics(preemptions_avoided=3).as_dict()
-        assert list(exported)[-1] == "preemptions_avoided"
-        assert exported["preemptions_avoided"] == 3
-
-
 class _Oldest(BaselineStrategy):
     """A user strategy: evict the oldest request (smallest arrival), whole."""
 
@@ -708,44 +525,17 @@ class TestUserStrategyInTheRegistry:
             registry.get("oldest")
 
 
-class TestExperimentMetrics:
-    def test_defaults_and_dict(self) -> None:
-        adapter = {"total_evictions": 4}
-        metrics = ExperimentMetrics(0.97, 631.0, 3.42, 0.5, adapter_metrics=adapter)
-        exported = metrics.to_dict()
-        assert exported == {
-            "slo_attainment_rate": 0.97,
-            "p99_ttft_ms": 631.0,
-            "throughput_rps": 3.42,
-            "eviction_coverage": 0.5,
-            "quality_rouge1": None,
-            "quality_em": None,
-            "adapter_metrics": {"total_evictions": 4},
-        }
-        assert exported["adapter_metrics"] is not adapter
-        assert ExperimentMetrics(1, 2, 3, 4).adapter_metrics == {}
-
-    def test_round_trips_through_json(self) -> None:
-        metrics = ExperimentMetrics(0.97, 631.0, 3.42, 0.5, 0.4, None, {"total_evictions": 4})
-        restored = ExperimentMetrics(**json.loads(json.dumps(metrics.to_dict())))
-        assert restored == metrics
-        assert restored != dataclasses.replace(metrics, adapter_metrics={"total_evictions": 5})
-
-
 # --------------------------------------------------------------------------------------------
 # Package surface
 
 
 REFERENCE_ALL = {
     # docs/bidkv-core.md, "Public names": top-level bidkv.__all__
-    "__version__", "FEATURE_GATE_ID", "BidAcceptance", "BidCapacityError", "BidExecutionError",
-    "BidExpiredError", "BidKVConfig", "BidPool", "CompressionBid", "CompressionBidError",
-    "CompressionBidProvider", "compute_utility", "make_bid_id", "BidPoolManager",
-    "GreedyBidSolver", "PressureConfig", "PressureDetector", "SolverConfig", "PositionalScoring",
-    "ScoringStrategy", "build_bids", "BaselineContext", "BaselineRegistry", "BaselineStrategy",
-    "BidKVStrategy", "CompressionAction", "LargestFirstStrategy", "PreemptEvictStrategy",
-    "PreemptEvictSJFStrategy", "RequestState", "StaticRandomStrategy", "BaseAdapterMetrics",
-    "FrameworkAdapter", "ExperimentMetrics",
+    "__version__", "BidAcceptance", "BidKVConfig", "BidPool", "CompressionBid", "make_bid_id",
+    "BidPoolManager", "GreedyBidSolver", "SolverConfig", "PositionalScoring", "ScoringStrategy",
+    "build_bids", "BaselineContext", "BaselineRegistry", "BaselineStrategy", "BidKVStrategy",
+    "CompressionAction", "LargestFirstStrategy", "PreemptEvictStrategy",
+    "PreemptEvictSJFStrategy", "RequestState", "StaticRandomStrategy",
 }  # fmt: skip
 
 
@@ -787,7 +577,7 @@ class TestPackage:
 
         assert bidkv.RequestState is BaselineCandidate
         assert bidkv.BidKVConfig is LegacyConfig
-        for name in REFERENCE_ALL - {"__version__", "FEATURE_GATE_ID"}:
+        for name in REFERENCE_ALL - {"__version__"}:
             assert getattr(bidkv, name).__module__.startswith("bidkv.legacy."), name
         assert set(dir(bidkv)) >= REFERENCE_ALL
         with pytest.raises(AttributeError, match="no attribute 'RequestStat'"):

@@ -1,4 +1,4 @@
-"""Protocol layer: bid value types, the utility formula, errors and the provider interface.
+"""Protocol layer: bid value types and the utility formula.
 
 Expected numbers are worked by hand from ``U = r / (δ + 1e-3)`` (docs/bidkv-core.md,
 "Bids and utility").
@@ -13,16 +13,9 @@ from typing import Any
 import pytest
 
 from bidkv import (
-    FEATURE_GATE_ID,
     BidAcceptance,
-    BidCapacityError,
-    BidExecutionError,
-    BidExpiredError,
     BidPool,
     CompressionBid,
-    CompressionBidError,
-    CompressionBidProvider,
-    compute_utility,
     make_bid_id,
 )
 
@@ -41,10 +34,6 @@ def bid(**overrides: Any) -> CompressionBid:
     return CompressionBid(**fields)
 
 
-def test_feature_gate_id() -> None:
-    assert FEATURE_GATE_ID == "compress.scheduling_primitive.v1"
-
-
 class TestCompressionBid:
     def test_utility_uses_epsilon_1e_3(self) -> None:
         # 100 / (0.5 + 0.001) = 100 / 0.501 = 199.6007984...
@@ -57,7 +46,7 @@ class TestCompressionBid:
         assert bid(tokens_freed=7, quality_delta=0.0).utility == pytest.approx(7000.0)
 
     def test_delta_above_one_is_allowed_on_the_bid(self) -> None:
-        # Only compute_utility bounds δ by 1; 300 / (1.5 + 0.001) = 199.8667...
+        # The bid does not bound δ by 1; 300 / (1.5 + 0.001) = 199.8667...
         assert bid(tokens_freed=300, quality_delta=1.5).utility == pytest.approx(199.866755, 1e-6)
 
     def test_boundaries_accepted(self) -> None:
@@ -173,27 +162,6 @@ class TestBidAcceptance:
             BidAcceptance(*args)
 
 
-class TestComputeUtility:
-    def test_value(self) -> None:
-        # 220 / (0.1 + 0.001) = 220 / 0.101 = 2178.2178...
-        assert compute_utility(220, 0.1) == pytest.approx(2178.217821782178)
-        assert compute_utility(1, 1.0) == pytest.approx(1 / 1.001)
-
-    @pytest.mark.parametrize(
-        ("tokens", "delta", "message"),
-        [
-            (0, 0.5, r"tokens_freed must be > 0, got 0"),
-            (-5, 0.5, r"tokens_freed must be > 0, got -5"),
-            (10, -0.1, r"quality_delta must be in \[0.0, 1.0\], got -0.1"),
-            (10, 1.5, r"quality_delta must be in \[0.0, 1.0\], got 1.5"),
-            (10, math.nan, r"quality_delta must be in \[0.0, 1.0\], got nan"),
-        ],
-    )
-    def test_validation(self, tokens: int, delta: float, message: str) -> None:
-        with pytest.raises(ValueError, match=message):
-            compute_utility(tokens, delta)
-
-
 class TestMakeBidId:
     def test_format(self) -> None:
         assert make_bid_id("req-7", 0) == "req-7:bid:0"
@@ -206,59 +174,3 @@ class TestMakeBidId:
     def test_negative_level(self) -> None:
         with pytest.raises(ValueError, match="level must be >= 0, got -1"):
             make_bid_id("r", -1)
-
-
-class TestErrors:
-    @pytest.mark.parametrize("cls", [BidExpiredError, BidCapacityError, BidExecutionError])
-    def test_hierarchy(self, cls: type[CompressionBidError]) -> None:
-        assert issubclass(cls, CompressionBidError)
-        with pytest.raises(CompressionBidError) as info:
-            raise cls("boom", bid_id="r:bid:0")
-        assert info.value.bid_id == "r:bid:0"
-        assert info.value.message == "boom"
-        assert str(info.value) == "boom"
-
-    def test_base_defaults_and_repr(self) -> None:
-        err = CompressionBidError("no bid")
-        assert err.bid_id is None
-        assert repr(err) == "CompressionBidError(message='no bid', bid_id=None)"
-        assert repr(BidExpiredError("old", bid_id="x")) == (
-            "BidExpiredError(message='old', bid_id='x')"
-        )
-
-    def test_capacity_fields(self) -> None:
-        err = BidCapacityError("short", requested_tokens=100, available_tokens=40)
-        assert (err.requested_tokens, err.available_tokens, err.bid_id) == (100, 40, None)
-        assert (BidCapacityError("x").requested_tokens, BidCapacityError("x").available_tokens) == (
-            0,
-            0,
-        )
-
-    def test_execution_cause(self) -> None:
-        cause = RuntimeError("kernel")
-        assert BidExecutionError("failed", cause=cause).cause is cause
-        assert BidExecutionError("failed").cause is None
-
-    def test_extra_fields_are_keyword_only(self) -> None:
-        with pytest.raises(TypeError):
-            BidCapacityError("m", "bid", 1, 2)  # type: ignore[misc]
-
-
-class _FullProvider:
-    def get_bids(
-        self, request_id: str, *, min_tokens: int = 0, max_delta: float = 1.0
-    ) -> list[CompressionBid]:
-        return []
-
-    def accept_bid(self, bid_id: str) -> None:
-        return None
-
-
-class _QuoteOnly:
-    def get_bids(self, request_id: str) -> list[CompressionBid]:
-        return []
-
-
-def test_provider_is_structural() -> None:
-    assert isinstance(_FullProvider(), CompressionBidProvider)
-    assert not isinstance(_QuoteOnly(), CompressionBidProvider)

@@ -19,8 +19,6 @@ from bidkv import (
     BidPool,
     CompressionBid,
     GreedyBidSolver,
-    PressureConfig,
-    PressureDetector,
     SolverConfig,
 )
 
@@ -242,25 +240,3 @@ class TestSelection:
         bids = (make_bid("p:bid:0", 10, 0.1), make_bid("q:bid:0", 10, 0.2))
         result = solver(delta_budget=1.0).solve(BidPool(0, bids), 1000)
         assert result.total_quality_delta == 0.3
-
-
-class TestSolveWithDetector:
-    def test_uses_detector_gap(self) -> None:
-        detector = PressureDetector(PressureConfig(enabled=True, threshold_pct=0.5))
-        detector.update_stats(used_tokens=750, max_tokens=1000)  # gap 750 - 500 = 250
-        result = solver().solve_with_detector(POOL, detector)
-        assert result.accepted_bid_ids == ("C:bid:0", "D:bid:0")
-
-    def test_no_gap(self) -> None:
-        detector = PressureDetector(PressureConfig(enabled=True))
-        detector.update_stats(used_tokens=10, max_tokens=1000)
-        result = solver().solve_with_detector(POOL, detector, decision_reason="why")
-        assert result.decision_reason == "why:no_tokens_needed"
-
-    def test_duck_typed_detector_and_budget(self) -> None:
-        class Gap:
-            def needed_tokens(self) -> int:
-                return 10_000
-
-        result = solver().solve_with_detector(POOL, Gap(), 5.0)
-        assert result.total_tokens_freed == 650

@@ -15,17 +15,12 @@ from typing import Any, Final
 
 __all__ = [
     "BID_UTILITY_EPSILON",
-    "FEATURE_GATE_ID",
     "BidAcceptance",
     "BidPool",
     "CompressionBid",
     "bid_utility",
-    "compute_utility",
     "make_bid_id",
 ]
-
-FEATURE_GATE_ID: Final[str] = "compress.scheduling_primitive.v1"
-"""Name of the feature gate guarding the bid path (documentation only; nothing reads it)."""
 
 BID_UTILITY_EPSILON: Final[float] = 1e-3
 """Keeps ``U = r / (δ + ε)`` finite when ``δ == 0``; the production policy's ``utility_epsilon``
@@ -44,7 +39,7 @@ def _require_at_least(name: str, value: float, bound: float, shown_bound: str) -
 
 
 def bid_utility(tokens_freed: int, quality_delta: float) -> float:
-    """The bid utility ``U = r / (δ + 1e-3)``, unchecked (:func:`compute_utility` checks)."""
+    """The bid utility ``U = r / (δ + 1e-3)``, unchecked."""
     return tokens_freed / (quality_delta + BID_UTILITY_EPSILON)
 
 
@@ -212,35 +207,6 @@ class BidAcceptance:
     def is_empty(self) -> bool:
         """Whether no bid was accepted."""
         return not self.accepted_bid_ids
-
-
-def compute_utility(tokens_freed: int, quality_delta: float) -> float:
-    """Compute ``U = r / (δ + 1e-3)`` after checking the inputs.
-
-    Stricter than :attr:`CompressionBid.utility`: ``δ`` must also be at most 1.
-
-    Parameters
-    ----------
-    tokens_freed : int
-        ``r``; must be > 0.
-    quality_delta : float
-        ``δ``; must be in ``[0, 1]``.
-
-    Returns
-    -------
-    float
-        The utility; larger means more tokens per unit of quality lost.
-
-    Raises
-    ------
-    ValueError
-        If an input is out of range.
-    """
-    if not tokens_freed > 0:
-        raise ValueError(f"tokens_freed must be > 0, got {tokens_freed}")
-    if not 0.0 <= quality_delta <= 1.0:
-        raise ValueError(f"quality_delta must be in [0.0, 1.0], got {quality_delta}")
-    return bid_utility(tokens_freed, quality_delta)
 
 
 def make_bid_id(request_id: str, level: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Protocol
 
 from bidkv.legacy.bids import BidAcceptance, BidPool
 
@@ -58,10 +57,6 @@ class SolverConfig:
     def is_active(self) -> bool:
         """Whether solves run: ``enabled`` and not ``kill_switch``."""
         return self.enabled and not self.kill_switch
-
-
-class _NeededTokensSource(Protocol):
-    def needed_tokens(self) -> int: ...
 
 
 def _empty(reason: str) -> BidAcceptance:
@@ -153,38 +148,6 @@ class GreedyBidSolver:
             result.total_quality_delta,
         )
         return result
-
-    def solve_with_detector(
-        self,
-        pool: BidPool,
-        detector: _NeededTokensSource,
-        delta_budget: float | None = None,
-        *,
-        decision_reason: str | None = None,
-    ) -> BidAcceptance:
-        """Solve for the gap reported by a pressure detector.
-
-        The detector is the only source of KV state, so the solver never computes occupancy.
-
-        Parameters
-        ----------
-        pool : BidPool
-            The snapshot to choose from.
-        detector : object with ``needed_tokens() -> int``
-            Usually a :class:`bidkv.legacy.pressure.PressureDetector`.
-        delta_budget : float or None, optional
-            As in :meth:`solve`.
-        decision_reason : str or None, optional
-            As in :meth:`solve`.
-
-        Returns
-        -------
-        BidAcceptance
-            As in :meth:`solve` with ``tokens_needed = detector.needed_tokens()``.
-        """
-        return self.solve(
-            pool, detector.needed_tokens(), delta_budget, decision_reason=decision_reason
-        )
 
     def _select(
         self, pool: BidPool, tokens_needed: int, budget: float, reason: str
