@@ -13,7 +13,7 @@ length). In ``sglang`` mode the unset fields take SGLang 0.5.23's own defaults i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
@@ -35,6 +35,7 @@ __all__ = [
     "SGLANG_PRE_FEATURE_SETTINGS",
     "make_engine_config",
     "recorded_engine_config",
+    "recorded_form",
     "recorded_settings",
     "sglang_max_running_requests",
 ]
@@ -446,6 +447,35 @@ def recorded_settings(recorded: dict[str, Any]) -> dict[str, Any]:
                 settings[name] = {"radix_cache": False, **_VLLM_SIZES}[name]
         if settings.get("max_num_batched_tokens") is None:
             settings["max_num_batched_tokens"] = _VLLM_SIZES["max_num_batched_tokens"]
+    return settings
+
+
+#: SGLang-only settings newer than the first vLLM-mode records, which never carried them. A
+#: vLLM-mode record leaves each out while it holds the value vLLM mode gives it (SGLang's three
+#: older settings stay: every vLLM-mode record has carried them).
+_SGLANG_LATER_SETTINGS = (
+    "overlap_schedule",
+    "enable_priority_scheduling",
+    "schedule_low_priority_values_first",
+    "disable_priority_preemption",
+    "priority_scheduling_preemption_threshold",
+)
+
+
+def recorded_form(config: EngineConfig) -> dict[str, Any]:
+    """What a manifest (or a digest of a configuration) records of ``config``.
+
+    Every field, except in ``vllm`` mode the later SGLang-only settings that hold vLLM mode's
+    own value: they change nothing there, and leaving them out keeps the records, and the run
+    ids digested from them, what they were before those settings existed. The inverse of
+    :func:`recorded_settings`: ``recorded_engine_config(recorded_form(c)) == c``.
+    """
+    settings = asdict(config)
+    if config.mode == "vllm":
+        plain = EngineConfig(scheduling_policy=config.scheduling_policy)
+        for name in _SGLANG_LATER_SETTINGS:
+            if settings[name] == getattr(plain, name):
+                del settings[name]
     return settings
 
 

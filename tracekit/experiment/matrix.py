@@ -39,6 +39,7 @@ import polars as pl
 
 from tracekit import __version__, safe_output
 from tracekit.engine import EngineConfig
+from tracekit.engine.config import recorded_form
 from tracekit.errors import ConfigError
 from tracekit.experiment.hooks import LEGACY_STRATEGIES, STRATEGY_PLANS, HookSettings
 from tracekit.experiment.paper import claims_frame, comparison_frame, render_html, render_markdown
@@ -187,7 +188,7 @@ class MatrixSpec:
             "runs": self.runs,
             "num_requests": self.num_requests,
             "seed": self.seed,
-            "engine_config": dataclasses.asdict(self.engine_config),
+            "engine_config": recorded_form(self.engine_config),
             "hooks": self.settings.as_dict(),
             "slo": dataclasses.asdict(self.slo),
             "pool_path": str(self.pool_path),

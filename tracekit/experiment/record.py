@@ -22,6 +22,7 @@ import polars as pl
 
 from tracekit import __version__, safe_output
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
+from tracekit.engine.config import recorded_form
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
 from tracekit.experiment.hooks import (
@@ -109,7 +110,7 @@ class ExperimentRun:
             "tool_version": __version__,
             "created_at": utc_now_iso(),
             "engine": ENGINE_NAMES[self.engine_config.mode],
-            "engine_config": dataclasses.asdict(self.engine_config),
+            "engine_config": recorded_form(self.engine_config),
             "scheduling_policy": self.engine_config.scheduling_policy,
             "host_path": HOST_PATH,
             "strategy": self.strategy,

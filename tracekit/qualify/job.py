@@ -31,6 +31,7 @@ from tracekit.analysis.serving import SloTargets
 from tracekit.conformance import run_conformance
 from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
+from tracekit.engine.config import recorded_form
 from tracekit.errors import ConfigError
 from tracekit.oracle.job import run_oracle
 from tracekit.qualify.aa_control import AA_ARM, AA_SEED_OFFSET, AA_STRATEGY
@@ -405,7 +406,7 @@ def _inputs(
         "tool_version": __version__,
         "created_at": utc_now_iso(),
         "workload": workload.describe(),
-        "engine_config": dataclasses.asdict(plan.engine_config),
+        "engine_config": recorded_form(plan.engine_config),
         **_latency_measured_error(plan.engine_config),
         "strategies": [s.name for s in strategies],
         "strategy_configs": {s.name: s.settings or None for s in strategies},

@@ -28,6 +28,7 @@ from tracekit.engine import (
     StepRecord,
     run_engine,
 )
+from tracekit.engine.config import recorded_form
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
 from tracekit.hosts.preemption_policy import PreemptionPolicyStats
@@ -91,7 +92,7 @@ class SimRun:
             "tool_version": __version__,
             "created_at": utc_now_iso(),
             "engine": ENGINE_NAMES[self.engine_config.mode],
-            "engine_config": dataclasses.asdict(self.engine_config),
+            "engine_config": recorded_form(self.engine_config),
             "scheduling_policy": self.engine_config.scheduling_policy,
             "host_path": "builtin" if self.strategy.kind == "builtin" else self.host_path,
             "strategy": self.strategy.name,

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from tracekit.analysis.serving import SloTargets
 from tracekit.engine import EngineConfig
-from tracekit.engine.config import make_engine_config
+from tracekit.engine.config import make_engine_config, recorded_form
 from tracekit.errors import ConfigError
 from tracekit.strategies import (
     KNOWN_STRATEGY_NAMES,
@@ -219,7 +219,7 @@ class Matrix:
                 for w in self.workloads
             ],
             "engines": [
-                {"label": e.label, "config": dataclasses.asdict(e.config)} for e in self.engines
+                {"label": e.label, "config": recorded_form(e.config)} for e in self.engines
             ],
             "policy_grid": self.policy_grid,
             "policy_points": [{"label": p.label, "settings": p.settings} for p in self.policy],
@@ -451,13 +451,11 @@ def _engines(check: Checker, entries: Sequence[Mapping[str, Any]]) -> tuple[Engi
                 key, f"is invalid: {reason}", "fix that field (docs/engine.md)"
             ) from None
         if label is None:
-            label = (
-                "default" if config == DEFAULT_ENGINE else f"e{digest(dataclasses.asdict(config))}"
-            )
+            label = "default" if config == DEFAULT_ENGINE else f"e{digest(recorded_form(config))}"
         specs.append(EngineSpec(label, config, table))
     check.unique(
         "engines",
-        [dataclasses.asdict(s.config) for s in specs],
+        [recorded_form(s.config) for s in specs],
         [s.label for s in specs],
         "give each entry different settings: a label alone does not make a configuration",
     )
