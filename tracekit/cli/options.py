@@ -11,7 +11,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -62,6 +62,7 @@ __all__ = [
     "StageProgress",
     "capacity_search_options",
     "engine_options",
+    "engine_options_of",
     "field_defaults",
     "latency_option",
     "paper_latency_option",
@@ -309,6 +310,12 @@ def _engine_option(option: EngineOption) -> Callable[[F], F]:
 
 #: The engine options of every command that runs the engine: one per ``ENGINE_OPTIONS`` entry.
 engine_options = _stack(*(_engine_option(option) for option in ENGINE_OPTIONS))
+
+
+def engine_options_of(fields: Collection[str]) -> Callable[[F], F]:
+    """The engine options of ``fields`` alone, as ``engine_options`` makes them."""
+    return _stack(*(_engine_option(option) for option in ENGINE_OPTIONS if option.field in fields))
+
 
 policy_options = _stack(
     click.option(

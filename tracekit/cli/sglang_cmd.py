@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
-from tracekit.cli.options import Progress, engine_range, workload_options, workload_settings
+from tracekit.cli.options import Progress, engine_options_of, workload_options, workload_settings
 from tracekit.cli.output import output_options
 from tracekit.cli.params import Choice, count
 from tracekit.cli.record_cmd import emit_bundle
-from tracekit.engine.config import RETRACTION_POLICIES
+from tracekit.engine.config import ENGINE_OPTIONS
 from tracekit.errors import ConfigError
 from tracekit.real_engine.environment import SGLANG
 from tracekit.recording.sim import load_run_workload
@@ -36,9 +36,25 @@ def _setting(flag: str, kind: Any, default: Any, help: str) -> Callable[[F], F]:
     return click.option(flag, type=kind, default=default, show_default=True, help=help)
 
 
-def _switch(flag: str, help: str) -> Callable[[F], F]:
-    """An SGLang flag that is off unless given."""
-    return click.option(flag, is_flag=True, default=False, help=help)
+#: The SglangConfig fields that are engine settings of the same name: their options are the
+#: engine's own (``ENGINE_OPTIONS``, as on ``record sim --engine-mode sglang``), unset by
+#: default, which leaves SGLang's default.
+ENGINE_SETTINGS = frozenset(f.name for f in dataclasses.fields(SglangConfig)) & frozenset(
+    option.field for option in ENGINE_OPTIONS
+)
+
+
+def sglang_config(options: dict[str, Any]) -> SglangConfig:
+    """The SglangConfig of the command's options; an unset option leaves SGLang's default."""
+    settings = {}
+    for field in dataclasses.fields(SglangConfig):
+        value = options.get(_OPTION_OF.get(field.name, field.name))
+        if value is not None:
+            settings[field.name] = value
+    try:
+        return SglangConfig(**settings)
+    except ValueError as error:
+        raise ConfigError(f"SGLang configuration: {error}") from None
 
 
 @click.command("sglang", context_settings=CONTEXT_SETTINGS)
@@ -57,12 +73,6 @@ def _switch(flag: str, help: str) -> Callable[[F], F]:
     f"context length: {_DEFAULT.max_running_requests} with the default ones).",
 )
 @_setting(
-    "--chunked-prefill-size",
-    count(0),
-    _DEFAULT.chunked_prefill_size,
-    "SGLang --chunked-prefill-size (SGLang's default on the A6000); 0 turns chunking off.",
-)
-@_setting(
     "--max-prefill-tokens",
     count(),
     _DEFAULT.max_prefill_tokens,
@@ -74,46 +84,12 @@ def _switch(flag: str, help: str) -> Callable[[F], F]:
     _DEFAULT.max_context_len,
     "SGLang --context-length; prompts of min(context, pool) - 6 tokens or more are rejected.",
 )
-@_setting(
-    "--radix-cache/--no-radix-cache",
-    None,
-    _DEFAULT.radix_cache,
-    "SGLang's radix cache (on by default in SGLang; --no-radix-cache is --disable-radix-cache).",
-)
-@_setting(
-    "--retraction-policy",
-    Choice(RETRACTION_POLICIES),
-    _DEFAULT.retraction_policy,
-    "SGLang --retraction-policy (priority needs --enable-priority-scheduling).",
-)
-@_setting(
-    "--overlap-schedule/--disable-overlap-schedule",
-    None,
-    _DEFAULT.overlap_schedule,
-    "SGLang's overlap event loop (its default), or its normal loop.",
-)
-@_switch(
-    "--enable-priority-scheduling",
-    "SGLang --enable-priority-scheduling: the waiting queue by priority, then arrival.",
-)
-@_switch(
-    "--schedule-low-priority-values-first",
-    "SGLang --schedule-low-priority-values-first (off: a larger value is more important).",
-)
-@_switch(
-    "--disable-priority-preemption",
-    "SGLang --disable-priority-preemption (off: priority scheduling preempts running "
-    "requests at admission).",
-)
-@_setting(
-    "--priority-scheduling-preemption-threshold",
-    engine_range("priority_scheduling_preemption_threshold"),
-    _DEFAULT.priority_scheduling_preemption_threshold,
-    "SGLang --priority-scheduling-preemption-threshold.",
-)
-@_switch(
+@engine_options_of(ENGINE_SETTINGS)
+@click.option(
     "--ignore-eos",
-    "Send every request with ignore_eos (it runs to its max_tokens), as SGLang's "
+    is_flag=True,
+    default=False,
+    help="Send every request with ignore_eos (it runs to its max_tokens), as SGLang's "
     "bench_serving does by default.",
 )
 @_setting(
@@ -121,12 +97,6 @@ def _switch(flag: str, help: str) -> Callable[[F], F]:
     Choice(SCHEDULE_POLICIES),
     _DEFAULT.schedule_policy,
     "SGLang --schedule-policy.",
-)
-@_setting(
-    "--step-s",
-    engine_range("step_s"),
-    _DEFAULT.step_s,
-    "Seconds per step of the steps clock that places arrivals.",
 )
 @click.option(
     "--sglang-venv",
@@ -149,16 +119,7 @@ def record_sglang_command(**options: Any) -> None:
         workload = load_run_workload(options["workload_path"], **workload_settings(options))
         if options["ignore_eos"]:
             workload = apply_ignore_eos(workload)
-        try:
-            config = SglangConfig(
-                **{
-                    field.name: options[_OPTION_OF.get(field.name, field.name)]
-                    for field in dataclasses.fields(SglangConfig)
-                    if _OPTION_OF.get(field.name, field.name) in options
-                }
-            )
-        except ValueError as error:
-            raise ConfigError(f"SGLang configuration: {error}") from None
+        config = sglang_config(options)
         (bundle,) = record_sglang(
             [workload],
             [options["out"]],

@@ -748,8 +748,9 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     EngineOption(
         "enable_priority_scheduling",
         "--enable-priority-scheduling",
-        "SGLang mode: SGLang's priority scheduling (the same as --scheduling-policy "
-        "priority; needed by --retraction-policy priority).",
+        "SGLang mode: SGLang's priority scheduling, the waiting queue by priority then "
+        "arrival (in record sim the same as --scheduling-policy priority); needed by "
+        "--retraction-policy priority.",
         is_flag=True,
     ),
     EngineOption(
