@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from tracekit.cli import cli
+from tracekit.real_engine.comparison import FidelityInputError
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.sglang.compare import engine_config
-from tracekit.sglang.fidelity import SglangFidelityInputError, compare_sglang_fidelity
+from tracekit.sglang.fidelity import compare_sglang_fidelity
 from tracekit.sglang.fixtures import FIXTURES, FIXTURES_DIR
 from tracekit.strategies import resolve_strategy
 
@@ -82,9 +83,9 @@ def test_a_changed_schedule_is_reported_at_its_step(sim_bundle: Path, tmp_path: 
 
 def test_runs_that_do_not_mirror_each_other_are_bad_input(sim_bundle: Path) -> None:
     other = ROOT / FIXTURES_DIR / "synthetic-noradix-length"
-    with pytest.raises(SglangFidelityInputError, match="radix_cache"):
+    with pytest.raises(FidelityInputError, match="radix_cache"):
         compare_sglang_fidelity(sim_bundle, other)
-    with pytest.raises(SglangFidelityInputError, match="different scenarios"):
+    with pytest.raises(FidelityInputError, match="different scenarios"):
         compare_sglang_fidelity(FIXTURE, other)
     result = CliRunner().invoke(cli, ["fidelity", str(sim_bundle), str(other)])
     assert result.exit_code == 2

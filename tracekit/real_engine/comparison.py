@@ -1,4 +1,4 @@
-"""What every fidelity report shares: how two recorded values agree, and the verdict's exit status.
+"""What every fidelity report shares: its input error, agreement of values, the exit status.
 
 The vLLM comparison (:mod:`tracekit.vllm.fidelity`) and the SGLang one
 (:mod:`tracekit.sglang.fidelity`, :mod:`tracekit.sglang.compare`) build their reports on these;
@@ -10,7 +10,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["FidelityVerdict", "same_value"]
+from tracekit.errors import TracekitError
+
+__all__ = ["FidelityInputError", "FidelityVerdict", "same_value"]
+
+
+class FidelityInputError(TracekitError):
+    """The two bundles are not two recordings of the same run (exit 2, bad input)."""
 
 
 class FidelityVerdict:

@@ -41,7 +41,7 @@ def compare_fidelity(
 
     Raises
     ------
-    FidelityInputError, SglangFidelityInputError
+    FidelityInputError
         The bundles are not recordings of one run (workload, scheduling settings or strategy
         differ), a path holds several bundles, or a recording is incomplete.
     TraceSchemaError

@@ -15,7 +15,7 @@
 - **Two SGLang recordings** (a fixture and its live re-recording, say): the same scenario is
   required, and the two full step streams are compared.
 
-Inputs that are not two recordings of one run raise :class:`SglangFidelityInputError` (exit 2).
+Inputs that are not two recordings of one run raise :class:`FidelityInputError` (exit 2).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from tracekit.errors import TracekitError
-from tracekit.real_engine.comparison import FidelityVerdict
+from tracekit.real_engine.comparison import FidelityInputError, FidelityVerdict
 from tracekit.sglang.compare import (
     EngineStep,
     StepMismatch,
@@ -38,7 +37,7 @@ from tracekit.sglang.compare import (
 )
 from tracekit.sglang.record import is_sglang_bundle, read_sglang_scenario, read_sglang_steps
 
-__all__ = ["SglangFidelityInputError", "SglangFidelityReport", "compare_sglang_fidelity"]
+__all__ = ["SglangFidelityReport", "compare_sglang_fidelity"]
 
 # EngineConfig fields a mirrored SGLang run must agree on.
 _CONFIG_KEYS = (
@@ -66,10 +65,6 @@ _PRIORITY_OPTIONS = (
     "priority_scheduling_preemption_threshold",
 )
 _OUTCOMES = ("status", "output_tokens", "num_preemptions")
-
-
-class SglangFidelityInputError(TracekitError):
-    """The two bundles are not recordings of one SGLang run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +133,9 @@ def _engine_name(bundle: Path) -> str:
     try:
         manifest = json.loads((bundle / "manifest.json").read_text("utf-8"))
     except (OSError, ValueError) as error:
-        raise SglangFidelityInputError(f"{bundle}: no readable manifest.json ({error})") from None
+        raise FidelityInputError(f"{bundle}: no readable manifest.json ({error})") from None
     if not isinstance(manifest, dict):
-        raise SglangFidelityInputError(f"{bundle}: manifest.json is not an object")
+        raise FidelityInputError(f"{bundle}: manifest.json is not an object")
     return str(manifest.get("engine", "?"))
 
 
@@ -151,24 +146,22 @@ def compare_sglang_fidelity(
 
     Raises
     ------
-    SglangFidelityInputError
+    FidelityInputError
         Neither bundle is an SGLang recording, or they are not recordings of one run.
     """
     a, b = Path(first), Path(second)
     for path in (a, b):
         if not path.is_dir():
-            raise SglangFidelityInputError(f"{path}: not a bundle folder")
+            raise FidelityInputError(f"{path}: not a bundle folder")
     a_sg, b_sg = is_sglang_bundle(a), is_sglang_bundle(b)
     if not (a_sg or b_sg):
-        raise SglangFidelityInputError(
-            f"neither {a} nor {b} was recorded by tracekit record sglang"
-        )
+        raise FidelityInputError(f"neither {a} nor {b} was recorded by tracekit record sglang")
     names = _engine_name(a), _engine_name(b)
     if a_sg and b_sg:
         config_a, rows_a = read_sglang_scenario(a)
         config_b, rows_b = read_sglang_scenario(b)
         if config_a != config_b or rows_a != rows_b:
-            raise SglangFidelityInputError(
+            raise FidelityInputError(
                 f"{a} and {b} were recorded from different scenarios (configuration or "
                 "requests); record both from one workload and configuration"
             )
@@ -226,18 +219,18 @@ def _check_mirrored(sim: Path, sglang: Path, config: Any, rows: list[tuple[Any, 
         if key not in inert and recorded.get(key) != getattr(expected, key)
     ]
     if differ:
-        raise SglangFidelityInputError(
+        raise FidelityInputError(
             f"{sim}: the engine run does not mirror {sglang}: " + ", ".join(differ)
         )
     ids = sorted(str(r[0]) for r in rows)
     try:
         sim_ids = sorted(pl.read_parquet(sim / "requests.parquet")["request_id"].to_list())
     except (OSError, pl.exceptions.PolarsError) as error:
-        raise SglangFidelityInputError(f"{sim}: unreadable requests table ({error})") from None
+        raise FidelityInputError(f"{sim}: unreadable requests table ({error})") from None
     if sim_ids != ids:
-        raise SglangFidelityInputError(f"{sim} and {sglang} hold different requests")
+        raise FidelityInputError(f"{sim} and {sglang} hold different requests")
     if not (sim / "scheduled.parquet").is_file():
-        raise SglangFidelityInputError(
+        raise FidelityInputError(
             f"{sim}: no scheduled table; record the engine run with --record-scheduled"
         )
 
@@ -249,7 +242,7 @@ def _tables(bundle: Path) -> dict[str, pl.DataFrame]:
             for name in ("steps", "scheduled", "decisions", "requests")
         }
     except (OSError, pl.exceptions.PolarsError) as error:
-        raise SglangFidelityInputError(f"{bundle}: unreadable tables ({error})") from None
+        raise FidelityInputError(f"{bundle}: unreadable tables ({error})") from None
 
 
 def _compare_tables(a: dict[str, pl.DataFrame], b: dict[str, pl.DataFrame]) -> StepMismatch | None:

@@ -37,9 +37,8 @@ from typing import Any
 
 from tracekit.engine.config import PRE_FEATURE_SETTINGS
 from tracekit.engine.fake_model import stop_rule
-from tracekit.errors import TracekitError
 from tracekit.hosts.preemption_policy import CANDIDATE_FIELDS
-from tracekit.real_engine.comparison import FidelityVerdict, same_value
+from tracekit.real_engine.comparison import FidelityInputError, FidelityVerdict, same_value
 from tracekit.trace.bundle import Bundle, open_trace
 from tracekit.trace.text import text_table
 
@@ -115,10 +114,6 @@ DECISION_FIELDS = (
 BLOCK_FIELDS = ("num_blocks_held", "num_blocks_exclusive")
 FREED_FIELDS = ("freed_blocks", "freed_tokens")
 OPTIONAL_DECISION_FIELDS = (*FREED_FIELDS, "candidate_blocks")
-
-
-class FidelityInputError(TracekitError):
-    """The two bundles are not two recordings of the same run."""
 
 
 @dataclass
