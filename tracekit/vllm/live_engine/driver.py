@@ -526,7 +526,12 @@ def main(argv: list[str] | None = None) -> int:
         args.scenarios,
         open_backend,
         lambda backend, message, emit: run_live_scenario(
-            backend, Scenario.from_wire(message), emit, seed=args.seed, all_at_once=args.all_at_once
+            backend,
+            Scenario.from_wire(message),
+            emit,
+            seed=args.seed,
+            # Per scenario (record_vllm_live sends it), or for every one (--all-at-once).
+            all_at_once=args.all_at_once or bool(message.get("all_at_once", False)),
         ),
         protocol=PROTOCOL_VERSION,
         json_default=str,

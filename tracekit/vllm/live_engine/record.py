@@ -41,11 +41,7 @@ from tracekit.latency.measured import LIVE_STEP_SHAPES
 from tracekit.real_engine.environment import VLLM
 from tracekit.recording.sim import POLICY_LOG, SimRun, TraceObserver
 from tracekit.trace.writer import BundleWriter
-from tracekit.vllm.protocol import (
-    Scenario,
-    scenario_lines,
-    step_from_wire,
-)
+from tracekit.vllm.protocol import Scenario, dumps, step_from_wire
 from tracekit.vllm.record import (
     check_run_lists,
     consume_run,
@@ -90,7 +86,7 @@ def record_vllm_live(
     *,
     venv: str | os.PathLike[str] | None = None,
     shim: bool | None = None,
-    all_at_once: bool = False,
+    all_at_once: bool | Sequence[bool] = False,
     run_ids: Sequence[str] | None = None,
     progress: Progress | None = None,
     overwrite: bool = False,
@@ -113,7 +109,8 @@ def record_vllm_live(
         Put the strategy in the loop through the typed-host shim; default: for every strategy
         but ``builtin``.
     all_at_once
-        Send every request before the first step instead of at its arrival time.
+        Send every request before the first step instead of at its arrival time: for every run,
+        or per run (one flag each; the runs share one engine process either way).
     run_ids, progress, overwrite
         As for ``record_vllm``; run ids name the engine ``vllm-X.Y.Z-live``.
 
@@ -128,6 +125,11 @@ def record_vllm_live(
         The engine failed to start or a run failed (no bundle is written for it).
     """
     check_run_lists("record_vllm_live", runs, outs, run_ids)
+    at_once = [all_at_once] * len(runs) if isinstance(all_at_once, bool) else list(all_at_once)
+    if len(at_once) != len(runs):
+        raise ConfigError(
+            f"record_vllm_live: {len(runs)} runs but {len(at_once)} all_at_once flags"
+        )
     # The live engine steps synchronously (each timed step() is one schedule and one forward;
     # vLLM's CPU platform turns async scheduling off anyway), so its bundles say so.
     runs = [
@@ -157,19 +159,22 @@ def record_vllm_live(
         scenarios.append(vllm_scenario(index, run, shim, "engine"))
     python = find_vllm_python(venv)
     argv = ["-m", "tracekit.vllm.live_engine.driver", "--seed", str(runs[0].seed if runs else 0)]
-    if all_at_once:
-        argv.append("--all-at-once")
+    # Each scenario line carries its own arrivals mode (the driver reads it per scenario).
+    lines = [
+        dumps({**scenario.to_wire(), "all_at_once": flag}) + "\n"
+        for scenario, flag in zip(scenarios, at_once, strict=True)
+    ]
     messages = VLLM.run_driver(
         python,
         argv,
-        list(scenario_lines(scenarios)),
+        lines,
         # One compute thread, unbound: on a machine shared with other processes a second OpenMP
         # thread spends its time spinning at barriers for a core, and step times swing by 10x.
         driver_env(python, OMP_NUM_THREADS="1", VLLM_CPU_OMP_THREADS_BIND="nobind"),
     )
     return record_each(
         messages, runs, "the live vLLM driver", _record_one, outs, scenarios, run_ids,
-        all_at_once=all_at_once, progress=progress, overwrite=overwrite,
+        at_once=at_once, progress=progress, overwrite=overwrite,
     )  # fmt: skip
 
 
@@ -181,10 +186,11 @@ def _record_one(
     messages: Iterator[dict[str, Any]],
     *,
     run_id: str | None,
-    all_at_once: bool,
+    at_once: Sequence[bool],
     progress: Progress | None,
     overwrite: bool,
 ) -> Path:
+    all_at_once = at_once[scenario.index]
     # The arrivals mode enters the id: the two recordings of one run are different runs.
     run_id, manifest = vllm_manifest(
         run,
