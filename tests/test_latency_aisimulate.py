@@ -243,14 +243,15 @@ def test_a_version_only_aisimulate_ships_is_its_own_after_aiconfigurator_was_use
     # an AIConfigurator model compiled against aiconfigurator-core's tables, which lack vllm
     # 0.31.0 (refused).
     shapes = _shapes(4, 40)
-    alone = _times("aisimulate:h100_sxm:0.31.0", shapes)["aisimulate:h100_sxm:0.31.0"]
+    # The first model of a fresh process, then (same process) the older tables' model.
+    first = _times("aisimulate:h100_sxm:0.31.0,aisimulate:h100_sxm:0.24.0", shapes)
+    alone = first["aisimulate:h100_sxm:0.31.0"]
     after = _times("aiconfigurator:h100_sxm:0.27.0,aisimulate:h100_sxm:0.31.0", shapes)
     assert after["aisimulate:h100_sxm:0.31.0"] == alone
     reverse = _times("aisimulate:h100_sxm:0.31.0,aiconfigurator:h100_sxm:0.27.0", shapes)
     assert reverse["aiconfigurator:h100_sxm:0.27.0"] == after["aiconfigurator:h100_sxm:0.27.0"]
     # And the newer tables are not the older ones under another name.
-    current = _times("aisimulate:h100_sxm:0.24.0", shapes)["aisimulate:h100_sxm:0.24.0"]
-    assert alone != current
+    assert alone != first["aisimulate:h100_sxm:0.24.0"]
 
 
 @needs_aisim
