@@ -133,7 +133,7 @@ def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> 
 @click.option(
     "--oracle",
     is_flag=True,
-    help="Also run the hindsight oracle on repeat 0 (headroom section; docs/oracle.md).",
+    help="Also run the hindsight oracle on the reference repeat (headroom; docs/oracle.md).",
 )
 @jobs_option("recording the runs")
 @out_option(required=True)

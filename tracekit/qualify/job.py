@@ -5,9 +5,12 @@ For one workload and engine configuration it
 1. records the built-in baseline and every requested strategy in closed loop over at least three
    repeats (disjoint windows of the workload, or seeds), into ``runs/r<k>/<strategy>/``;
 2. summarises every run into ``cells.parquet`` (serving metrics and policy counters);
-3. records the candidate policy through the legacy and the typed hosts and diffs them
-   (``diff/``), and runs the failure and rollback conformance checks (``conformance.json``);
-4. replays every strategy in open mode on the baseline's decisions (``replay/``);
+3. picks the reference repeat (the reference cell's repeat whose built-in run made the most
+   victim decisions), records the candidate on it through the legacy and the typed hosts and
+   diffs them (``diff/``), and runs the failure and rollback conformance checks
+   (``conformance.json``);
+4. replays every strategy in open mode on the reference repeat's baseline decisions
+   (``replay/``);
 5. renders the report (``report.html`` and ``qualification.json``).
 
 The results folder appears only when the whole job completed. The recordings of steps 1 and 3 go
@@ -37,10 +40,17 @@ from tracekit.qualify.aa_control import AA_ARM, AA_SEED_OFFSET, AA_STRATEGY
 from tracekit.qualify.endpoints import VerdictRule
 from tracekit.qualify.loads import LoadCell, LoadPlan
 from tracekit.qualify.reporting import write_report
+from tracekit.qualify.results import BASELINE
 from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
 from tracekit.report.html import prefetch_javascript_bundle
-from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings, resolve_strategy
+from tracekit.strategies import (
+    NAMED_SETTINGS,
+    HostPath,
+    StrategySpec,
+    changed_settings,
+    resolve_strategy,
+)
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
@@ -54,7 +64,9 @@ __all__ = [
     "MARKER",
     "QualifyPlan",
     "check_results_folder",
+    "diff_pair",
     "qualify_runs",
+    "reference_repeat",
     "run_qualify",
 ]
 
@@ -108,9 +120,9 @@ class QualifyPlan:
         the traffic). Without them (or with recorded arrivals) repeats by seeds share one
         traffic, and the verdicts say that they are not independent.
     oracle
-        Also run the hindsight oracle (``tracekit oracle``) on repeat 0's baseline run, into
-        ``oracle/`` (the report's headroom section). Off by default: it costs a rollout per
-        candidate of every decision.
+        Also run the hindsight oracle (``tracekit oracle``) on the reference repeat's baseline
+        run, into ``oracle/`` (the report's headroom section). Off by default: it costs a
+        rollout per candidate of every decision.
     loads
         The load plan (:func:`tracekit.qualify.loads.plan_loads`): one cell per load level,
         each with its own runs (``runs/<load>/r<k>/<strategy>``) and verdicts. ``None``: one
@@ -280,14 +292,13 @@ def run_qualify(
         reference = _reference(groups)
         strategies = plan.run_strategies
         safe_output.write_marker(staging, MARKER, COMMAND)
-        _write_json(staging / "qualify.json", _inputs(plan, groups, reference, strategies))
+        inputs = _inputs(plan, groups, reference, strategies)
+        _write_json(staging / "qualify.json", inputs)
 
         per_cell = [
-            qualify_runs(plan, repeats, strategies, folder=folder, diff=False)
-            for _, folder, repeats in groups
+            qualify_runs(plan, repeats, strategies, folder=folder) for _, folder, repeats in groups
         ]
-        diff_runs = qualify_runs(plan, groups[reference][2], strategies)[-2:]
-        runs = [run for cell_runs in per_cell for run in cell_runs] + diff_runs
+        runs = [run for cell_runs in per_cell for run in cell_runs]
         notify("closed-loop runs", 0, len(runs))
         execution = execute_runs(
             runs, staging, executor, progress=_stage_counts(notify, "closed-loop runs")
@@ -309,20 +320,31 @@ def run_qualify(
             cells = _with_load_columns(cells, groups)
         cells.write_parquet(staging / "cells.parquet", compression="zstd")
 
+        # The diff, the open-mode replay, the oracle and the report's per-run charts look at one
+        # repeat of the reference cell: the one whose built-in run made the most victim
+        # decisions (a light window may make none, and a diff of no decision shows nothing).
+        load, folder, repeats = groups[reference]
+        shown = reference_repeat(cells, _cell_label(plan, load), repeats)
+        label = None if load is None else load.label
+        inputs["reference"] = {"cell": _cell_label(plan, load), "load": label, **shown}
+        _write_json(staging / "qualify.json", inputs)
         notify("legacy vs typed", 0, 1)
+        repeat = next(r for r in repeats if r.index == shown["repeat"])
+        execute_runs(diff_pair(plan, repeat), staging, executor).check()
         _diff_and_conformance(staging, plan)
         notify("legacy vs typed", 1, 1)
+        runs_folder = staging / folder / repeat.label
 
         # The A/A control's second arm is static-random again: the replay and the oracle, which
         # compare victim choices, leave it out.
         compared = [s for s in strategies if s.name != AA_ARM]
         notify("open-mode replay", 0, 1)
-        _open_replay(staging / groups[reference][1], compared)
+        replay_open(runs_folder / compared[0].label, compared, staging / "replay")
         notify("open-mode replay", 1, 1)
 
         if plan.oracle:
             notify("oracle", 0, 1)
-            _oracle(staging, staging / groups[reference][1], compared, jobs)
+            run_oracle(runs_folder / compared[0].label, staging / "oracle", compared, jobs=jobs)
             notify("oracle", 1, 1)
 
         notify("report", 0, 1)
@@ -338,37 +360,59 @@ def qualify_runs(
     strategies: Sequence[StrategySpec],
     *,
     folder: str = "runs",
-    diff: bool = True,
 ) -> list[PlannedRun]:
-    """The job's recordings as an execution plan for :func:`tracekit.sweep.execute_runs`.
+    """A cell's recordings as an execution plan for :func:`tracekit.sweep.execute_runs`.
 
-    Every strategy on every repeat, through the typed host, into ``<folder>/r<k>/<strategy>``;
-    then (with ``diff``) the candidate on repeat 0 through the legacy and the typed hosts, into
-    ``diff/<host>`` (the last two runs). The production policy is seeded with the repeat's seed.
+    Every strategy on every repeat, through the typed host, into ``<folder>/r<k>/<strategy>``.
+    The production policy is seeded with the repeat's seed.
     """
-    rate = float(
-        repeats[0].workload.options.get("rate_rps") or plan.workload.options.get("rate_scale", 1.0)
-    )
     cells = [
         (f"{folder}/{repeat.label}/{strategy.label}", repeat, strategy, "typed")
         for repeat in repeats
         for strategy in strategies
     ]
-    if diff:
-        cells += [
-            (f"diff/{host}", repeats[0], plan.candidate, host) for host in ("legacy", "typed")
-        ]
+    return _planned(plan, cells)
+
+
+def diff_pair(plan: QualifyPlan, repeat: Repeat) -> list[PlannedRun]:
+    """The candidate on ``repeat`` through the legacy and the typed hosts, into ``diff/<host>``."""
+    return _planned(
+        plan, [(f"diff/{host}", repeat, plan.candidate, host) for host in ("legacy", "typed")]
+    )
+
+
+def reference_repeat(cells: pl.DataFrame, cell: str, repeats: Sequence[Repeat]) -> dict[str, int]:
+    """The repeat of ``cell`` whose built-in run made the most victim decisions.
+
+    The first on ties, so repeat 0 when none made any. Returns ``{"repeat": k, "decisions": n}``.
+    """
+    rows = cells.filter((pl.col("cell") == cell) & (pl.col("strategy") == BASELINE))
+    counts = dict(
+        zip(rows["repeat"].to_list(), rows["decisions"].fill_null(0).to_list(), strict=True)
+    )
+    indices = [r.index for r in repeats]
+    best = max(indices, key=lambda k: (counts.get(k, 0), -k))
+    return {"repeat": best, "decisions": int(counts.get(best, 0))}
+
+
+def _planned(
+    plan: QualifyPlan, cells: Sequence[tuple[str, Repeat, StrategySpec, HostPath]]
+) -> list[PlannedRun]:
+    """``(path, repeat, strategy, host path)`` rows as planned runs."""
     runs = []
     for path, repeat, strategy, host_path in cells:
         seeded = _seeded(strategy, repeat.seed)
         run = SimRun(repeat.workload, plan.engine_config, seeded, host_path, repeat.seed)
+        rate = repeat.workload.options.get("rate_rps") or plan.workload.options.get(
+            "rate_scale", 1.0
+        )
         runs.append(
             PlannedRun(
                 path=path,
                 run=run,
                 run_id=make_run_id(run),
                 workload=plan.workload.name,
-                rate=rate,
+                rate=float(rate),
                 strategy=strategy.name,
                 config=host_path,
                 repeat=repeat.index,
@@ -489,15 +533,6 @@ def _user_settings(spec: StrategySpec) -> dict[str, Any]:
     return {k: v for k, v in spec.settings.items() if k not in NAMED_SETTINGS}
 
 
-def _open_replay(runs: Path, strategies: list[StrategySpec]) -> None:
-    """Replay every strategy in open mode on the first repeat's baseline decisions.
-
-    ``runs`` is the reference cell's runs folder; the replay goes beside ``runs/``.
-    """
-    staging = runs.parent if runs.name == "runs" else runs.parent.parent
-    replay_open(runs / "r0" / strategies[0].label, strategies, staging / "replay")
-
-
 def _with_load_columns(
     cells: pl.DataFrame, groups: list[tuple[LoadCell | None, str, list[Repeat]]]
 ) -> pl.DataFrame:
@@ -512,14 +547,6 @@ def _with_load_columns(
         pl.Series("load", [load_of(b).label for b in bundles], dtype=pl.String),
         pl.Series("offered_rps", [load_of(b).rate_rps for b in bundles], dtype=pl.Float64),
     )
-
-
-def _oracle(staging: Path, runs: Path, strategies: list[StrategySpec], jobs: int | None) -> None:
-    """The hindsight oracle on the reference cell's first baseline run (qualify --oracle).
-
-    ``runs`` is the reference cell's runs folder (as for the open-mode replay).
-    """
-    run_oracle(runs / "r0" / strategies[0].label, staging / "oracle", strategies, jobs=jobs)
 
 
 # Files that name input bundles by their path while the job runs (in the staging folder).
