@@ -501,11 +501,30 @@ def recomputation_note(
         for n in efficiency
         if n in margins
     )
+    text = (
+        f"Harm not shown: {candidate} discarded {discarded:+.0f}% more KV than the built-in rule "
+        f"over the judged loads, but the prefix cache served {served:.0%} of its discarded "
+        f"tokens back, so it truly recomputed {truly:+.0f}% and its recompute tax moved "
+        f"{tax:+.2f} pp; at no load is either shown beyond its margin ({shown})"
+    )
+    # The interval that comes closest to showing harm: how far the evidence is from a verdict.
+    open_ = [
+        (stats["mean"] / stats["margin"], e["load"], name, stats)
+        for e in mine
+        for name in efficiency
+        if (stats := e["endpoints"].get(name))
+        and stats["verdict"] == "undecided"
+        and stats["mean"] is not None
+        and stats["low"] is not None
+    ]
+    if not open_:
+        return text + ", and at every load the interval stays below the margin"
+    _, load, name, stats = max(open_, key=lambda item: item[0])
+    unit = "%" if stats["unit"] == "%" else " pp"
     return (
-        f"Not harm: {candidate} discarded {discarded:+.0f}% more KV than the built-in rule over "
-        f"the judged loads, but the prefix cache served {served:.0%} of its discarded tokens "
-        f"back, so it truly recomputed {truly:+.0f}% and its recompute tax moved {tax:+.2f} pp; "
-        f"at no load is either shown beyond its margin ({shown})"
+        f"{text}, nor within it: {name} at {load} is {stats['mean']:+.1f}{unit} "
+        f"[{stats['low']:+.1f}{unit}, {stats['high']:+.1f}{unit}], an interval that spans the "
+        f"margin"
     )
 
 
