@@ -287,6 +287,38 @@ def test_more_comparisons_widen_every_interval(tmp_path: Path) -> None:
     assert many["label"] == "inconclusive"
 
 
+def test_strategies_identical_to_built_in_do_not_widen_the_intervals(tmp_path: Path) -> None:
+    # The same nine extra strategies, but every decision of theirs chose the built-in victim:
+    # their runs are the baseline's, no interval of theirs can give a false label, so they are
+    # not in the family; m stays 11 and 2.3% still clears the 2% margin.
+    changes = _flat("output_tokens_per_s", 2.3)
+    others = {f"s{i}": [{}] * 5 for i in range(9)}
+    root = write_folder(tmp_path / "ten", changes, strategies=others)
+    cells = pl.read_parquet(root / "cells.parquet")
+    cells.with_columns(
+        differing_decisions=pl.when(pl.col("strategy").str.starts_with("s")).then(0).otherwise(3)
+    ).write_parquet(root / "cells.parquet")
+    q = compute_qualification(root)
+    assert q["effectiveness"]["rule"]["comparisons"] == ENDPOINTS
+    assert q["effectiveness"]["rule"]["judged"] == {"strategy_loads": 1, "aa_loads": 0}
+    assert {e["label"] for e in q["effectiveness"]["cells"] if e["strategy"] != "bidkv"} == {
+        "identical to built-in"
+    }
+    assert _entry(q)["label"] == "beneficial"
+
+
+def test_an_overloaded_cell_is_not_in_the_family(tmp_path: Path) -> None:
+    # Built-in SLO attainment under 50%: nothing is judged there, so nothing is counted.
+    root = write_folder(
+        tmp_path / "over", _flat("output_tokens_per_s", 2.3), builtin_extra={
+            k: {"slo_attainment": 0.3} for k in range(5)
+        }, strategies={"s0": [{}] * 5},
+    )  # fmt: skip
+    q = compute_qualification(root)
+    assert q["effectiveness"]["rule"]["comparisons"] == 0
+    assert {e["label"] for e in q["effectiveness"]["cells"]} == {"overloaded"}
+
+
 def _aa_rows(arm_b: list[dict[str, float]]) -> dict[str, list[dict[str, float]]]:
     return {"static-random": [{}] * len(arm_b), "static-random-aa": arm_b}
 

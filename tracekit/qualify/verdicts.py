@@ -40,6 +40,7 @@ from tracekit.qualify.endpoints import VerdictRule
 from tracekit.qualify.load_verdicts import (
     OVERLOADED,
     go_no_go,
+    judged_comparisons,
     label_matrix,
     load_headlines,
     relabel_entries,
@@ -577,10 +578,13 @@ def effectiveness_verdicts(results: Results) -> dict[str, Any]:
     present = set(cells["strategy"].unique().to_list())
     strategies = [s for s in results.strategies if s in present and s not in (BASELINE, AA_ARM)]
     has_aa = AA_ARM in present and AA_STRATEGY in present
-    # The family of the correction: every strategy (and the A/A pair) x load x endpoint.
-    comparisons = (len(strategies) + has_aa) * cells["cell"].n_unique() * len(rule.endpoints)
-    entries = [e for s in strategies for e in compare(cells, s, BASELINE, rule, comparisons)]
     dependent = _dependent_loads(results.inputs)
+    # The family of the correction: every judged strategy (and the A/A pair) x load x endpoint;
+    # a label the runs' structure decides (identical, overloaded, not independent) is no test.
+    judged = judged_comparisons(cells, strategies, dependent)
+    aa_judged = judged_comparisons(cells, [AA_ARM], dependent, identical=False) if has_aa else []
+    comparisons = (len(judged) + len(aa_judged)) * len(rule.endpoints)
+    entries = [e for s in strategies for e in compare(cells, s, BASELINE, rule, comparisons)]
     entries = _not_independent(relabel_entries(entries, cells), dependent)
     aa = None
     if has_aa:
@@ -596,7 +600,9 @@ def effectiveness_verdicts(results: Results) -> dict[str, Any]:
             **rule.to_dict(),
             "comparisons": comparisons,
             "confidence": rule.confidence(comparisons),
-            "interval": "paired Student-t, two-sided, Bonferroni-corrected over the report",
+            "judged": {"strategy_loads": len(judged), "aa_loads": len(aa_judged)},
+            "interval": "paired Student-t, two-sided, Bonferroni-corrected over the report's "
+            "judged comparisons",
         },
         "cells": entries,
         "aa_control": aa,
