@@ -18,7 +18,7 @@ measurements:
 - ``--precision``: the precision target behind the default number of repeats (docs/qualify.md,
   "Repeats"): the knee cell with every strategy at several numbers of windows, and the
   Bonferroni-corrected half-width of each strategy's goodput change in the default job's family
-  (550 comparisons) against the goodput margin (the target: a null change is shown equivalent,
+  (374 judged comparisons) against the goodput margin (the target: a null change is shown equivalent,
   a change of two margins is decided).
 
 ``--profile`` profiles one closed-loop run of the 1.0x cell in this process.
@@ -162,8 +162,9 @@ def precision(counts: list[int], jobs: int) -> None:
     workload = load_workload(SAMPLE)
     config = make_engine_config()
     knee = plan_loads(workload, config, fractions=(1.0,), concurrency=None)
-    # The default job's family: 9 strategies and the A/A pair, 5 loads, 11 endpoints.
-    family = 10 * 5 * len(DEFAULT_ENDPOINTS)
+    # The default job's family on the shipped sample: the judged pairs (the 29 strategy-load
+    # pairs not identical to built-in and the 5 A/A loads) x 11 endpoints (docs/report.md).
+    family = 34 * len(DEFAULT_ENDPOINTS)
     rule = VerdictRule()
     margin = next(e.margin for e in DEFAULT_ENDPOINTS if e.name == "goodput")
     print(f"goodput at the knee, corrected over m = {family}: half-width vs the margin, "
