@@ -18,8 +18,8 @@ measurements:
 - ``--precision``: the precision target behind the default number of repeats (docs/qualify.md,
   "Repeats"): the knee cell with every strategy at several numbers of windows, and the
   Bonferroni-corrected half-width of each strategy's goodput change in the default job's family
-  (374 judged comparisons) against the goodput margin (the target: a null change is shown equivalent,
-  a change of two margins is decided).
+  (374 judged comparisons) against the goodput margin (the target: a null change is shown
+  equivalent, a change of two margins is decided).
 
 ``--profile`` profiles one closed-loop run of the 1.0x cell in this process.
 
