@@ -58,7 +58,7 @@ from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
 from tracekit.workloads.arrivals import ArrivalKind, parse_arrivals
 from tracekit.workloads.load_spec import LoadSpec, apply_load
-from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
+from tracekit.workloads.repeats import Repeat, RepeatBy, RepeatKind, plan_repeats
 
 __all__ = [
     "MARKER",
@@ -105,7 +105,10 @@ class QualifyPlan:
     candidate
         The policy under qualification (legacy/typed diff, gate and lifecycle labels).
     repeats, repeat_kind, seed
-        Number of repeats, how they differ, and the base seed.
+        Number of repeats, how they differ, and the base seed. ``auto`` (the default) repeats by
+        seeds where the cell's arrivals are generated, so that each repeat draws its own (a
+        fresh sample of the whole traffic), and by windows elsewhere (recorded arrivals, the
+        closed loop).
     slo
         Latency targets of SLO attainment.
     rule
@@ -134,7 +137,7 @@ class QualifyPlan:
     strategies: tuple[StrategySpec, ...]
     candidate: StrategySpec
     repeats: int = DEFAULT_REPEATS
-    repeat_kind: RepeatKind = "windows"
+    repeat_kind: RepeatBy = "auto"
     seed: int = 0
     slo: SloTargets = dataclasses.field(default_factory=SloTargets)
     oracle: bool = False
@@ -184,6 +187,13 @@ def _cell_label(plan: QualifyPlan, load: LoadCell | None = None) -> str:
     return f"{plan.workload.name}|rate={rate}|{plan.candidate.name}:{config}"
 
 
+def _repeat_kind(plan: QualifyPlan, cell: LoadCell | None) -> RepeatKind:
+    """How ``cell``'s repeats differ: ``--repeat-by``, with ``auto`` resolved for the cell."""
+    if plan.repeat_kind != "auto":
+        return plan.repeat_kind
+    return "seeds" if _regenerator(plan, cell) is not None else "windows"
+
+
 def _independent(plan: QualifyPlan, cell: LoadCell | None) -> bool:
     """Whether the repeats of ``cell`` are independent samples of its traffic.
 
@@ -191,7 +201,7 @@ def _independent(plan: QualifyPlan, cell: LoadCell | None) -> bool:
     are generated and drawn anew for each repeat; otherwise every repeat is the same traffic and
     only seeded strategies differ between them.
     """
-    if plan.repeat_kind == "windows":
+    if _repeat_kind(plan, cell) == "windows":
         return True
     return _regenerator(plan, cell) is not None
 
@@ -215,8 +225,9 @@ def _regenerator(plan: QualifyPlan, cell: LoadCell | None) -> Callable[[int], Wo
 def _repeats(plan: QualifyPlan, cell: LoadCell | None) -> list[Repeat]:
     """The repeats of one cell; by seeds with generated arrivals, each draws its own arrivals."""
     workload = plan.workload if cell is None else cell.workload
-    repeats = plan_repeats(workload, plan.repeats, plan.repeat_kind, plan.seed)
-    regenerate = _regenerator(plan, cell) if plan.repeat_kind == "seeds" else None
+    kind = _repeat_kind(plan, cell)
+    repeats = plan_repeats(workload, plan.repeats, kind, plan.seed)
+    regenerate = _regenerator(plan, cell) if kind == "seeds" else None
     if regenerate is None:
         return repeats
     return [dataclasses.replace(r, workload=regenerate(r.seed)) for r in repeats]
@@ -444,6 +455,8 @@ def _inputs(
     if plan.loads is not None:
         for described, (cell, _, _) in zip(loads["loads"], groups, strict=True):
             described["independent_repeats"] = _independent(plan, cell)
+            described["repeat_kind"] = _repeat_kind(plan, cell)
+    kinds = sorted({_repeat_kind(plan, cell) for cell, _, _ in groups})
     return {
         **loads,
         "tool_version": __version__,
@@ -456,7 +469,10 @@ def _inputs(
         "candidate": plan.candidate.name,
         "policy_config": plan.candidate.settings,
         "repeats": plan.repeats,
-        "repeat_kind": plan.repeat_kind,
+        # How the repeats differ: one kind, or "seeds and windows" (auto, a load plan of
+        # generated rate cells and a closed loop: each load records its own).
+        "repeat_kind": " and ".join(reversed(kinds)),
+        "repeat_by": plan.repeat_kind,
         "repeat_details": [
             {
                 "repeat": r.index,
