@@ -435,6 +435,20 @@ def test_a_run_that_preempted_nothing_needs_no_call(tmp_path: Path) -> None:
     )
 
 
+def test_a_job_in_which_nothing_preempted_passes_the_gate(tmp_path: Path) -> None:
+    # A light workload: no run needed a victim, so the policy was never asked. The gate must
+    # not blame the policy for that (a false NO-GO); the lifecycle says it was not exercised.
+    quiet = {k: {"calls": 0, "selections": 0, "decisions": 0} for k in range(5)}
+    q = compute_qualification(write_folder(tmp_path, GOOD, candidate_extra=quiet))
+    gate = q["functional_compatibility"]
+    assert gate["status"] == "passed", gate["reasons"]
+    check = next(c for c in gate["checks"] if c["name"] == "invoked_at_every_preemption")
+    assert check["detail"] == (
+        "no run preempted (no victim decision in any of 5 runs): the policy was never needed"
+    )
+    assert q["lifecycle"]["runtime_effective"]["reached"] is False
+
+
 def test_requests_the_engine_rejects_in_both_arms_fail_no_gate(tmp_path: Path) -> None:
     # One request of each repeat has a prompt >= max_model_len: rejected in both arms alike.
     refused = {k: {"finished": 99, "all_finished": False, "rejected": 1} for k in range(5)}
