@@ -58,6 +58,31 @@ def test_a_long_stage_prints_a_status_line_with_the_time_left(capsys) -> None:  
     assert all(" so far, about " in line and line.endswith(" left") for line in beats)
 
 
+def test_no_gap_between_lines_exceeds_the_interval() -> None:
+    # "A line at least every 10 s": the heartbeat must not wait for a poll after the interval
+    # is up (it polled once a second and so left gaps of up to 11 s).
+    import time
+
+    from tracekit.cli import options
+
+    stamps: list[float] = []
+    echo = options.click.echo
+    options.click.echo = lambda *a, **k: stamps.append(time.monotonic())  # type: ignore[assignment]
+    try:
+        # (It wakes interval / 20 early, 0.1 s here: room for a loaded machine's scheduling.)
+        with StageProgress(interval_s=2.0) as stage:
+            stage("closed-loop runs", 0, 40)
+            start = time.monotonic()
+            stage("closed-loop runs", 1, 40)
+            time.sleep(6.5)
+    finally:
+        options.click.echo = echo  # type: ignore[assignment]
+    gaps = [b - a for a, b in zip([start, *stamps], stamps, strict=False)]
+    beats = [s for s in stamps if s > start]
+    assert len(beats) >= 3, stamps
+    assert max(gaps) <= 2.0, gaps
+
+
 def test_no_heartbeat_once_the_stage_ended(capsys) -> None:  # type: ignore[no-untyped-def]
     import time
 

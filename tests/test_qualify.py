@@ -77,6 +77,26 @@ def test_cells_pair_every_strategy_with_the_baseline_of_its_repeat(results: Path
     assert seeds == {1_000_003}
 
 
+def test_the_diff_and_replay_look_at_the_repeat_with_the_most_decisions(results: Path) -> None:
+    # A light window may make no victim decision: a diff or replay of it would compare nothing.
+    cells = pl.read_parquet(results / "cells.parquet")
+    builtin = cells.filter(pl.col("strategy") == "builtin").sort("repeat")
+    counts = builtin["decisions"].to_list()
+    expected = counts.index(max(counts))  # the first of the most
+    reference = json.loads((results / "qualify.json").read_text())["reference"]
+    assert (reference["repeat"], reference["decisions"]) == (expected, max(counts))
+    assert max(counts) > 0
+    # The diff recorded the candidate on that repeat: the typed run is the cell's own run.
+    typed = json.loads((results / "diff" / "typed" / "manifest.json").read_text())
+    bidkv = cells.filter((pl.col("strategy") == "bidkv") & (pl.col("repeat") == expected))
+    assert typed["run_id"] == bidkv["run_id"].item()
+    (pair,) = json.loads((results / "diff" / "diff.json").read_text())["pairs"]
+    # (Comparable until the two contracts first show the policy different contexts.)
+    assert 0 < pair["comparable_decisions"] <= bidkv["decisions"].item()
+    replay = json.loads((results / "replay" / "replay.json").read_text())
+    assert replay["decisions"] == max(counts)
+
+
 def test_windows_are_disjoint_and_cover_the_workload(results: Path) -> None:
     inputs = json.loads((results / "qualify.json").read_text())
     details = inputs["repeat_details"]

@@ -3,8 +3,9 @@
 One job (module fixture) qualifies ``lcf`` against the built-in rule with two user policies
 beside it, loaded as ``module:Object`` from ``tests/verdict_policies.py``: a twin of the built-in
 rule under another name, and a policy built to preempt badly. The arrivals are generated and every
-repeat draws its own (``--repeat-by seeds`` with ``--arrivals poisson``), ten repeats of 300
-requests, with prefix caching off so that recomputation is real compute.
+repeat draws its own (``--arrivals poisson``: ``--repeat-by auto``, the default, then repeats by
+seeds), ten repeats of 300 requests, with prefix caching off so that recomputation is real
+compute.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ TWIN = "verdict_policies:BuiltinTwin"
 WORST = "verdict_policies:WorstVictim"
 CONTROLS = [
     "--workload", str(SAMPLE), "--limit", "300", "--arrivals", "poisson", "--rate", "0.4",
-    "--repeat-by", "seeds", "--no-prefix-caching",
+    "--no-prefix-caching",
     "--strategy", f"builtin,{TWIN},{WORST}", "--candidate", "lcf",
     # lcf's P99 latencies are too noisy in 10 x 300 requests to be shown within 10%: wider
     # margins are registered for them (the margins are the user's to set).
@@ -42,6 +43,24 @@ def controls(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
 def _entries(out: Path) -> dict[str, dict]:
     q = json.loads((out / "qualification.json").read_text())
     return {e["strategy"]: e for e in q["effectiveness"]["cells"]}
+
+
+def test_generated_arrivals_repeat_by_seeds_by_default(controls: tuple[Path, object]) -> None:
+    # --repeat-by auto: each repeat of the generated rate cell draws its own arrivals (a fresh
+    # sample of all 300 requests), so the repeats are independent and judged.
+    out, _ = controls
+    inputs = json.loads((out / "qualify.json").read_text())
+    assert (inputs["repeat_by"], inputs["repeat_kind"]) == ("auto", "seeds")
+    (load,) = inputs["loads"]
+    assert (load["repeat_kind"], load["independent_repeats"]) == ("seeds", True)
+    assert all(d["num_requests"] == 300 for d in inputs["repeat_details"])
+    arrivals = [
+        pl.read_parquet(out / "runs" / load["label"] / f"r{k}" / "builtin" / "requests.parquet")[
+            "arrival_s"
+        ].sort()
+        for k in (0, 1)
+    ]
+    assert arrivals[0].to_list() != arrivals[1].to_list()
 
 
 def test_a_policy_built_to_preempt_badly_is_harmful(controls: tuple[Path, object]) -> None:

@@ -37,6 +37,9 @@ class _Results:
     def bundle(self, name: str) -> Path:
         return Path(name)
 
+    def reference_runs(self, strategies: list[str]) -> pl.DataFrame:
+        return self.cells.filter(pl.col("strategy").is_in(strategies))
+
 
 @pytest.fixture(scope="module")
 def hand_results(tmp_path_factory: pytest.TempPathFactory) -> _Results:

@@ -14,11 +14,12 @@ from typing import Any
 import polars as pl
 import pytest
 
+# SciPy is in the dev extra: the independent reference must be there, never skipped.
+import scipy.stats as scipy_stats
+
 from tracekit.qualify import ResultsError, compute_qualification, write_qualification
 from tracekit.qualify.endpoints import DEFAULT_ENDPOINTS
 from tracekit.qualify.results import CELL_COLUMNS
-
-scipy_stats = pytest.importorskip("scipy.stats")
 
 CELL = "hand|rate=1.0|bidkv:defaults"
 ENDPOINTS = len(DEFAULT_ENDPOINTS)  # 11
@@ -286,6 +287,38 @@ def test_more_comparisons_widen_every_interval(tmp_path: Path) -> None:
     assert many["label"] == "inconclusive"
 
 
+def test_strategies_identical_to_built_in_do_not_widen_the_intervals(tmp_path: Path) -> None:
+    # The same nine extra strategies, but every decision of theirs chose the built-in victim:
+    # their runs are the baseline's, no interval of theirs can give a false label, so they are
+    # not in the family; m stays 11 and 2.3% still clears the 2% margin.
+    changes = _flat("output_tokens_per_s", 2.3)
+    others = {f"s{i}": [{}] * 5 for i in range(9)}
+    root = write_folder(tmp_path / "ten", changes, strategies=others)
+    cells = pl.read_parquet(root / "cells.parquet")
+    cells.with_columns(
+        differing_decisions=pl.when(pl.col("strategy").str.starts_with("s")).then(0).otherwise(3)
+    ).write_parquet(root / "cells.parquet")
+    q = compute_qualification(root)
+    assert q["effectiveness"]["rule"]["comparisons"] == ENDPOINTS
+    assert q["effectiveness"]["rule"]["judged"] == {"strategy_loads": 1, "aa_loads": 0}
+    assert {e["label"] for e in q["effectiveness"]["cells"] if e["strategy"] != "bidkv"} == {
+        "identical to built-in"
+    }
+    assert _entry(q)["label"] == "beneficial"
+
+
+def test_an_overloaded_cell_is_not_in_the_family(tmp_path: Path) -> None:
+    # Built-in SLO attainment under 50%: nothing is judged there, so nothing is counted.
+    root = write_folder(
+        tmp_path / "over", _flat("output_tokens_per_s", 2.3), builtin_extra={
+            k: {"slo_attainment": 0.3} for k in range(5)
+        }, strategies={"s0": [{}] * 5},
+    )  # fmt: skip
+    q = compute_qualification(root)
+    assert q["effectiveness"]["rule"]["comparisons"] == 0
+    assert {e["label"] for e in q["effectiveness"]["cells"]} == {"overloaded"}
+
+
 def _aa_rows(arm_b: list[dict[str, float]]) -> dict[str, list[dict[str, float]]]:
     return {"static-random": [{}] * len(arm_b), "static-random-aa": arm_b}
 
@@ -400,6 +433,20 @@ def test_a_run_that_preempted_nothing_needs_no_call(tmp_path: Path) -> None:
     assert (
         check["detail"] == "called in 4 of 5 runs, at every preemption (1 run(s) preempted nothing)"
     )
+
+
+def test_a_job_in_which_nothing_preempted_passes_the_gate(tmp_path: Path) -> None:
+    # A light workload: no run needed a victim, so the policy was never asked. The gate must
+    # not blame the policy for that (a false NO-GO); the lifecycle says it was not exercised.
+    quiet = {k: {"calls": 0, "selections": 0, "decisions": 0} for k in range(5)}
+    q = compute_qualification(write_folder(tmp_path, GOOD, candidate_extra=quiet))
+    gate = q["functional_compatibility"]
+    assert gate["status"] == "passed", gate["reasons"]
+    check = next(c for c in gate["checks"] if c["name"] == "invoked_at_every_preemption")
+    assert check["detail"] == (
+        "no run preempted (no victim decision in any of 5 runs): the policy was never needed"
+    )
+    assert q["lifecycle"]["runtime_effective"]["reached"] is False
 
 
 def test_requests_the_engine_rejects_in_both_arms_fail_no_gate(tmp_path: Path) -> None:

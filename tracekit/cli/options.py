@@ -627,14 +627,20 @@ class StageProgress:
         return f"{stage}: {done}/{total} done, {format_duration(elapsed)} so far, {left}"
 
     def _beat(self) -> None:
-        while not self._stop.wait(min(1.0, self.interval_s / 4)):
+        # Wake a little before the interval is up (never more than a second early), so that no
+        # gap between two lines exceeds it whatever the thread's scheduling delay.
+        early = min(1.0, self.interval_s / 20)
+        while True:
+            due = self._printed + self.interval_s - early
+            if self._stop.wait(max(0.01, due - time.monotonic())):
+                return
             now = time.monotonic()
-            if now - self._printed < self.interval_s:
-                continue
+            if now < self._printed + self.interval_s - early:
+                continue  # a stage line was printed meanwhile
             line = self.status_line(now)
             if line is not None:
                 click.echo(line, err=True)
-                self._printed = now
+            self._printed = now
 
     def close(self) -> None:
         """Stop the heartbeat thread."""

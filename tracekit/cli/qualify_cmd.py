@@ -69,10 +69,11 @@ def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> 
 )
 @click.option(
     "--repeat-by",
-    type=Choice(["windows", "seeds"]),
-    default="windows",
+    type=Choice(["auto", "windows", "seeds"]),
+    default="auto",
     show_default=True,
-    help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, ...",
+    help="windows: disjoint time windows of the workload; seeds: all of it with seeds s, s+1, "
+    "...; auto: seeds where the arrivals are generated (each repeat draws its own), else windows.",
 )
 @slo_options
 @click.option(
@@ -133,7 +134,7 @@ def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> 
 @click.option(
     "--oracle",
     is_flag=True,
-    help="Also run the hindsight oracle on repeat 0 (headroom section; docs/oracle.md).",
+    help="Also run the hindsight oracle on the reference repeat (headroom; docs/oracle.md).",
 )
 @jobs_option("recording the runs")
 @out_option(required=True)

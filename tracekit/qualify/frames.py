@@ -117,21 +117,19 @@ def latency_ecdf_frame(results: Results, points: int = 200) -> pl.DataFrame:
 def kv_usage_frame(
     results: Results,
     strategies: list[str],
-    repeat: int = 0,
     *,
     max_points: int = 2000,
     max_marks: int = 400,
 ) -> pl.DataFrame:
-    """KV-cache usage over time and the preemption decisions of one repeat's runs.
+    """KV-cache usage over time and the preemption decisions of the reference runs.
 
     Parameters
     ----------
     results
         A loaded results folder.
     strategies
-        The runs to show (typically the baseline and the candidate).
-    repeat
-        The repeat to show.
+        The runs to show (typically the baseline and the candidate), in the reference repeat
+        (:attr:`Results.reference <tracekit.qualify.results.Results.reference>`).
     max_points
         Time buckets over all series (each series gets ``max_points / len(strategies)``).
     max_marks
@@ -144,7 +142,7 @@ def kv_usage_frame(
         ``kind = "usage"`` rows hold the mean, min and max usage of a time bucket,
         ``kind = "preemption"`` rows one decision (its applied victim, outcome and reason).
     """
-    runs = results.cells.filter((pl.col("repeat") == repeat) & pl.col("strategy").is_in(strategies))
+    runs = results.reference_runs(strategies)
     if runs.height == 0:
         return pl.DataFrame()
     buckets = max(1, max_points // max(1, runs.height))
@@ -345,9 +343,9 @@ def recomputed_summary_frame(recomputed: pl.DataFrame, strategies: list[str]) ->
 
 
 def cache_hit_frame(
-    results: Results, strategies: list[str], repeat: int = 0, *, max_points: int = 400
+    results: Results, strategies: list[str], *, max_points: int = 400
 ) -> pl.DataFrame | None:
-    """Prefix-cache hit rate over time of one repeat's runs, in time buckets.
+    """Prefix-cache hit rate over time of the reference runs, in time buckets.
 
     The hit rate of a bucket is ``cache_hit_tokens / (cache_hit_tokens +
     scheduled_prefill_tokens)``: the share of the tokens the admitted requests needed that the
@@ -358,9 +356,7 @@ def cache_hit_frame(
     results
         A loaded results folder.
     strategies
-        The runs to show.
-    repeat
-        The repeat to show.
+        The runs to show, in the reference repeat (as for :func:`kv_usage_frame`).
     max_points
         Time buckets over all series.
 
@@ -370,7 +366,7 @@ def cache_hit_frame(
         ``strategy, time_s, cache_hit_tokens, prefill_tokens, hit_rate``; None when no run hit
         the cache (prefix caching off) or the traces do not record it (version 1).
     """
-    runs = results.cells.filter((pl.col("repeat") == repeat) & pl.col("strategy").is_in(strategies))
+    runs = results.reference_runs(strategies)
     if runs.height == 0:
         return None
     steps = run_table(results, "steps", runs).select(

@@ -5,9 +5,12 @@ For one workload and engine configuration it
 1. records the built-in baseline and every requested strategy in closed loop over at least three
    repeats (disjoint windows of the workload, or seeds), into ``runs/r<k>/<strategy>/``;
 2. summarises every run into ``cells.parquet`` (serving metrics and policy counters);
-3. records the candidate policy through the legacy and the typed hosts and diffs them
-   (``diff/``), and runs the failure and rollback conformance checks (``conformance.json``);
-4. replays every strategy in open mode on the baseline's decisions (``replay/``);
+3. picks the reference repeat (the reference cell's repeat whose built-in run made the most
+   victim decisions), records the candidate on it through the legacy and the typed hosts and
+   diffs them (``diff/``), and runs the failure and rollback conformance checks
+   (``conformance.json``);
+4. replays every strategy in open mode on the reference repeat's baseline decisions
+   (``replay/``);
 5. renders the report (``report.html`` and ``qualification.json``).
 
 The results folder appears only when the whole job completed. The recordings of steps 1 and 3 go
@@ -38,10 +41,17 @@ from tracekit.qualify.aa_control import AA_ARM, AA_SEED_OFFSET, AA_STRATEGY
 from tracekit.qualify.endpoints import VerdictRule
 from tracekit.qualify.loads import LoadCell, LoadPlan
 from tracekit.qualify.reporting import write_report
+from tracekit.qualify.results import BASELINE
 from tracekit.recording.sim import SimRun, make_run_id
 from tracekit.replay import replay_open
 from tracekit.report.html import prefetch_javascript_bundle
-from tracekit.strategies import NAMED_SETTINGS, StrategySpec, changed_settings, resolve_strategy
+from tracekit.strategies import (
+    NAMED_SETTINGS,
+    HostPath,
+    StrategySpec,
+    changed_settings,
+    resolve_strategy,
+)
 from tracekit.sweep import PlannedRun, execute_runs, make_executor
 from tracekit.sweep.executors import refuse_in_bootstrap
 from tracekit.sweep.progress import ProgressCallback, ProgressSnapshot
@@ -49,13 +59,15 @@ from tracekit.trace.timestamps import utc_now_iso
 from tracekit.workloads import Workload
 from tracekit.workloads.arrivals import ArrivalKind, parse_arrivals
 from tracekit.workloads.load_spec import LoadSpec, apply_load
-from tracekit.workloads.repeats import Repeat, RepeatKind, plan_repeats
+from tracekit.workloads.repeats import Repeat, RepeatBy, RepeatKind, plan_repeats
 
 __all__ = [
     "MARKER",
     "QualifyPlan",
     "check_results_folder",
+    "diff_pair",
     "qualify_runs",
+    "reference_repeat",
     "run_qualify",
 ]
 
@@ -94,7 +106,10 @@ class QualifyPlan:
     candidate
         The policy under qualification (legacy/typed diff, gate and lifecycle labels).
     repeats, repeat_kind, seed
-        Number of repeats, how they differ, and the base seed.
+        Number of repeats, how they differ, and the base seed. ``auto`` (the default) repeats by
+        seeds where the cell's arrivals are generated, so that each repeat draws its own (a
+        fresh sample of the whole traffic), and by windows elsewhere (recorded arrivals, the
+        closed loop).
     slo
         Latency targets of SLO attainment.
     rule
@@ -109,9 +124,9 @@ class QualifyPlan:
         the traffic). Without them (or with recorded arrivals) repeats by seeds share one
         traffic, and the verdicts say that they are not independent.
     oracle
-        Also run the hindsight oracle (``tracekit oracle``) on repeat 0's baseline run, into
-        ``oracle/`` (the report's headroom section). Off by default: it costs a rollout per
-        candidate of every decision.
+        Also run the hindsight oracle (``tracekit oracle``) on the reference repeat's baseline
+        run, into ``oracle/`` (the report's headroom section). Off by default: it costs a
+        rollout per candidate of every decision.
     loads
         The load plan (:func:`tracekit.qualify.loads.plan_loads`): one cell per load level,
         each with its own runs (``runs/<load>/r<k>/<strategy>``) and verdicts. ``None``: one
@@ -123,7 +138,7 @@ class QualifyPlan:
     strategies: tuple[StrategySpec, ...]
     candidate: StrategySpec
     repeats: int = DEFAULT_REPEATS
-    repeat_kind: RepeatKind = "windows"
+    repeat_kind: RepeatBy = "auto"
     seed: int = 0
     slo: SloTargets = dataclasses.field(default_factory=SloTargets)
     oracle: bool = False
@@ -173,6 +188,13 @@ def _cell_label(plan: QualifyPlan, load: LoadCell | None = None) -> str:
     return f"{plan.workload.name}|rate={rate}|{plan.candidate.name}:{config}"
 
 
+def _repeat_kind(plan: QualifyPlan, cell: LoadCell | None) -> RepeatKind:
+    """How ``cell``'s repeats differ: ``--repeat-by``, with ``auto`` resolved for the cell."""
+    if plan.repeat_kind != "auto":
+        return plan.repeat_kind
+    return "seeds" if _regenerator(plan, cell) is not None else "windows"
+
+
 def _independent(plan: QualifyPlan, cell: LoadCell | None) -> bool:
     """Whether the repeats of ``cell`` are independent samples of its traffic.
 
@@ -180,7 +202,7 @@ def _independent(plan: QualifyPlan, cell: LoadCell | None) -> bool:
     are generated and drawn anew for each repeat; otherwise every repeat is the same traffic and
     only seeded strategies differ between them.
     """
-    if plan.repeat_kind == "windows":
+    if _repeat_kind(plan, cell) == "windows":
         return True
     return _regenerator(plan, cell) is not None
 
@@ -204,8 +226,9 @@ def _regenerator(plan: QualifyPlan, cell: LoadCell | None) -> Callable[[int], Wo
 def _repeats(plan: QualifyPlan, cell: LoadCell | None) -> list[Repeat]:
     """The repeats of one cell; by seeds with generated arrivals, each draws its own arrivals."""
     workload = plan.workload if cell is None else cell.workload
-    repeats = plan_repeats(workload, plan.repeats, plan.repeat_kind, plan.seed)
-    regenerate = _regenerator(plan, cell) if plan.repeat_kind == "seeds" else None
+    kind = _repeat_kind(plan, cell)
+    repeats = plan_repeats(workload, plan.repeats, kind, plan.seed)
+    regenerate = _regenerator(plan, cell) if kind == "seeds" else None
     if regenerate is None:
         return repeats
     return [dataclasses.replace(r, workload=regenerate(r.seed)) for r in repeats]
@@ -281,14 +304,13 @@ def run_qualify(
         reference = _reference(groups)
         strategies = plan.run_strategies
         safe_output.write_marker(staging, MARKER, COMMAND)
-        _write_json(staging / "qualify.json", _inputs(plan, groups, reference, strategies))
+        inputs = _inputs(plan, groups, reference, strategies)
+        _write_json(staging / "qualify.json", inputs)
 
         per_cell = [
-            qualify_runs(plan, repeats, strategies, folder=folder, diff=False)
-            for _, folder, repeats in groups
+            qualify_runs(plan, repeats, strategies, folder=folder) for _, folder, repeats in groups
         ]
-        diff_runs = qualify_runs(plan, groups[reference][2], strategies)[-2:]
-        runs = [run for cell_runs in per_cell for run in cell_runs] + diff_runs
+        runs = [run for cell_runs in per_cell for run in cell_runs]
         notify("closed-loop runs", 0, len(runs))
         execution = execute_runs(
             runs, staging, executor, progress=_stage_counts(notify, "closed-loop runs")
@@ -310,20 +332,31 @@ def run_qualify(
             cells = _with_load_columns(cells, groups)
         cells.write_parquet(staging / "cells.parquet", compression="zstd")
 
+        # The diff, the open-mode replay, the oracle and the report's per-run charts look at one
+        # repeat of the reference cell: the one whose built-in run made the most victim
+        # decisions (a light window may make none, and a diff of no decision shows nothing).
+        load, folder, repeats = groups[reference]
+        shown = reference_repeat(cells, _cell_label(plan, load), repeats)
+        label = None if load is None else load.label
+        inputs["reference"] = {"cell": _cell_label(plan, load), "load": label, **shown}
+        _write_json(staging / "qualify.json", inputs)
         notify("legacy vs typed", 0, 1)
+        repeat = next(r for r in repeats if r.index == shown["repeat"])
+        execute_runs(diff_pair(plan, repeat), staging, executor).check()
         _diff_and_conformance(staging, plan)
         notify("legacy vs typed", 1, 1)
+        runs_folder = staging / folder / repeat.label
 
         # The A/A control's second arm is static-random again: the replay and the oracle, which
         # compare victim choices, leave it out.
         compared = [s for s in strategies if s.name != AA_ARM]
         notify("open-mode replay", 0, 1)
-        _open_replay(staging / groups[reference][1], compared)
+        replay_open(runs_folder / compared[0].label, compared, staging / "replay")
         notify("open-mode replay", 1, 1)
 
         if plan.oracle:
             notify("oracle", 0, 1)
-            _oracle(staging, staging / groups[reference][1], compared, jobs)
+            run_oracle(runs_folder / compared[0].label, staging / "oracle", compared, jobs=jobs)
             notify("oracle", 1, 1)
 
         notify("report", 0, 1)
@@ -339,37 +372,59 @@ def qualify_runs(
     strategies: Sequence[StrategySpec],
     *,
     folder: str = "runs",
-    diff: bool = True,
 ) -> list[PlannedRun]:
-    """The job's recordings as an execution plan for :func:`tracekit.sweep.execute_runs`.
+    """A cell's recordings as an execution plan for :func:`tracekit.sweep.execute_runs`.
 
-    Every strategy on every repeat, through the typed host, into ``<folder>/r<k>/<strategy>``;
-    then (with ``diff``) the candidate on repeat 0 through the legacy and the typed hosts, into
-    ``diff/<host>`` (the last two runs). The production policy is seeded with the repeat's seed.
+    Every strategy on every repeat, through the typed host, into ``<folder>/r<k>/<strategy>``.
+    The production policy is seeded with the repeat's seed.
     """
-    rate = float(
-        repeats[0].workload.options.get("rate_rps") or plan.workload.options.get("rate_scale", 1.0)
-    )
     cells = [
         (f"{folder}/{repeat.label}/{strategy.label}", repeat, strategy, "typed")
         for repeat in repeats
         for strategy in strategies
     ]
-    if diff:
-        cells += [
-            (f"diff/{host}", repeats[0], plan.candidate, host) for host in ("legacy", "typed")
-        ]
+    return _planned(plan, cells)
+
+
+def diff_pair(plan: QualifyPlan, repeat: Repeat) -> list[PlannedRun]:
+    """The candidate on ``repeat`` through the legacy and the typed hosts, into ``diff/<host>``."""
+    return _planned(
+        plan, [(f"diff/{host}", repeat, plan.candidate, host) for host in ("legacy", "typed")]
+    )
+
+
+def reference_repeat(cells: pl.DataFrame, cell: str, repeats: Sequence[Repeat]) -> dict[str, int]:
+    """The repeat of ``cell`` whose built-in run made the most victim decisions.
+
+    The first on ties, so repeat 0 when none made any. Returns ``{"repeat": k, "decisions": n}``.
+    """
+    rows = cells.filter((pl.col("cell") == cell) & (pl.col("strategy") == BASELINE))
+    counts = dict(
+        zip(rows["repeat"].to_list(), rows["decisions"].fill_null(0).to_list(), strict=True)
+    )
+    indices = [r.index for r in repeats]
+    best = max(indices, key=lambda k: (counts.get(k, 0), -k))
+    return {"repeat": best, "decisions": int(counts.get(best, 0))}
+
+
+def _planned(
+    plan: QualifyPlan, cells: Sequence[tuple[str, Repeat, StrategySpec, HostPath]]
+) -> list[PlannedRun]:
+    """``(path, repeat, strategy, host path)`` rows as planned runs."""
     runs = []
     for path, repeat, strategy, host_path in cells:
         seeded = _seeded(strategy, repeat.seed)
         run = SimRun(repeat.workload, plan.engine_config, seeded, host_path, repeat.seed)
+        rate = repeat.workload.options.get("rate_rps") or plan.workload.options.get(
+            "rate_scale", 1.0
+        )
         runs.append(
             PlannedRun(
                 path=path,
                 run=run,
                 run_id=make_run_id(run),
                 workload=plan.workload.name,
-                rate=rate,
+                rate=float(rate),
                 strategy=strategy.name,
                 config=host_path,
                 repeat=repeat.index,
@@ -401,6 +456,8 @@ def _inputs(
     if plan.loads is not None:
         for described, (cell, _, _) in zip(loads["loads"], groups, strict=True):
             described["independent_repeats"] = _independent(plan, cell)
+            described["repeat_kind"] = _repeat_kind(plan, cell)
+    kinds = sorted({_repeat_kind(plan, cell) for cell, _, _ in groups})
     return {
         **loads,
         "tool_version": __version__,
@@ -413,7 +470,10 @@ def _inputs(
         "candidate": plan.candidate.name,
         "policy_config": plan.candidate.settings,
         "repeats": plan.repeats,
-        "repeat_kind": plan.repeat_kind,
+        # How the repeats differ: one kind, or "seeds and windows" (auto, a load plan of
+        # generated rate cells and a closed loop: each load records its own).
+        "repeat_kind": " and ".join(reversed(kinds)),
+        "repeat_by": plan.repeat_kind,
         "repeat_details": [
             {
                 "repeat": r.index,
@@ -490,15 +550,6 @@ def _user_settings(spec: StrategySpec) -> dict[str, Any]:
     return {k: v for k, v in spec.settings.items() if k not in NAMED_SETTINGS}
 
 
-def _open_replay(runs: Path, strategies: list[StrategySpec]) -> None:
-    """Replay every strategy in open mode on the first repeat's baseline decisions.
-
-    ``runs`` is the reference cell's runs folder; the replay goes beside ``runs/``.
-    """
-    staging = runs.parent if runs.name == "runs" else runs.parent.parent
-    replay_open(runs / "r0" / strategies[0].label, strategies, staging / "replay")
-
-
 def _with_load_columns(
     cells: pl.DataFrame, groups: list[tuple[LoadCell | None, str, list[Repeat]]]
 ) -> pl.DataFrame:
@@ -513,14 +564,6 @@ def _with_load_columns(
         pl.Series("load", [load_of(b).label for b in bundles], dtype=pl.String),
         pl.Series("offered_rps", [load_of(b).rate_rps for b in bundles], dtype=pl.Float64),
     )
-
-
-def _oracle(staging: Path, runs: Path, strategies: list[StrategySpec], jobs: int | None) -> None:
-    """The hindsight oracle on the reference cell's first baseline run (qualify --oracle).
-
-    ``runs`` is the reference cell's runs folder (as for the open-mode replay).
-    """
-    run_oracle(runs / "r0" / strategies[0].label, staging / "oracle", strategies, jobs=jobs)
 
 
 # Files that name input bundles by their path while the job runs (in the staging folder).

@@ -32,6 +32,7 @@ __all__ = [
     "OVERLOADED",
     "cell_facts",
     "go_no_go",
+    "judged_comparisons",
     "label_matrix",
     "load_headlines",
     "relabel_entries",
@@ -112,14 +113,7 @@ def relabel_entries(
         a new ``reason``.
     """
     facts = {row["cell"]: row for row in cell_facts(cells).to_dicts()}
-    same_runs: set[tuple[str, str]] = set()
-    if identical and "differing_decisions" in cells.columns:
-        same = (
-            cells.group_by("cell", "strategy")
-            .agg((pl.col("differing_decisions").fill_null(1) == 0).all().alias("same"))
-            .filter(pl.col("same"))
-        )
-        same_runs = {(c, s) for c, s in same.select("cell", "strategy").iter_rows()}
+    same_runs = _same_runs(cells) if identical else set()
     out = []
     for entry in entries:
         fact = facts.get(entry["cell"], {})
@@ -143,6 +137,49 @@ def relabel_entries(
     order = {cell: fact["order"] for cell, fact in facts.items()}
     out.sort(key=lambda e: order.get(e["cell"], len(order)))
     return out
+
+
+def _same_runs(cells: pl.DataFrame) -> set[tuple[str, str]]:
+    """``(cell, strategy)`` pairs whose every decision in every repeat chose the built-in victim."""
+    if "differing_decisions" not in cells.columns:
+        return set()
+    same = (
+        cells.group_by("cell", "strategy")
+        .agg((pl.col("differing_decisions").fill_null(1) == 0).all().alias("same"))
+        .filter(pl.col("same"))
+    )
+    return {(c, s) for c, s in same.select("cell", "strategy").iter_rows()}
+
+
+def judged_comparisons(
+    cells: pl.DataFrame,
+    strategies: list[str],
+    withheld_loads: set[str] | None,
+    *,
+    identical: bool = True,
+) -> list[tuple[str, str]]:
+    """The ``(cell, strategy)`` pairs the rule judges: the family of the error control.
+
+    Left out are the pairs whose label follows from the runs' structure, not from their
+    numbers, so that no interval of theirs can make a false label: a strategy identical to
+    built-in in a cell (with ``identical``; its runs *are* the baseline's, every change is 0), an
+    overloaded cell, and a load whose repeats are not independent samples (``withheld_loads``;
+    ``None``: every load). Counting them in ``m`` would only widen every other interval.
+    """
+    if withheld_loads is None:
+        return []
+    facts = {row["cell"]: row for row in cell_facts(cells).to_dicts()}
+    same_runs = _same_runs(cells) if identical else set()
+    present = set(cells.select("cell", "strategy").unique().iter_rows())
+    judged = []
+    for cell, fact in facts.items():
+        slo = fact.get("builtin_slo")
+        if (slo is not None and slo < OVERLOAD_SLO) or fact["load"] in withheld_loads:
+            continue
+        judged += [
+            (cell, s) for s in strategies if (cell, s) in present and (cell, s) not in same_runs
+        ]
+    return judged
 
 
 def label_matrix(

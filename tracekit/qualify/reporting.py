@@ -99,8 +99,8 @@ def report_inputs(
     # One step per frame; each reads the trace bundles it needs.
     steps: dict[str, Callable[[], Any]] = {
         "latency_ecdf": lambda: frames.latency_ecdf_frame(results),
-        # The KV chart compares the baseline with the candidate on repeat 0 only: one run each.
-        "kv_usage": lambda: frames.kv_usage_frame(results, [BASELINE, results.candidate], repeat=0),
+        # The KV chart compares the baseline with the candidate in the reference repeat only.
+        "kv_usage": lambda: frames.kv_usage_frame(results, [BASELINE, results.candidate]),
         "preemption_histogram": lambda: frames.preemption_histogram_frame(results),
         "most_preempted": lambda: frames.most_preempted_frame(results),
         "recomputed": lambda: frames.recomputed_frame(results),
@@ -110,7 +110,7 @@ def report_inputs(
         "diff_timeline": lambda: diff_timeline_frame(results),
         "headroom": lambda: _headroom(results.root),
         # Prefix caching (trace v2): None when no run hit the cache, and the section is left out.
-        "cache_hits": lambda: frames.cache_hit_frame(results, strategies, repeat=0),
+        "cache_hits": lambda: frames.cache_hit_frame(results, strategies),
         "cache_split": lambda: frames.cache_split_frame(results, strategies),
         "goodput": lambda: goodput_frame(results),
         "queue_depth": lambda: queue_depth_frame(results),

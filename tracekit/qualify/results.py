@@ -161,6 +161,25 @@ class Results:
         """
         return changed_settings(self.inputs.get("policy_config") or {})
 
+    @property
+    def reference(self) -> tuple[str | None, int]:
+        """``(cell, repeat)`` of the runs the diff, the replay and the per-run charts show.
+
+        ``qualify.json``'s ``reference`` (the reference cell's repeat whose built-in run made the
+        most victim decisions); repeat 0 of every cell (``cell`` None) for an older folder or a
+        sweep.
+        """
+        reference = self.inputs.get("reference") or {}
+        cell = reference.get("cell")
+        return (str(cell) if cell is not None else None), int(reference.get("repeat") or 0)
+
+    def reference_runs(self, strategies: list[str]) -> pl.DataFrame:
+        """The cells rows of ``strategies`` in the reference repeat (see :attr:`reference`)."""
+        cell, repeat = self.reference
+        chosen = (pl.col("repeat") == repeat) & pl.col("strategy").is_in(strategies)
+        rows = self.cells.filter(chosen)
+        return rows if cell is None else rows.filter(pl.col("cell") == cell)
+
     def bundle(self, relative: str) -> Path:
         """The absolute path of a bundle named relative to the results folder."""
         return self.root / relative

@@ -40,6 +40,7 @@ from tracekit.qualify.endpoints import VerdictRule
 from tracekit.qualify.load_verdicts import (
     OVERLOADED,
     go_no_go,
+    judged_comparisons,
     label_matrix,
     load_headlines,
     relabel_entries,
@@ -300,7 +301,15 @@ def _invoked_check(runs: pl.DataFrame) -> dict[str, Any]:
             + ", ".join(names[:5]),
         )
     if called == 0:
-        return _check("invoked_at_every_preemption", False, f"no call in any of {runs.height} runs")
+        # No run preempted at all: the engine never needed a victim, so the policy had nothing
+        # to do. That is no incompatibility (the lifecycle's runtime_effective says it was not
+        # exercised); failing the gate would blame the policy for the workload.
+        return _check(
+            "invoked_at_every_preemption",
+            True,
+            f"no run preempted (no victim decision in any of {runs.height} runs): the policy was "
+            "never needed",
+        )
     quiet = runs.height - called
     detail = f"called in {called} of {runs.height} runs, at every preemption"
     if quiet:
@@ -501,11 +510,30 @@ def recomputation_note(
         for n in efficiency
         if n in margins
     )
+    text = (
+        f"Harm not shown: {candidate} discarded {discarded:+.0f}% more KV than the built-in rule "
+        f"over the judged loads, but the prefix cache served {served:.0%} of its discarded "
+        f"tokens back, so it truly recomputed {truly:+.0f}% and its recompute tax moved "
+        f"{tax:+.2f} pp; at no load is either shown beyond its margin ({shown})"
+    )
+    # The interval that comes closest to showing harm: how far the evidence is from a verdict.
+    open_ = [
+        (stats["mean"] / stats["margin"], e["load"], name, stats)
+        for e in mine
+        for name in efficiency
+        if (stats := e["endpoints"].get(name))
+        and stats["verdict"] == "undecided"
+        and stats["mean"] is not None
+        and stats["low"] is not None
+    ]
+    if not open_:
+        return text + ", and at every load the interval stays below the margin"
+    _, load, name, stats = max(open_, key=lambda item: item[0])
+    unit = "%" if stats["unit"] == "%" else " pp"
     return (
-        f"Not harm: {candidate} discarded {discarded:+.0f}% more KV than the built-in rule over "
-        f"the judged loads, but the prefix cache served {served:.0%} of its discarded tokens "
-        f"back, so it truly recomputed {truly:+.0f}% and its recompute tax moved {tax:+.2f} pp; "
-        f"at no load is either shown beyond its margin ({shown})"
+        f"{text}, nor within it: {name} at {load} is {stats['mean']:+.1f}{unit} "
+        f"[{stats['low']:+.1f}{unit}, {stats['high']:+.1f}{unit}], an interval that spans the "
+        f"margin"
     )
 
 
@@ -558,10 +586,13 @@ def effectiveness_verdicts(results: Results) -> dict[str, Any]:
     present = set(cells["strategy"].unique().to_list())
     strategies = [s for s in results.strategies if s in present and s not in (BASELINE, AA_ARM)]
     has_aa = AA_ARM in present and AA_STRATEGY in present
-    # The family of the correction: every strategy (and the A/A pair) x load x endpoint.
-    comparisons = (len(strategies) + has_aa) * cells["cell"].n_unique() * len(rule.endpoints)
-    entries = [e for s in strategies for e in compare(cells, s, BASELINE, rule, comparisons)]
     dependent = _dependent_loads(results.inputs)
+    # The family of the correction: every judged strategy (and the A/A pair) x load x endpoint;
+    # a label the runs' structure decides (identical, overloaded, not independent) is no test.
+    judged = judged_comparisons(cells, strategies, dependent)
+    aa_judged = judged_comparisons(cells, [AA_ARM], dependent, identical=False) if has_aa else []
+    comparisons = (len(judged) + len(aa_judged)) * len(rule.endpoints)
+    entries = [e for s in strategies for e in compare(cells, s, BASELINE, rule, comparisons)]
     entries = _not_independent(relabel_entries(entries, cells), dependent)
     aa = None
     if has_aa:
@@ -577,7 +608,9 @@ def effectiveness_verdicts(results: Results) -> dict[str, Any]:
             **rule.to_dict(),
             "comparisons": comparisons,
             "confidence": rule.confidence(comparisons),
-            "interval": "paired Student-t, two-sided, Bonferroni-corrected over the report",
+            "judged": {"strategy_loads": len(judged), "aa_loads": len(aa_judged)},
+            "interval": "paired Student-t, two-sided, Bonferroni-corrected over the report's "
+            "judged comparisons",
         },
         "cells": entries,
         "aa_control": aa,

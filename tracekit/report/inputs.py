@@ -42,8 +42,8 @@ class ReportInputs:
     intervals
         The paired changes with their 95% intervals, one row per (cell, strategy, measure).
     latency_ecdf, kv_usage, preemption_histogram, most_preempted, recomputed, counters
-        The chart and table frames of their sections; ``kv_usage`` is empty when repeat 0 has
-        no run of the baseline or the candidate.
+        The chart and table frames of their sections; ``kv_usage`` is empty when the reference
+        repeat (``qualify.json``'s ``reference``) has no run of the baseline or the candidate.
     recomputed_summary
         Mean recomputed tokens, preemptions and preempted requests per strategy, in order.
     agreement
@@ -65,8 +65,8 @@ class ReportInputs:
     headroom
         The hindsight oracle's outputs (``oracle/``); ``None`` when it did not run.
     cache_hits, cache_split
-        Prefix caching (trace v2): the hit rate over time of repeat 0
-        (``cache_hit_frame``) and the recomputed tokens split into cache hits and truly
+        Prefix caching (trace v2): the hit rate over time of the reference
+        repeat (``cache_hit_frame``) and the recomputed tokens split into cache hits and truly
         recomputed (``cache_split_frame``); ``None`` when no run hit the cache.
     goodput, queue_depth
         The load section's frames (:mod:`tracekit.qualify.load_frames`); ``None`` or empty

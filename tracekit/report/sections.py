@@ -136,13 +136,28 @@ def _latency(view: ReportInputs, strategies: list[str]) -> Section:
     return section
 
 
+def _reference_repeat(view: ReportInputs) -> str:
+    """The runs the per-run charts show, in words (``qualify.json``'s ``reference``)."""
+    reference = view.inputs.get("reference") or {}
+    if "repeat" not in reference:
+        return "repeat 0"
+    where = f"repeat {reference['repeat']}"
+    if reference.get("load"):
+        where = f"{reference['load']}, {where}"
+    return (
+        f"{where} (the repeat whose built-in run made the most victim decisions, "
+        f"{reference.get('decisions', 0)})"
+    )
+
+
 def _kv(view: ReportInputs) -> Section:
     candidate = view.candidate
     shown = [view.baseline, candidate]
     section = Section(
         "kv",
         "KV-cache usage over time",
-        f"KV-cache usage during repeat 0 under the built-in rule and under {candidate}: the line "
+        f"KV-cache usage during {_reference_repeat(view)} under the built-in rule and under "
+        f"{candidate}: the line "
         "is the mean usage per time bucket and the band its range; each red tick "
         "at the top is one preemption decision (hover for the victim and the reason). "
         "Stretches without steps (the engine was idle) are drawn as straight lines.",
@@ -383,8 +398,8 @@ def _cache(view: ReportInputs, strategies: list[str]) -> Section | None:
         "With prefix caching, a preempted request's blocks stay cached until they are reused, "
         "so part of what it recomputes comes back from the cache for free. The line is the "
         "share of the tokens admitted requests needed that the cache served, over time "
-        "(repeat 0); the table splits recomputed tokens into cache hits and truly recomputed "
-        "tokens (means per run).",
+        f"({_reference_repeat(view)}); the table splits recomputed tokens into cache hits and "
+        "truly recomputed tokens (means per run).",
     )
     if view.cache_hits is not None:
         section.chart(

@@ -270,7 +270,8 @@ def open_trace(path: str | Path) -> TraceDataset:
 
     Every run is read once: a bundle that records a run of the dataset again (same run id,
     same manifest but for ``created_at`` and ``labels``, same table files; ``tracekit qualify``
-    keeps the candidate's typed run of repeat 0 under ``runs/`` and under ``diff/typed``) is
+    keeps the candidate's typed run of its reference repeat under ``runs/`` and under
+    ``diff/typed``) is
     left out and listed in :attr:`TraceDataset.copies`. Another bundle with a run id already
     seen is an error.
     """

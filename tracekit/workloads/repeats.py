@@ -14,9 +14,12 @@ import polars as pl
 from tracekit.errors import ConfigError
 from tracekit.workloads.model import Workload
 
-__all__ = ["Repeat", "RepeatKind", "plan_repeats"]
+__all__ = ["Repeat", "RepeatBy", "RepeatKind", "plan_repeats"]
 
 RepeatKind = Literal["windows", "seeds"]
+#: ``tracekit qualify --repeat-by``: a kind, or ``auto`` (seeds where the arrivals are generated,
+#: windows elsewhere).
+RepeatBy = Literal["auto", "windows", "seeds"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
