@@ -80,6 +80,12 @@ EOF
     --request-count 24 --random-seed 0 --extra-inputs ignore_eos:true --ui-type none \
     --artifact-dir "$work/aiperf" >"$work/a.log" 2>&1
 cp "$work/aiperf/profile_export.jsonl" "$out/aiperf-profile_export.jsonl"
+# The clients' statistics-only outputs (no per-request data: the loaders refuse them, naming the
+# flag): AIPerf's summary beside its records, and GuideLLM's CSV of its JSON report.
+cp "$work/aiperf/profile_export_aiperf.json" "$out/aiperf-profile_export_aiperf.json"
+cp "$work/aiperf/profile_export_aiperf.csv" "$out/aiperf-profile_export_aiperf.csv"
+"$guidellm_venv/bin/guidellm" export "$out/guidellm-poisson.json" \
+    --output "kind=csv,path=$out/guidellm-poisson.csv" >"$work/gx.log" 2>&1
 # The start-up log is a fixture too (the --server-log reader's); keep its first lines only.
 sed -n '1,/Application startup complete/p' "$out/vllm-serve.log" | grep -v 'Route: ' \
     >"$work/serve.log" && mv "$work/serve.log" "$out/vllm-serve.log"

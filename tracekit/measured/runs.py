@@ -25,7 +25,7 @@ from tracekit.measured.server_log import OPTIONS, merge_engine_options, read_vll
 from tracekit.measured.simulate import RequestOverheads
 from tracekit.measured.spread import LatencySpread
 from tracekit.workloads.aiperf import read_aiperf_run
-from tracekit.workloads.detect import WorkloadFormat, detect_format
+from tracekit.workloads.detect import WorkloadFormat, detect_format, is_summary_only
 from tracekit.workloads.guidellm import read_guidellm_run
 from tracekit.workloads.measured import MeasuredRun
 from tracekit.workloads.vllm_bench import read_vllm_bench_run
@@ -51,8 +51,9 @@ def is_measured_result(path: str | Path) -> bool:
         return False
     try:
         return detect_format(path) in MEASURED_FORMATS
-    except Exception:  # any unreadable file is simply not a result
-        return False
+    except Exception:  # any unreadable file is simply not a result ...
+        # ... but a client's statistics-only output is one, which reading refuses by name.
+        return is_summary_only(path)
 
 
 def read_measured_run(path: str | Path, *, benchmark: int | None = None) -> MeasuredRun:
