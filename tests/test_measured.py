@@ -606,3 +606,43 @@ def test_each_client_gets_its_own_overheads_and_the_default_fit_leaves_out_the_r
         [fast, slow], dataclasses.replace(config, latency=None), per_client=False
     )
     assert single.overheads.ttft_s == pytest.approx((0.006 + 0.15) / 2, rel=1e-6)
+
+
+@pytest.mark.e2e
+def test_qualify_with_a_model_calibrated_on_real_results_names_its_error(tmp_path: Path) -> None:
+    # The model of `tracekit calibrate` on the committed real client outputs drives a qualify
+    # job; the report's header names the model's measured error, that of what the job's runs
+    # apply (the step model and the overheads, not the spread), and every TTFT of the runs
+    # includes the time before the first token.
+    from report_helpers import qualify_exit
+    from sweep_helpers import SAMPLE
+
+    from tracekit.trace import open_trace
+
+    runner = CliRunner()
+    model = tmp_path / "model.json"
+    _calibrate_real_results(runner, model)
+    doc = json.loads(model.read_text())
+    out = tmp_path / "results"
+    result = runner.invoke(
+        cli,
+        ["qualify", "--workload", str(SAMPLE), "--limit", "60", "--num-blocks", "300",
+         "--max-model-len", "4608", "--load-plan", "single", "--strategy", "builtin,bidkv",
+         "--latency", f"calibrated:{model}", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == qualify_exit(out), result.output
+    carried = json.loads((out / "qualify.json").read_text())["latency_measured_error"]
+    fitted = doc["measured_error"]["fitted_runs_without_spread"]
+    assert carried["fitted_runs_without_spread"] == fitted
+    page = (out / "report.html").read_text("utf-8")
+    expected = (
+        "<dt>measured error</dt><dd>simulated vs measured (the step model with its request "
+        "overheads, as these runs): on the 2 runs it was fitted on: "
+        f"TTFT P50 {fitted['ttft_p50']:+.1%}, TPOT P50 {fitted['tpot_p50']:+.1%}"
+    )
+    assert expected in page
+    before = doc["request_overheads"]["ttft_s"]
+    assert before > 0
+    requests = open_trace(out / "runs").scan("requests").filter(pl.col("status") == "finished")
+    ttft = requests.select((pl.col("first_token_s") - pl.col("arrival_s")).min()).collect()
+    assert ttft.item() > before
