@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ from tracekit.measured.runs import (  # noqa: E402
 )
 
 CACHE = Path.home() / ".cache" / "bidkv"
+#: Model kinds printed under their kind alone (one of each per run).
+TABLE_KINDS = ("roofline", "aiconfigurator", "aisimulate")
 #: The metrics the targets name (docs/latency.md, "End to end").
 TARGET_METRICS = (
     "ttft_p50",
@@ -95,16 +98,45 @@ def _gpu_name() -> str:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
 
 
-#: AIConfigurator systems by GPU name (the tables' systems, docs/latency.md).
-GPU_SYSTEMS = {
-    "H100": "h100_sxm",
-    "H200": "h200_sxm",
-    "B200": "b200_sxm",
-    "A100": "a100_sxm",
-    "L40S": "l40s",
-    "GB200": "gb200",
-    "B300": "b300_sxm",
-}
+#: Per GPU (a substring of ``nvidia-smi``'s name, most specific first): the roofline preset
+#: of Llama-3.1-8B on it (``tracekit.engine.clock.COST_MODEL_PRESETS``) and the system of
+#: NVIDIA's tables (AIConfigurator, AISimulate), None where there is none.
+GPUS: tuple[tuple[str, str | None, str | None], ...] = (
+    ("GB200", "b200-llama3-8b", "gb200"),
+    ("B300", None, "b300_sxm"),
+    ("B200", "b200-llama3-8b", "b200_sxm"),
+    ("H200", "h200-llama3-8b", "h200_sxm"),
+    ("H100", "h100-llama3-8b", "h100_sxm"),
+    ("A100", "a100-llama3-8b", "a100_sxm"),
+    ("L40S", "l40s-llama3-8b", "l40s"),
+    ("A6000", "a6000-llama3-8b", None),
+)
+#: The model the GPU check serves (its dummy weights have this architecture).
+GPU_MODEL = "meta-llama/Meta-Llama-3.1-8B"
+
+
+def gpu_latency_models(gpu_name: str, installed: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """The step-time models to predict with beside the calibrated one, on GPU ``gpu_name``.
+
+    The roofline of Llama-3.1-8B on that GPU, and AIConfigurator's and AISimulate's tables of
+    its system for the kinds in ``installed`` (``aiconfigurator``, ``aisimulate``). Returns the
+    ``--latency`` spellings and notes on what is missing.
+    """
+    gpu = next((row for row in GPUS if row[0] in gpu_name.upper()), None)
+    preset, system = (gpu[1], gpu[2]) if gpu else (None, None)
+    models, notes = [], []
+    if preset:
+        models.append(f"roofline:{preset}")
+    else:
+        notes.append(f"no roofline preset for {gpu_name or 'this GPU'}: no roofline prediction")
+    for kind, extra in (("aiconfigurator", "aiconfigurator"), ("aisimulate", "aisimulate")):
+        if system is None:
+            notes.append(f"{gpu_name or 'this GPU'} has no system in NVIDIA's tables: no {kind}")
+        elif kind in installed:
+            models.append(f"{kind}:{system}/{GPU_MODEL}")
+        else:
+            notes.append(f"{kind} is not installed (pip install '.[{extra}]'): no {kind}")
+    return models, notes
 
 
 def _install(script: list[str], env: dict[str, str] | None = None) -> Path:
@@ -183,11 +215,18 @@ class Server:
         else:
             argv += ["--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.05"]
             # One compute thread, unbound (as the live engine: docs/engine.md, "Time fidelity").
+            # The model runs in the engine-core process (vLLM's one-process executor, as on a
+            # GPU with one device): vLLM's CPU platform otherwise starts a separate worker
+            # process, and the engine core and the worker each busy-wait (sched_yield) on their
+            # shared-memory queue for a second after every message, so a serving server kept
+            # both of the 2 cores busy and the API server and the client waited for a core
+            # (docs/latency.md, "End to end").
             env |= {
                 "VLLM_TARGET_DEVICE": "cpu",
                 "VLLM_CPU_KVCACHE_SPACE": "1",
                 "OMP_NUM_THREADS": "1",
                 "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             }
         self.log = log
         self.handle = log.open("w")
@@ -548,7 +587,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", type=_floats, default=[4.0, 8.0, 16.0])
     parser.add_argument("--burstiness", type=_floats, default=[1.0, 0.5])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--calibrate-rate", type=float, default=8.0)
+    parser.add_argument(
+        "--calibrate-rate",
+        dest="calibrate_rates",
+        type=_floats,
+        default=[8.0],
+        help="the rate(s) whose vllm bench runs (every burstiness) the model is fitted on, "
+        "comma-separated; the others are held out",
+    )
     parser.add_argument(
         "--guidellm-rates",
         type=_floats,
@@ -615,10 +661,16 @@ def main(argv: list[str] | None = None) -> int:
         args.block_size = 16 if gpu else 32
     if args.num_blocks is None and not gpu:
         args.num_blocks = 512
-    if args.calibrate_rate not in args.rates:
-        parser.error(f"--calibrate-rate {args.calibrate_rate:g} is not one of --rates")
+    outside = [r for r in args.calibrate_rates if r not in args.rates]
+    if outside or not args.calibrate_rates:
+        parser.error(
+            f"--calibrate-rate {','.join(f'{r:g}' for r in outside) or '(none)'}: give one or "
+            "more of --rates"
+        )
     guidellm_rates = args.rates if args.guidellm_rates is None else args.guidellm_rates
-    aiperf_rates = [args.calibrate_rate] if args.aiperf_rates is None else args.aiperf_rates
+    aiperf_rates = args.calibrate_rates[:1] if args.aiperf_rates is None else args.aiperf_rates
+    if set(args.rates) <= set(args.calibrate_rates) and not (guidellm_rates or aiperf_rates):
+        parser.error("--calibrate-rate: every rate is a calibration rate; hold one out")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     plan = [
@@ -660,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
                 warm = argparse.Namespace(**{**vars(args), "num_prompts": args.warmup_prompts})
                 run_client(
                     "vllm-bench",
-                    args.calibrate_rate,
+                    args.calibrate_rates[0],
                     1.0,
                     0,
                     out / "warmup",
@@ -718,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     calibration = [
         p
         for (client, rate, _), paths in results.items()
-        if client == "vllm-bench" and rate == args.calibrate_rate
+        if client == "vllm-bench" and rate in args.calibrate_rates
         for p in paths
     ]
     t0 = time.process_time()
@@ -736,21 +788,21 @@ def main(argv: list[str] | None = None) -> int:
     if also is None:
         also = ["roofline"]
         if gpu:
-            system = next((s for k, s in GPU_SYSTEMS.items() if k in _gpu_name()), None)
             import importlib.util
 
-            if system and importlib.util.find_spec("aiconfigurator_core") is not None:
-                also.append(f"aiconfigurator:{system}/meta-llama/Meta-Llama-3.1-8B")
-            elif system:
-                print(
-                    "serve_fidelity: aiconfigurator-core is not installed (pip install "
-                    "'.[aiconfigurator]'): no AIConfigurator prediction",
-                    file=sys.stderr,
+            installed = [
+                kind
+                for kind, module in (
+                    ("aiconfigurator", "aiconfigurator_core"),
+                    ("aisimulate", "aisimulate_core"),
                 )
+                if importlib.util.find_spec(module) is not None
+            ]
+            also, notes = gpu_latency_models(_gpu_name(), installed)
+            for note in notes:
+                print(f"serve_fidelity: {note}", file=sys.stderr)
     for spec in also:
-        models[spec.split(":")[0] if spec.startswith(("roofline", "aiconfigurator")) else spec] = (
-            spec
-        )
+        models[spec.split(":")[0] if spec.startswith(TABLE_KINDS) else spec] = spec
 
     report: dict[str, Any] = {
         "model": args.model,
@@ -764,7 +816,7 @@ def main(argv: list[str] | None = None) -> int:
             "input_len": args.input_len,
             "output_len": args.output_len,
             "range_ratio": args.range_ratio,
-            "calibrate_rate": args.calibrate_rate,
+            "calibrate_rates": args.calibrate_rates,
             "guidellm_rates": guidellm_rates,
             "aiperf_rates": aiperf_rates,
         },
@@ -794,7 +846,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(
-        f"fit on {len(calibration)} runs at rate {args.calibrate_rate:g}: {fit.iterations} "
+        f"fit on {len(calibration)} runs at rate "
+        f"{', '.join(f'{r:g}' for r in args.calibrate_rates)}: {fit.iterations} "
         f"rounds, {'converged' if fit.converged else 'not converged'}, {fit_cpu:.1f} s CPU; "
         f"overheads {fit.overheads.as_dict()}"
     )
@@ -803,7 +856,7 @@ def main(argv: list[str] | None = None) -> int:
     checked_all: list[bool] = []
     checked_constant: list[bool] = []
     for (client, rate, burst), paths in sorted(results.items()):
-        held_out = not (client == "vllm-bench" and rate == args.calibrate_rate)
+        held_out = not (client == "vllm-bench" and rate in args.calibrate_rates)
         entry: dict[str, Any] = {
             "client": client,
             "rate": rate,
