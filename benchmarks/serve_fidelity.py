@@ -555,6 +555,45 @@ def run_client(
     return result
 
 
+def _warm_up(server: Server, args: argparse.Namespace) -> None:
+    """``--warmup-prompts`` completions of the benchmark's prompts, two at a time, untimed.
+
+    Sent from here rather than by a client run: a client's start-up (about 10 s of imports
+    for vllm bench) would warm nothing on the server.
+    """
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(0)
+    lo = max(1, int(args.input_len * (1 - args.range_ratio)))
+    hi = int(args.input_len * (1 + args.range_ratio))
+    prompts = [
+        " ".join(f"t{rng.choice(ONE_TOKEN_IDS)}" for _ in range(rng.randint(lo, hi)))
+        for _ in range(args.warmup_prompts)
+    ]
+
+    def one(words: str) -> None:
+        body = {
+            "model": "served",
+            "prompt": words,
+            "max_tokens": args.output_len,
+            "ignore_eos": True,
+        }
+        request = urllib.request.Request(
+            f"{server.url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=args.client_timeout) as response:
+            response.read()
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(one, prompts))
+    except OSError as exc:
+        sys.exit(f"serve_fidelity: the warm-up requests failed ({exc}); see {server.log}")
+
+
 def _print_comparison(name: str, comparison: Comparison) -> None:
     print(f"  {name}:")
     for m in comparison.metrics:
@@ -709,18 +748,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.warmup_prompts:
                 # Untimed: the first requests of a fresh server pay one-off costs (the first
                 # shapes' allocations, the tokenizer's and the HTTP stack's first calls).
-                warm = argparse.Namespace(**{**vars(args), "num_prompts": args.warmup_prompts})
-                run_client(
-                    "vllm-bench",
-                    args.calibrate_rates[0],
-                    1.0,
-                    0,
-                    out / "warmup",
-                    server,
-                    warm,
-                    venvs,
-                    model,
-                )
+                _warm_up(server, args)
             for i, (client, rate, burst, rep) in enumerate(plan, start=1):
                 run_loads.append(os.getloadavg()[0])
                 telemetry = RunTelemetry(server)
