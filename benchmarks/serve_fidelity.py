@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ from tracekit.measured.runs import (  # noqa: E402
 )
 
 CACHE = Path.home() / ".cache" / "bidkv"
+#: Model kinds printed under their kind alone (one of each per run).
+TABLE_KINDS = ("roofline", "aiconfigurator", "aisimulate")
 #: The metrics the targets name (docs/latency.md, "End to end").
 TARGET_METRICS = (
     "ttft_p50",
@@ -95,16 +98,45 @@ def _gpu_name() -> str:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
 
 
-#: AIConfigurator systems by GPU name (the tables' systems, docs/latency.md).
-GPU_SYSTEMS = {
-    "H100": "h100_sxm",
-    "H200": "h200_sxm",
-    "B200": "b200_sxm",
-    "A100": "a100_sxm",
-    "L40S": "l40s",
-    "GB200": "gb200",
-    "B300": "b300_sxm",
-}
+#: Per GPU (a substring of ``nvidia-smi``'s name, most specific first): the roofline preset
+#: of Llama-3.1-8B on it (``tracekit.engine.clock.COST_MODEL_PRESETS``) and the system of
+#: NVIDIA's tables (AIConfigurator, AISimulate), None where there is none.
+GPUS: tuple[tuple[str, str | None, str | None], ...] = (
+    ("GB200", "b200-llama3-8b", "gb200"),
+    ("B300", None, "b300_sxm"),
+    ("B200", "b200-llama3-8b", "b200_sxm"),
+    ("H200", "h200-llama3-8b", "h200_sxm"),
+    ("H100", "h100-llama3-8b", "h100_sxm"),
+    ("A100", "a100-llama3-8b", "a100_sxm"),
+    ("L40S", "l40s-llama3-8b", "l40s"),
+    ("A6000", "a6000-llama3-8b", None),
+)
+#: The model the GPU check serves (its dummy weights have this architecture).
+GPU_MODEL = "meta-llama/Meta-Llama-3.1-8B"
+
+
+def gpu_latency_models(gpu_name: str, installed: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """The step-time models to predict with beside the calibrated one, on GPU ``gpu_name``.
+
+    The roofline of Llama-3.1-8B on that GPU, and AIConfigurator's and AISimulate's tables of
+    its system for the kinds in ``installed`` (``aiconfigurator``, ``aisimulate``). Returns the
+    ``--latency`` spellings and notes on what is missing.
+    """
+    gpu = next((row for row in GPUS if row[0] in gpu_name.upper()), None)
+    preset, system = (gpu[1], gpu[2]) if gpu else (None, None)
+    models, notes = [], []
+    if preset:
+        models.append(f"roofline:{preset}")
+    else:
+        notes.append(f"no roofline preset for {gpu_name or 'this GPU'}: no roofline prediction")
+    for kind, extra in (("aiconfigurator", "aiconfigurator"), ("aisimulate", "aisimulate")):
+        if system is None:
+            notes.append(f"{gpu_name or 'this GPU'} has no system in NVIDIA's tables: no {kind}")
+        elif kind in installed:
+            models.append(f"{kind}:{system}/{GPU_MODEL}")
+        else:
+            notes.append(f"{kind} is not installed (pip install '.[{extra}]'): no {kind}")
+    return models, notes
 
 
 def _install(script: list[str], env: dict[str, str] | None = None) -> Path:
@@ -183,11 +215,18 @@ class Server:
         else:
             argv += ["--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.05"]
             # One compute thread, unbound (as the live engine: docs/engine.md, "Time fidelity").
+            # The model runs in the engine-core process (vLLM's one-process executor, as on a
+            # GPU with one device): vLLM's CPU platform otherwise starts a separate worker
+            # process, and the engine core and the worker each busy-wait (sched_yield) on their
+            # shared-memory queue for a second after every message, so a serving server kept
+            # both of the 2 cores busy and the API server and the client waited for a core
+            # (docs/latency.md, "End to end").
             env |= {
                 "VLLM_TARGET_DEVICE": "cpu",
                 "VLLM_CPU_KVCACHE_SPACE": "1",
                 "OMP_NUM_THREADS": "1",
                 "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             }
         self.log = log
         self.handle = log.open("w")
@@ -516,6 +555,45 @@ def run_client(
     return result
 
 
+def _warm_up(server: Server, args: argparse.Namespace) -> None:
+    """``--warmup-prompts`` completions of the benchmark's prompts, two at a time, untimed.
+
+    Sent from here rather than by a client run: a client's start-up (about 10 s of imports
+    for vllm bench) would warm nothing on the server.
+    """
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(0)
+    lo = max(1, int(args.input_len * (1 - args.range_ratio)))
+    hi = int(args.input_len * (1 + args.range_ratio))
+    prompts = [
+        " ".join(f"t{rng.choice(ONE_TOKEN_IDS)}" for _ in range(rng.randint(lo, hi)))
+        for _ in range(args.warmup_prompts)
+    ]
+
+    def one(words: str) -> None:
+        body = {
+            "model": "served",
+            "prompt": words,
+            "max_tokens": args.output_len,
+            "ignore_eos": True,
+        }
+        request = urllib.request.Request(
+            f"{server.url}/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=args.client_timeout) as response:
+            response.read()
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(one, prompts))
+    except OSError as exc:
+        sys.exit(f"serve_fidelity: the warm-up requests failed ({exc}); see {server.log}")
+
+
 def _print_comparison(name: str, comparison: Comparison) -> None:
     print(f"  {name}:")
     for m in comparison.metrics:
@@ -548,7 +626,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", type=_floats, default=[4.0, 8.0, 16.0])
     parser.add_argument("--burstiness", type=_floats, default=[1.0, 0.5])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--calibrate-rate", type=float, default=8.0)
+    parser.add_argument(
+        "--calibrate-rate",
+        dest="calibrate_rates",
+        type=_floats,
+        default=[8.0],
+        help="the rate(s) whose vllm bench runs (every burstiness) the model is fitted on, "
+        "comma-separated; the others are held out",
+    )
     parser.add_argument(
         "--guidellm-rates",
         type=_floats,
@@ -615,10 +700,16 @@ def main(argv: list[str] | None = None) -> int:
         args.block_size = 16 if gpu else 32
     if args.num_blocks is None and not gpu:
         args.num_blocks = 512
-    if args.calibrate_rate not in args.rates:
-        parser.error(f"--calibrate-rate {args.calibrate_rate:g} is not one of --rates")
+    outside = [r for r in args.calibrate_rates if r not in args.rates]
+    if outside or not args.calibrate_rates:
+        parser.error(
+            f"--calibrate-rate {','.join(f'{r:g}' for r in outside) or '(none)'}: give one or "
+            "more of --rates"
+        )
     guidellm_rates = args.rates if args.guidellm_rates is None else args.guidellm_rates
-    aiperf_rates = [args.calibrate_rate] if args.aiperf_rates is None else args.aiperf_rates
+    aiperf_rates = args.calibrate_rates[:1] if args.aiperf_rates is None else args.aiperf_rates
+    if set(args.rates) <= set(args.calibrate_rates) and not (guidellm_rates or aiperf_rates):
+        parser.error("--calibrate-rate: every rate is a calibration rate; hold one out")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     plan = [
@@ -657,18 +748,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.warmup_prompts:
                 # Untimed: the first requests of a fresh server pay one-off costs (the first
                 # shapes' allocations, the tokenizer's and the HTTP stack's first calls).
-                warm = argparse.Namespace(**{**vars(args), "num_prompts": args.warmup_prompts})
-                run_client(
-                    "vllm-bench",
-                    args.calibrate_rate,
-                    1.0,
-                    0,
-                    out / "warmup",
-                    server,
-                    warm,
-                    venvs,
-                    model,
-                )
+                _warm_up(server, args)
             for i, (client, rate, burst, rep) in enumerate(plan, start=1):
                 run_loads.append(os.getloadavg()[0])
                 telemetry = RunTelemetry(server)
@@ -715,10 +795,14 @@ def main(argv: list[str] | None = None) -> int:
 
     options = {"async_scheduling": False} if args.device == "cpu" else {}
     config, provenance = measured_engine_config(options, server_log)
+    # vllm bench's runs at the calibration rates. (GuideLLM's and AIPerf's runs at those rates
+    # stay held out: fitted with them, the shared step model took up their runs' own engine
+    # slow-downs and missed vllm bench's held-out rates by twice as much, median E2E error
+    # 31.5 % against 13.8 to 16.6 %, on one loaded run of this benchmark; docs/latency.md.)
     calibration = [
         p
         for (client, rate, _), paths in results.items()
-        if client == "vllm-bench" and rate == args.calibrate_rate
+        if client == "vllm-bench" and rate in args.calibrate_rates
         for p in paths
     ]
     t0 = time.process_time()
@@ -736,21 +820,21 @@ def main(argv: list[str] | None = None) -> int:
     if also is None:
         also = ["roofline"]
         if gpu:
-            system = next((s for k, s in GPU_SYSTEMS.items() if k in _gpu_name()), None)
             import importlib.util
 
-            if system and importlib.util.find_spec("aiconfigurator_core") is not None:
-                also.append(f"aiconfigurator:{system}/meta-llama/Meta-Llama-3.1-8B")
-            elif system:
-                print(
-                    "serve_fidelity: aiconfigurator-core is not installed (pip install "
-                    "'.[aiconfigurator]'): no AIConfigurator prediction",
-                    file=sys.stderr,
+            installed = [
+                kind
+                for kind, module in (
+                    ("aiconfigurator", "aiconfigurator_core"),
+                    ("aisimulate", "aisimulate_core"),
                 )
+                if importlib.util.find_spec(module) is not None
+            ]
+            also, notes = gpu_latency_models(_gpu_name(), installed)
+            for note in notes:
+                print(f"serve_fidelity: {note}", file=sys.stderr)
     for spec in also:
-        models[spec.split(":")[0] if spec.startswith(("roofline", "aiconfigurator")) else spec] = (
-            spec
-        )
+        models[spec.split(":")[0] if spec.startswith(TABLE_KINDS) else spec] = spec
 
     report: dict[str, Any] = {
         "model": args.model,
@@ -764,7 +848,7 @@ def main(argv: list[str] | None = None) -> int:
             "input_len": args.input_len,
             "output_len": args.output_len,
             "range_ratio": args.range_ratio,
-            "calibrate_rate": args.calibrate_rate,
+            "calibrate_rates": args.calibrate_rates,
             "guidellm_rates": guidellm_rates,
             "aiperf_rates": aiperf_rates,
         },
@@ -777,7 +861,9 @@ def main(argv: list[str] | None = None) -> int:
         "fit": {
             "iterations": fit.iterations,
             "converged": fit.converged,
+            "stop_reason": fit.stop_reason,
             "cpu_s": fit_cpu,
+            "overheads_by_client": {c: o.as_dict() for c, o in fit.overheads_by_client.items()},
             "model": fit.model.to_json(),
         },
         "configurations": [],
@@ -794,16 +880,20 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     print(
-        f"fit on {len(calibration)} runs at rate {args.calibrate_rate:g}: {fit.iterations} "
-        f"rounds, {'converged' if fit.converged else 'not converged'}, {fit_cpu:.1f} s CPU; "
-        f"overheads {fit.overheads.as_dict()}"
+        f"fit on {len(calibration)} runs at rate "
+        f"{', '.join(f'{r:g}' for r in args.calibrate_rates)}: {fit.iterations} "
+        f"rounds, {fit.stop_reason}, {fit_cpu:.1f} s CPU; time before the first token "
+        + ", ".join(
+            f"{client} {o.ttft_s * 1000:.1f} ms"
+            for client, o in (fit.overheads_by_client or {"all": fit.overheads}).items()
+        )
     )
     held_e2e: list[float] = []
     failures: list[str] = []
     checked_all: list[bool] = []
     checked_constant: list[bool] = []
     for (client, rate, burst), paths in sorted(results.items()):
-        held_out = not (client == "vllm-bench" and rate == args.calibrate_rate)
+        held_out = not (client == "vllm-bench" and rate in args.calibrate_rates)
         entry: dict[str, Any] = {
             "client": client,
             "rate": rate,
@@ -819,6 +909,23 @@ def main(argv: list[str] | None = None) -> int:
             cmp = accuracy(paths, dataclasses.replace(config, latency=spec), target=args.target)
             entry[name] = cmp.as_dict()
             _print_comparison(name, cmp)
+            if name == "calibrated":
+                # The engine's own clock (the server's counters, no client in them) against
+                # the model: how far the engine's speed itself moved from run to run.
+                server_itl = [
+                    (telemetries.get(Path(p).stem) or {})
+                    .get("server_mean_s", {})
+                    .get("inter_token_latency_seconds")
+                    for p in paths
+                ]
+                sim_itl = cmp.metric("itl_mean").simulated
+                if sim_itl and all(server_itl):
+                    ratios = [v / sim_itl for v in server_itl]  # type: ignore[operator]
+                    entry["engine_clock_itl_ratio"] = ratios
+                    print(
+                        "    engine clock: the server's mean inter-token time / the model's "
+                        + ", ".join(f"{r:.2f}" for r in ratios)
+                    )
             within = [w for w in (cmp.metric(m).within for m in TARGET_METRICS) if w is not None]
             if name == "calibrated-constant" and held_out:
                 checked_constant.extend(within)

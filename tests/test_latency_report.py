@@ -9,7 +9,7 @@ import pytest
 from report_helpers import copy_results, shared_results
 
 from tracekit.qualify import write_report
-from tracekit.report.html import latency_text
+from tracekit.report.html import latency_text, measured_error_text
 
 
 @pytest.mark.parametrize(
@@ -89,8 +89,27 @@ def test_qualify_report_names_the_measured_error_of_a_calibrated_model(
     inputs["latency_measured_error"] = carried
     (results / "qualify.json").write_text(json.dumps(inputs))
     page = write_report(results, tmp_path / "r.html").read_text("utf-8")
+    # A file from before the errors without the spread were kept: its errors are those of the
+    # model with the spread, which qualify's runs do not add, and the row says so.
     assert (
-        "<dt>measured error</dt><dd>simulated vs measured: on the 2 runs it was fitted on: "
-        "TTFT P50 -3.1%, E2E P50 +1.2%, throughput +0.4%; held out, vllm-bench rate 16: "
-        "TPOT P50 -2.0%, E2E P50 +8.7%</dd>"
+        "<dt>measured error</dt><dd>simulated vs measured (the step model with its request "
+        "overheads and TTFT spread; these runs leave the spread out): on the 2 runs it was "
+        "fitted on: TTFT P50 -3.1%, E2E P50 +1.2%, throughput +0.4%; held out, vllm-bench "
+        "rate 16: TPOT P50 -2.0%, E2E P50 +8.7%</dd>"
     ) in page
+    # A current file: the errors of what qualify's runs apply, the overheads without the spread.
+    current = {
+        **carried,
+        "fitted_runs_without_spread": {"ttft_p50": 0.052, "e2e_p50": 0.013},
+        "held_out": {
+            "vllm-bench rate 16": {
+                "errors": {"e2e_p50": 0.087},
+                "errors_without_spread": {"e2e_p50": 0.091},
+            }
+        },
+    }
+    assert measured_error_text(current) == (
+        "simulated vs measured (the step model with its request overheads, as these runs): on "
+        "the 2 runs it was fitted on: TTFT P50 +5.2%, E2E P50 +1.3%; held out, vllm-bench "
+        "rate 16: E2E P50 +9.1%"
+    )

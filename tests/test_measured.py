@@ -38,6 +38,9 @@ LOG = DATA / "vllm-serve.log"
 #: A step model of every term (the pairs term too), seconds per unit.
 TRUTH = (0.004, 3e-6, 2e-4, 2e-7, 5e-5, 2e-9)
 OVERHEADS = RequestOverheads(ttft_s=0.006, ttft_per_prompt_token_s=2e-6, e2e_s=0.001)
+#: Every step term and the three overheads of TRUTH free (the default fit leaves the
+#: per-scheduled-request term and the per-prompt-token overhead at 0).
+FULL = {"terms": TERMS, "overheads": ("ttft_s", "ttft_per_prompt_token_s", "e2e_s")}
 
 
 def _config(tmp_path: Path, coefficients: tuple[float, ...] = TRUTH, name: str = "m.json"):
@@ -100,7 +103,7 @@ def test_fit_gives_back_a_known_model_and_its_overheads(tmp_path: Path) -> None:
         run = read_vllm_bench_run(path)
         runs.append(_as_measured(run, simulate_run(run, _config(tmp_path), overheads=OVERHEADS)))
     config = dataclasses.replace(_config(tmp_path), latency=None)
-    fit = fit_from_runs(runs, config, max_iterations=15, tol=1e-6)
+    fit = fit_from_runs(runs, config, max_iterations=15, tol=1e-6, **FULL)
     model = fit.model
     # Every measured latency is reproduced (the schedule converges to the true one) ...
     for run in runs:
@@ -224,8 +227,20 @@ def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None
     assert "overheads" in result.output and "wrote" in result.output
     doc = json.loads(model.read_text())
     assert doc["version"] == 3
-    assert set(doc["request_overheads"]) == {"ttft_s", "ttft_per_prompt_token_s", "e2e_s"}
+    assert set(doc["request_overheads"]) == {
+        "ttft_s",
+        "ttft_per_prompt_token_s",
+        "e2e_s",
+        "e2e_per_output_token_s",
+    }
+    # One set per client: GuideLLM's TTFT outside the engine is its own (about 0.19 s against
+    # vllm bench's 0.015 s on these runs); the default set is vllm bench's (more requests).
+    by_client = doc["request_overheads_by_client"]
+    assert set(by_client) == {"vllm-bench", "guidellm"}
+    assert doc["request_overheads"] == by_client["vllm-bench"]
+    assert by_client["guidellm"]["ttft_s"] > 5 * by_client["vllm-bench"]["ttft_s"] > 0
     assert "e2e_p50" in doc["measured_error"]["fitted_runs"]
+    assert "e2e_p50" in doc["measured_error"]["fitted_runs_without_spread"]
     assert doc["fit"]["engine_provenance"]["sources"]["num_blocks"].startswith("server log")
     loaded = load_calibrated_model(model)
     assert loaded.request_overheads == pytest.approx(doc["request_overheads"])
@@ -239,12 +254,17 @@ def test_calibrate_and_accuracy_commands_on_real_results(tmp_path: Path) -> None
         argv = ["accuracy", str(RATE8), "--latency", f"calibrated:{model}", "--server-log"]
         return runner.invoke(cli, [*argv, str(LOG), *options])
 
-    result = run_accuracy("--json", "--out", str(out), "--target", "10")
+    # A run the model was fitted on: every metric within 25 % (one run, so no noise floor),
+    # the means within 10 %.
+    result = run_accuracy("--json", "--out", str(out), "--target", "0.25")
     assert result.exit_code == 0, result.output
     payload = json.loads(out.read_text())
     assert payload["all_within"] is True
-    assert {m["metric"] for m in payload["metrics"]} >= {"ttft_p99", "tpot_p50", "itl_p90"}
-    assert payload["overheads"] == pytest.approx(doc["request_overheads"])
+    errors = {m["metric"]: m["error"] for m in payload["metrics"]}
+    assert set(errors) >= {"ttft_p99", "tpot_p50", "itl_p90"}
+    for name in ("ttft_mean", "tpot_mean", "e2e_mean", "output_throughput"):
+        assert abs(errors[name]) < 0.1, name
+    assert payload["overheads"] == pytest.approx(by_client["vllm-bench"])
     assert payload["spread_residuals"] == len(spread["ttft_s"])
     # With a 0.1 % target a single run (no noise floor) is outside it: exit 1.
     strict = run_accuracy("--target", "0.001")
@@ -286,23 +306,28 @@ def test_accuracy_records_a_held_out_error_in_the_model_file(tmp_path: Path) -> 
             str(LOG),
             "--record-error",
             "vllm bench long prompts",
-            "--target",
-            "10",
         ],
     )
-    assert result.exit_code == 0, result.output
+    # Held out (3,000-token prompts the model never saw): recorded whether or not within 10 %.
+    assert result.exit_code in (0, 1), result.output
     after = json.loads(model.read_text())
     held = after["measured_error"]["held_out"]["vllm bench long prompts"]
     assert held["runs"] == [str(FAILURES)]
-    assert set(held["errors"]) == {
-        "ttft_p50",
-        "ttft_p99",
-        "tpot_p50",
-        "tpot_p99",
-        "e2e_p50",
-        "e2e_p99",
-        "output_throughput",
-    }
+    assert (
+        set(held["errors"])
+        == set(held["errors_without_spread"])
+        == {
+            "ttft_p50",
+            "ttft_p99",
+            "tpot_p50",
+            "tpot_p99",
+            "e2e_p50",
+            "e2e_p99",
+            "output_throughput",
+        }
+    )
+    # The spread moves the percentiles, not the throughput.
+    assert held["errors_without_spread"]["output_throughput"] == held["errors"]["output_throughput"]
     # The rest of the model is unchanged.
     assert after["coefficients"] == before["coefficients"]
     assert after["measured_error"]["fitted_runs"] == before["measured_error"]["fitted_runs"]
@@ -341,7 +366,9 @@ def test_fit_gives_back_every_coefficient_of_a_known_model(tmp_path: Path) -> No
     # One latency is a sum of the true steps plus the true overheads; on the true schedule the
     # regression is exact, so all nine unknowns come back (the damped iteration of the first
     # version stopped after 12 rounds, 1 % away).
-    fit = fit_from_runs([_burst(tmp_path)], dataclasses.replace(_config(tmp_path), latency=None))
+    fit = fit_from_runs(
+        [_burst(tmp_path)], dataclasses.replace(_config(tmp_path), latency=None), **FULL
+    )
     assert (fit.converged, fit.stop_reason) == (True, "fixed point")
     assert fit.model.coefficients == pytest.approx(TRUTH, rel=1e-6)
     assert fit.overheads.ttft_s == pytest.approx(OVERHEADS.ttft_s, rel=1e-6)
@@ -358,8 +385,8 @@ def test_a_huber_fit_is_not_moved_by_one_stalled_request(tmp_path: Path) -> None
     # per step by a fifth; the Huber loss counts the stall by its size.
     config = dataclasses.replace(_config(tmp_path), latency=None)
     run = _burst(tmp_path, stall_s=0.2)
-    squares = fit_from_runs([run], config).model.coefficients
-    huber = fit_from_runs([run], config, huber_delta=HUBER_DELTA).model
+    squares = fit_from_runs([run], config, **FULL).model.coefficients
+    huber = fit_from_runs([run], config, huber_delta=HUBER_DELTA, **FULL).model
     assert abs(squares[0] / TRUTH[0] - 1) > 0.1
     c = huber.coefficients
     assert c[0] == pytest.approx(TRUTH[0], rel=0.02)
@@ -375,7 +402,7 @@ def test_the_fit_keeps_the_best_model_it_simulated(tmp_path: Path) -> None:
     for path in (RATE8, FAILURES):
         run = read_vllm_bench_run(path)
         runs.append(_as_measured(run, simulate_run(run, _config(tmp_path), overheads=OVERHEADS)))
-    fit = fit_from_runs(runs, dataclasses.replace(_config(tmp_path), latency=None))
+    fit = fit_from_runs(runs, dataclasses.replace(_config(tmp_path), latency=None), **FULL)
     objectives = [h["objective"] for h in fit.history]
     accepted = [h["objective"] for h in fit.history if h["accepted"]]
     # Levenberg-Marquardt: every accepted round is better than the one before it ...
@@ -385,7 +412,9 @@ def test_the_fit_keeps_the_best_model_it_simulated(tmp_path: Path) -> None:
     best = fit.history[objectives.index(min(objectives))]
     assert fit.model.coefficients == tuple(best["coefficients"].values())
     assert fit.model.fit["stop_reason"] == fit.stop_reason
-    assert fit.stop_reason.startswith(("fixed point", "no better model", "max_iterations"))
+    assert fit.stop_reason.startswith(
+        ("fixed point", "objective stable", "no better model", "max_iterations")
+    )
 
 
 def test_the_spread_convolves_hand_worked_requests() -> None:
@@ -454,7 +483,7 @@ def test_the_spread_predicts_held_out_percentiles_a_constant_overhead_misses(
     run = read_vllm_bench_run(RATE8)
     exact = _as_measured(run, simulate_run(run, _config(tmp_path), overheads=OVERHEADS))
     config = dataclasses.replace(_config(tmp_path), latency=None)
-    fit = fit_from_runs([_scattered(exact, 1), _scattered(exact, 2)], config)
+    fit = fit_from_runs([_scattered(exact, 1), _scattered(exact, 2)], config, **FULL)
     spread = LatencySpread.from_dict(fit.model.request_spread)
     assert spread is not None and len(spread) == 2 * 30
     assert sum(spread.ttft_s) == pytest.approx(0, abs=1e-9)
@@ -519,3 +548,101 @@ def test_calibrate_no_spread_writes_constant_overheads_only(tmp_path: Path) -> N
     doc = json.loads(model.read_text())
     assert "request_spread" not in doc and doc["version"] == 3
     assert json.loads(result.stdout)["spread_residuals"] == 0
+
+
+def test_the_engine_adds_a_measured_models_overheads_to_its_records(tmp_path: Path) -> None:
+    # What record sim, replay and qualify run: the step model times the steps, and a model
+    # fitted to measured latencies also delays each request's first token and last token by its
+    # overheads, leaving the schedule alone (as tracekit accuracy adds them).
+    overheads = {
+        "ttft_s": 0.006,
+        "ttft_per_prompt_token_s": 2e-6,
+        "e2e_s": 0.001,
+        "e2e_per_output_token_s": 1e-4,
+    }
+    measured = CalibratedModel(TRUTH, request_overheads=overheads).save(tmp_path / "o.json")
+    run = read_vllm_bench_run(RATE8)
+    plain = simulate_run(run, _config(tmp_path))
+    shifted = simulate_run(
+        run, dataclasses.replace(_config(tmp_path), latency=f"calibrated:{measured}")
+    )
+    assert shifted.steps.equals(plain.steps)
+    before = {r.request_id: r for r in plain.result.requests}
+    for r in shifted.result.requests:
+        b = before[r.request_id]
+        ahead = 0.006 + 2e-6 * r.prompt_tokens
+        assert r.first_token_s - b.first_token_s == pytest.approx(ahead, abs=1e-12)
+        tail = ahead + 0.001 + 1e-4 * (r.num_output_tokens - 1)
+        assert r.finish_s - b.finish_s == pytest.approx(tail, abs=1e-12)
+        assert (r.arrival_s, r.first_scheduled_s) == (b.arrival_s, b.first_scheduled_s)
+    # simulate_run adds the overheads it is given; the engine's records do not count twice.
+    assert shifted.requests.equals(plain.requests)
+
+
+def test_each_client_gets_its_own_overheads_and_the_default_fit_leaves_out_the_rest(
+    tmp_path: Path,
+) -> None:
+    # One engine (TRUTH without the per-scheduled-request term, which the default fit leaves
+    # out), two clients with their own time before the first token: RATE8's requests sent at
+    # once (a schedule that does not depend on the step times) as vllm bench, 6 ms ahead, and
+    # the same requests as GuideLLM, 150 ms ahead (GuideLLM's own processes).
+    truth = (*TRUTH[:4], 0.0, TRUTH[5])
+    run = read_vllm_bench_run(RATE8)
+    run = dataclasses.replace(run, frame=run.frame.with_columns(pl.lit(0.0).alias("start_s")))
+    config = _config(tmp_path, truth)
+    fast = _as_measured(run, simulate_run(run, config, overheads=RequestOverheads(ttft_s=0.006)))
+    slow = _as_measured(run, simulate_run(run, config, overheads=RequestOverheads(ttft_s=0.15)))
+    slow = dataclasses.replace(slow, client="guidellm")
+    fit = fit_from_runs([fast, slow], dataclasses.replace(config, latency=None))
+    assert fit.stop_reason == "fixed point"
+    assert fit.model.coefficients == pytest.approx(truth, rel=1e-6)
+    assert fit.overheads_by_client["vllm-bench"].ttft_s == pytest.approx(0.006, rel=1e-6)
+    assert fit.overheads_by_client["guidellm"].ttft_s == pytest.approx(0.15, rel=1e-6)
+    assert fit.model.request_overheads_by_client["guidellm"]["ttft_s"] == pytest.approx(0.15)
+    # The per-prompt-token and after-the-last-token overheads are not fitted by default.
+    assert fit.overheads.ttft_per_prompt_token_s == fit.overheads.e2e_s == 0.0
+    # One set for both: their mean, 78 ms, which is neither client's.
+    single = fit_from_runs(
+        [fast, slow], dataclasses.replace(config, latency=None), per_client=False
+    )
+    assert single.overheads.ttft_s == pytest.approx((0.006 + 0.15) / 2, rel=1e-6)
+
+
+@pytest.mark.e2e
+def test_qualify_with_a_model_calibrated_on_real_results_names_its_error(tmp_path: Path) -> None:
+    # The model of `tracekit calibrate` on the committed real client outputs drives a qualify
+    # job; the report's header names the model's measured error, that of what the job's runs
+    # apply (the step model and the overheads, not the spread), and every TTFT of the runs
+    # includes the time before the first token.
+    from report_helpers import qualify_exit
+    from sweep_helpers import SAMPLE
+
+    from tracekit.trace import open_trace
+
+    runner = CliRunner()
+    model = tmp_path / "model.json"
+    _calibrate_real_results(runner, model)
+    doc = json.loads(model.read_text())
+    out = tmp_path / "results"
+    result = runner.invoke(
+        cli,
+        ["qualify", "--workload", str(SAMPLE), "--limit", "60", "--num-blocks", "300",
+         "--max-model-len", "4608", "--load-plan", "single", "--strategy", "builtin,bidkv",
+         "--latency", f"calibrated:{model}", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == qualify_exit(out), result.output
+    carried = json.loads((out / "qualify.json").read_text())["latency_measured_error"]
+    fitted = doc["measured_error"]["fitted_runs_without_spread"]
+    assert carried["fitted_runs_without_spread"] == fitted
+    page = (out / "report.html").read_text("utf-8")
+    expected = (
+        "<dt>measured error</dt><dd>simulated vs measured (the step model with its request "
+        "overheads, as these runs): on the 2 runs it was fitted on: "
+        f"TTFT P50 {fitted['ttft_p50']:+.1%}, TPOT P50 {fitted['tpot_p50']:+.1%}"
+    )
+    assert expected in page
+    before = doc["request_overheads"]["ttft_s"]
+    assert before > 0
+    requests = open_trace(out / "runs").scan("requests").filter(pl.col("status") == "finished")
+    ttft = requests.select((pl.col("first_token_s") - pl.col("arrival_s")).min()).collect()
+    assert ttft.item() > before

@@ -109,6 +109,38 @@ def test_a_result_without_per_request_data_names_the_flag(tmp_path: Path) -> Non
     assert str(VLLM_SUMMARY) in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "found", "flag"),
+    [
+        ("aiperf-profile_export_aiperf.json", "AIPerf's summary", "--export-level records"),
+        ("aiperf-profile_export_aiperf.csv", "AIPerf's summary CSV", "--export-level records"),
+        ("guidellm-poisson.csv", "GuideLLM's CSV report", "--output kind=json"),
+    ],
+)
+def test_client_outputs_without_per_request_data_are_refused_naming_the_flag(
+    name: str, found: str, flag: str, tmp_path: Path
+) -> None:
+    # Real outputs of the same clients: AIPerf's summary beside its profile_export.jsonl, and
+    # GuideLLM's CSV of the committed JSON report (guidellm export ... --output kind=csv).
+    path = DATA / name
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(path)
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message
+    assert f"found {found}" in message and flag in message
+    # The commands that take results refuse it alike, exit 2, nothing written.
+    from click.testing import CliRunner
+
+    from tracekit.cli import cli
+
+    model = tmp_path / "model.json"
+    for argv in (["calibrate", str(path), "--out", str(model)], ["accuracy", str(path)]):
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 2, result.output
+        assert flag in result.output, result.output
+    assert not model.exists()
+
+
 def test_vllm_bench_lists_of_different_lengths_are_refused(tmp_path: Path) -> None:
     doc = json.loads(VLLM.read_text())
     doc["ttfts"] = doc["ttfts"][:-1]

@@ -171,6 +171,7 @@ def _calibrate_results(
             "stop_reason": fit.stop_reason,
             "coefficients": model.describe()["coefficients"],
             "request_overheads": dict(model.request_overheads),
+            "request_overheads_by_client": dict(model.request_overheads_by_client),
             "spread_residuals": len(model.request_spread.get("ttft_s", ())),
             "error_on_fitted_runs": errors,
             "defaulted": list(provenance["defaulted"]),
@@ -185,7 +186,15 @@ def _results_text(fit: Any, runs: int, out: Path, provenance: dict[str, Any]) ->
         f"{term} {value:.4g}" for term, value in model.describe()["coefficients"].items()
     )
     state = fit.stop_reason or ("converged" if fit.converged else "not converged")
-    overheads = ", ".join(f"{k} {v:.4g}" for k, v in model.request_overheads.items())
+    overheads = ", ".join(f"{k} {v:.4g}" for k, v in model.request_overheads.items() if v)
+    clients = model.request_overheads_by_client
+    if clients:
+        default = model.fit.get("default_client")
+        overheads = "; ".join(
+            f"{client}{' (the default)' if client == default else ''}: "
+            + (", ".join(f"{k} {v:.4g}" for k, v in values.items() if v) or "none")
+            for client, values in clients.items()
+        )
     errors = model.measured_error["fitted_runs"]
     shown = ", ".join(
         f"{name} {errors[name]:+.1%}"
@@ -196,7 +205,7 @@ def _results_text(fit: Any, runs: int, out: Path, provenance: dict[str, Any]) ->
         f"runs           {runs}, {model.fit['num_latencies']} latencies",
         f"rounds         {fit.iterations}, {state}",
         f"coefficients   {coefficients} (seconds per unit)",
-        f"overheads      {overheads} (seconds)",
+        f"overheads      {overheads or 'none'} (seconds)",
         f"spread         {len(model.request_spread.get('ttft_s', ()))} TTFT residuals of the "
         "fitted requests, in the percentiles of tracekit accuracy",
         f"error on them  {shown} (simulated / measured - 1)",

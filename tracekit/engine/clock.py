@@ -146,6 +146,75 @@ COST_MODEL_PRESETS: dict[str, CostModel] = {
         overhead_s=0.002,
         per_sequence_s=0.00005,
     ),
+    # Llama-3.1-8B in bf16 (as a6000-llama3-8b) on the datacenter GPUs of NVIDIA's tables
+    # (AIConfigurator, AISimulate), so that the end-to-end check on a GPU
+    # (scripts/e2e-check.sh) sets the roofline of the GPU it found beside theirs. NVIDIA
+    # datasheets, dense bf16 tensor throughput (half the sparse figure); overheads as the A100's.
+    # A100-SXM4-80GB: 2,039 GB/s HBM2e, 312 TFLOPS.
+    "a100-llama3-8b": CostModel(
+        name="a100-llama3-8b",
+        weight_bytes=16.06e9,
+        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+        flops_per_token=2 * 8.03e9,
+        bandwidth=2039e9,
+        peak_flops=312e12,
+        bandwidth_efficiency=0.85,
+        compute_efficiency=0.6,
+        overhead_s=0.002,
+        per_sequence_s=0.00005,
+    ),
+    # H100-SXM5-80GB: 3,350 GB/s HBM3, 989.4 TFLOPS.
+    "h100-llama3-8b": CostModel(
+        name="h100-llama3-8b",
+        weight_bytes=16.06e9,
+        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+        flops_per_token=2 * 8.03e9,
+        bandwidth=3350e9,
+        peak_flops=989.4e12,
+        bandwidth_efficiency=0.85,
+        compute_efficiency=0.6,
+        overhead_s=0.002,
+        per_sequence_s=0.00005,
+    ),
+    # H200-SXM-141GB: 4,800 GB/s HBM3e, 989.4 TFLOPS.
+    "h200-llama3-8b": CostModel(
+        name="h200-llama3-8b",
+        weight_bytes=16.06e9,
+        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+        flops_per_token=2 * 8.03e9,
+        bandwidth=4800e9,
+        peak_flops=989.4e12,
+        bandwidth_efficiency=0.85,
+        compute_efficiency=0.6,
+        overhead_s=0.002,
+        per_sequence_s=0.00005,
+    ),
+    # L40S 48 GB: 864 GB/s GDDR6, 362.05 TFLOPS.
+    "l40s-llama3-8b": CostModel(
+        name="l40s-llama3-8b",
+        weight_bytes=16.06e9,
+        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+        flops_per_token=2 * 8.03e9,
+        bandwidth=864e9,
+        peak_flops=362.05e12,
+        bandwidth_efficiency=0.85,
+        compute_efficiency=0.6,
+        overhead_s=0.002,
+        per_sequence_s=0.00005,
+    ),
+    # B200 (HGX, per GPU): 8,000 GB/s HBM3e, 2,250 TFLOPS.
+    "b200-llama3-8b": CostModel(
+        name="b200-llama3-8b",
+        weight_bytes=16.06e9,
+        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+        flops_per_token=2 * 8.03e9,
+        bandwidth=8000e9,
+        peak_flops=2250e12,
+        bandwidth_efficiency=0.85,
+        compute_efficiency=0.6,
+        overhead_s=0.002,
+        per_sequence_s=0.00005,
+    ),
 }
 
 

@@ -350,9 +350,17 @@ _VLLM_SIZES: MappingProxyType[str, int] = MappingProxyType(
 
 #: SGLang 0.5.23's ``--chunked-prefill-size`` default for the GPU of each cost-model preset
 #: (``arg_groups/memory_hook.py`` ``_handle_gpu_memory_settings``: 4,096 below 60 GB, 8,192
-#: below 90 GB); 4,096 is also its default when the GPU memory is unknown.
+#: below 160 GB, 16,384 above); 4,096 is also its default when the GPU memory is unknown.
 _SGLANG_CHUNK_BY_GPU: MappingProxyType[str, int] = MappingProxyType(
-    {"a6000-llama3-8b": 4096, "a100-llama2-7b": 8192}
+    {
+        "a6000-llama3-8b": 4096,
+        "a100-llama2-7b": 8192,
+        "a100-llama3-8b": 8192,
+        "h100-llama3-8b": 8192,
+        "h200-llama3-8b": 8192,
+        "l40s-llama3-8b": 4096,
+        "b200-llama3-8b": 16384,
+    }
 )
 _SGLANG_CHUNK_FALLBACK = 4096
 

@@ -27,7 +27,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -234,6 +234,11 @@ class EngineRun(ForkableRun):
             self._wire_decisions()
         # A measured step-time model's clock learns each request's state as it arrives.
         self.clock = make_clock(config, ())
+        # A model fitted to measured latencies also has each request's time outside the step
+        # loop (step_time.StepTimeModel): its records' token times include it.
+        self._overheads = getattr(
+            getattr(self.clock, "step_model", None), "request_overheads_s", None
+        )
         # The requests not sent yet stay frozen rows (shared by forks) until they arrive.
         self.feed = ArrivalFeed(tuple(rows), client)
         if self.feed.may_abort and not hasattr(self.scheduler, "finish_requests"):
@@ -299,7 +304,7 @@ class EngineRun(ForkableRun):
             result.client_queue_total_s += wait
             result.client_queue_max_s = max(result.client_queue_max_s, wait)
         if self.collect or self.observer is not None:
-            record = _request_record(state)
+            record = _request_record(state, self._overheads)
             if self.collect:
                 result.requests.append(record)
             if self.observer is not None:
@@ -511,7 +516,17 @@ class EngineRun(ForkableRun):
         return self.result
 
 
-def _request_record(state: SchedulerRequest) -> RequestRecord:
+def _request_record(
+    state: SchedulerRequest, overheads: Callable[[int, int], tuple[float, float]] | None = None
+) -> RequestRecord:
+    first_token_s, finish_s = state.first_token_s, state.finish_s
+    if overheads is not None and first_token_s is not None:
+        # The time outside the step loop: before the first token reaches the client, and
+        # after it up to the last; it delays the record, not the schedule.
+        before, after = overheads(state.num_prompt_tokens, state.num_output_tokens)
+        first_token_s += before
+        if finish_s is not None:
+            finish_s += before + after
     return RequestRecord(
         request_id=state.request_id,
         arrival_s=state.arrival_s,
@@ -521,8 +536,8 @@ def _request_record(state: SchedulerRequest) -> RequestRecord:
         priority=state.priority,
         num_output_tokens=state.num_output_tokens,
         first_scheduled_s=state.first_scheduled_s,
-        first_token_s=state.first_token_s,
-        finish_s=state.finish_s,
+        first_token_s=first_token_s,
+        finish_s=finish_s,
         status=state.status,
         num_preemptions=state.num_preemptions,
         recomputed_tokens=state.recomputed_tokens,

@@ -160,6 +160,13 @@ class StepTimeModel(Protocol):
     those totals: the engine clock then calls it without building a :class:`StepShape`
     (``tests/test_latency_clock.py`` checks the two agree for every model of
     ``tracekit.latency``).
+
+    A model fitted to measured per-request latencies may also define
+    ``request_overheads_s(prompt_tokens, output_tokens) -> (before, after)``: a request's time
+    outside the step loop before its first token and from its first token to its last (HTTP,
+    tokenising, streaming). The engine adds them to its request records (first token and finish
+    times), not to its clock: they delay each request alone and leave the schedule as it is, as
+    ``tracekit accuracy`` adds them (docs/latency.md, "Measured error").
     """
 
     name: str

@@ -145,6 +145,10 @@ class CalibratedModel:
         (``tracekit.measured.spread.LatencySpread``): the scatter of live TTFTs around the
         model's, which the latency percentiles of ``tracekit accuracy`` include. Empty for a
         model fitted to step times.
+    request_overheads_by_client
+        Client name (``vllm-bench``, ``guidellm``, ``aiperf``) -> its overheads, when the
+        model was fitted to runs of several clients (``request_overheads`` is one of them, the
+        set the engine's own runs use); ``tracekit accuracy`` takes each run's client's.
     """
 
     coefficients: tuple[float, ...]
@@ -154,6 +158,7 @@ class CalibratedModel:
     request_overheads: dict[str, float] = field(default_factory=dict)
     measured_error: dict[str, Any] = field(default_factory=dict)
     request_spread: dict[str, list[float]] = field(default_factory=dict)
+    request_overheads_by_client: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.coefficients) != len(TERMS):
@@ -186,6 +191,23 @@ class CalibratedModel:
             t += c5 * prefill_attention_pairs(shape)
         return t
 
+    def request_overheads_s(self, prompt_tokens: int, output_tokens: int) -> tuple[float, float]:
+        """A request's time outside the step loop: before its first token, and after it.
+
+        Before the first token, and from the first token to the last (the engine adds them to
+        its records; ``tracekit.engine.step_time``). From :attr:`request_overheads`
+        (``tracekit.measured.simulate.RequestOverheads``'s fields; 0 for a model fitted to
+        step times).
+        """
+        o = self.request_overheads
+        if not o:
+            return 0.0, 0.0
+        before = o.get("ttft_s", 0.0) + o.get("ttft_per_prompt_token_s", 0.0) * prompt_tokens
+        after = o.get("e2e_s", 0.0) + o.get("e2e_per_output_token_s", 0.0) * max(
+            output_tokens - 1, 0
+        )
+        return before, after
+
     @property
     def step_time_totals_s(self) -> Any:
         """:meth:`step_time_s` from a step's five totals, or None when the model needs its chunks.
@@ -209,6 +231,11 @@ class CalibratedModel:
             "fit": self.fit,
             "errors": self.errors,
             **({"request_overheads": self.request_overheads} if self.request_overheads else {}),
+            **(
+                {"request_overheads_by_client": self.request_overheads_by_client}
+                if self.request_overheads_by_client
+                else {}
+            ),
             **({"measured_error": self.measured_error} if self.measured_error else {}),
             **(
                 {"request_spread": {"num_residuals": len(self.request_spread["ttft_s"])}}
@@ -219,7 +246,12 @@ class CalibratedModel:
 
     def to_json(self) -> dict[str, Any]:
         """The versioned JSON document :func:`load_calibrated_model` reads."""
-        measured = bool(self.request_overheads or self.measured_error or self.request_spread)
+        measured = bool(
+            self.request_overheads
+            or self.measured_error
+            or self.request_spread
+            or self.request_overheads_by_client
+        )
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION_MEASURED if measured else FORMAT_VERSION,
@@ -232,6 +264,11 @@ class CalibratedModel:
             "fit": self.fit,
             "errors": self.errors,
             **({"request_overheads": self.request_overheads} if self.request_overheads else {}),
+            **(
+                {"request_overheads_by_client": self.request_overheads_by_client}
+                if self.request_overheads_by_client
+                else {}
+            ),
             **({"measured_error": self.measured_error} if self.measured_error else {}),
             **({"request_spread": self.request_spread} if self.request_spread else {}),
         }
@@ -277,10 +314,14 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
     except (TypeError, ValueError):
         raise ConfigError(f"{path}: field coefficients must be numbers") from None
     overheads = doc.get("request_overheads") or {}
-    if not isinstance(overheads, dict) or not all(
-        isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in overheads.values()
-    ):
+    if not _seconds_map(overheads):
         raise ConfigError(f"{path}: field request_overheads must map names to finite seconds >= 0")
+    by_client = doc.get("request_overheads_by_client") or {}
+    if not isinstance(by_client, dict) or not all(_seconds_map(v) for v in by_client.values()):
+        raise ConfigError(
+            f"{path}: field request_overheads_by_client must map client names to "
+            "request_overheads mappings; fit the model again with tracekit calibrate"
+        )
     spread = _read_spread(path, doc.get("request_spread") or {})
     try:
         return CalibratedModel(
@@ -291,9 +332,18 @@ def load_calibrated_model(path: str | Path) -> CalibratedModel:
             {k: float(v) for k, v in overheads.items()},
             dict(doc.get("measured_error") or {}),
             spread,
+            {str(c): {k: float(v) for k, v in o.items()} for c, o in by_client.items()},
         )
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def _seconds_map(value: Any) -> bool:
+    """Whether ``value`` maps names to finite seconds >= 0."""
+    return isinstance(value, dict) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+        for v in value.values()
+    )
 
 
 def _read_spread(path: Path, doc: Any) -> dict[str, list[float]]:

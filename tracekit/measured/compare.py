@@ -11,7 +11,7 @@ expected to beat; a metric is **within** its target when ``|error| <= max(target
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,9 @@ class Comparison:
         Per repeat: its source, request counts and both sides' metrics.
     target
         The relative error each metric is held to (besides the noise floor).
+    without_spread
+        With a spread: the same comparison without it (the request overheads only, what the
+        engine's own runs add; ``docs/latency.md``, "Measured error"); else empty.
     """
 
     metrics: tuple[MetricComparison, ...]
@@ -88,6 +91,7 @@ class Comparison:
     target: float = 0.10
     latency: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    without_spread: tuple[MetricComparison, ...] = ()
 
     def metric(self, name: str) -> MetricComparison:
         """The comparison of one metric by name."""
@@ -108,6 +112,11 @@ class Comparison:
             "target": self.target,
             "all_within": self.all_within,
             "metrics": [m.as_dict() for m in self.metrics],
+            **(
+                {"metrics_without_spread": [m.as_dict() for m in self.without_spread]}
+                if self.without_spread
+                else {}
+            ),
             "runs": list(self.runs),
             **self.extra,
         }
@@ -160,6 +169,7 @@ def compare_runs(
     overheads: RequestOverheads | None = None,
     spread: LatencySpread | None = None,
     target: float = 0.10,
+    client_overheads: Mapping[str, RequestOverheads] | None = None,
 ) -> Comparison:
     """Simulate each repeat of one measured configuration and compare the metrics.
 
@@ -176,16 +186,22 @@ def compare_runs(
         of the simulation convolved with it (:func:`~tracekit.measured.spread.spread_requests`).
     target
         The relative error a metric is held to where the noise floor is smaller.
+    client_overheads
+        Per client, its own overheads (a model fitted to several clients' runs); a run of
+        another client takes ``overheads``.
     """
     if not runs:
         raise ValueError("compare_runs needs at least one measured run")
-    measured, simulated, rows = [], [], []
+    measured, simulated, plain, rows = [], [], [], []
     for run in runs:
-        sim = simulate_run(run, config, overheads=overheads)
+        own = (client_overheads or {}).get(run.client, overheads)
+        sim = simulate_run(run, config, overheads=own)
         m = run_metrics(run.frame, start="start_s")
         s = simulated_metrics(sim.requests, spread)
         measured.append(m)
         simulated.append(s)
+        if spread:
+            plain.append(simulated_metrics(sim.requests))
         rows.append(
             {
                 "source": str(run.source),
@@ -205,4 +221,5 @@ def compare_runs(
         tuple(rows),
         target,
         config.effective_latency,
+        without_spread=compare_metrics(measured, plain, target) if spread else (),
     )

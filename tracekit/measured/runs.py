@@ -25,7 +25,7 @@ from tracekit.measured.server_log import OPTIONS, merge_engine_options, read_vll
 from tracekit.measured.simulate import RequestOverheads
 from tracekit.measured.spread import LatencySpread
 from tracekit.workloads.aiperf import read_aiperf_run
-from tracekit.workloads.detect import WorkloadFormat, detect_format
+from tracekit.workloads.detect import WorkloadFormat, detect_format, is_summary_only
 from tracekit.workloads.guidellm import read_guidellm_run
 from tracekit.workloads.measured import MeasuredRun
 from tracekit.workloads.vllm_bench import read_vllm_bench_run
@@ -51,8 +51,9 @@ def is_measured_result(path: str | Path) -> bool:
         return False
     try:
         return detect_format(path) in MEASURED_FORMATS
-    except Exception:  # any unreadable file is simply not a result
-        return False
+    except Exception:  # any unreadable file is simply not a result ...
+        # ... but a client's statistics-only output is one, which reading refuses by name.
+        return is_summary_only(path)
 
 
 def read_measured_run(path: str | Path, *, benchmark: int | None = None) -> MeasuredRun:
@@ -158,13 +159,28 @@ def accuracy(
     """
     runs = [r if isinstance(r, MeasuredRun) else read_measured_run(r) for r in results]
     overheads = RequestOverheads()
+    by_client: dict[str, RequestOverheads] = {}
     spread = None
     spelling = config.effective_latency
     if spelling.startswith("calibrated:"):
         model = load_calibrated_model(spelling.partition(":")[2])
         overheads = RequestOverheads.from_dict(model.request_overheads)
+        by_client = {
+            c: RequestOverheads.from_dict(o) for c, o in model.request_overheads_by_client.items()
+        }
         spread = LatencySpread.from_dict(model.request_spread)
-    comparison = compare_runs(runs, config, overheads=overheads, spread=spread, target=target)
+    comparison = compare_runs(
+        runs,
+        config,
+        overheads=overheads,
+        spread=spread,
+        target=target,
+        client_overheads=by_client,
+    )
+    # The overheads applied: the runs' client's own where the model has them.
+    clients = {run.client for run in runs}
+    if len(clients) == 1 and clients <= set(by_client):
+        overheads = by_client[next(iter(clients))]
     return dataclasses.replace(
         comparison,
         extra={
@@ -196,6 +212,9 @@ def record_measured_error(model_path: str | Path, comparison: Comparison, label:
         "errors": {m.name: m.error for m in comparison.metrics if m.name in ERROR_METRICS},
         "noise": {m.name: m.noise for m in comparison.metrics if m.name in ERROR_METRICS},
     }
+    # What the engine's own runs (qualify's) use: the overheads, not the spread.
+    plain = comparison.without_spread or comparison.metrics
+    entry["errors_without_spread"] = {m.name: m.error for m in plain if m.name in ERROR_METRICS}
     measured = dict(model.measured_error)
     measured["held_out"] = {**(measured.get("held_out") or {}), label: entry}
     with safe_output.replacing(path) as staging:

@@ -12,7 +12,10 @@
 - ``Chunked prefill is enabled with max_num_batched_tokens=N.`` (when that line is logged).
 
 On the CPU backend (``device_config=cpu`` in the engine's config line) async scheduling is off
-(vLLM's CPU platform turns it off).
+(vLLM's CPU platform turns it off). On a GPU (``device_config=cuda``) vLLM turns it on unless
+an option or an incompatible feature turns it off (``VllmConfig.__post_init__``), and it logs a
+warning only in the second case (``Async scheduling ... disabled``): without such a line, and
+without ``async_scheduling`` among the non-default args, the reader says on.
 
 :func:`read_vllm_server_log` turns them into the embedded engine's options
 (:func:`tracekit.engine.config.make_engine_config` names). What the log does not state (a
@@ -47,6 +50,8 @@ _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 _ENGINE = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\) with config: (.*)$")
 _KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU) KV cache size: ([\d,]+) tokens")
 _CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+#: vLLM's warnings when it turns async scheduling off on a device that would have it on.
+_ASYNC_OFF = re.compile(r"[Aa]sync scheduling (?:is disabled|will be disabled|not supported)")
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,10 @@ def read_vllm_server_log(path: str | Path) -> ServerLogConfig:
     version: str | None = None
     kv_tokens: int | None = None
     chunked: int | None = None
+    async_off = False
     for line in lines:
+        if _ASYNC_OFF.search(line):
+            async_off = True
         if (m := _NON_DEFAULT.search(line)) and not args:
             try:
                 value = ast.literal_eval(m.group(1))
@@ -155,9 +163,18 @@ def read_vllm_server_log(path: str | Path) -> ServerLogConfig:
         prefix = _config_value(engine, "enable_prefix_caching")
         if prefix in ("True", "False"):
             put("enable_prefix_caching", prefix == "True", "engine config")
-        if _config_value(engine, "device_config") == "cpu":
+        device = _config_value(engine, "device_config")
+        if device == "cpu":
             # vLLM's CPU platform turns async scheduling off (vllm/platforms/cpu.py).
             put("async_scheduling", False, "engine config device_config=cpu")
+        elif device == "cuda":
+            # On unless vLLM said it turned it off (vllm/config/vllm.py).
+            put(
+                "async_scheduling",
+                not async_off,
+                "engine config device_config=cuda, "
+                + ("a warning that async scheduling is disabled" if async_off else "no warning"),
+            )
     if isinstance(args.get("num_gpu_blocks_override"), int):
         put("num_blocks", args["num_gpu_blocks_override"], "non-default args")
     elif kv_tokens is not None and "block_size" in options:

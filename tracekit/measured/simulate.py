@@ -53,11 +53,15 @@ class RequestOverheads:
         Per prompt token before the engine (tokenisation, input processing).
     e2e_s
         Fixed time after the last token's step (the stream's end), added to the latency only.
+    e2e_per_output_token_s
+        Per output token after the first, added to the latency only: time the tokens'
+        delivery loses outside the steps (detokenising and streaming each token).
     """
 
     ttft_s: float = 0.0
     ttft_per_prompt_token_s: float = 0.0
     e2e_s: float = 0.0
+    e2e_per_output_token_s: float = 0.0
 
     @classmethod
     def from_dict(cls, doc: Any) -> RequestOverheads:
@@ -66,7 +70,7 @@ class RequestOverheads:
         return cls(*(float(doc.get(f.name, 0.0)) for f in dataclasses.fields(cls)))
 
     def as_dict(self) -> dict[str, float]:
-        """The three figures, seconds."""
+        """The figures, seconds."""
         return dataclasses.asdict(self)
 
 
@@ -203,6 +207,9 @@ def simulate_run(
                 frac = 1.0
         before = overheads.ttft_s + overheads.ttft_per_prompt_token_s * record.prompt_tokens
         times = [t for _, t in own]
+        # Per output token after the first: each gap is as much longer.
+        per_token = overheads.e2e_per_output_token_s
+        times = [t + i * per_token for i, t in enumerate(times)] if per_token else times
         rows.append(
             {
                 "request_id": record.request_id,

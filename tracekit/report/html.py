@@ -229,6 +229,9 @@ def measured_error_text(measured: dict[str, Any] | None) -> str | None:
 
     ``measured`` is ``qualify.json``'s ``latency_measured_error``: the errors on the runs the
     model was fitted on and on each held-out measurement (``tracekit accuracy --record-error``).
+    The runs behind the verdicts use the step model and its request overheads, not its TTFT
+    spread, so the errors printed are those of that model where the file has them
+    (``*_without_spread``); an older file's errors include the spread, and the text says so.
     """
     if not measured:
         return None
@@ -240,14 +243,22 @@ def measured_error_text(measured: dict[str, Any] | None) -> str | None:
             if isinstance(values.get(key), int | float)
         )
 
-    fitted = measured.get("fitted_runs") or {}
+    exact = "fitted_runs_without_spread" in measured
+    fitted = measured.get("fitted_runs_without_spread" if exact else "fitted_runs") or {}
     parts = [f"on the {len(measured.get('fitted_on') or [])} runs it was fitted on: "
              f"{errors(fitted) or 'none recorded'}"]  # fmt: skip
     for label, entry in (measured.get("held_out") or {}).items():
-        parts.append(f"held out, {label}: {errors(entry.get('errors') or {}) or '-'}")
+        held = entry.get("errors_without_spread" if exact else "errors") or {}
+        parts.append(f"held out, {label}: {errors(held) or '-'}")
     if len(parts) == 1:
         parts.append("no held-out measurement recorded (tracekit accuracy --record-error)")
-    return "simulated vs measured: " + "; ".join(parts)
+    what = (
+        "the step model with its request overheads, as these runs"
+        if exact
+        else "the step model with its request overheads and TTFT spread; these runs leave "
+        "the spread out"
+    )
+    return f"simulated vs measured ({what}): " + "; ".join(parts)
 
 
 def _windows_text(repeats: list[dict[str, Any]]) -> str:

@@ -7,10 +7,17 @@ import json
 from enum import Enum
 from pathlib import Path
 
+from tracekit.errors import WorkloadError
 from tracekit.workloads._errors import describe_value, workload_error
 from tracekit.workloads._readers import check_readable
 
-__all__ = ["WorkloadFormat", "detect_format", "parse_format"]
+__all__ = [
+    "WorkloadFormat",
+    "detect_format",
+    "is_summary_only",
+    "parse_format",
+    "summary_only_error",
+]
 
 
 class WorkloadFormat(str, Enum):
@@ -123,8 +130,61 @@ def _classify_json_object(keys: set[str]) -> WorkloadFormat | None:
     return None
 
 
+#: Benchmark clients' outputs that hold no per-request data, and what to pass instead: a
+#: one-line refusal names the file to pass and the flag that writes it.
+_AIPERF_SUMMARY_FIX = (
+    "pass the profile_export.jsonl of the same artifact folder (AIPerf writes it at its default "
+    "--export-level records; a run with --export-level summary has none: run aiperf profile "
+    "again with --export-level records)"
+)
+_GUIDELLM_CSV_FIX = (
+    "pass GuideLLM's JSON report (guidellm run --output kind=json,path=FILE; from a saved "
+    "report, guidellm export REPORT --output kind=json,path=FILE)"
+)
+
+
+def summary_only_error(path: str | Path, text: str) -> WorkloadError | None:
+    """The refusal of a benchmark client's statistics-only output, from its first bytes.
+
+    AIPerf's summary (``profile_export_aiperf.json`` or ``.csv``) and GuideLLM's CSV report
+    hold no per-request data, so no measured run can be read from them; the error names the
+    file to pass instead and the flag that writes it. None for any other text.
+    """
+    first = next((line for line in text.splitlines() if line.strip()), "").strip()
+    found = None
+    fix = _AIPERF_SUMMARY_FIX
+    if '"aiperf_version"' in text and '"request_latency"' in text and first == "{":
+        found = "AIPerf's summary (profile_export_aiperf.json: statistics only)"
+    elif first.startswith("Metric,avg,"):
+        found = "AIPerf's summary CSV (profile_export_aiperf.csv: statistics only)"
+    elif first.startswith("Run Info,") and "Benchmark" in first:
+        found, fix = "GuideLLM's CSV report (statistics per benchmark only)", _GUIDELLM_CSV_FIX
+    if found is None:
+        return None
+    return workload_error(
+        path, expected="a measured run's per-request records", found=found, fix=fix
+    )
+
+
+def _summary_only(path: Path, text: str) -> None:
+    error = summary_only_error(path, text)
+    if error is not None:
+        raise error
+
+
+def is_summary_only(path: str | Path) -> bool:
+    """Whether ``path`` is a benchmark client's statistics-only output (read whole or refused)."""
+    try:
+        with Path(path).open("rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except OSError:
+        return False
+    return summary_only_error(path, head.decode("utf-8-sig", errors="replace")) is not None
+
+
 def _sniff_json(path: Path, head: bytes) -> WorkloadFormat:
     text = head.decode("utf-8-sig", errors="replace")
+    _summary_only(path, text)
     first = next((line for line in text.splitlines() if line.strip()), "")
     try:
         value = json.loads(first)
@@ -161,6 +221,7 @@ def _sniff_json(path: Path, head: bytes) -> WorkloadFormat:
 
 def _sniff_csv(path: Path, head: bytes) -> WorkloadFormat:
     text = head.decode("utf-8-sig", errors="replace")
+    _summary_only(path, text)
     first = text.splitlines()[0] if text else ""
     header = [name.strip().strip('"').strip() for name in first.split(",")]
     detected = _classify_csv_header(header)
