@@ -49,12 +49,14 @@ def test_inspect_and_query_read_a_qualify_folder(qualified: Path) -> None:
     result = invoke("inspect", qualified, "--json")
     assert result.exit_code == 0, result.output
     runs = json.loads(result.output)
-    # Every bundle but the diff's typed run, which is runs/r0/bidkv recorded again.
+    # Every bundle but the diff's typed run, which is the reference repeat's bidkv run recorded
+    # again (docs/qualify.md: the repeat whose built-in run made the most victim decisions).
     assert len(runs) == len(bundles) - 1
     (copied,) = [r for r in runs if "copies" in r]
+    repeat = json.loads((qualified / "qualify.json").read_text())["reference"]["repeat"]
     assert {copied["path"], *copied["copies"]} == {
         str(qualified / "diff" / "typed"),
-        str(qualified / "runs" / "r0" / "bidkv"),
+        str(qualified / "runs" / f"r{repeat}" / "bidkv"),
     }
     query = invoke("query", qualified, "select count(*) n, count(distinct run_id) r from runs",
                    "--format", "csv")  # fmt: skip

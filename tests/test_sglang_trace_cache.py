@@ -101,6 +101,9 @@ class _Results:
     def bundle(self, name: str) -> Path:
         return Path(name)
 
+    def reference_runs(self, strategies: list[str]) -> pl.DataFrame:
+        return self.cells.filter(pl.col("strategy").is_in(strategies))
+
 
 def test_the_reports_cache_section_shows_them(tmp_path: Path) -> None:
     name = "shared-prefix-radix-length-overlap"
