@@ -107,7 +107,7 @@ def test_the_library_refuses_what_overflowed() -> None:
         load_workload(SAMPLE, limit=10**20)
     with pytest.raises(ConfigError, match="step_s must be a number of seconds from 1e-06"):
         make_engine_config(clock="steps", step_s=1e-30)
-    with pytest.raises(ValueError, match="SGLang-mode setting"):
+    with pytest.raises(ValueError, match="read in SGLang mode only"):
         EngineConfig(retraction_policy="priority")
     with pytest.raises(ValueError, match="num_blocks must be an integer from 2 to"):
         EngineConfig(num_blocks=ENGINE_RANGES["num_blocks"][1] + 1)
@@ -140,11 +140,12 @@ def test_the_old_oracle_spelling_warns_and_means_the_same(tmp_path: Path, write_
     original = oracle_cmd.run_oracle
     oracle_cmd.run_oracle = fake  # type: ignore[assignment]
     try:
-        old = _invoke("oracle", bundle, "--ttft-s", "3.5", "--out", tmp_path / "o")
+        slo = ["--objective", "slo"]
+        old = _invoke("oracle", bundle, *slo, "--ttft-s", "3.5", "--out", tmp_path / "o")
         assert "warning: --ttft-s is deprecated; use --slo-ttft-s" in old.output
         assert seen["settings"].ttft_s == 3.5
         both = _invoke(
-            "oracle", bundle, "--ttft-s", "3.5", "--slo-ttft-s", "1", "--out", tmp_path / "o"
+            "oracle", bundle, *slo, "--ttft-s", "3.5", "--slo-ttft-s", "1", "--out", tmp_path / "o"
         )
         assert both.exit_code == 2 and "contradicts --slo-ttft-s" in both.output
         assert "--ttft-s" not in _invoke("oracle", "--help").output

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from tracekit.errors import TracekitError
 
@@ -52,6 +53,29 @@ def library_errors(exit_code: int = EXIT_BAD_INPUT) -> Iterator[None]:
     except TracekitError as error:
         # An error that carries its own status (a recording stopped by a signal: 130) keeps it.
         raise LibraryError(str(error), getattr(error, "exit_code", exit_code)) from error
+
+
+def option_given(name: str) -> bool:
+    """Whether the running command's parameter ``name`` was given, not left at its default.
+
+    Its deprecated spelling (:func:`tracekit.cli.params.deprecated_alias`) counts too.
+    """
+    ctx = click.get_current_context()
+    unset = (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    return any(ctx.get_parameter_source(key) not in unset for key in (name, f"deprecated_{name}"))
+
+
+def ignored_option(option: str, needed: str, current: str) -> LibraryError:
+    """The one-line refusal (exit 2) of ``option``, given where ``current`` would ignore it.
+
+    ``needed`` is the setting under which it applies (``--objective slo``). An option the run
+    would not read is refused rather than recorded as if it had changed something.
+    """
+    return LibraryError(
+        f"{option} applies with {needed} only ({current} would ignore it); pass {needed}, or "
+        f"drop {option}",
+        EXIT_BAD_INPUT,
+    )
 
 
 trace_argument = click.argument(

@@ -20,7 +20,7 @@ import click
 from tracekit.analysis.serving import SloTargets, check_slo_target
 from tracekit.capacity.rejections import find_rejections
 from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE, Probe, expected_probes
-from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError
+from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError, ignored_option
 from tracekit.cli.params import (
     MAX_RATE,
     RATE,
@@ -38,6 +38,7 @@ from tracekit.engine.config import (
     ENGINE_DEFAULTS,
     ENGINE_OPTIONS,
     ENGINE_RANGES,
+    ENGINE_SCOPES,
     EngineConfig,
     EngineOption,
     make_engine_config,
@@ -329,28 +330,60 @@ policy_options = _stack(
 )
 
 
-#: The engine options of SGLang mode only: given in vllm mode they would change nothing.
-_SGLANG_ONLY = {
-    "retraction_policy": "--retraction-policy",
-    "radix_cache": "--radix-cache/--no-radix-cache",
-    "chunked_prefill_size": "--chunked-prefill-size",
-}
+def _spelling(option: EngineOption, value: Any) -> str:
+    """The spelling of ``option`` that gives ``value`` (``--no-radix-cache`` for False)."""
+    on, _, off = option.flag.partition("/")
+    return off if off and value is False else on
+
+
+def _ignored(option: EngineOption, options: dict[str, Any]) -> LibraryError | None:
+    """Why the given ``option`` would change nothing here (:data:`ENGINE_SCOPES`), or None."""
+    scope = ENGINE_SCOPES.get(option.field)
+    value = options.get(option.field)
+    if scope is None or value is None:
+        return None
+    what, which = scope
+    current = options["engine_mode"] if what == "mode" else options["clock"]
+    if current == which:
+        return None
+    flag = "--engine-mode" if what == "mode" else "--clock"
+    return ignored_option(_spelling(option, value), f"{flag} {which}", f"{flag} {current}")
+
+
+def _cost_model_ignored(options: dict[str, Any]) -> str | None:
+    """Why a given ``--cost-model`` would change nothing here, or None.
+
+    It times the steps of the cost-model clock unless ``--latency`` names another model; in
+    sglang mode it also picks SGLang's default chunk size for its GPU.
+    """
+    if options.get("cost_model") is None:
+        return None
+    if options["engine_mode"] == "sglang" and options.get("chunked_prefill_size") is None:
+        return None
+    latency = options.get("latency")
+    if options["clock"] == "steps":
+        why, fix = "--clock steps would ignore it", "pass --clock cost-model"
+    elif latency is not None and latency.strip().lower() != "roofline":
+        why, fix = f"--latency {latency} times the steps", "pass --latency roofline:PRESET"
+    else:
+        return None
+    return f"--cost-model applies to the roofline step times only ({why}); {fix}, or drop it"
 
 
 def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
     """The engine bundle's values keyed by ``EngineConfig`` field.
 
-    Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) for an SGLang-mode option given
-    with ``--engine-mode vllm``, which would be ignored.
+    Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) for an option given where the
+    engine mode or the clock would ignore it (``--watermark`` in sglang mode, ``--step-s``
+    under the cost-model clock, ...: :data:`~tracekit.engine.config.ENGINE_SCOPES`).
     """
-    if options["engine_mode"] != "sglang":
-        given = [flag for name, flag in _SGLANG_ONLY.items() if options.get(name) is not None]
-        if given:
-            raise LibraryError(
-                f"{given[0]} applies in --engine-mode sglang only (vllm mode would ignore it); "
-                "pass --engine-mode sglang, or drop the option",
-                EXIT_BAD_INPUT,
-            )
+    for option in ENGINE_OPTIONS:
+        refusal = _ignored(option, options)
+        if refusal is not None:
+            raise refusal
+    reason = _cost_model_ignored(options)
+    if reason is not None:
+        raise LibraryError(reason, EXIT_BAD_INPUT)
     settings = {o.field: options.get(o.field) for o in ENGINE_OPTIONS if o.field != "mode"}
     return {"mode": options["engine_mode"], **settings}
 
@@ -433,12 +466,22 @@ load_options = _stack(
 )
 
 
-def load_settings(options: dict[str, Any]) -> LoadSpec:
+def load_settings(options: dict[str, Any], *, searched: bool = False) -> LoadSpec:
     """The load bundle's values as a checked ``tracekit.workloads.LoadSpec``.
+
+    ``searched``: a capacity search sets the rate itself, from ``--rate`` as its first probe,
+    so ``--rate inf`` (every request at 0, no rate to start from) is refused there.
 
     Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) with the one-line message of a
     bad value.
     """
+    if options["rate"] == math.inf and searched:
+        raise LibraryError(
+            "--rate inf: the capacity search sets the rate itself, and --rate is only the rate "
+            "it starts from; pass a finite --rate, or drop it (the search starts at the "
+            "workload's own rate)",
+            EXIT_BAD_INPUT,
+        )
     if options["rate"] == math.inf:
         # A documented value (vLLM's default --request-rate), said aloud: no arrival process.
         click.echo("note: --rate inf sends every request at time 0 (vLLM's --request-rate inf)",

@@ -8,7 +8,9 @@ import click
 
 from tracekit.cli.common import (
     CONTEXT_SETTINGS,
+    ignored_option,
     library_errors,
+    option_given,
     out_option,
     overwrite_option,
     trace_argument,
@@ -84,6 +86,13 @@ def oracle(**options: Any) -> None:
     """Score TRACE's victim decisions against the hindsight best (docs/oracle.md)."""
     with library_errors():
         # An extra or mistyped column is one line here, not a silent read of what fits.
+        if options["objective"] != "slo":
+            for name in ("slo_ttft_s", "slo_tpot_s"):
+                if option_given(name):
+                    option = f"--{name.replace('_', '-')}"
+                    raise ignored_option(
+                        option, "--objective slo", f"--objective {options['objective']}"
+                    )
         for bundle in open_trace(options["trace"]):
             check_readable(bundle)
         settings = OracleSettings(
