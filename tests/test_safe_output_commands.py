@@ -260,6 +260,7 @@ OVERWRITE: dict[str, tuple[list[object], bool]] = {
     "oracle": (["oracle", "{recording}", "--strategy", "pe", "--limit", "2", "--no-greedy"], True),
     "calibrate": (["calibrate", "{recording}"], False),
     "capacity": (["capacity", "--workload", SAMPLE, "--limit", "30"], False),
+    "experiment traces": (["experiment", "traces", "--num-requests", "5", "--rates", "1.0"], True),
 }
 
 
@@ -335,9 +336,9 @@ def test_experiment_folders_are_new_empty_or_their_own(
             for reason in ("trace bundle", "left alone", "inside the trace bundle")
         )
     assert snapshot(tmp_path) == before
-    if command == "traces":  # a new folder, and again (its own): both fine
-        for _ in range(2):
-            assert invoke(*args, "--out", tmp_path / "frozen").exit_code == 0
+    if command == "traces":  # a new folder, and again (its own) with --overwrite
+        assert invoke(*args, "--out", tmp_path / "frozen").exit_code == 0
+        assert invoke(*args, "--out", tmp_path / "frozen", "--overwrite").exit_code == 0
 
 
 # ------------------------------------------------------------------------------ exit codes

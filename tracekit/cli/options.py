@@ -70,6 +70,7 @@ __all__ = [
     "load_settings",
     "oversize_option",
     "run_inputs",
+    "slo_option",
     "slo_options",
     "warn_rejections",
     "policy_options",
@@ -107,28 +108,50 @@ def _parse_window(ctx: click.Context, param: click.Parameter, value: str | None)
     return (start, end)
 
 
+#: A good value of each SLO option, in its unit: the fix its error offers when it has no default.
+_SLO_EXAMPLES = {"ttft": SloTargets().ttft_s, "tpot": SloTargets().tpot_s}
+
+
 def slo_target(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """Callback of the SLO options: :func:`tracekit.analysis.serving.check_slo_target`."""
+    """Callback of the SLO options: :func:`tracekit.analysis.serving.check_slo_target`.
+
+    The fix it offers is the option's own default (``--slo-tpot-s`` 0.1, not 2.0).
+    """
     if value is None:
         return None
+    option = param.opts[0]
+    example = param.default if isinstance(param.default, int | float) else None
+    if example is None:
+        example = next((v for k, v in _SLO_EXAMPLES.items() if f"-{k}-" in option), None)
     try:
-        return check_slo_target(param.opts[0], value)
+        return check_slo_target(option, value, example=example)
     except ConfigError as error:
         raise LibraryError(str(error), EXIT_BAD_INPUT) from error
 
 
+def slo_option(which: str, default: float | None, help: str, **kwargs: Any) -> Callable[[F], F]:
+    """``--slo-{which}-s``: a latency target in seconds, finite and > 0 (one spelling everywhere).
+
+    click's ``float`` and :func:`slo_target`, so that every command refuses a bad target in the
+    same one line; the range is stated in the help.
+    """
+    return click.option(
+        f"--slo-{which}-s",
+        f"slo_{which}_s",
+        type=float,
+        default=default,
+        show_default=default is not None,
+        callback=slo_target,
+        metavar="SECONDS",
+        help=f"{help} (seconds: a finite number > 0).",
+        **kwargs,
+    )
+
+
 #: The SLO targets of the commands that judge attainment (capacity, qualify).
 slo_options = _stack(
-    *(
-        click.option(
-            f"--slo-{name}-s",
-            type=float,
-            default=getattr(SloTargets(), f"{name}_s"),
-            show_default=True,
-            callback=slo_target,
-        )
-        for name in ("ttft", "tpot")
-    )
+    slo_option("ttft", SloTargets().ttft_s, "A request meets the SLO with TTFT <= this"),
+    slo_option("tpot", SloTargets().tpot_s, "... and TPOT <= this"),
 )
 
 

@@ -15,7 +15,7 @@ from tracekit.cli.common import (
     overwrite_option,
     trace_argument,
 )
-from tracekit.cli.options import slo_target
+from tracekit.cli.options import slo_option, slo_target
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import SEED, Choice, count, deprecated_alias, jobs_option
 from tracekit.oracle.job import ORACLE_LABEL, run_oracle
@@ -59,22 +59,8 @@ MAX_HORIZON = 2**20
 )
 @click.option("--policy-config", default=None, metavar="JSON|@FILE")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Strategies' seed.")
-@click.option(
-    "--slo-ttft-s",
-    type=float,
-    default=DEFAULT_SETTINGS.ttft_s,
-    show_default=True,
-    callback=slo_target,
-    help="Objective slo: the TTFT target (s).",
-)
-@click.option(
-    "--slo-tpot-s",
-    type=float,
-    default=DEFAULT_SETTINGS.tpot_s,
-    show_default=True,
-    callback=slo_target,
-    help="Objective slo: the TPOT target (s).",
-)
+@slo_option("ttft", DEFAULT_SETTINGS.ttft_s, "Objective slo: the TTFT target")
+@slo_option("tpot", DEFAULT_SETTINGS.tpot_s, "Objective slo: the TPOT target")
 # The spelling before --slo-ttft-s/--slo-tpot-s, which qualify and capacity use.
 @deprecated_alias("--ttft-s", "--slo-ttft-s", "slo_ttft_s", type=float, callback=slo_target)
 @deprecated_alias("--tpot-s", "--slo-tpot-s", "slo_tpot_s", type=float, callback=slo_target)

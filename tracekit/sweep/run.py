@@ -211,6 +211,7 @@ def execute_plan(
     executor: Executor,
     *,
     progress: ProgressCallback | None = None,
+    redo: bool = False,
 ) -> SweepResult:
     """Run an expanded plan on ``executor`` (what :func:`run_sweep` does after parsing).
 
@@ -224,6 +225,9 @@ def execute_plan(
         From :func:`tracekit.sweep.executors.make_executor`.
     progress
         Progress callback (see :func:`run_sweep`).
+    redo
+        Record the complete runs again too (``sweep --overwrite``), each bundle replaced once
+        its new one is complete; otherwise they are kept (the folder is resumed).
 
     Returns
     -------
@@ -256,7 +260,9 @@ def execute_plan(
         results.append(result)
 
     previous = _previous_durations(out / SWEEP_FILE) if out.is_dir() else {}
-    execute_runs(plan.runs, out, executor, progress=progress, previous=previous, finish=finish)
+    execute_runs(
+        plan.runs, out, executor, progress=progress, previous=previous, finish=finish, redo=redo
+    )
     (result,) = results
     if result.interrupted:
         raise SweepInterrupted(result)
