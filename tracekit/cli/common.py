@@ -20,7 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
-# The exit statuses of every command (docs/index.md, "Conventions"; docs/guarantees.md).
+# The exit statuses of every command (docs/guarantees.md, "Exit codes": the one table).
 EXIT_DONE = 0
 """Done: valid, equivalent, every run complete."""
 EXIT_FAILED = 1
@@ -31,6 +31,36 @@ EXIT_TRUNCATED = 3
 """A truncated recording (``validate``): what was flushed is readable."""
 EXIT_INTERRUPTED = 130
 """Interrupted by Ctrl-C or SIGTERM; nothing half-written is left under a final name."""
+
+
+#: What exit status 1 (a finding) means, for each command that has one; every other command
+#: exits 0, 2 or 130 only. The one list: ``tracekit --help`` is made from it, and the one table
+#: of exit codes (docs/guarantees.md, "Exit codes") is checked against it
+#: (tests/test_exit_codes_documented.py).
+FINDINGS: dict[str, str] = {
+    "accuracy": "a metric outside --target and the repeats' noise floor",
+    "diff": "the recordings differ, or a diff --conformance check failed",
+    "experiment traces": "--mode verify: a regenerated trace's hash changed",
+    "fidelity": "the two recordings' steps differ",
+    "manifest validate": "a rule of the manifest is broken",
+    "outputs": "a never-preempted request's output differs",
+    "qualify": "a NO-GO",
+    "sweep": "a run failed",
+    "validate": "an invariant is broken",
+}
+#: The commands that exit 3 (a truncated recording: what was flushed is readable).
+TRUNCATED = ("validate",)
+
+
+def exit_status_help() -> str:
+    """The exit statuses, as ``tracekit --help`` states them (from :data:`FINDINGS`)."""
+    findings = ", ".join("qualify NO-GO" if name == "qualify" else name for name in FINDINGS)
+    return (
+        f"Exit status of every command (docs/guarantees.md, Exit codes): {EXIT_DONE} done; "
+        f"{EXIT_FAILED} a finding ({findings}); {EXIT_BAD_INPUT} bad input (one Error: line "
+        f"naming the file or option); {EXIT_TRUNCATED} a truncated recording "
+        f"({', '.join(TRUNCATED)}); {EXIT_INTERRUPTED} interrupted (Ctrl-C or SIGTERM)."
+    )
 
 
 class LibraryError(click.ClickException):
