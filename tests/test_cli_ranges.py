@@ -163,7 +163,15 @@ def test_capacity_refuses_an_infinite_tolerance(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fractions", "words"), [("1e30", "<= 100"), ("1,1", "1 is given twice"), ("0.5,nan", "> 0")]
+    ("fractions", "words"),
+    [
+        ("1e30", "<= 100"),
+        ("1,1", "1 is given twice"),
+        ("0.5,nan", "> 0"),
+        # An empty item was skipped silently.
+        ("0.6,,0.9", "comma-separated numbers"),
+        ("0.6,0.9,", "comma-separated numbers"),
+    ],
 )
 def test_qualify_refuses_bad_load_fractions_before_any_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fractions: str, words: str
@@ -190,3 +198,10 @@ def test_rate_inf_is_vllms_every_request_at_once_and_says_so(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     assert "note: --rate inf sends every request at time 0" in result.output
     assert pl.read_parquet(out / "requests.parquet")["arrival_s"].to_list() == [0.0] * 5
+
+
+@pytest.mark.parametrize("rates", ["1,,2", "1,2,", ","])
+def test_experiment_rates_refuse_an_empty_item(rates: str) -> None:
+    # '1,,2' ran rates 1 and 2, skipping the empty item silently.
+    result = _invoke("experiment", "traces", "--rates", rates, "--out", "never")
+    assert result.exit_code == 2 and "--rates" in result.output, result.output

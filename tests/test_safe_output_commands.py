@@ -232,11 +232,20 @@ def test_ctrl_c_or_sigterm_exits_130_and_leaves_nothing(
         ["replay", recording, "--strategy", "all", "--mode", "closed", "--out", out],
         lambda pid: tmp_path / f".closed.partial-{pid}",
     )
+    # Once the runs are under way (a bundle folder inside the staging folder): a stop there
+    # went through the run loop, which reported a SIGTERM as Ctrl-C.
+    staging = tmp_path / f".closed.partial-{process.pid}"
+    deadline = time.monotonic() + 120
+    while not any(p.is_dir() for p in staging.glob("*/*")) and process.poll() is None:
+        assert time.monotonic() < deadline, "no run started"
+        time.sleep(0.01)
     process.send_signal(signum)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 130, err.decode()[-2000:]
     lines = err.decode().strip().splitlines()
     assert lines[-1].startswith("Error: ") and "Traceback" not in err.decode()
+    # It says what stopped it (a SIGTERM was reported as Ctrl-C).
+    assert ("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C") in lines[-1], lines[-1]
     assert names(tmp_path) == []
 
 

@@ -117,6 +117,8 @@ class Execution:
         Wall time.
     interrupted
         Ctrl-C stopped it before every run ended.
+    stopped_by
+        What stopped it, as the interruption said (``stopped by SIGTERM``); "" for Ctrl-C.
     """
 
     records: tuple[RunRecord, ...]
@@ -124,6 +126,7 @@ class Execution:
     workers: int
     elapsed_s: float
     interrupted: bool
+    stopped_by: str = ""
 
     def count(self, status: str) -> int:
         """Runs with ``status``."""
@@ -140,7 +143,8 @@ class Execution:
             A run failed; the message names the first one and its error.
         """
         if self.interrupted:
-            raise KeyboardInterrupt
+            # Says what stopped it (SIGTERM is not Ctrl-C).
+            raise KeyboardInterrupt(self.stopped_by)
         failed = [r for r in self.records if r.status == "failed"]
         if failed:
             more = f" (and {len(failed) - 1} more run(s))" if len(failed) > 1 else ""
@@ -211,11 +215,12 @@ def execute_runs(
         tracker = _Tracker(records, counter)
         counter.emit("start")
         interrupted = False
+        stopped_by = ""
         with interrupt_guard(tracker.stopping) as requested:
             try:
                 executor.run(tasks, out, tracker, requested)
-            except KeyboardInterrupt:
-                interrupted = True
+            except KeyboardInterrupt as stop:
+                interrupted, stopped_by = True, str(stop)
             except BaseException:
                 _remove_partials(roots, keep)
                 raise
@@ -232,6 +237,7 @@ def execute_runs(
                 workers=executor.workers,
                 elapsed_s=time.perf_counter() - start,
                 interrupted=interrupted,
+                stopped_by=stopped_by,
             )
             if finish is not None:
                 finish(execution)
