@@ -105,4 +105,4 @@ def test_an_interrupted_sweep_ends_with_one_error_line(
     result = invoke("sweep", tiny_matrix, "--out", tmp_path / "out", "--jobs", "1")
     assert result.exit_code == 130
     last = result.output.strip().splitlines()[-1]
-    assert last.startswith("Error: interrupted") and "re-run the same command" in last
+    assert last.startswith("Error: interrupted by Ctrl-C;") and "re-run the same command" in last

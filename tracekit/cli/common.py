@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import tempfile
@@ -119,7 +120,7 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
     ``folder`` says whether the command writes a folder (a bundle, a results folder) or a file.
     The path may exist (commands decide whether to replace it) or be missing with missing parents
     (commands create them); it must not be the wrong kind, sit under a file, or sit in a folder
-    that cannot be written (a hidden probe folder is made and removed at once); nothing
+    that cannot be written (an unnamed file is made in it, :func:`_probe_writable`); nothing
     else is created here.
     """
     kind, other = ("folder", "file") if folder else ("file", "folder")
@@ -143,7 +144,7 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
     # A real probe, not os.access: root passes os.access on a read-only mount, /proc or /sys,
     # and the command would then fail mid-run with a traceback.
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".tracekit-probe-", dir=ancestor))
+        _probe_writable(ancestor)
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise LibraryError(
@@ -151,6 +152,26 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
             "pass a path in a folder you can write",
             2,
         ) from error
+
+
+def _probe_writable(folder: Path) -> None:
+    """Raise ``OSError`` unless an entry can be created in ``folder``; leave nothing, ever.
+
+    An unnamed file (``O_TMPFILE``, Linux) has no name to leave behind, whatever stops the
+    process; a hidden folder (made and removed at once) was left by a stop that came between
+    the two. Where ``O_TMPFILE`` is not supported (another system, a file system without it),
+    the folder as before.
+    """
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            os.close(os.open(folder, flag | os.O_WRONLY, 0o600))
+            return
+        except OSError as error:
+            # EISDIR or EOPNOTSUPP: a kernel or file system without it; try the folder.
+            if error.errno not in (errno.EISDIR, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+    os.rmdir(tempfile.mkdtemp(prefix=".tracekit-probe-", dir=folder))
 
 
 def out_option(*, folder: bool = True, **kwargs: Any) -> Callable[[F], F]:

@@ -89,7 +89,8 @@ def sweep(
             click.echo(stop.result.render(), err=True)
             # Every interrupted command ends with one Error: line and exit 130.
             raise LibraryError(
-                f"interrupted; {out} keeps the complete runs: re-run the same command to finish",
+                f"{stop.stopped_by}; {out} keeps the complete runs: re-run the same command to "
+                "finish",
                 EXIT_INTERRUPTED,
             ) from None
     emit(as_json, lambda: sweep_summary(result), result.render)

@@ -382,9 +382,7 @@ def run_matrix(
                 f"{existing}: output folder already exists; pass --resume to keep the "
                 "complete bundles, --overwrite to record them all again, or choose a new --out"
             )
-    root.mkdir(parents=True, exist_ok=True)
-    if not (root / MARKER).is_file():
-        safe_output.write_marker(root, MARKER, "tracekit experiment run")
+    safe_output.make_marked_folder(root, MARKER, "tracekit experiment run")
     for run in range(spec.runs):
         freeze_traces(
             pool,
