@@ -226,7 +226,7 @@ def reference(command: StopCommand, fixtures: Path, work: Path) -> dict[str, str
 
 def _launch(
     args: list[str], case: Path
-) -> tuple[subprocess.Popen[str], list[str], threading.Event]:
+) -> tuple[subprocess.Popen[str], list[str], threading.Event, list[threading.Thread]]:
     env = {**os.environ, "SOURCE_DATE_EPOCH": EPOCH, "PYTHONPATH": str(Path(__file__).parents[1])}
     process = subprocess.Popen(
         [sys.executable, "-m", "tracekit", *args], cwd=case, env=env, text=True,
@@ -244,9 +244,22 @@ def _launch(
             if stream is process.stderr and line.strip():
                 first.set()
 
+    readers = [
+        threading.Thread(target=read, args=(stream,), daemon=True)
+        for stream in (process.stdout, process.stderr)
+    ]
+    for reader in readers:
+        reader.start()
+    return process, lines, first, readers
+
+
+def _drain(process: subprocess.Popen[str], readers: list[threading.Thread]) -> None:
+    """Let the readers finish and close the pipes (no file is left for the collector)."""
+    for reader in readers:
+        reader.join(timeout=10)
     for stream in (process.stdout, process.stderr):
-        threading.Thread(target=read, args=(stream,), daemon=True).start()
-    return process, lines, first
+        if stream is not None:
+            stream.close()
 
 
 def _wait_for_stage(
@@ -279,7 +292,7 @@ def run_stop(stop: Stop, fixtures: Path, work: Path, timeout: float = 300.0) -> 
         prepare(command, fixtures, case)
         inputs = _digest(case, ())
         before = set(os.listdir(case))
-        process, lines, first = _launch(list(command.args), case)
+        process, lines, first, readers = _launch(list(command.args), case)
         reached = _wait_for_stage(stop, process, first, case, before, timeout)
         if reached:
             os.kill(process.pid, SIGNALS[stop.signal])
@@ -288,8 +301,9 @@ def run_stop(stop: Stop, fixtures: Path, work: Path, timeout: float = 300.0) -> 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+            _drain(process, readers)
             return StopOutcome(stop, "traceback", None, [], "hung after the stop", 0.0)
-        time.sleep(0.05)  # the reader threads drain the pipes
+        _drain(process, readers)
         output = "".join(lines)
         code = process.returncode
 
