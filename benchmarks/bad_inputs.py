@@ -446,9 +446,6 @@ _SCOPED_VALUES = {
 }  # fmt: skip
 # (command, extra arguments, the option the error must name)
 COMBINATIONS: list[tuple[str, list[str], str]] = [
-    ("record sim", ["--clock", "steps", "--cost-model", "a100-llama2-7b"], "--cost-model"),
-    ("record sim", ["--latency", "roofline:a100-llama2-7b", "--cost-model", "a100-llama2-7b"],
-     "--cost-model"),
     ("qualify", ["--load-plan", "single", "--load-fractions", "0.5"], "--load-fractions"),
     ("qualify", ["--load-plan", "single", "--load-concurrency", "4"], "--load-concurrency"),
     ("qualify", ["--load-plan", "single", "--capacity-target", "0.5"], "--capacity-target"),

@@ -1,6 +1,6 @@
 """A slice of the bad-input suite (``benchmarks/bad_inputs.py``): every case a clear error.
 
-The full suite (over 3,000 command lines over every command, 72 stops, 284 report injections,
+The full suite (3,275 command lines over every command, 72 stops, 284 report injections,
 20,000 random ``--policy-config`` documents and 180,000 controller contexts) runs as
 ``python benchmarks/bad_inputs.py``. The fast tier runs about one command line in 20 of each
 family, chosen by a hash of its name (about 190 cases, about 40 s under load, fixtures

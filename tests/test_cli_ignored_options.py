@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from tracekit.cli import cli
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
-from tracekit.engine.config import make_engine_config
+from tracekit.engine.config import make_engine_config, recorded_engine_config
 from tracekit.engine.request import engine_requests
 from tracekit.errors import ConfigError
 from tracekit.workloads import load_workload
@@ -48,7 +48,6 @@ RECORD_SIM = [
     ([*SGLANG, "--no-prefix-caching"], "--no-prefix-caching", "--engine-mode vllm"),
     ([*SGLANG, "--no-async-scheduling"], "--no-async-scheduling", "--engine-mode vllm"),
     (["--step-s", "0.05"], "--step-s", "--clock steps"),
-    (["--clock", "steps", "--cost-model", "a100-llama2-7b"], "--cost-model", "--clock cost-model"),
 ]  # fmt: skip
 
 
@@ -156,13 +155,11 @@ def test_a_capacity_search_refuses_rate_inf(tmp_path: Path, command: str) -> Non
         ({"watermark": 0.01, "mode": "sglang"}, "watermark"),
         ({"long_prefill_token_threshold": 64, "mode": "sglang"}, "long_prefill_token_threshold"),
         ({"vllm_version": "0.33", "mode": "sglang"}, "vllm_version"),
-        ({"full_sequence_must_fit": False, "mode": "sglang"}, "full_sequence_must_fit"),
         ({"schedule_low_priority_values_first": True}, "schedule_low_priority_values_first"),
         ({"disable_priority_preemption": True}, "disable_priority_preemption"),
         ({"priority_scheduling_preemption_threshold": 3},
          "priority_scheduling_preemption_threshold"),
         ({"chunked_prefill_size": 0}, "chunked_prefill_size"),
-        ({"step_s": 0.05}, "step_s"),
     ],
 )  # fmt: skip
 def test_the_library_refuses_a_setting_its_mode_or_clock_ignores(
@@ -178,6 +175,16 @@ def test_a_recorded_configuration_keeps_loading() -> None:
     for mode in ("vllm", "sglang"):
         recorded = dataclasses.asdict(EngineConfig(mode=mode))  # type: ignore[arg-type]
         assert EngineConfig(**recorded) == EngineConfig(mode=mode)  # type: ignore[arg-type]
+    # One that an earlier version took and recorded, ignored, is read as what ran.
+    recorded = dataclasses.asdict(EngineConfig())
+    recorded.update(disable_priority_preemption=True, priority_scheduling_preemption_threshold=3)
+    assert recorded_engine_config(recorded) == EngineConfig()
+
+
+def test_a_clock_setting_is_refused_on_the_command_line_only() -> None:
+    # Configurations are switched between clocks, and every manifest records step_s.
+    config = dataclasses.replace(EngineConfig(clock="steps", step_s=0.5), clock="cost-model")
+    assert config.step_s == 0.5
 
 
 # Each refused setting, forced past the check: the engine's results do not change, which is
@@ -191,7 +198,6 @@ IGNORED = [
     ("sglang", "watermark", 0.2),
     ("sglang", "long_prefill_token_threshold", 16),
     ("sglang", "vllm_version", "0.33"),
-    ("sglang", "full_sequence_must_fit", False),
     ("sglang", "step_s", 0.5),
 ]
 

@@ -373,26 +373,6 @@ def _ignored(option: EngineOption, options: dict[str, Any]) -> LibraryError | No
     return ignored_option(_spelling(option, value), f"{flag} {which}", f"{flag} {current}")
 
 
-def _cost_model_ignored(options: dict[str, Any]) -> str | None:
-    """Why a given ``--cost-model`` would change nothing here, or None.
-
-    It times the steps of the cost-model clock unless ``--latency`` names another model; in
-    sglang mode it also picks SGLang's default chunk size for its GPU.
-    """
-    if options.get("cost_model") is None:
-        return None
-    if options["engine_mode"] == "sglang" and options.get("chunked_prefill_size") is None:
-        return None
-    latency = options.get("latency")
-    if options["clock"] == "steps":
-        why, fix = "--clock steps would ignore it", "pass --clock cost-model"
-    elif latency is not None and latency.strip().lower() != "roofline":
-        why, fix = f"--latency {latency} times the steps", "pass --latency roofline:PRESET"
-    else:
-        return None
-    return f"--cost-model applies to the roofline step times only ({why}); {fix}, or drop it"
-
-
 def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
     """The engine bundle's values keyed by ``EngineConfig`` field.
 
@@ -404,9 +384,6 @@ def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
         refusal = _ignored(option, options)
         if refusal is not None:
             raise refusal
-    reason = _cost_model_ignored(options)
-    if reason is not None:
-        raise LibraryError(reason, EXIT_BAD_INPUT)
     settings = {o.field: options.get(o.field) for o in ENGINE_OPTIONS if o.field != "mode"}
     return {"mode": options["engine_mode"], **settings}
 

@@ -81,18 +81,20 @@ ENGINE_RANGES: MappingProxyType[str, tuple[float, float]] = MappingProxyType(
 )
 
 #: The settings that one engine mode, or one clock, alone reads, as ``(what, which)``: the
-#: ``mode`` or the ``clock`` it needs. In the other mode or clock any value but the neutral one
-#: (the field's default, or off) would be ignored silently while the manifest recorded it, so
-#: :class:`EngineConfig` refuses it, and the command line refuses the option given at all
-#: (``tracekit.cli.options.engine_settings``). ``cost_model`` is not here: in ``sglang`` mode it
-#: also picks the default chunk size, whatever the clock.
+#: ``mode`` or the ``clock`` it needs. Given in the other mode or clock, the option changes
+#: nothing, so the command line refuses it (``tracekit.cli.options.engine_settings``). A
+#: mode's setting is refused by :class:`EngineConfig` too, unless neutral (the field's default,
+#: or off), so that a manifest never records one that changed nothing; a clock's is not, since
+#: configurations are switched between clocks (``dataclasses.replace(config, clock=...)``) and
+#: every manifest records ``step_s`` whatever its clock. ``cost_model`` is not here: in
+#: ``sglang`` mode it also picks the default chunk size, and a manifest's settings given back
+#: as options (its ``cost_model`` included) must reproduce its run.
 ENGINE_SCOPES: MappingProxyType[str, tuple[str, str]] = MappingProxyType(
     {
         # vLLM's scheduler alone reads these (tracekit.engine.scheduler).
         "watermark": ("mode", "vllm"),
         "long_prefill_token_threshold": ("mode", "vllm"),
         "vllm_version": ("mode", "vllm"),
-        "full_sequence_must_fit": ("mode", "vllm"),
         "enable_prefix_caching": ("mode", "vllm"),
         "async_scheduling": ("mode", "vllm"),
         # SGLang's alone (tracekit.engine.sglang).
@@ -462,9 +464,17 @@ def recorded_settings(recorded: dict[str, Any]) -> dict[str, Any]:
 
     A field the record lacks because it predates the field keeps its setting of the time
     (:data:`PRE_FEATURE_SETTINGS`, and :data:`SGLANG_PRE_FEATURE_SETTINGS` in ``sglang``
-    mode), never today's default.
+    mode), never today's default. A setting that the recorded mode ignores
+    (:data:`ENGINE_SCOPES`) is read as its neutral value: it changed nothing then either.
     """
     settings = {**PRE_FEATURE_SETTINGS, **recorded}
+    # A setting its mode ignored changed nothing when the run was recorded (earlier versions
+    # took and recorded it): read as the neutral value, which is what ran.
+    mode = settings.get("mode", "vllm")
+    for field in fields(EngineConfig):
+        scope = ENGINE_SCOPES.get(field.name)
+        if scope is not None and scope[0] == "mode" and scope[1] != mode and field.name in settings:
+            settings[field.name] = field.default
     if settings.get("mode") == "sglang" and "overlap_schedule" not in recorded:
         settings = {**SGLANG_PRE_FEATURE_SETTINGS, **settings}
         if settings.get("chunked_prefill_size") is None:
@@ -564,14 +574,14 @@ _MODE_NAMES = MappingProxyType({"vllm": "vLLM", "sglang": "SGLang"})
 
 
 def _check_scopes(config: EngineConfig) -> None:
-    """Refuse a setting that the mode or the clock would ignore (:data:`ENGINE_SCOPES`).
+    """Refuse a setting that the mode would ignore (:data:`ENGINE_SCOPES`).
 
     Neutral, and so accepted anywhere: the field's default, or off (``False``) for a setting
     whose unset value means the mode's default (what a recorded manifest holds).
     """
     for field in fields(EngineConfig):
         scope = ENGINE_SCOPES.get(field.name)
-        if scope is None:
+        if scope is None or scope[0] != "mode":
             continue
         what, which = scope
         if getattr(config, what) == which:
