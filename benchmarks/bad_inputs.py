@@ -17,7 +17,19 @@ per bad input, in families:
 - ``path``: missing inputs, files for folders, folders without bundles, unwritable ``--out``;
 - ``output``: outputs that must not be written;
 - ``sql``, ``matrix``, ``manifest``, ``results``, ``import``: bad queries, sweep matrices,
-  extension manifests, results folders and legacy logs.
+  extension manifests, results folders and legacy logs;
+- ``combination``: an option given where the chosen engine mode, clock, objective or plan
+  would ignore it (``--watermark`` in sglang mode, ``--step-s`` under the cost-model clock,
+  oracle's ``--slo-*`` without ``--objective slo``, ...);
+- ``interrupt`` (``benchmarks/bad_input_stops.py``): SIGINT, SIGTERM and SIGKILL at three
+  stages of every long command, each checking the exit status, the one ``Error:`` line, what
+  is left, and that the next run cleans up and writes byte-identical output;
+- ``injection`` (``benchmarks/bad_input_report.py``): 71 HTML/JS/CSS/URL/bidi/control-character
+  forms in four places of a results folder (request id, workload name, strategy name, policy
+  setting), each page held to the page of a plain word;
+- ``policy-random`` (``benchmarks/bad_input_policy.py``): 20,000 seeded ``--policy-config``
+  documents through the settings parser, judged against docs/policy.md;
+- ``controller`` (``benchmarks/controller_fuzz.py``): 180,000 fuzzed controller contexts.
 
 Each case runs in its own folder holding copies of its inputs, through the command line in this
 process (``click.testing.CliRunner``). It is one of:
@@ -33,9 +45,12 @@ process (``click.testing.CliRunner``). It is one of:
 ``damage`` is counted apart: any input file changed, or any file or folder left in the case's
 folder by a command that refused its input (a partial output, a staging folder).
 
-Usage: ``python benchmarks/bad_inputs.py [--family F] [--every N] [--show CATEGORY] [--json]``
-(``--every 10`` runs about one case in ten of each family, chosen by a hash of its name, and at
-least one of each; the test suite runs such a slice).
+The bulk families report counts only: ``valid`` is a random document within the documentation,
+taken (not a failure); a controller context answered as documented is ``clear``.
+
+Usage: ``python benchmarks/bad_inputs.py [--family F] [--every N] [--show CATEGORY] [--json]
+[--policy-documents N] [--fuzz N,N]`` (``--every 10`` runs about one case in ten of each family,
+chosen by a hash of its name, and at least one of each; the test suite runs such a slice).
 """
 
 from __future__ import annotations
@@ -50,10 +65,8 @@ import math
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -71,7 +84,7 @@ EXTENSION = ROOT / "bidkv" / "manifests" / "vllm-hust-extension-v0.3.json"
 # A vllm bench serve result (--save-detailed): the input of tracekit accuracy.
 BENCH_RESULT = ROOT / "tests" / "data" / "bench-results" / "vllm-bench-rate8.json"
 SMALL = ["--limit", "40", "--num-blocks", "300", "--max-model-len", "4608"]
-CATEGORIES = ("clear", "wrong-exit", "unclear", "silent", "traceback")
+CATEGORIES = ("clear", "valid", "wrong-exit", "unclear", "silent", "traceback")
 
 Args = Callable[[Path], list[str]]
 Prepare = Callable[[Path, Path], None]
@@ -98,12 +111,9 @@ class Case:
     mentions
         Text the error must contain (the option or the file), or "" for none; ``{case}``
         stands for the case's folder.
-    interrupt_after
-        Seconds after which the command, run in a process of its own, gets SIGINT (Ctrl-C);
-        0 runs it in this process to the end.
     keeps
-        Name patterns of what a refused (or interrupted) command may leave: the partial folder
-        that the next run removes.
+        Name patterns of what a refused command may leave: the partial folder that the next
+        run removes.
     removes
         Name patterns of what the command must remove (a stale staging folder); such a case is
         not refused: it is a clear answer when it exits 0 and they are gone.
@@ -116,7 +126,6 @@ class Case:
     prepare: Prepare | None = None
     exits: frozenset[int] = frozenset({2})
     mentions: str = ""
-    interrupt_after: float = 0.0
     keeps: tuple[str, ...] = ()
     removes: tuple[str, ...] = ()
 
@@ -234,7 +243,7 @@ BASES: dict[str, tuple[tuple[str, ...], Args]] = {
                                          "--num-requests", "5", "--rates", "1"]),
     "experiment run": ((), lambda c: ["experiment", "run", "--out", str(c / "out"), "--runs", "1",
                                       "--num-requests", "5", "--rates", "1", "--strategies",
-                                      "builtin", "--jobs", "1"]),
+                                      "preempt-evict", "--jobs", "1"]),
     "calibrate": (("typed",), lambda c: ["calibrate", str(c / "typed"), "--out",
                                          str(c / "m.json")]),
     "sweep": (("w.csv", "matrix.toml"), lambda c: ["sweep", str(c / "matrix.toml"), "--out",
@@ -413,6 +422,66 @@ def policy_config_cases() -> list[Case]:
         cases.append(Case("policy-config", "diff", f"--conformance --policy-config {value[:40]!r}",
                           lambda c, v=value: ["diff", "--conformance", "--policy-config", v],
                           None, frozenset({2}), "policy"))  # fmt: skip
+    return cases
+
+
+# --- combinations: an option the chosen mode, clock, objective or plan would ignore ----------
+
+# A valid value of each scoped engine setting's option (ENGINE_SCOPES): given where it is not
+# read, it must be refused, naming the option.
+_SCOPED_VALUES = {
+    "watermark": ["--watermark", "0.01"],
+    "long_prefill_token_threshold": ["--long-prefill-token-threshold", "64"],
+    "vllm_version": ["--vllm-version", "0.33"],
+    "enable_prefix_caching": ["--no-prefix-caching"],
+    "async_scheduling": ["--no-async-scheduling"],
+    "retraction_policy": ["--retraction-policy", "length"],
+    "radix_cache": ["--no-radix-cache"],
+    "chunked_prefill_size": ["--chunked-prefill-size", "64"],
+    "overlap_schedule": ["--disable-overlap-schedule"],
+    "schedule_low_priority_values_first": ["--schedule-low-priority-values-first"],
+    "disable_priority_preemption": ["--disable-priority-preemption"],
+    "priority_scheduling_preemption_threshold": ["--priority-scheduling-preemption-threshold", "3"],
+    "step_s": ["--step-s", "0.05"],
+}  # fmt: skip
+# (command, extra arguments, the option the error must name)
+COMBINATIONS: list[tuple[str, list[str], str]] = [
+    ("qualify", ["--load-plan", "single", "--load-fractions", "0.5"], "--load-fractions"),
+    ("qualify", ["--load-plan", "single", "--load-concurrency", "4"], "--load-concurrency"),
+    ("qualify", ["--load-plan", "single", "--capacity-target", "0.5"], "--capacity-target"),
+    ("qualify", ["--load-plan", "single", "--capacity-tolerance", "0.1"], "--capacity-tolerance"),
+    ("qualify", ["--load-plan", "capacity", "--arrivals", "poisson", "--rate", "inf"], "--rate"),
+    ("capacity", ["--arrivals", "poisson", "--rate", "inf"], "--rate"),
+    ("oracle", ["--slo-ttft-s", "3"], "--slo-ttft-s"),
+    ("oracle", ["--slo-tpot-s", "0.2"], "--slo-tpot-s"),
+    ("oracle", ["--objective", "e2e", "--slo-ttft-s", "3"], "--slo-ttft-s"),
+    ("replay", ["--mode", "closed", "--limit", "2"], "--limit"),
+    ("replay", ["--mode", "closed", "--reference"], "--reference"),
+    ("replay", ["--host", "legacy"], "--host"),
+    ("experiment run", ["--resume", "--overwrite"], "--overwrite"),
+    ("experiment traces", ["--mode", "verify", "--overwrite"], "--overwrite"),
+]  # fmt: skip
+
+
+def combination_cases() -> list[Case]:
+    """Options given where the chosen mode, clock, objective or plan would ignore them."""
+    from tracekit.engine.config import ENGINE_SCOPES
+
+    cases = []
+    for name, (what, which) in ENGINE_SCOPES.items():
+        if name not in _SCOPED_VALUES:
+            continue  # full_sequence_must_fit has no option
+        other = {"mode": {"vllm": "sglang", "sglang": "vllm"}, "clock": {"steps": "cost-model"}}
+        flag = "--engine-mode" if what == "mode" else "--clock"
+        setting = [flag, other[what][which]]
+        option = _SCOPED_VALUES[name][0]
+        for command in ("record sim", "capacity", "qualify"):
+            cases.append(_with(command, *setting, *_SCOPED_VALUES[name],
+                               name=f"{option} with {' '.join(setting)}", family="combination",
+                               mentions=option))  # fmt: skip
+    for command, extra, option in COMBINATIONS:
+        cases.append(_with(command, *extra, name=" ".join(extra), family="combination",
+                           mentions=option))  # fmt: skip
     return cases
 
 
@@ -1006,34 +1075,13 @@ def import_cases() -> list[Case]:
     ]
 
 
-HOUR = ROOT / "traces" / "azure-llm-2023" / "AzureLLMInferenceTrace_conv.csv"
-
-
-def interrupt_cases() -> list[Case]:
-    """Ctrl-C in the middle of a long run: exit 130, and at most a partial folder left."""
-    partial = (".out.partial-*",)
-    return [
-        Case("interrupt", "record sim", "Ctrl-C while recording the Azure hour",
-             lambda c: ["record", "sim", "--workload", str(HOUR), "--out", str(c / "out")],
-             None, frozenset({130}), "", 2.0, partial),
-        Case("interrupt", "qualify", "Ctrl-C during the capacity search",
-             lambda c: ["qualify", "--workload", str(c / "w.csv"), "--repeats", "3", "--jobs",
-                        "1", "--out", str(c / "out")],
-             _copy("w.csv"), frozenset({130}), "", 2.0, partial),
-        Case("interrupt", "replay", "Ctrl-C during a closed replay",
-             lambda c: ["replay", str(c / "typed"), "--strategy", "all", "--mode", "closed",
-                        "--jobs", "1", "--out", str(c / "out")],
-             _copy("typed"), frozenset({130}), "", 0.01, partial),
-    ]  # fmt: skip
-
-
 def all_cases() -> list[Case]:
     """Every case of the suite, family by family."""
     return [
         *option_cases(), *spelling_cases(), *policy_config_cases(), *workload_cases(),
         *bundle_cases(), *value_cases(), *path_cases(), *output_cases(), *sql_cases(),
         *matrix_cases(), *manifest_cases(), *results_cases(), *import_cases(),
-        *interrupt_cases(),
+        *combination_cases(),
     ]  # fmt: skip
 
 
@@ -1084,11 +1132,8 @@ def run_case(case: Case, fixtures: Path, work: Path, timeout: float = 120.0) -> 
         before = _snapshot(folder)
         started = time.perf_counter()
         try:
-            if case.interrupt_after:
-                result = _interrupted(args, case.interrupt_after, timeout)
-            else:
-                with _deadline(timeout):
-                    result = CliRunner().invoke(cli, args, catch_exceptions=True)
+            with _deadline(timeout):
+                result = CliRunner().invoke(cli, args, catch_exceptions=True)
         except _Hung as hung:
             return Outcome(case, "traceback", None, [], str(hung), time.perf_counter() - started)
         seconds = time.perf_counter() - started
@@ -1112,54 +1157,6 @@ def run_case(case: Case, fixtures: Path, work: Path, timeout: float = 120.0) -> 
         return Outcome(case, category, code, damage, _last(result.output), seconds)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-@dataclass
-class _Process:
-    """What a command run in its own process did, as ``CliRunner`` reports it."""
-
-    exit_code: int
-    output: str
-    exception: BaseException | None = None
-
-
-def _interrupted(args: list[str], after: float, timeout: float) -> _Process:
-    """Run ``tracekit ARGS`` in a new process; press Ctrl-C (SIGINT) ``after`` seconds after it
-    printed its first "started" progress line (so the stop falls in the work, not the imports).
-    """
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tracekit", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    lines: list[str] = []
-    started = threading.Event()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.append(line)
-            if "started" in line:
-                started.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    # Wait for the "started" line, unless the command ends first (it refused its input).
-    deadline = time.monotonic() + timeout
-    while not started.wait(0.1) and process.poll() is None and time.monotonic() < deadline:
-        pass
-    if started.is_set():
-        time.sleep(after)
-        process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        raise _Hung(f"still running {timeout:g} s after Ctrl-C") from None
-    reader.join(timeout=10)
-    return _Process(process.returncode, "".join(lines))
 
 
 def _last(output: str) -> str:
@@ -1226,17 +1223,26 @@ def run_suite(
     return outcomes
 
 
-def summary(outcomes: list[Outcome]) -> dict[str, Any]:
-    """Counts per category, per family, and damage; the cases that are not clear errors."""
-    counts = Counter(o.category for o in outcomes)
+def summary(outcomes: list[Outcome], counted: dict[str, dict[str, int]] | None = None,
+            damaged: int = 0) -> dict[str, Any]:  # fmt: skip
+    """Counts per category, per family, and damage; the cases that are not clear errors.
+
+    ``counted`` adds families judged in bulk (random policy configurations, the controller
+    fuzz): family -> category -> count; ``damaged`` their damage.
+    """
     families: dict[str, Counter[str]] = {}
     for outcome in outcomes:
         families.setdefault(outcome.case.family, Counter())[outcome.category] += 1
-    damaged = [o for o in outcomes if o.damage]
+    for family, row in (counted or {}).items():
+        families.setdefault(family, Counter()).update(row)
+    counts: Counter[str] = Counter()
+    for row in families.values():
+        counts.update(row)
+    damaged_cases = [o for o in outcomes if o.damage]
     return {
-        "cases": len(outcomes),
+        "cases": sum(counts.values()),
         "counts": {c: counts.get(c, 0) for c in CATEGORIES},
-        "damage": len(damaged),
+        "damage": len(damaged_cases) + damaged,
         "families": {f: {c: n[c] for c in CATEGORIES if n[c]} for f, n in families.items()},
         "failing": [
             {
@@ -1249,7 +1255,7 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
                 "output": o.detail,
             }
             for o in outcomes
-            if o.category != "clear" or o.damage
+            if o.category not in ("clear", "valid") or o.damage
         ],
         "seconds": round(sum(o.seconds for o in outcomes), 1),
     }
@@ -1259,14 +1265,14 @@ def render(report: dict[str, Any], show: str | None) -> str:
     """The summary as text: totals, a table per family, then the failing cases."""
     counts = report["counts"]
     lines = [
-        f"{report['cases']} bad inputs: "
-        + ", ".join(f"{c} {counts[c]}" for c in CATEGORIES)
+        f"{report['cases']:,} bad inputs: "
+        + ", ".join(f"{c} {counts[c]:,}" for c in CATEGORIES)
         + f"; damage {report['damage']} ({report['seconds']} s in the commands)",
         "",
         f"{'family':16}" + "".join(f"{c:>11}" for c in CATEGORIES),
     ]
     for family, row in report["families"].items():
-        lines.append(f"{family:16}" + "".join(f"{row.get(c, 0):>11}" for c in CATEGORIES))
+        lines.append(f"{family:16}" + "".join(f"{row.get(c, 0):>11,}" for c in CATEGORIES))
     failing = report["failing"]
     if failing:
         lines += ["", "not a clear error, or damage "]
@@ -1283,6 +1289,66 @@ def render(report: dict[str, Any], show: str | None) -> str:
     return "\n".join(lines)
 
 
+def stop_outcomes(
+    fixtures: Path, work: Path, every: int, progress: Callable[[int, int], None] | None = None
+) -> list[Outcome]:
+    """The stop checks (benchmarks/bad_input_stops.py), about one in ``every``, as outcomes."""
+    import bad_input_stops
+
+    stops = [
+        s for s in bad_input_stops.stop_cases()
+        if _chosen(f"interrupt {s.command.name} {s.name}", every)
+    ]  # fmt: skip
+    done = bad_input_stops.run_stops(stops, fixtures, work, progress)
+    return [
+        Outcome(Case("interrupt", o.stop.command.name, o.stop.name, lambda c: []), o.category,
+                o.exit_code, o.damage, o.detail, o.seconds)
+        for o in done
+    ]  # fmt: skip
+
+
+def injection_outcomes(
+    fixtures: Path, work: Path, every: int, progress: Callable[[int, int], None] | None = None
+) -> list[Outcome]:
+    """The report injections (benchmarks/bad_input_report.py), about one in ``every``."""
+    import bad_input_report
+
+    results = bad_input_report.build_results(fixtures, SAMPLE)
+    cases = [c for c in bad_input_report.injection_cases() if _chosen(f"inject {c.name}", every)]
+    done = bad_input_report.run_injections(cases, results, work, progress)
+    return [
+        Outcome(Case("injection", "report", o.case.name, lambda c: []), o.category, o.exit_code,
+                o.damage, o.detail)
+        for o in done
+    ]  # fmt: skip
+
+
+def policy_counts(count: int) -> tuple[dict[str, int], int, dict[str, list[str]]]:
+    """Random --policy-config documents (benchmarks/bad_input_policy.py): counts, damage."""
+    import bad_input_policy
+
+    result = bad_input_policy.run_policy_documents(count)
+    return dict(result.counts), result.damage, result.examples
+
+
+def controller_counts(counts: list[int]) -> dict[str, int]:
+    """The controller fuzz (benchmarks/controller_fuzz.py) in the suite's categories."""
+    import controller_fuzz
+
+    total = controller_fuzz.run(counts, [20260 + i for i in range(len(counts))], 0.2)["total"]
+    mapping = {"handled": "clear", "escaped": "traceback", "not plain": "silent",
+               "otherwise": "silent"}  # fmt: skip
+    row: Counter[str] = Counter()
+    for category, n in total.items():  # type: ignore[attr-defined]
+        row[mapping[category]] += n
+    return dict(row)
+
+
+def _chosen(key: str, every: int) -> bool:
+    digest = hashlib.sha256(key.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % every == 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default=None, help="Run one family only.")
@@ -1290,18 +1356,47 @@ def main() -> None:
     parser.add_argument("--show", default=None, help="List only failing cases of a category.")
     parser.add_argument("--json", action="store_true", help="Print the summary as JSON.")
     parser.add_argument("--fixtures", type=Path, default=None, help="Reuse a fixtures folder.")
+    parser.add_argument(
+        "--policy-documents",
+        type=int,
+        default=20_000,
+        help="Random --policy-config documents (family policy-random).",
+    )
+    parser.add_argument(
+        "--fuzz",
+        default="100000,80000",
+        help="Controller fuzz contexts per seed (family controller); 0: none.",
+    )
     args = parser.parse_args()
+
+    def wanted(family: str) -> bool:
+        return args.family is None or args.family == family
+
     with tempfile.TemporaryDirectory(prefix="tracekit-bad-inputs-") as tmp:
         fixtures = build_fixtures(args.fixtures or Path(tmp) / "fixtures")
         work = Path(tmp) / "work"
         work.mkdir()
-        cases = select(all_cases(), args.family, args.every)
+        cli_families = {c.family for c in all_cases()}
+        cases = select(all_cases(), args.family, args.every) if (
+            args.family is None or args.family in cli_families) else []  # fmt: skip
 
         def progress(done: int, total: int) -> None:
             if done % 100 == 0 or done == total:
                 print(f"bad inputs: {done}/{total}", file=sys.stderr, flush=True)
 
-        report = summary(run_suite(cases, fixtures, work, progress))
+        outcomes = run_suite(cases, fixtures, work, progress)
+        if wanted("interrupt"):
+            outcomes += stop_outcomes(fixtures, work, args.every, progress)
+        if wanted("injection"):
+            outcomes += injection_outcomes(fixtures, work, args.every, progress)
+        counted: dict[str, dict[str, int]] = {}
+        damaged = 0
+        if wanted("policy-random") and args.policy_documents:
+            counted["policy-random"], damaged, _ = policy_counts(args.policy_documents)
+        fuzz = [int(n) for n in args.fuzz.split(",") if int(n)]
+        if wanted("controller") and fuzz:
+            counted["controller"] = controller_counts(fuzz)
+        report = summary(outcomes, counted, damaged)
     print(json.dumps(report, indent=2) if args.json else render(report, args.show))
 
 

@@ -107,7 +107,7 @@ def test_the_library_refuses_what_overflowed() -> None:
         load_workload(SAMPLE, limit=10**20)
     with pytest.raises(ConfigError, match="step_s must be a number of seconds from 1e-06"):
         make_engine_config(clock="steps", step_s=1e-30)
-    with pytest.raises(ValueError, match="SGLang-mode setting"):
+    with pytest.raises(ValueError, match="read in SGLang mode only"):
         EngineConfig(retraction_policy="priority")
     with pytest.raises(ValueError, match="num_blocks must be an integer from 2 to"):
         EngineConfig(num_blocks=ENGINE_RANGES["num_blocks"][1] + 1)
@@ -140,11 +140,12 @@ def test_the_old_oracle_spelling_warns_and_means_the_same(tmp_path: Path, write_
     original = oracle_cmd.run_oracle
     oracle_cmd.run_oracle = fake  # type: ignore[assignment]
     try:
-        old = _invoke("oracle", bundle, "--ttft-s", "3.5", "--out", tmp_path / "o")
+        slo = ["--objective", "slo"]
+        old = _invoke("oracle", bundle, *slo, "--ttft-s", "3.5", "--out", tmp_path / "o")
         assert "warning: --ttft-s is deprecated; use --slo-ttft-s" in old.output
         assert seen["settings"].ttft_s == 3.5
         both = _invoke(
-            "oracle", bundle, "--ttft-s", "3.5", "--slo-ttft-s", "1", "--out", tmp_path / "o"
+            "oracle", bundle, *slo, "--ttft-s", "3.5", "--slo-ttft-s", "1", "--out", tmp_path / "o"
         )
         assert both.exit_code == 2 and "contradicts --slo-ttft-s" in both.output
         assert "--ttft-s" not in _invoke("oracle", "--help").output
@@ -162,7 +163,15 @@ def test_capacity_refuses_an_infinite_tolerance(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fractions", "words"), [("1e30", "<= 100"), ("1,1", "1 is given twice"), ("0.5,nan", "> 0")]
+    ("fractions", "words"),
+    [
+        ("1e30", "<= 100"),
+        ("1,1", "1 is given twice"),
+        ("0.5,nan", "> 0"),
+        # An empty item was skipped silently.
+        ("0.6,,0.9", "comma-separated numbers"),
+        ("0.6,0.9,", "comma-separated numbers"),
+    ],
 )
 def test_qualify_refuses_bad_load_fractions_before_any_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fractions: str, words: str
@@ -189,3 +198,10 @@ def test_rate_inf_is_vllms_every_request_at_once_and_says_so(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     assert "note: --rate inf sends every request at time 0" in result.output
     assert pl.read_parquet(out / "requests.parquet")["arrival_s"].to_list() == [0.0] * 5
+
+
+@pytest.mark.parametrize("rates", ["1,,2", "1,2,", ","])
+def test_experiment_rates_refuse_an_empty_item(rates: str) -> None:
+    # '1,,2' ran rates 1 and 2, skipping the empty item silently.
+    result = _invoke("experiment", "traces", "--rates", rates, "--out", "never")
+    assert result.exit_code == 2 and "--rates" in result.output, result.output

@@ -196,5 +196,5 @@ def test_the_engine_options_reach_the_manifest(tmp_path: Path) -> None:
     out = tmp_path / "refused"
     flags = ["--engine-mode", "sglang", "--async-scheduling", "--out", str(out)]
     result = runner.invoke(cli, [*base, *flags])
-    assert result.exit_code == 2 and "async_scheduling" in result.output
+    assert result.exit_code == 2 and "--async-scheduling" in result.output
     assert not out.exists()

@@ -148,6 +148,19 @@ def test_a_huge_number_names_the_setting_in_one_line(setting: str) -> None:
     assert setting in refused(parse_policy_config(text))
 
 
+def test_an_infinity_says_what_the_number_became() -> None:
+    # 1e400 reads as infinity; "must be in [0, 1]" alone did not say so.
+    message = refused(parse_policy_config('{"utility_kv_gate": 1e400}'))
+    assert "utility_kv_gate must be in [0, 1], got inf" in message and "1e400" in message
+    assert "got inf" in refused(parse_policy_config('{"utility_epsilon": 1e999}'))
+
+
+def test_a_huge_history_size_is_shown_by_its_size() -> None:
+    # It printed all 401 digits.
+    message = refused({"utility_snapshot_history_size": 10**400})
+    assert "got an integer of 401 digits" in message and len(message) < 200
+
+
 def test_digits_past_the_json_limit_are_one_line() -> None:
     # Python refuses to read integer literals of more than 4,300 digits (a ValueError that is
     # not a JSONDecodeError, and escaped as a traceback).
@@ -176,6 +189,11 @@ def test_the_engine_paths_bound_the_same_ranges() -> None:
         ("kv_gate", "utility_kv_gate"),
         ("utility_preempt_wieght", "utility_preempt_weight"),
         ("enable_utility", "enable_utility_victim_selection"),
+        # difflib's closest spelling was utility_seed; known aliases come first.
+        ("utility_enabled", "enable_utility_victim_selection"),
+        ("enabled", "enable_utility_victim_selection"),
+        ("seed", "utility_seed"),
+        ("kill_switch", "utility_kill_switch"),
     ],
 )
 def test_an_unknown_key_gets_did_you_mean(key: str, suggestion: str) -> None:

@@ -50,3 +50,14 @@ def test_a_request_id_with_an_override_cannot_reorder_the_report(
     page = write_report(report_results_copy, tmp_path / "report.html").read_text("utf-8")
     assert "req&lt;U+202E&gt;flow.exe" in page or "req\\u003cU+202E\\u003eflow.exe" in page
     assert not BIDI_CONTROLS & set(page)
+
+
+def test_control_characters_are_shown_too() -> None:
+    # NUL, BEL, an ESC sequence, DEL and C1 controls in a request id reached the page raw
+    # (found by the bad-input suite's report injections, benchmarks/bad_input_report.py).
+    for char in "\x00\x07\x08\x1b\x7f\x85\x9b":
+        shown = esc(f"a{char}b")
+        assert char not in shown and f"U+{ord(char):04X}" in shown
+        assert char not in json.loads(script_json({"id": f"a{char}b"}))["id"]
+    # Tab and the line ends are text.
+    assert esc("a\tb\nc\r") == "a\tb\nc\r"

@@ -599,3 +599,28 @@ def test_a_bundle_the_writer_makes_is_what_the_module_calls_a_bundle(tmp_path: P
     assert safe_output.is_trace_bundle(tmp_path / "b")
     assert open_trace(tmp_path / "b").bundles[0].path == tmp_path / "b"
     assert not safe_output.is_trace_bundle(tmp_path)
+
+
+def test_a_folder_written_in_place_is_made_with_its_marker_in_one_step(tmp_path: Path) -> None:
+    """A kill between making a sweep's (or an experiment's) folder and marking it left the
+    folder unmarked, holding the marker's staging file: every later run refused it as not its
+    own (found by the bad-input suite's stops, benchmarks/bad_input_stops.py)."""
+    mark = safe_output.marker_files("tracekit sweep", ".tracekit-sweep")
+    # What such a kill left: a folder holding a dead process's staging copy of the marker.
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "..tracekit-sweep.partial-99999999999999999999").write_text("{")
+    assert safe_output.check_folder_output(killed, mark=mark, resume=True)
+    safe_output.make_marked_folder(killed, ".tracekit-sweep", "tracekit sweep")
+    assert sorted(p.name for p in killed.iterdir()) == [".tracekit-sweep"]
+    # A new folder appears with its marker, nothing else beside it.
+    new = tmp_path / "new"
+    safe_output.make_marked_folder(new, ".tracekit-sweep", "tracekit sweep")
+    assert sorted(p.name for p in new.iterdir()) == [".tracekit-sweep"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["killed", "new"]
+    # A live process's staging copy is someone at work: the folder is not taken.
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / f"..tracekit-sweep.partial-{os.getpid()}").write_text("{")
+    with pytest.raises(OutputRefused):
+        safe_output.check_folder_output(busy, mark=mark, resume=True)

@@ -232,11 +232,20 @@ def test_ctrl_c_or_sigterm_exits_130_and_leaves_nothing(
         ["replay", recording, "--strategy", "all", "--mode", "closed", "--out", out],
         lambda pid: tmp_path / f".closed.partial-{pid}",
     )
+    # Once the runs are under way (a bundle folder inside the staging folder): a stop there
+    # went through the run loop, which reported a SIGTERM as Ctrl-C.
+    staging = tmp_path / f".closed.partial-{process.pid}"
+    deadline = time.monotonic() + 120
+    while not any(p.is_dir() for p in staging.glob("*/*")) and process.poll() is None:
+        assert time.monotonic() < deadline, "no run started"
+        time.sleep(0.01)
     process.send_signal(signum)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 130, err.decode()[-2000:]
     lines = err.decode().strip().splitlines()
     assert lines[-1].startswith("Error: ") and "Traceback" not in err.decode()
+    # It says what stopped it (a SIGTERM was reported as Ctrl-C).
+    assert ("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C") in lines[-1], lines[-1]
     assert names(tmp_path) == []
 
 
@@ -260,6 +269,7 @@ OVERWRITE: dict[str, tuple[list[object], bool]] = {
     "oracle": (["oracle", "{recording}", "--strategy", "pe", "--limit", "2", "--no-greedy"], True),
     "calibrate": (["calibrate", "{recording}"], False),
     "capacity": (["capacity", "--workload", SAMPLE, "--limit", "30"], False),
+    "experiment traces": (["experiment", "traces", "--num-requests", "5", "--rates", "1.0"], True),
 }
 
 
@@ -335,9 +345,9 @@ def test_experiment_folders_are_new_empty_or_their_own(
             for reason in ("trace bundle", "left alone", "inside the trace bundle")
         )
     assert snapshot(tmp_path) == before
-    if command == "traces":  # a new folder, and again (its own): both fine
-        for _ in range(2):
-            assert invoke(*args, "--out", tmp_path / "frozen").exit_code == 0
+    if command == "traces":  # a new folder, and again (its own) with --overwrite
+        assert invoke(*args, "--out", tmp_path / "frozen").exit_code == 0
+        assert invoke(*args, "--out", tmp_path / "frozen", "--overwrite").exit_code == 0
 
 
 # ------------------------------------------------------------------------------ exit codes

@@ -224,6 +224,10 @@ def test_additional_config_numbers_are_coerced_like_the_original() -> None:
 # -- validation messages (one per rule) -----------------------------------------------------
 
 
+# What an infinite value's message adds (it says what the number was read as).
+INF = r", got inf \(a number beyond 1\.8e308, such as 1e400, is read as infinity\)"
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
@@ -245,9 +249,21 @@ def test_additional_config_numbers_are_coerced_like_the_original() -> None:
             "sometimes",
             "utility_liveness_mode must be one of abstain, barrier; got 'sometimes'",
         ),
-        ("utility_completion_weight", math.inf, "utility_completion_weight must be finite"),
-        ("utility_preempt_weight", math.inf, "utility_preempt_weight must be finite"),
-        ("utility_epsilon", math.inf, "utility_epsilon must be finite"),
+        (
+            "utility_completion_weight",
+            math.inf,
+            r"utility_completion_weight must be finite" + INF,
+        ),
+        (
+            "utility_preempt_weight",
+            math.inf,
+            r"utility_preempt_weight must be finite" + INF,
+        ),
+        (
+            "utility_epsilon",
+            math.inf,
+            r"utility_epsilon must be finite" + INF,
+        ),
         ("utility_kv_gate", math.nan, "utility_kv_gate must be a number, got nan"),
         ("utility_min_running", "x", "utility_min_running must be an integer, got 'x'"),
     ],

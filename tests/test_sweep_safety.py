@@ -6,6 +6,7 @@ See docs/guarantees.md, "Existing files" and "Interruption".
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -122,3 +123,27 @@ def test_a_script_without_the_main_guard_is_told_what_to_do(tmp_path: Path) -> N
         assert blame not in done.stderr + done.stdout
     # Nothing is left: not even the empty sweep folder the refused call had created.
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([matrix.name, "plain.py"])
+
+
+def test_a_stop_while_the_lock_is_written_leaves_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM between creating .sweep.lock and writing it left an empty lock, which the next
+    sweep took for one that is starting and refused (the bad-input suite's stops found it)."""
+    from tracekit.sweep import guards
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt("stopped by SIGTERM")
+
+    monkeypatch.setattr(guards.json, "dumps", stopped)
+    with pytest.raises(KeyboardInterrupt), guards.sweep_lock(tmp_path):
+        pass
+    assert list(tmp_path.iterdir()) == []
+    # A SIGKILL at any instant leaves no empty lock either: the lock appears with its content
+    # (a hard link to a staging file), and a killed process's staging file is removed.
+    monkeypatch.undo()
+    (tmp_path / "..sweep.lock.partial-99999999999999999999").write_text("{")
+    with guards.sweep_lock(tmp_path):
+        assert sorted(p.name for p in tmp_path.iterdir()) == [guards.LOCK_FILE]
+        assert json.loads((tmp_path / guards.LOCK_FILE).read_text())["pid"] == os.getpid()
+    assert list(tmp_path.iterdir()) == []

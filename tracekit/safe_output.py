@@ -47,6 +47,7 @@ __all__ = [
     "discard",
     "is_trace_bundle",
     "made_once",
+    "make_marked_folder",
     "make_staging",
     "marker_files",
     "pid_alive",
@@ -205,13 +206,32 @@ def remove_staging_below(root: str | os.PathLike[str]) -> list[Path]:
 
 
 def _holds_no_files(folder: Path) -> bool:
-    """A real folder with nothing but (real) folders below it: nothing in it can be damaged."""
+    """A real folder with nothing but (real) folders below it: nothing in it can be damaged.
+
+    A stale staging copy (a killed process's, :func:`_stale_staging`) counts as nothing: the
+    next write removes it, and it must not make the folder look like the user's.
+    """
     if not _is_real_dir(folder):
         return False
     try:
-        return all(_holds_no_files(entry) for entry in folder.iterdir())
+        return all(_holds_no_files(e) or _stale_staging(e) for e in folder.iterdir())
     except OSError:
         return False
+
+
+_ANY_STAGING = re.compile(rf"\..+{re.escape(STAGING_INFIX)}{_PID}")
+
+
+def _stale_staging(entry: Path) -> bool:
+    """A staging name of a sibling (``.<name>.partial-<pid>``) of this user, its process gone."""
+    match = _ANY_STAGING.fullmatch(entry.name)
+    if match is None or not _ours(entry):
+        return False
+    try:
+        pid = int(match.group(1))
+    except ValueError:  # more digits than int() reads: no process has such a pid
+        return True
+    return not pid_alive(pid)
 
 
 def _is_real_dir(path: Path) -> bool:
@@ -267,6 +287,36 @@ def marker_files(
 def write_marker(folder: str | os.PathLike[str], marker: str, command: str) -> None:
     """Write ``command``'s marker file ``marker`` into ``folder`` (see :func:`marker_files`)."""
     write_json(Path(folder) / marker, {"version": MARKER_VERSION, "written_by": command})
+
+
+def make_marked_folder(
+    final: str | os.PathLike[str], marker: str, command: str, *, option: str = "--out"
+) -> None:
+    """Make ``final`` a folder that holds ``command``'s marker, whatever stops the process.
+
+    For the folders written in place (a sweep, an experiment matrix), checked first with
+    :func:`check_folder_output` (``resume``). A new folder is made as a staging folder with the
+    marker in it, renamed into place: a folder made first and marked after was left, by a kill
+    between the two, unmarked and holding the marker's staging file, which every later run
+    refused as not its own. An existing folder (empty, or already marked) gets the marker if it
+    lacks it, a killed process's staging copy of it removed first.
+    """
+    final = Path(final)
+    if _is_real_dir(final):
+        if not (final / marker).is_file():
+            remove_stale_staging(final / marker)
+            write_marker(final, marker, command)
+        return
+    with staging_copy(final, option=option) as staging:
+        write_marker(staging, marker, command)
+        try:
+            _rename_noreplace(staging, final)
+        except FileExistsError:
+            raise OutputRefused(
+                f"{option} {final}: appeared while this command started; it is left alone"
+            ) from None
+        except OSError as error:
+            raise _os_error(final, option, error) from None
 
 
 def is_trace_bundle(folder: str | os.PathLike[str]) -> bool:

@@ -37,21 +37,23 @@ class SloTargets:
     tpot_s: float | None = 0.1
 
     def __post_init__(self) -> None:
-        check_slo_target("the TTFT target (slo ttft_s)", self.ttft_s)
+        check_slo_target("the TTFT target (slo ttft_s)", self.ttft_s, example=2.0)
         if self.tpot_s is not None:
-            check_slo_target("the TPOT target (slo tpot_s)", self.tpot_s)
+            check_slo_target("the TPOT target (slo tpot_s)", self.tpot_s, example=0.1)
 
 
-def check_slo_target(name: str, value: float) -> float:
+def check_slo_target(name: str, value: float, *, example: float | None = None) -> float:
     """Return ``value`` if it is a finite latency target above zero; else a one-line error.
 
-    The one check of SLO targets: ``SloTargets`` (qualify, sweep) and the experiment's
-    millisecond options use it.
+    The one check of SLO targets: ``SloTargets`` (qualify, sweep), the commands' ``--slo-*``
+    options and the experiment's millisecond targets use it. ``example`` is a good value in
+    the unit of ``name`` (the option's default), offered as the fix.
     """
+    fix = "" if example is None else f"; pass e.g. {example:g}"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name}: expected a number of seconds > 0, got {value!r}")
+        raise ConfigError(f"{name}: expected a finite number > 0, got {value!r}{fix}")
     if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name}: expected a finite number > 0, got {value!r}; pass e.g. 2.0")
+        raise ConfigError(f"{name}: expected a finite number > 0, got {value!r}{fix}")
     return float(value)
 
 

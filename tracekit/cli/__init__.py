@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from tracekit import __version__
-from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup
+from tracekit.cli.common import CONTEXT_SETTINGS, FixHintGroup, exit_status_help
 from tracekit.cli.lazy import LazyCommand, LazyGroup
 
 __all__ = ["cli"]
@@ -113,16 +113,16 @@ class CommandLine(FixHintGroup, LazyGroup):
     """The ``tracekit`` group: lazily imported commands whose usage errors end with the fix."""
 
 
-@click.group(cls=CommandLine, context_settings=CONTEXT_SETTINGS, lazy_commands=COMMANDS)
+@click.group(
+    cls=CommandLine,
+    context_settings=CONTEXT_SETTINGS,
+    lazy_commands=COMMANDS,
+    help="Replay, compare and qualify KV-cache preemption policies on scheduler traces.\n\n"
+    + exit_status_help(),
+)
 @click.version_option(__version__, prog_name="tracekit")
 def cli() -> None:
-    """Replay, compare and qualify KV-cache preemption policies on scheduler traces.
-
-    Exit status of every command: 0 done; 1 a finding (validate, diff, a qualify NO-GO,
-    fidelity, a sweep run, manifest validate, experiment traces --mode verify); 2 bad input (a
-    missing or unreadable path, a refused --out, a bad option value, configuration or
-    workload); 3 a truncated recording (validate); 130 interrupted (Ctrl-C or SIGTERM).
-    """
+    """The ``tracekit`` command (its help, with the exit statuses, is made above)."""
 
 
 @cli.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS, lazy_commands=RECORD_COMMANDS)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import engine_range, latency_option
 from tracekit.cli.output import echo_json, output_options
 from tracekit.cli.params import Number
@@ -71,12 +71,34 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
-def _write_json(path: Path, payload: Any, inputs: tuple[Path, ...]) -> None:
-    # docs/guarantees.md, "Safe output": never over an existing file; staged, then renamed.
+#: The ``format`` of the file ``accuracy --out`` writes: how ``--overwrite`` knows its own.
+ACCURACY_FORMAT = "tracekit.accuracy"
+
+
+def _accuracy_mark() -> Any:
     from tracekit import safe_output
 
-    with safe_output.staged_file(path, mark=None, inputs=list(inputs)) as staging:
-        Path(staging).write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    def check(path: Path) -> str | None:
+        try:
+            document = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            document = None
+        if isinstance(document, dict) and document.get("format") == ACCURACY_FORMAT:
+            return None
+        return "not a comparison written by tracekit accuracy"
+
+    return safe_output.Mark("tracekit accuracy", check)
+
+
+def _write_json(path: Path, payload: Any, inputs: tuple[Path, ...], overwrite: bool) -> None:
+    # docs/guarantees.md, "Safe output": never over a file accuracy did not write; staged.
+    from tracekit import safe_output
+
+    document = {"format": ACCURACY_FORMAT, "version": 1, **payload}
+    with safe_output.staged_file(
+        path, mark=_accuracy_mark(), overwrite=overwrite, inputs=list(inputs)
+    ) as staging:
+        Path(staging).write_text(json.dumps(document, indent=2, default=str) + "\n")
 
 
 @click.command("accuracy", context_settings=CONTEXT_SETTINGS)
@@ -92,6 +114,7 @@ def _write_json(path: Path, payload: Any, inputs: tuple[Path, ...]) -> None:
     help="Relative error each metric is held to (or the repeats' noise floor, if larger).",
 )
 @out_option(folder=False, default=None, help="Also write the comparison as JSON to this file.")
+@overwrite_option("a comparison accuracy wrote")
 @click.option(
     "--record-error",
     "record_label",
@@ -107,6 +130,7 @@ def accuracy(
     server_log: Path | None,
     target: float,
     out: Path | None,
+    overwrite: bool,
     record_label: str | None,
     as_json: bool,
     **options: Any,
@@ -133,7 +157,9 @@ def accuracy(
         if out is not None:
             from tracekit import safe_output
 
-            safe_output.check_new_file(out, mark=None, inputs=list(results))
+            safe_output.check_new_file(
+                out, mark=_accuracy_mark(), overwrite=overwrite, inputs=list(results)
+            )
         runs = [read_measured_run(r) for r in results]
         config, provenance = measured_engine_config(
             {**measured_options(options), "latency": latency}, server_log
@@ -146,7 +172,7 @@ def accuracy(
             record_measured_error(str(latency).partition(":")[2], comparison, record_label)
     if out is not None:
         with library_errors():
-            _write_json(out, payload, results)
+            _write_json(out, payload, results, overwrite)
     click.echo(f"accuracy: done {len(results)}/{len(results)}", err=True)
     if as_json:
         echo_json(payload)

@@ -56,7 +56,7 @@ def capacity(**options: Any) -> None:
         if out is not None:  # refused before the search, which takes seconds to minutes
             check_capacity_file(out, overwrite=options["overwrite"], inputs=inputs)
         config, workload = run_inputs(options)
-        spec = load_settings(options)
+        spec = load_settings(options, searched=True)
         warn_rejections(apply_load(workload, spec, seed=options["seed"]), config)
 
         def show(probe: Probe) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import tempfile
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from tracekit.errors import TracekitError
 
@@ -19,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
-# The exit statuses of every command (docs/index.md, "Conventions"; docs/guarantees.md).
+# The exit statuses of every command (docs/guarantees.md, "Exit codes": the one table).
 EXIT_DONE = 0
 """Done: valid, equivalent, every run complete."""
 EXIT_FAILED = 1
@@ -30,6 +32,36 @@ EXIT_TRUNCATED = 3
 """A truncated recording (``validate``): what was flushed is readable."""
 EXIT_INTERRUPTED = 130
 """Interrupted by Ctrl-C or SIGTERM; nothing half-written is left under a final name."""
+
+
+#: What exit status 1 (a finding) means, for each command that has one; every other command
+#: exits 0, 2 or 130 only. The one list: ``tracekit --help`` is made from it, and the one table
+#: of exit codes (docs/guarantees.md, "Exit codes") is checked against it
+#: (tests/test_exit_codes_documented.py).
+FINDINGS: dict[str, str] = {
+    "accuracy": "a metric outside --target and the repeats' noise floor",
+    "diff": "the recordings differ, or a diff --conformance check failed",
+    "experiment traces": "--mode verify: a regenerated trace's hash changed",
+    "fidelity": "the two recordings' steps differ",
+    "manifest validate": "a rule of the manifest is broken",
+    "outputs": "a never-preempted request's output differs",
+    "qualify": "a NO-GO",
+    "sweep": "a run failed",
+    "validate": "an invariant is broken",
+}
+#: The commands that exit 3 (a truncated recording: what was flushed is readable).
+TRUNCATED = ("validate",)
+
+
+def exit_status_help() -> str:
+    """The exit statuses, as ``tracekit --help`` states them (from :data:`FINDINGS`)."""
+    findings = ", ".join("qualify NO-GO" if name == "qualify" else name for name in FINDINGS)
+    return (
+        f"Exit status of every command (docs/guarantees.md, Exit codes): {EXIT_DONE} done; "
+        f"{EXIT_FAILED} a finding ({findings}); {EXIT_BAD_INPUT} bad input (one Error: line "
+        f"naming the file or option); {EXIT_TRUNCATED} a truncated recording "
+        f"({', '.join(TRUNCATED)}); {EXIT_INTERRUPTED} interrupted (Ctrl-C or SIGTERM)."
+    )
 
 
 class LibraryError(click.ClickException):
@@ -54,6 +86,29 @@ def library_errors(exit_code: int = EXIT_BAD_INPUT) -> Iterator[None]:
         raise LibraryError(str(error), getattr(error, "exit_code", exit_code)) from error
 
 
+def option_given(name: str) -> bool:
+    """Whether the running command's parameter ``name`` was given, not left at its default.
+
+    Its deprecated spelling (:func:`tracekit.cli.params.deprecated_alias`) counts too.
+    """
+    ctx = click.get_current_context()
+    unset = (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    return any(ctx.get_parameter_source(key) not in unset for key in (name, f"deprecated_{name}"))
+
+
+def ignored_option(option: str, needed: str, current: str) -> LibraryError:
+    """The one-line refusal (exit 2) of ``option``, given where ``current`` would ignore it.
+
+    ``needed`` is the setting under which it applies (``--objective slo``). An option the run
+    would not read is refused rather than recorded as if it had changed something.
+    """
+    return LibraryError(
+        f"{option} applies with {needed} only ({current} would ignore it); pass {needed}, or "
+        f"drop {option}",
+        EXIT_BAD_INPUT,
+    )
+
+
 trace_argument = click.argument(
     "trace", type=click.Path(exists=False, file_okay=False, path_type=Path)
 )
@@ -65,7 +120,7 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
     ``folder`` says whether the command writes a folder (a bundle, a results folder) or a file.
     The path may exist (commands decide whether to replace it) or be missing with missing parents
     (commands create them); it must not be the wrong kind, sit under a file, or sit in a folder
-    that cannot be written (a hidden probe folder is made and removed at once); nothing
+    that cannot be written (an unnamed file is made in it, :func:`_probe_writable`); nothing
     else is created here.
     """
     kind, other = ("folder", "file") if folder else ("file", "folder")
@@ -89,7 +144,7 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
     # A real probe, not os.access: root passes os.access on a read-only mount, /proc or /sys,
     # and the command would then fail mid-run with a traceback.
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".tracekit-probe-", dir=ancestor))
+        _probe_writable(ancestor)
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise LibraryError(
@@ -97,6 +152,26 @@ def check_out_path(path: Path, option: str = "--out", *, folder: bool = True) ->
             "pass a path in a folder you can write",
             2,
         ) from error
+
+
+def _probe_writable(folder: Path) -> None:
+    """Raise ``OSError`` unless an entry can be created in ``folder``; leave nothing, ever.
+
+    An unnamed file (``O_TMPFILE``, Linux) has no name to leave behind, whatever stops the
+    process; a hidden folder (made and removed at once) was left by a stop that came between
+    the two. Where ``O_TMPFILE`` is not supported (another system, a file system without it),
+    the folder as before.
+    """
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            os.close(os.open(folder, flag | os.O_WRONLY, 0o600))
+            return
+        except OSError as error:
+            # EISDIR or EOPNOTSUPP: a kernel or file system without it; try the folder.
+            if error.errno not in (errno.EISDIR, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+    os.rmdir(tempfile.mkdtemp(prefix=".tracekit-probe-", dir=folder))
 
 
 def out_option(*, folder: bool = True, **kwargs: Any) -> Callable[[F], F]:

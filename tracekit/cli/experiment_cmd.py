@@ -8,9 +8,29 @@ from typing import Any
 
 import click
 
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
-from tracekit.cli.options import Progress, field_defaults, paper_latency_option, slo_target
-from tracekit.cli.params import MAX_RATE, SEED, Choice, Number, count, jobs_option
+from tracekit.cli.common import (
+    CONTEXT_SETTINGS,
+    ignored_option,
+    library_errors,
+    out_option,
+    overwrite_option,
+)
+from tracekit.cli.options import (
+    Progress,
+    field_defaults,
+    paper_latency_option,
+    slo_option,
+    slo_target,
+)
+from tracekit.cli.params import (
+    MAX_RATE,
+    SEED,
+    Choice,
+    Number,
+    count,
+    deprecated_alias,
+    jobs_option,
+)
 from tracekit.engine.config import EngineConfig, make_engine_config
 from tracekit.experiment import (
     HookSettings,
@@ -32,7 +52,8 @@ RATES = ",".join(str(rate) for rate in MATRIX["rates"])
 
 def _float_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[float, ...]:
     try:
-        rates = tuple(float(v) for v in value.split(",") if v.strip())
+        # An empty item ('2,,3', a trailing comma) is a slip, not a rate: refused.
+        rates = tuple(float(v) for v in value.split(","))
     except ValueError:
         rates = ()
     if not rates or not all(0 < rate <= MAX_RATE for rate in rates):
@@ -40,6 +61,15 @@ def _float_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple
             f"expected comma-separated request rates > 0 and <= {MAX_RATE:g}, got {value!r}"
         )
     return rates
+
+
+def _ms_to_s(value: float) -> float:
+    return value / 1000
+
+
+def _s_to_ms(value: float | None) -> float | None:
+    # The library's targets are in milliseconds (the paper's tables).
+    return None if value is None else value * 1000
 
 
 def _name_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -78,9 +108,11 @@ def experiment() -> None:
 @click.option("--rates", default=RATES, show_default=True, callback=_float_list)
 @click.option("--seed", type=SEED, default=MATRIX["seed"], show_default=True)
 @click.option("--num-requests", type=count(), default=MATRIX["num_requests"], show_default=True)
+@overwrite_option("a trace folder experiment traces wrote")
 def experiment_traces(
     mode: str,
     out: Path,
+    overwrite: bool,
     pool: Path | None,
     max_prompt_tokens: int | None,
     rates: tuple[float, ...],
@@ -90,6 +122,8 @@ def experiment_traces(
     """Freeze seeded Poisson traces from a length pool (the original freeze_traces)."""
     with library_errors():
         if mode == "verify":
+            if overwrite:
+                raise ignored_option("--overwrite", "--mode formal", "--mode verify")
             report = verify_traces(out)
             click.echo(report.render())
             raise SystemExit(0 if report.ok else 1)
@@ -100,7 +134,9 @@ def experiment_traces(
             if pool is None
             else load_length_pool(pool, max_prompt_tokens=max_prompt_tokens)
         )
-        traces = freeze_traces(lengths, out, rates=rates, seed=seed, num_requests=num_requests)
+        traces = freeze_traces(
+            lengths, out, rates=rates, seed=seed, num_requests=num_requests, overwrite=overwrite
+        )
         for name, digest in traces.manifest["hashes"].items():
             click.echo(f"{digest}  {out / name}")
 
@@ -130,16 +166,13 @@ def _with_latency(latency: str) -> EngineConfig:
 @click.option(
     "--seed", type=SEED, default=MATRIX["seed"], show_default=True, help="Run i uses seed + i."
 )
-@click.option(
-    "--slo-ttft-ms", type=float, default=SLO["ttft_ms"], show_default=True, callback=slo_target
-)
-@click.option(
-    "--slo-tpot-ms",
-    type=float,
-    default=SLO["tpot_ms"],
-    callback=slo_target,
-    help="Also require TPOT <= this.",
-)
+@slo_option("ttft", SLO["ttft_ms"] / 1000, "A request meets the SLO with TTFT <= this")
+@slo_option("tpot", None, "Also require TPOT <= this")
+# The experiment's spelling before the one dialect: milliseconds.
+@deprecated_alias("--slo-ttft-ms", "--slo-ttft-s", "slo_ttft_s", convert=_ms_to_s,
+                  unit="seconds", type=float, callback=slo_target)  # fmt: skip
+@deprecated_alias("--slo-tpot-ms", "--slo-tpot-s", "slo_tpot_s", convert=_ms_to_s,
+                  unit="seconds", type=float, callback=slo_target)  # fmt: skip
 @click.option(
     "--load-scale",
     type=Number(0.0, MAX_RATE, low_open=True),
@@ -169,6 +202,7 @@ def _with_latency(latency: str) -> EngineConfig:
 @paper_latency_option
 @jobs_option("running the matrix's runs")
 @click.option("--resume", is_flag=True, help="Keep complete bundles already in --out.")
+@overwrite_option("a matrix folder experiment run wrote; every run is recorded again")
 def experiment_run(**options: Any) -> None:
     """Run the paper's matrix (5 strategies x 3 rates x 3 runs) and compare with the paper."""
     with library_errors():
@@ -178,7 +212,7 @@ def experiment_run(**options: Any) -> None:
             runs=options["runs"],
             num_requests=options["num_requests"],
             seed=options["seed"],
-            slo=SloSpec(options["slo_ttft_ms"], options["slo_tpot_ms"]),
+            slo=SloSpec(_s_to_ms(options["slo_ttft_s"]), _s_to_ms(options["slo_tpot_s"])),
             settings=HookSettings(client_max_in_flight=options["client_max_in_flight"]),
             load_scale=options["load_scale"],
             latency_from=options["latency_from"],
@@ -200,6 +234,7 @@ def experiment_run(**options: Any) -> None:
             options["out"],
             jobs=options["jobs"] or default_jobs(),
             resume=options["resume"],
+            overwrite=options["overwrite"],
             progress=Progress("experiment"),
         )
         click.echo((result.folder / "comparison.md").read_text("utf-8"), nl=False)

@@ -20,7 +20,7 @@ import click
 from tracekit.analysis.serving import SloTargets, check_slo_target
 from tracekit.capacity.rejections import find_rejections
 from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE, Probe, expected_probes
-from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError
+from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError, ignored_option
 from tracekit.cli.params import (
     MAX_RATE,
     RATE,
@@ -38,6 +38,7 @@ from tracekit.engine.config import (
     ENGINE_DEFAULTS,
     ENGINE_OPTIONS,
     ENGINE_RANGES,
+    ENGINE_SCOPES,
     EngineConfig,
     EngineOption,
     make_engine_config,
@@ -70,6 +71,7 @@ __all__ = [
     "load_settings",
     "oversize_option",
     "run_inputs",
+    "slo_option",
     "slo_options",
     "warn_rejections",
     "policy_options",
@@ -107,28 +109,50 @@ def _parse_window(ctx: click.Context, param: click.Parameter, value: str | None)
     return (start, end)
 
 
+#: A good value of each SLO option, in its unit: the fix its error offers when it has no default.
+_SLO_EXAMPLES = {"ttft": SloTargets().ttft_s, "tpot": SloTargets().tpot_s}
+
+
 def slo_target(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """Callback of the SLO options: :func:`tracekit.analysis.serving.check_slo_target`."""
+    """Callback of the SLO options: :func:`tracekit.analysis.serving.check_slo_target`.
+
+    The fix it offers is the option's own default (``--slo-tpot-s`` 0.1, not 2.0).
+    """
     if value is None:
         return None
+    option = param.opts[0]
+    example = param.default if isinstance(param.default, int | float) else None
+    if example is None:
+        example = next((v for k, v in _SLO_EXAMPLES.items() if f"-{k}-" in option), None)
     try:
-        return check_slo_target(param.opts[0], value)
+        return check_slo_target(option, value, example=example)
     except ConfigError as error:
         raise LibraryError(str(error), EXIT_BAD_INPUT) from error
 
 
+def slo_option(which: str, default: float | None, help: str, **kwargs: Any) -> Callable[[F], F]:
+    """``--slo-{which}-s``: a latency target in seconds, finite and > 0 (one spelling everywhere).
+
+    click's ``float`` and :func:`slo_target`, so that every command refuses a bad target in the
+    same one line; the range is stated in the help.
+    """
+    return click.option(
+        f"--slo-{which}-s",
+        f"slo_{which}_s",
+        type=float,
+        default=default,
+        show_default=default is not None,
+        callback=slo_target,
+        metavar="SECONDS",
+        help=f"{help} (seconds: a finite number > 0).",
+        **kwargs,
+    )
+
+
 #: The SLO targets of the commands that judge attainment (capacity, qualify).
 slo_options = _stack(
-    *(
-        click.option(
-            f"--slo-{name}-s",
-            type=float,
-            default=getattr(SloTargets(), f"{name}_s"),
-            show_default=True,
-            callback=slo_target,
-        )
-        for name in ("ttft", "tpot")
-    )
+    slo_option("ttft", SloTargets().ttft_s, "A request meets the SLO with TTFT <= this"),
+    slo_option("tpot", SloTargets().tpot_s, "... and TPOT <= this"),
 )
 
 
@@ -336,28 +360,37 @@ policy_options = _stack(
 )
 
 
-#: The engine options of SGLang mode only: given in vllm mode they would change nothing.
-_SGLANG_ONLY = {
-    "retraction_policy": "--retraction-policy",
-    "radix_cache": "--radix-cache/--no-radix-cache",
-    "chunked_prefill_size": "--chunked-prefill-size",
-}
+def _spelling(option: EngineOption, value: Any) -> str:
+    """The spelling of ``option`` that gives ``value`` (``--no-radix-cache`` for False)."""
+    on, _, off = option.flag.partition("/")
+    return off if off and value is False else on
+
+
+def _ignored(option: EngineOption, options: dict[str, Any]) -> LibraryError | None:
+    """Why the given ``option`` would change nothing here (:data:`ENGINE_SCOPES`), or None."""
+    scope = ENGINE_SCOPES.get(option.field)
+    value = options.get(option.field)
+    if scope is None or value is None:
+        return None
+    what, which = scope
+    current = options["engine_mode"] if what == "mode" else options["clock"]
+    if current == which:
+        return None
+    flag = "--engine-mode" if what == "mode" else "--clock"
+    return ignored_option(_spelling(option, value), f"{flag} {which}", f"{flag} {current}")
 
 
 def engine_settings(options: dict[str, Any]) -> dict[str, Any]:
     """The engine bundle's values keyed by ``EngineConfig`` field.
 
-    Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) for an SGLang-mode option given
-    with ``--engine-mode vllm``, which would be ignored.
+    Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) for an option given where the
+    engine mode or the clock would ignore it (``--watermark`` in sglang mode, ``--step-s``
+    under the cost-model clock, ...: :data:`~tracekit.engine.config.ENGINE_SCOPES`).
     """
-    if options["engine_mode"] != "sglang":
-        given = [flag for name, flag in _SGLANG_ONLY.items() if options.get(name) is not None]
-        if given:
-            raise LibraryError(
-                f"{given[0]} applies in --engine-mode sglang only (vllm mode would ignore it); "
-                "pass --engine-mode sglang, or drop the option",
-                EXIT_BAD_INPUT,
-            )
+    for option in ENGINE_OPTIONS:
+        refusal = _ignored(option, options)
+        if refusal is not None:
+            raise refusal
     settings = {o.field: options.get(o.field) for o in ENGINE_OPTIONS if o.field != "mode"}
     return {"mode": options["engine_mode"], **settings}
 
@@ -440,12 +473,22 @@ load_options = _stack(
 )
 
 
-def load_settings(options: dict[str, Any]) -> LoadSpec:
+def load_settings(options: dict[str, Any], *, searched: bool = False) -> LoadSpec:
     """The load bundle's values as a checked ``tracekit.workloads.LoadSpec``.
+
+    ``searched``: a capacity search sets the rate itself, from ``--rate`` as its first probe,
+    so ``--rate inf`` (every request at 0, no rate to start from) is refused there.
 
     Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) with the one-line message of a
     bad value.
     """
+    if options["rate"] == math.inf and searched:
+        raise LibraryError(
+            "--rate inf: the capacity search sets the rate itself, and --rate is only the rate "
+            "it starts from; pass a finite --rate, or drop it (the search starts at the "
+            "workload's own rate)",
+            EXIT_BAD_INPUT,
+        )
     if options["rate"] == math.inf:
         # A documented value (vLLM's default --request-rate), said aloud: no arrival process.
         click.echo("note: --rate inf sends every request at time 0 (vLLM's --request-rate inf)",

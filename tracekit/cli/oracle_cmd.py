@@ -8,12 +8,14 @@ import click
 
 from tracekit.cli.common import (
     CONTEXT_SETTINGS,
+    ignored_option,
     library_errors,
+    option_given,
     out_option,
     overwrite_option,
     trace_argument,
 )
-from tracekit.cli.options import slo_target
+from tracekit.cli.options import slo_option, slo_target
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import SEED, Choice, count, deprecated_alias, jobs_option
 from tracekit.oracle.job import ORACLE_LABEL, run_oracle
@@ -57,22 +59,8 @@ MAX_HORIZON = 2**20
 )
 @click.option("--policy-config", default=None, metavar="JSON|@FILE")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Strategies' seed.")
-@click.option(
-    "--slo-ttft-s",
-    type=float,
-    default=DEFAULT_SETTINGS.ttft_s,
-    show_default=True,
-    callback=slo_target,
-    help="Objective slo: the TTFT target (s).",
-)
-@click.option(
-    "--slo-tpot-s",
-    type=float,
-    default=DEFAULT_SETTINGS.tpot_s,
-    show_default=True,
-    callback=slo_target,
-    help="Objective slo: the TPOT target (s).",
-)
+@slo_option("ttft", DEFAULT_SETTINGS.ttft_s, "Objective slo: the TTFT target")
+@slo_option("tpot", DEFAULT_SETTINGS.tpot_s, "Objective slo: the TPOT target")
 # The spelling before --slo-ttft-s/--slo-tpot-s, which qualify and capacity use.
 @deprecated_alias("--ttft-s", "--slo-ttft-s", "slo_ttft_s", type=float, callback=slo_target)
 @deprecated_alias("--tpot-s", "--slo-tpot-s", "slo_tpot_s", type=float, callback=slo_target)
@@ -84,6 +72,13 @@ def oracle(**options: Any) -> None:
     """Score TRACE's victim decisions against the hindsight best (docs/oracle.md)."""
     with library_errors():
         # An extra or mistyped column is one line here, not a silent read of what fits.
+        if options["objective"] != "slo":
+            for name in ("slo_ttft_s", "slo_tpot_s"):
+                if option_given(name):
+                    option = f"--{name.replace('_', '-')}"
+                    raise ignored_option(
+                        option, "--objective slo", f"--objective {options['objective']}"
+                    )
         for bundle in open_trace(options["trace"]):
             check_readable(bundle)
         settings = OracleSettings(

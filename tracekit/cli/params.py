@@ -140,13 +140,23 @@ def jobs_option(what: str, **kwargs: Any) -> Callable[[F], F]:
     return click.option("--jobs", type=JOBS, default=None, **kwargs)
 
 
-def deprecated_alias(old: str, new: str, dest: str, **kwargs: Any) -> Callable[[F], F]:
+def deprecated_alias(
+    old: str,
+    new: str,
+    dest: str,
+    *,
+    convert: Callable[[Any], Any] | None = None,
+    unit: str | None = None,
+    **kwargs: Any,
+) -> Callable[[F], F]:
     """A hidden option ``old`` that stands for option ``new`` (parameter ``dest``) and warns.
 
     For an option renamed to the dialect every command speaks: scripts keep working, and stderr
     says what to write instead. ``kwargs`` are the option's (its type and callback, so the old
     spelling is checked as the new one is). Both spellings with different values are refused.
-    Use it like ``click.option``, below ``click.command``.
+    An old spelling in another unit (``--slo-ttft-ms``) gives ``convert`` (old value to new)
+    and ``unit``, the new unit named in the warning. Use it like ``click.option``, below
+    ``click.command``.
     """
     hidden = f"deprecated_{dest}"
 
@@ -155,12 +165,16 @@ def deprecated_alias(old: str, new: str, dest: str, **kwargs: Any) -> Callable[[
         def command(*args: Any, **options: Any) -> Any:
             value = options.pop(hidden)
             if value is not None:
-                click.echo(f"warning: {old} is deprecated; use {new} (same meaning)", err=True)
+                given = value
+                if convert is not None:
+                    value = convert(value)
+                meaning = "same meaning" if unit is None else f"in {unit}: {new} {value:g}"
+                click.echo(f"warning: {old} is deprecated; use {new} ({meaning})", err=True)
                 ctx = click.get_current_context()
-                given = ctx.get_parameter_source(dest) is click.core.ParameterSource.COMMANDLINE
-                if given and options[dest] != value:
+                explicit = ctx.get_parameter_source(dest) is click.core.ParameterSource.COMMANDLINE
+                if explicit and options[dest] != value:
                     raise click.UsageError(
-                        f"{old} {value} contradicts {new} {options[dest]}; pass {new} only"
+                        f"{old} {given} contradicts {new} {options[dest]}; pass {new} only"
                     )
                 options[dest] = value
             return function(*args, **options)

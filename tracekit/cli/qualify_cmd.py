@@ -9,7 +9,14 @@ from typing import Any
 import click
 
 from tracekit.analysis.serving import SloTargets
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
+from tracekit.cli.common import (
+    CONTEXT_SETTINGS,
+    ignored_option,
+    library_errors,
+    option_given,
+    out_option,
+    overwrite_option,
+)
 from tracekit.cli.options import (
     CapacityProgress,
     StageProgress,
@@ -42,6 +49,12 @@ def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> 
     with library_errors():
         parse_fractions(value)
     return value
+
+
+#: The options the capacity plan alone reads (parameter names).
+_CAPACITY_PLAN_OPTIONS = (
+    "load_fractions", "load_concurrency", "capacity_target", "capacity_tolerance",
+)  # fmt: skip
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -156,8 +169,15 @@ def qualify(**options: Any) -> None:
         check_results_folder(
             options["out"], [options["workload_path"]], overwrite=options["overwrite"]
         )
+        searched = options["load_plan"] == "capacity"
+        if not searched:
+            # The single plan runs the workload as given: the capacity plan's options are unread.
+            for name in _CAPACITY_PLAN_OPTIONS:
+                if option_given(name):
+                    option = f"--{name.replace('_', '-')}"
+                    raise ignored_option(option, "--load-plan capacity", "--load-plan single")
         config, loaded = run_inputs(options)
-        spec = load_settings(options)
+        spec = load_settings(options, searched=searched)
         workload = apply_load(loaded, spec, seed=options["seed"])
         warn_rejections(workload, config)
         policy_config = parse_policy_config(options["policy_config"])

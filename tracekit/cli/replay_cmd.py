@@ -9,7 +9,9 @@ import polars as pl
 
 from tracekit.cli.common import (
     CONTEXT_SETTINGS,
+    ignored_option,
     library_errors,
+    option_given,
     out_option,
     overwrite_option,
     trace_argument,
@@ -23,6 +25,9 @@ from tracekit.sweep.executors import default_jobs
 from tracekit.trace.bundle import open_trace
 from tracekit.trace.text import Align
 from tracekit.trace.validate import check_readable
+
+#: The options one mode alone reads (parameter name: the mode).
+_MODE_OPTIONS = {"host_path": "closed", "limit": "open", "reference": "open"}
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -62,6 +67,11 @@ from tracekit.trace.validate import check_readable
 def replay(**options: Any) -> None:
     """Replay TRACE through other strategies (docs/replay.md)."""
     with library_errors():
+        mode = options["mode"]
+        for name, needed in _MODE_OPTIONS.items():
+            if needed != mode and option_given(name):
+                option = "--host" if name == "host_path" else f"--{name}"
+                raise ignored_option(option, f"--mode {needed}", f"--mode {mode}")
         for bundle in open_trace(options["trace"]):
             check_readable(bundle)
         policy_config = parse_policy_config(options["policy_config"])

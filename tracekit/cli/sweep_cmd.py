@@ -8,7 +8,14 @@ from typing import Any
 import click
 
 from tracekit.capacity.rejections import rejection_warnings
-from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option
+from tracekit.cli.common import (
+    CONTEXT_SETTINGS,
+    EXIT_INTERRUPTED,
+    LibraryError,
+    library_errors,
+    out_option,
+    overwrite_option,
+)
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import jobs_option
 from tracekit.sweep import (
@@ -42,6 +49,7 @@ from tracekit.sweep.run import execute_plan
     help='Run on Ray: auto, local, or a cluster address (pip install ".[ray]" in the checkout).',
 )
 @click.option("--dry-run", is_flag=True, help="Print the expanded matrix and run nothing.")
+@overwrite_option("a sweep folder; every run is recorded again instead of resumed")
 @output_options("summary")
 def sweep(
     matrix: Path,
@@ -49,6 +57,7 @@ def sweep(
     jobs: int | None,
     ray_address: str | None,
     dry_run: bool,
+    overwrite: bool,
     as_json: bool,
 ) -> None:
     """Run every run of the sweep MATRIX (TOML, docs/sweep.md) into the dataset OUT.
@@ -70,11 +79,20 @@ def sweep(
             click.echo(message, err=True)
         try:
             result = execute_plan(
-                plan, out, make_executor(jobs, ray_address), progress=StderrProgress()
+                plan,
+                out,
+                make_executor(jobs, ray_address),
+                progress=StderrProgress(),
+                redo=overwrite,
             )
         except SweepInterrupted as stop:
             click.echo(stop.result.render(), err=True)
-            raise SystemExit(130) from None
+            # Every interrupted command ends with one Error: line and exit 130.
+            raise LibraryError(
+                f"{stop.stopped_by}; {out} keeps the complete runs: re-run the same command to "
+                "finish",
+                EXIT_INTERRUPTED,
+            ) from None
     emit(as_json, lambda: sweep_summary(result), result.render)
     raise SystemExit(result.exit_code)
 

@@ -26,6 +26,7 @@ __all__ = [
     "ENGINE_DEFAULTS",
     "ENGINE_RANGES",
     "ENGINE_MODES",
+    "ENGINE_SCOPES",
     "RETRACTION_POLICIES",
     "SCHEDULING_POLICIES",
     "VLLM_VERSIONS",
@@ -77,6 +78,36 @@ ENGINE_RANGES: MappingProxyType[str, tuple[float, float]] = MappingProxyType(
         "watermark": (0.0, 1.0),
         "step_s": (1e-6, 3600.0),
         "priority_scheduling_preemption_threshold": (-(2**31), 2**31 - 1),
+    }
+)
+
+#: The settings that one engine mode, or one clock, alone reads, as ``(what, which)``: the
+#: ``mode`` or the ``clock`` it needs. Given in the other mode or clock, the option changes
+#: nothing, so the command line refuses it (``tracekit.cli.options.engine_settings``). A
+#: mode's setting is refused by :class:`EngineConfig` too, unless neutral (the field's default,
+#: or off), so that a manifest never records one that changed nothing; a clock's is not, since
+#: configurations are switched between clocks (``dataclasses.replace(config, clock=...)``) and
+#: every manifest records ``step_s`` whatever its clock. ``cost_model`` is not here: in
+#: ``sglang`` mode it also picks the default chunk size, and a manifest's settings given back
+#: as options (its ``cost_model`` included) must reproduce its run.
+ENGINE_SCOPES: MappingProxyType[str, tuple[str, str]] = MappingProxyType(
+    {
+        # vLLM's scheduler alone reads these (tracekit.engine.scheduler).
+        "watermark": ("mode", "vllm"),
+        "long_prefill_token_threshold": ("mode", "vllm"),
+        "vllm_version": ("mode", "vllm"),
+        "enable_prefix_caching": ("mode", "vllm"),
+        "async_scheduling": ("mode", "vllm"),
+        # SGLang's alone (tracekit.engine.sglang).
+        "retraction_policy": ("mode", "sglang"),
+        "radix_cache": ("mode", "sglang"),
+        "chunked_prefill_size": ("mode", "sglang"),
+        "overlap_schedule": ("mode", "sglang"),
+        "schedule_low_priority_values_first": ("mode", "sglang"),
+        "disable_priority_preemption": ("mode", "sglang"),
+        "priority_scheduling_preemption_threshold": ("mode", "sglang"),
+        # The steps clock alone (the cost-model clock times steps by its model).
+        "step_s": ("clock", "steps"),
     }
 )
 
@@ -286,6 +317,7 @@ class EngineConfig:
         # -- step-time model (docs/latency.md) --
         if self.latency is not None:
             _check_latency(self)
+        _check_scopes(self)
 
     @property
     def effective_latency(self) -> str:
@@ -441,9 +473,17 @@ def recorded_settings(recorded: dict[str, Any]) -> dict[str, Any]:
 
     A field the record lacks because it predates the field keeps its setting of the time
     (:data:`PRE_FEATURE_SETTINGS`, and :data:`SGLANG_PRE_FEATURE_SETTINGS` in ``sglang``
-    mode), never today's default.
+    mode), never today's default. A setting that the recorded mode ignores
+    (:data:`ENGINE_SCOPES`) is read as its neutral value: it changed nothing then either.
     """
     settings = {**PRE_FEATURE_SETTINGS, **recorded}
+    # A setting its mode ignored changed nothing when the run was recorded (earlier versions
+    # took and recorded it): read as the neutral value, which is what ran.
+    mode = settings.get("mode", "vllm")
+    for field in fields(EngineConfig):
+        scope = ENGINE_SCOPES.get(field.name)
+        if scope is not None and scope[0] == "mode" and scope[1] != mode and field.name in settings:
+            settings[field.name] = field.default
     if settings.get("mode") == "sglang" and "overlap_schedule" not in recorded:
         settings = {**SGLANG_PRE_FEATURE_SETTINGS, **settings}
         if settings.get("chunked_prefill_size") is None:
@@ -532,18 +572,6 @@ def _sglang_checks(config: EngineConfig) -> None:
             )
     if config.chunked_prefill_size is not None:
         _integer("chunked_prefill_size", config.chunked_prefill_size)
-    # vLLM mode has neither: a value other than the default would be ignored silently.
-    if config.mode != "sglang" and config.retraction_policy != "length":
-        raise ValueError(
-            f"retraction_policy {config.retraction_policy!r} is an SGLang-mode setting; "
-            "use mode 'sglang', or leave it out in vllm mode (vLLM preempts by the built-in "
-            "victim or the policy)"
-        )
-    if config.mode != "sglang" and config.chunked_prefill_size is not None:
-        raise ValueError(
-            "chunked_prefill_size is an SGLang-mode setting; vllm mode chunks prefills by "
-            "max_num_batched_tokens and long_prefill_token_threshold"
-        )
     page = config.block_size
     if sglang and config.radix_cache and isinstance(page, int) and page > 1:
         # The tree counts tokens; SGLang's paged tree keys on whole pages (not modelled).
@@ -576,6 +604,34 @@ def _sglang_checks(config: EngineConfig) -> None:
         raise ValueError(
             "retraction_policy 'priority' requires enable_priority_scheduling (SGLang: "
             "--retraction-policy priority requires --enable-priority-scheduling)"
+        )
+
+
+#: How each mode is named in a message.
+_MODE_NAMES = MappingProxyType({"vllm": "vLLM", "sglang": "SGLang"})
+
+
+def _check_scopes(config: EngineConfig) -> None:
+    """Refuse a setting that the mode would ignore (:data:`ENGINE_SCOPES`).
+
+    Neutral, and so accepted anywhere: the field's default, or off (``False``) for a setting
+    whose unset value means the mode's default (what a recorded manifest holds).
+    """
+    for field in fields(EngineConfig):
+        scope = ENGINE_SCOPES.get(field.name)
+        if scope is None or scope[0] != "mode":
+            continue
+        what, which = scope
+        if getattr(config, what) == which:
+            continue
+        value = getattr(config, field.name)
+        default = field.default
+        if value == default or (default is None and value is False):
+            continue
+        where = f"in {_MODE_NAMES[which]} mode" if what == "mode" else f"by the {which} clock"
+        raise ValueError(
+            f"{field.name} {value!r} is read {where} only; {what} {getattr(config, what)!r} "
+            f"would ignore it: use {what} {which!r}, or leave it out"
         )
 
 

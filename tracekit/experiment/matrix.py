@@ -320,6 +320,7 @@ def run_matrix(
     *,
     jobs: int = 1,
     resume: bool = False,
+    overwrite: bool = False,
     progress: Progress | None = None,
 ) -> MatrixResult:
     """Freeze the traces, record every run and summarise the matrix into ``out``.
@@ -338,6 +339,9 @@ def run_matrix(
     resume
         Keep complete bundles already in ``out`` (the original runner's ``--resume``) and
         record the rest; otherwise an existing bundle is an error.
+    overwrite
+        Record every run again in a folder an experiment run wrote: each bundle (and the
+        traces, the send times, the summary) is replaced once its new one is complete.
     progress
         Called with ``(runs done, runs total)``.
 
@@ -357,6 +361,10 @@ def run_matrix(
     refuse_in_bootstrap()  # a spawned worker re-running an unguarded script
     if jobs < 1:
         raise ConfigError(f"jobs must be >= 1; found {jobs}")
+    if resume and overwrite:
+        raise ConfigError(
+            "--resume keeps the complete bundles and --overwrite records them again; pass one"
+        )
     root = Path(out)
     # docs/guarantees.md, "Safe output": a new or empty folder, or one an experiment run wrote.
     safe_output.check_folder_output(root, mark=EXPERIMENT_MARK, resume=True)
@@ -364,7 +372,7 @@ def run_matrix(
     pool = load_length_pool(
         spec.pool_path, max_prompt_tokens=spec.max_prompt_tokens, **spec.pool_options
     )
-    if not resume:
+    if not (resume or overwrite):
         # Before anything is written: a refused run must leave the folder as it was.
         cells = matrix_cells(spec, root)
         folders = [c.bundle for c in cells] + sorted({c.trace.parent for c in cells})
@@ -372,11 +380,9 @@ def run_matrix(
         if existing is not None:
             raise ConfigError(
                 f"{existing}: output folder already exists; pass --resume to keep the "
-                "complete bundles, or choose a new --out"
+                "complete bundles, --overwrite to record them all again, or choose a new --out"
             )
-    root.mkdir(parents=True, exist_ok=True)
-    if not (root / MARKER).is_file():
-        safe_output.write_marker(root, MARKER, "tracekit experiment run")
+    safe_output.make_marked_folder(root, MARKER, "tracekit experiment run")
     for run in range(spec.runs):
         freeze_traces(
             pool,
@@ -386,12 +392,14 @@ def run_matrix(
             num_requests=spec.num_requests,
             prefix=spec.prefix,
             max_output_tokens=spec.max_output_tokens,
+            overwrite=True,  # its own traces: the folder was checked above
         )
     plan = matrix_plan(spec, root)
     execution = execute_runs(
         plan,
         root,
         make_executor(jobs),
+        redo=overwrite,
         progress=_counts(progress) if progress is not None else None,
     )
     execution.check()

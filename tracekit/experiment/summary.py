@@ -86,9 +86,9 @@ class SloSpec:
 
     def __post_init__(self) -> None:
         # The command line refuses these already; library callers get the same one-line error.
-        check_slo_target("ttft_ms", self.ttft_ms)
+        check_slo_target("ttft_ms", self.ttft_ms, example=300)
         if self.tpot_ms is not None:
-            check_slo_target("tpot_ms", self.tpot_ms)
+            check_slo_target("tpot_ms", self.tpot_ms, example=100)
 
     def label(self) -> str:
         """``TTFT<=300ms`` or ``TTFT<=2000ms & TPOT<=100ms``."""

@@ -333,6 +333,7 @@ def freeze_traces(
     num_requests: int = 1000,
     prefix: str = "mixed",
     max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    overwrite: bool = False,
 ) -> TraceSet:
     """Write one trace per rate and ``manifest.json`` with their SHA-256 hashes into ``out``.
 
@@ -341,9 +342,9 @@ def freeze_traces(
     pool
         Rows to sample from.
     out
-        Folder to write: created if needed, or an empty folder, or a trace folder this function
-        wrote (its files are replaced, all at once). Any other folder is refused, and so is a
-        folder inside a trace bundle (docs/guarantees.md, "Safe output").
+        Folder to write: created if needed, or an empty folder, or (with ``overwrite``) a trace
+        folder this function wrote (its files are replaced, all at once). Any other folder is
+        refused, and so is a folder inside a trace bundle (docs/guarantees.md, "Safe output").
     rates
         Arrival rates, requests per second.
     seed, num_requests, prefix, max_output_tokens
@@ -359,6 +360,11 @@ def freeze_traces(
     if not rates or len(set(rates)) != len(rates):
         raise ConfigError(f"rates must be non-empty and distinct; found {rates}")
     safe_output.check_folder_output(folder, mark=TRACE_SET_MARK, resume=True)
+    if not overwrite and (folder / MANIFEST).exists():
+        raise safe_output.OutputRefused(
+            f"--out {folder}: already exists (a trace set); choose a new path, or pass --overwrite "
+            "to replace what tracekit experiment traces wrote there"
+        )
     hashes = {}
     files: dict[Path, bytes | str] = {}
     for rate in rates:

@@ -173,10 +173,64 @@ def context_problem(context: object) -> str | None:
         One line naming the candidate (its index and id) and the field, for example
         ``"candidates[2] (request_id 'r2'): priority is None; expected an int"``. Never raises.
     """
+    return _checked(context)[0]
+
+
+def _checked(context: object) -> tuple[str | None, bool]:
+    """``context_problem``, and whether every value is of its exact type (no subclass)."""
     try:
         return _context_problem(context)
     except Exception as exc:  # an object whose attributes or length raise
-        return f"the context cannot be read ({type(exc).__name__}: {_short(str(exc))})"
+        return f"the context cannot be read ({type(exc).__name__}: {_short(_safe_str(exc))})", True
+
+
+def _safe_str(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+
+
+def _plain(value: object) -> Any:
+    """An exact ``str``, ``int`` or ``float`` copy of ``value``, or None; never raises.
+
+    A subclass's own methods (``__eq__``, ``__lt__``, ``__hash__``, ``__str__``, ...) are never
+    called: the copy is made by the base type's slot. ``bool`` and every other type give None.
+    """
+    try:
+        kind = type(value)
+        if kind is str or kind is int or kind is float:
+            return value
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, str):
+            return str.__str__(value)
+        if isinstance(value, int):
+            return int.__int__(value)
+        if isinstance(value, float):
+            return float.__float__(value)
+    except Exception:  # an object whose __class__ raises
+        pass
+    return None
+
+
+def _plain_context(context: Any) -> PreemptionContext:
+    """A checked context whose values include subclasses, rebuilt from exact copies of them.
+
+    The policy and the built-in rule then compare, sort and hash plain values only: a ``str``,
+    ``int`` or ``float`` subclass whose methods raise (or lie) cannot make them raise.
+    """
+    candidates = tuple(
+        PreemptionCandidate(*(_plain(v) for v in _GET_CANDIDATE(c))) for c in context.candidates
+    )
+    return PreemptionContext(
+        candidates,
+        _plain(context.scheduling_policy),
+        _plain(context.requesting_request_id),
+        _plain(context.kv_cache_usage),
+        _plain(context.now),
+        _plain(getattr(context, "builtin_victim_id", None)),
+    )
 
 
 def _safe_repr(value: object) -> str:
@@ -213,27 +267,35 @@ def _field_problem(name: str, value: object) -> str | None:
     return None if ok else f"{name} is {_short(value)}; expected {expected}"
 
 
-def _context_problem(context: object) -> str | None:
+def _context_problem(context: object) -> tuple[str | None, bool]:
     candidates = getattr(context, "candidates", _MISSING)
     if candidates is _MISSING:
-        return "the context has no candidates field"
+        return "the context has no candidates field", True
     if not isinstance(candidates, tuple | list):
-        return f"candidates is a {type(candidates).__name__}; expected a tuple of candidates"
+        return f"candidates is a {type(candidates).__name__}; expected a tuple of candidates", True
     if not candidates:
-        return "candidates is empty; a host asks only with at least one running request"
+        return "candidates is empty; a host asks only with at least one running request", True
     policy = getattr(context, "scheduling_policy", _MISSING)
-    if not (isinstance(policy, str) and policy in _POLICIES):
-        return f"scheduling_policy is {_short(policy)}; expected 'fcfs' or 'priority'"
+    # Compared as a plain copy: a str subclass's own __eq__ is not called.
+    if _plain(policy) not in _POLICIES or not isinstance(policy, str):
+        return f"scheduling_policy is {_short(policy)}; expected 'fcfs' or 'priority'", True
     requester = getattr(context, "requesting_request_id", _MISSING)
     if not isinstance(requester, str):
-        return f"requesting_request_id is {_short(requester)}; expected a string"
-    for name in ("kv_cache_usage", "now"):
-        value = getattr(context, name, _MISSING)
+        return f"requesting_request_id is {_short(requester)}; expected a string", True
+    kv, now = getattr(context, "kv_cache_usage", _MISSING), getattr(context, "now", _MISSING)
+    for name, value in (("kv_cache_usage", kv), ("now", now)):
         if not _is_finite(value):
-            return f"{name} is {_short(value)}; expected a finite number"
+            return f"{name} is {_short(value)}; expected a finite number", True
     supplied = getattr(context, "builtin_victim_id", None)
     if supplied is not None and not isinstance(supplied, str):
-        return f"builtin_victim_id is {_short(supplied)}; expected a string or None"
+        return f"builtin_victim_id is {_short(supplied)}; expected a string or None", True
+    exact = (
+        type(policy) is str
+        and type(requester) is str
+        and type(kv) in _NUMBERS
+        and type(now) in _NUMBERS
+        and (supplied is None or type(supplied) is str)
+    )
     get = _GET_CANDIDATE
     for index, candidate in enumerate(candidates):
         try:
@@ -241,7 +303,7 @@ def _context_problem(context: object) -> str | None:
         except AttributeError:
             rid = getattr(candidate, "request_id", None)
             missing = next(f for f in CANDIDATE_FIELDS if not hasattr(candidate, f))
-            return f"{_which(index, rid)}: has no {missing} field"
+            return f"{_which(index, rid)}: has no {missing} field", True
         rid, priority, arrival, prompt, output, computed, preemptions, max_tokens = values
         # Exact classes first, spelled out (a generator would cost three times as much): a typed
         # host's candidates pass with nine identity checks. ``arrival - arrival`` is NaN for an
@@ -261,14 +323,25 @@ def _context_problem(context: object) -> str | None:
         for name, value in zip(CANDIDATE_FIELDS, values, strict=True):
             problem = _field_problem(name, value)
             if problem is not None:
-                return f"{_which(index, rid)}: {problem}"
-    return None
+                return f"{_which(index, rid)}: {problem}", True
+            exact = exact and type(value) in _EXACT[name]
+    return None, exact
+
+
+#: The exact types of each candidate field (``arrival_time`` may be an int); a subclass of them
+#: keeps the contract but is read as a plain copy (:func:`_plain_context`).
+_NUMBERS: tuple[type, ...] = (int, float)
+_EXACT: dict[str, tuple[type, ...]] = {
+    name: (str,) if name == "request_id" else (int,) for name in CANDIDATE_FIELDS
+}
+_EXACT["arrival_time"] = _NUMBERS
 
 
 def _which(index: int, rid: object) -> str:
+    plain = _plain(rid)
     return (
-        f"candidates[{index}] (request_id {rid!r})"
-        if isinstance(rid, str)
+        f"candidates[{index}] (request_id {plain!r})"
+        if isinstance(plain, str)
         else (f"candidates[{index}]")
     )
 
@@ -281,33 +354,47 @@ def fallback_victim_id(context: object) -> str:
     candidate's id, priority and arrival; FCFS: the last candidate's id); the last candidate with
     a string id; the requester's id if it is a non-empty string (the request whose allocation
     failed is running, so it can always be preempted); ``""`` for a context that names no
-    request at all.
+    request at all. Every value is read as a plain copy (a ``str``, ``int`` or ``float``
+    subclass's own methods are never called), and the id returned is a plain ``str``.
     """
     try:
-        candidates = getattr(context, "candidates", ())
-        candidates = tuple(candidates) if isinstance(candidates, tuple | list) else ()
-    except Exception:
-        candidates = ()
-    ids = [_safe_get(c, "request_id") for c in candidates]
-    named = [rid for rid in ids if isinstance(rid, str)]
-    supplied = _safe_get(context, "builtin_victim_id")
-    if isinstance(supplied, str) and supplied in named:
+        return _fallback_victim_id(context)
+    except Exception:  # a context that defeats even plain reads (its length, its iteration)
+        requester = _plain(_safe_get(context, "requesting_request_id"))
+        return requester if type(requester) is str else ""
+
+
+def _fallback_victim_id(context: object) -> str:
+    candidates = _safe_get(context, "candidates")
+    candidates = tuple(candidates) if isinstance(candidates, tuple | list) else ()
+    ids = [_plain(_safe_get(c, "request_id")) for c in candidates]
+    ids = [rid if type(rid) is str else None for rid in ids]
+    named = [rid for rid in ids if rid is not None]
+    supplied = _plain(_safe_get(context, "builtin_victim_id"))
+    if type(supplied) is str and supplied in named:
         return supplied
-    if candidates and isinstance(ids[-1], str):
-        policy = _safe_get(context, "scheduling_policy")
+    last = ids[-1] if ids else None
+    if last is not None:
+        policy = _plain(_safe_get(context, "scheduling_policy"))
         # Under PRIORITY the rule reads every candidate's key, which must be well formed; under
         # FCFS only the last id.
         keys: list[tuple[Any, Any]] = []
         if policy == "priority":
-            keys = [(_safe_get(c, "priority"), _safe_get(c, "arrival_time")) for c in candidates]
+            keys = [
+                (_plain(_safe_get(c, "priority")), _plain(_safe_get(c, "arrival_time")))
+                for c in candidates
+            ]
         if not keys or (
-            len(named) == len(ids) and all(_is_int(p) and _is_finite(a) for p, a in keys)
+            len(named) == len(ids)
+            and all(type(p) is int and type(a) in _NUMBERS and math.isfinite(a) for p, a in keys)
         ):
-            return ids[builtin_victim(range(len(ids)), policy, keys.__getitem__)]
+            victim = ids[builtin_victim(range(len(ids)), policy, keys.__getitem__)]
+            assert victim is not None
+            return victim
     if named:
         return named[-1]
-    requester = _safe_get(context, "requesting_request_id")
-    return requester if isinstance(requester, str) else ""
+    requester = _plain(_safe_get(context, "requesting_request_id"))
+    return requester if type(requester) is str else ""
 
 
 def _safe_get(obj: object, name: str) -> Any:
@@ -442,7 +529,11 @@ class PreemptionPolicyController:
         policy = self._policy
         stats = self.stats
         try:
-            problem = context_problem(context)
+            problem, exact = _checked(context)
+            if problem is None and not exact:
+                # Subclasses of str, int or float keep the contract, but their own methods may
+                # raise or lie: the policy and the built-in rule get plain copies.
+                context = _plain_context(context)
             fallback = fallback_victim_id(context) if problem else builtin_victim_id(context)
         except Exception as exc:  # unreachable on a checked context; kept inside the guard
             problem = f"the built-in victim cannot be computed ({type(exc).__name__})"
@@ -465,11 +556,11 @@ class PreemptionPolicyController:
             stats.abstentions += 1
             self._notify("abstained", None, fallback)
             return fallback
+        # Compared as a plain copy: a str subclass's __eq__ may raise, or say yes to anything.
+        plain = _plain(selected)
         try:
-            valid = isinstance(selected, str) and any(
-                c.request_id == selected for c in context.candidates
-            )
-        except Exception:  # a str subclass whose comparison raises
+            valid = type(plain) is str and any(c.request_id == plain for c in context.candidates)
+        except Exception:  # unreachable: a checked context's ids are plain strings
             valid = False
         if not valid:
             stats.invalid_selections += 1
@@ -477,8 +568,8 @@ class PreemptionPolicyController:
             self._notify("invalid", selected, fallback)
             return fallback
         stats.selections += 1
-        self._notify("selected", selected, selected)
-        return selected
+        self._notify("selected", selected, plain)
+        return plain
 
     def _malformed(self, problem: str, fallback: str) -> str:
         """A context that breaks the contract: the policy is not asked, and is disabled."""

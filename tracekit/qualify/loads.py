@@ -243,7 +243,8 @@ def parse_fractions(text: str) -> tuple[float, ...]:
         In one line, for anything else (a repeated fraction would name two cells alike).
     """
     try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
+        # An empty item ('0.6,,0.9', a trailing comma) is a slip, not a fraction: refused.
+        values = tuple(float(part) for part in text.split(","))
     except ValueError:
         values = ()
     if not values or any(not (0 < v <= MAX_LOAD_FRACTION) for v in values):

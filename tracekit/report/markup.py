@@ -5,7 +5,8 @@ names, settings, reasons) goes through :func:`esc` (HTML text and attributes) or
 :func:`script_json` (data inside a ``<script>`` element), so that it shows as text and never
 runs. Both show Unicode's bidirectional controls (U+202E RIGHT-TO-LEFT OVERRIDE and the rest)
 as visible text, ``<U+202E>``: a request id that holds one cannot reorder what follows it on
-the page, and the reader sees that it is there.
+the page, and the reader sees that it is there. Control characters (NUL, BEL, ESC, DEL, C1)
+are shown the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import polars as pl
 
 __all__ = [
     "BIDI_CONTROLS",
+    "CONTROL_CHARACTERS",
     "MISSING",
     "Column",
     "esc",
@@ -44,11 +46,16 @@ MISSING = "\u2013"
 BIDI_CONTROLS = frozenset(
     "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
 )
-_VISIBLE = {ord(c): f"<U+{ord(c):04X}>" for c in BIDI_CONTROLS}
+#: The control characters (C0 but tab, line feed and carriage return; DEL; C1): NUL, BEL or an
+#: ESC sequence in a request id reached the page raw (and a terminal showing the file).
+CONTROL_CHARACTERS = frozenset(
+    chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in "\t\n\r"
+)
+_VISIBLE = {ord(c): f"<U+{ord(c):04X}>" for c in BIDI_CONTROLS | CONTROL_CHARACTERS}
 
 
 def show_bidi(text: str) -> str:
-    """``text`` with every bidirectional control written out as ``<U+XXXX>``."""
+    """``text`` with every bidirectional control and control character shown as ``<U+XXXX>``."""
     return text.translate(_VISIBLE)
 
 

@@ -117,6 +117,8 @@ class Execution:
         Wall time.
     interrupted
         Ctrl-C stopped it before every run ended.
+    stopped_by
+        What stopped it, as the interruption said (``stopped by SIGTERM``); "" for Ctrl-C.
     """
 
     records: tuple[RunRecord, ...]
@@ -124,6 +126,7 @@ class Execution:
     workers: int
     elapsed_s: float
     interrupted: bool
+    stopped_by: str = ""
 
     def count(self, status: str) -> int:
         """Runs with ``status``."""
@@ -140,7 +143,8 @@ class Execution:
             A run failed; the message names the first one and its error.
         """
         if self.interrupted:
-            raise KeyboardInterrupt
+            # Says what stopped it (SIGTERM is not Ctrl-C).
+            raise KeyboardInterrupt(self.stopped_by)
         failed = [r for r in self.records if r.status == "failed"]
         if failed:
             more = f" (and {len(failed) - 1} more run(s))" if len(failed) > 1 else ""
@@ -155,6 +159,7 @@ def execute_runs(
     progress: ProgressCallback | None = None,
     previous: Mapping[str, float] | None = None,
     finish: Callable[[Execution], None] | None = None,
+    redo: bool = False,
 ) -> Execution:
     """Record ``runs`` below ``out`` on ``executor``, resuming what is already complete.
 
@@ -178,6 +183,9 @@ def execute_runs(
         Durations of complete runs from an earlier execution, by path (for their records).
     finish
         Called with the execution before the lock is released (to write summary files).
+    redo
+        Record complete runs again too (``experiment run --overwrite``): each bundle is
+        replaced once its new one is complete.
 
     Returns
     -------
@@ -201,17 +209,18 @@ def execute_runs(
         # The folders there before this execution: the user's own empty folders are kept.
         keep = frozenset().union(*(existing_folders(root) for root in roots))
         _remove_partials(roots)
-        records, tasks = _resume(runs, out, previous or {})
+        records, tasks = _resume(runs, out, previous or {}, redo=redo)
         skipped = sum(r.status == "skipped" for r in records)
         counter = ProgressCounter(len(records), skipped, progress)
         tracker = _Tracker(records, counter)
         counter.emit("start")
         interrupted = False
+        stopped_by = ""
         with interrupt_guard(tracker.stopping) as requested:
             try:
                 executor.run(tasks, out, tracker, requested)
-            except KeyboardInterrupt:
-                interrupted = True
+            except KeyboardInterrupt as stop:
+                interrupted, stopped_by = True, str(stop)
             except BaseException:
                 _remove_partials(roots, keep)
                 raise
@@ -228,6 +237,7 @@ def execute_runs(
                 workers=executor.workers,
                 elapsed_s=time.perf_counter() - start,
                 interrupted=interrupted,
+                stopped_by=stopped_by,
             )
             if finish is not None:
                 finish(execution)
@@ -242,21 +252,21 @@ def _remove_partials(roots: Sequence[Path], keep: frozenset[Path] | None = None)
 
 
 def _resume(
-    runs: Sequence[PlannedRun], out: Path, previous: Mapping[str, float]
+    runs: Sequence[PlannedRun], out: Path, previous: Mapping[str, float], *, redo: bool = False
 ) -> tuple[list[RunRecord], list[SweepTask]]:
-    """Records of every run (complete ones ``skipped``) and the tasks still to run."""
+    """Records of every run (complete ones ``skipped``, unless ``redo``) and the tasks to run."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     records: list[RunRecord] = []
     tasks: list[SweepTask] = []
     for index, run in enumerate(runs):
         state, found = bundle_state(out / run.path)
-        if state == "complete" and found != run.run_id:
+        if state == "complete" and found != run.run_id and not redo:
             raise ConfigError(
                 f"{out / run.path}: holds run {found}, but the matrix now gives {run.run_id} "
                 "there (a workload, engine or policy value changed); use a new --out or delete "
                 "that folder to re-run it"
             )
-        status = "skipped" if state == "complete" else "pending"
+        status = "skipped" if state == "complete" and not redo else "pending"
         records.append(
             RunRecord(
                 path=run.path,
@@ -272,6 +282,6 @@ def _resume(
             )
         )
         if status == "pending":
-            task = SweepTask(index, run.path, run.run, run.run_id, state == "incomplete", epoch)
+            task = SweepTask(index, run.path, run.run, run.run_id, state != "missing", epoch)
             tasks.append(dataclasses.replace(task, recorder=run.recorder, sidecar=run.sidecar))
     return records, tasks

@@ -33,9 +33,7 @@ def sweep_lock(out: Path) -> Iterator[None]:
     lock = out / LOCK_FILE
     me = {"pid": os.getpid(), "host": socket.gethostname()}
     for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
+        if not _create_lock(lock, me):
             holder = _holder(lock)
             if holder is not None:
                 raise ConfigError(
@@ -44,8 +42,6 @@ def sweep_lock(out: Path) -> Iterator[None]:
                 ) from None
             lock.unlink(missing_ok=True)
             continue
-        with os.fdopen(fd, "w") as file:
-            json.dump(me, file)
         break
     else:  # pragma: no cover - the lock reappeared between unlink and create
         raise ConfigError(f"{out}: cannot take {lock}; another sweep started at the same time")
@@ -53,6 +49,42 @@ def sweep_lock(out: Path) -> Iterator[None]:
         yield
     finally:
         lock.unlink(missing_ok=True)
+
+
+def _create_lock(lock: Path, me: dict[str, object]) -> bool:
+    """Create ``lock`` holding ``me`` in one step; False if it exists.
+
+    The lock was created empty and written after: a stop (Ctrl-C, SIGTERM, even SIGKILL)
+    between the two left an empty lock, which the next sweep took for one that is starting
+    and refused. Now the content is written to this process's staging file, linked to the
+    lock's name (which fails if it exists), then removed; a killed process's staging file is
+    removed by the next sweep. Where hard links are not supported, the lock is created
+    exclusively and written, and removed on a stop.
+    """
+    safe_output.remove_stale_staging(lock)
+    staging = safe_output.staging_path(lock)
+    try:
+        staging.write_text(json.dumps(me), "utf-8")
+        try:
+            os.link(staging, lock)
+            return True
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links
+            pass
+    finally:
+        staging.unlink(missing_ok=True)
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump(me, file)
+    except BaseException:
+        lock.unlink(missing_ok=True)
+        raise
+    return True
 
 
 def _holder(lock: Path) -> str | None:

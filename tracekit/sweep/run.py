@@ -145,11 +145,15 @@ class SweepResult:
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped the sweep; ``result`` says what completed (``sweep.json`` is written)."""
+    """Ctrl-C stopped the sweep; ``result`` says what completed (``sweep.json`` is written).
 
-    def __init__(self, result: SweepResult) -> None:
+    ``stopped_by`` says what stopped it (``stopped by SIGTERM``; ``interrupted by Ctrl-C``).
+    """
+
+    def __init__(self, result: SweepResult, stopped_by: str = "") -> None:
         super().__init__("sweep interrupted")
         self.result = result
+        self.stopped_by = stopped_by or "interrupted by Ctrl-C"
 
 
 def run_sweep(
@@ -211,6 +215,7 @@ def execute_plan(
     executor: Executor,
     *,
     progress: ProgressCallback | None = None,
+    redo: bool = False,
 ) -> SweepResult:
     """Run an expanded plan on ``executor`` (what :func:`run_sweep` does after parsing).
 
@@ -224,6 +229,9 @@ def execute_plan(
         From :func:`tracekit.sweep.executors.make_executor`.
     progress
         Progress callback (see :func:`run_sweep`).
+    redo
+        Record the complete runs again too (``sweep --overwrite``), each bundle replaced once
+        its new one is complete; otherwise they are kept (the folder is resumed).
 
     Returns
     -------
@@ -235,9 +243,7 @@ def execute_plan(
     # a sweep wrote (its marker file), never into a bundle or a folder holding its inputs.
     inputs = [plan.matrix.path, *(w.path for w in plan.matrix.workloads)]
     safe_output.check_folder_output(out, mark=SWEEP_MARK, inputs=inputs, resume=True)
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / MARKER).is_file():
-        safe_output.write_marker(out, MARKER, COMMAND)
+    safe_output.make_marked_folder(out, MARKER, COMMAND)
     results: list[SweepResult] = []
 
     def finish(execution: Execution) -> None:
@@ -256,10 +262,12 @@ def execute_plan(
         results.append(result)
 
     previous = _previous_durations(out / SWEEP_FILE) if out.is_dir() else {}
-    execute_runs(plan.runs, out, executor, progress=progress, previous=previous, finish=finish)
+    execution = execute_runs(
+        plan.runs, out, executor, progress=progress, previous=previous, finish=finish, redo=redo
+    )
     (result,) = results
     if result.interrupted:
-        raise SweepInterrupted(result)
+        raise SweepInterrupted(result, execution.stopped_by)
     return result
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "STRATEGIES",
     "STRATEGY_ALIASES",
     "canonical_strategy",
+    "closest_setting",
     "parse_bool",
     "parse_settings",
 ]
@@ -114,6 +115,17 @@ def _shown(value: object) -> str:
     return text if len(text) <= 60 else f"{text[:45]}... ({len(text)} characters)"
 
 
+def _got(value: float) -> str:
+    """``, got inf`` and why, for an infinite value; "" otherwise (the original's message).
+
+    JSON and ``float()`` read a number beyond the largest double (1e400) as infinity, so the
+    user sees what their number became.
+    """
+    if not math.isinf(value):
+        return ""
+    return f", got {value} (a number beyond 1.8e308, such as 1e400, is read as infinity)"
+
+
 def _parse_int(value: object, name: str) -> int:
     # int() truncates floats as the original did; text must be an integer literal.
     try:
@@ -196,12 +208,12 @@ def parse_settings(values: Mapping[str, object]) -> dict[str, Any]:
         One line naming the setting: an unknown name (with the closest known one), a value of
         the wrong type, or an integer too large for a number setting.
     """
-    unknown = sorted(set(values) - set(_PARSERS))
+    unknown = sorted(set(values) - set(_PARSERS), key=str)
     if unknown:
         described = []
         for name in unknown:
-            close = difflib.get_close_matches(str(name), list(_PARSERS), n=1, cutoff=0.6)
-            described.append(f"{name} (did you mean {close[0]}?)" if close else str(name))
+            close = closest_setting(str(name))
+            described.append(f"{name} (did you mean {close}?)" if close else str(name))
         raise ValueError(f"unknown setting(s) {', '.join(described)}")
     parsed: dict[str, Any] = {}
     for name, value in values.items():
@@ -216,6 +228,39 @@ def parse_settings(values: Mapping[str, object]) -> dict[str, Any]:
             raise ValueError(f"{name} must be {_KIND_WORDS[kind]}, got {_shown(value)}")
         parsed[name] = _parse_float(value, name) if kind is float else value
     return parsed
+
+
+#: Names people write for a setting whose spelling is far from its own (difflib's closest
+#: spelling of ``utility_enabled`` is ``utility_seed``): checked before the spelling.
+_SETTING_ALIASES: dict[str, str] = {
+    **dict.fromkeys(
+        ("enabled", "enable", "utility_enabled", "utility_enable", "utility_on", "enable_utility",
+         "utility_victim_selection", "victim_selection", "enable_victim_selection"),
+        "enable_utility_victim_selection",
+    ),
+    **dict.fromkeys(("disabled", "utility_disabled", "kill_switch", "disable"),
+                    "utility_kill_switch"),
+    **dict.fromkeys(("strategy", "policy", "utility_policy"), "utility_strategy"),
+    **dict.fromkeys(("eps", "utility_eps"), "utility_epsilon"),
+    **dict.fromkeys(("slo", "utility_slo", "slo_seconds"), "utility_slo_s"),
+}  # fmt: skip
+
+
+def closest_setting(name: str) -> str | None:
+    """The setting an unknown name most likely means, or None.
+
+    A known alias first (``utility_enabled`` -> ``enable_utility_victim_selection``), then the
+    name with the ``utility_`` prefix, then the closest spelling (difflib's ratio >= 0.6).
+    """
+    word = name.strip().lower().replace("-", "_")
+    if word in _PARSERS:
+        return word
+    if word in _SETTING_ALIASES:
+        return _SETTING_ALIASES[word]
+    if f"utility_{word}" in _PARSERS:
+        return f"utility_{word}"
+    close = difflib.get_close_matches(word, list(_PARSERS), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def canonical_strategy(name: str) -> str:
@@ -465,7 +510,7 @@ class BidkvSelectorConfig:
         if self.utility_preempt_weight < 0:
             raise ValueError("utility_preempt_weight must be non-negative")
         if self.utility_kv_gate < 0 or self.utility_kv_gate > 1:
-            raise ValueError("utility_kv_gate must be in [0, 1]")
+            raise ValueError(f"utility_kv_gate must be in [0, 1]{_got(self.utility_kv_gate)}")
         if self.utility_cooldown_s < 0:
             raise ValueError("utility_cooldown_s must be non-negative")
         if self.utility_min_running <= 0:
@@ -482,7 +527,7 @@ class BidkvSelectorConfig:
             # The history is a bounded deque, whose length must fit a C ssize_t.
             raise ValueError(
                 f"utility_snapshot_history_size must be between 1 and {MAX_SNAPSHOT_HISTORY}, "
-                f"got {self.utility_snapshot_history_size}"
+                f"got {_shown(self.utility_snapshot_history_size)}"
             )
         if self.utility_epsilon <= 0:
             raise ValueError("utility_epsilon must be positive")
@@ -499,7 +544,7 @@ class BidkvSelectorConfig:
             "utility_slo_s",
         ):
             if math.isinf(getattr(self, name)):
-                raise ValueError(f"{name} must be finite")
+                raise ValueError(f"{name} must be finite{_got(getattr(self, name))}")
         for name, low in _INT_LOWER_BOUNDS.items():
             value = getattr(self, name)
             if value > MAX_INT_SETTING or value < low:
