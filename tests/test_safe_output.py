@@ -10,8 +10,10 @@ folder, unwritable parents, outputs that appear while a command runs).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -264,6 +266,43 @@ def test_a_stop_as_the_staging_folder_appears_leaves_nothing(
         with pytest.raises(KeyboardInterrupt):
             write(tmp_path / name)
         assert list(tmp_path.iterdir()) == [], name
+
+
+def test_a_folder_still_being_written_is_removed_once_the_writer_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stopped worker process may flush its last files into a staging folder while the command
+    # removes it: rmtree then fails with "directory not empty" (here, its first three tries), and
+    # the folder used to stay for good.
+    staging = tmp_path / ".out.partial-1"
+    (staging / "bundles").mkdir(parents=True)
+    (staging / "bundles" / "part.tmp").write_bytes(b"x")
+    rmtree = shutil.rmtree
+    calls: list[Path] = []
+
+    def busy(path: Path, *args: object, **kwargs: object) -> None:
+        calls.append(path)
+        if len(calls) <= 3:
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", str(path))
+        rmtree(path)
+
+    monkeypatch.setattr(shutil, "rmtree", busy)
+    monkeypatch.setattr(safe_output, "_REMOVE_PAUSE_S", 0.01)
+    safe_output.discard(staging)
+    assert list(tmp_path.iterdir()) == [] and len(calls) == 4
+    # Any other failure (a folder this user may not remove) is not waited on.
+    (staging / "x").mkdir(parents=True)
+    calls.clear()
+    monkeypatch.setattr(
+        shutil,
+        "rmtree",
+        lambda path, *a, **k: (
+            calls.append(path)
+            or (_ for _ in ()).throw(PermissionError(errno.EACCES, "Permission denied", str(path)))
+        ),
+    )
+    safe_output.discard(staging)
+    assert len(calls) == 1 and staging.is_dir()
 
 
 def test_an_existing_folder_is_replaced_only_with_overwrite_and_only_if_marked(

@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import stat
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,18 +134,29 @@ def _ours(path: Path) -> bool:
     return not hasattr(os, "geteuid") or info.st_uid == os.geteuid()
 
 
+# A folder that fills again while it is removed (a stopped worker process still flushing its
+# last files into it) is tried again this many times, this far apart (seconds).
+_REMOVE_TRIES = 30
+_REMOVE_PAUSE_S = 0.1
+
+
 def _remove(path: Path) -> bool:
     """Delete a real folder or file (never following a link); False if it could not be."""
-    try:
-        if stat.S_ISDIR(path.lstat().st_mode):
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    except FileNotFoundError:
+    for _ in range(_REMOVE_TRIES):
+        try:
+            if stat.S_ISDIR(path.lstat().st_mode):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:
+            return True
+        except OSError as error:
+            if error.errno != errno.ENOTEMPTY:
+                return False
+            time.sleep(_REMOVE_PAUSE_S)  # something is still writing into it
+            continue
         return True
-    except OSError:
-        return False
-    return True
+    return False
 
 
 def remove_stale_staging(final: str | os.PathLike[str]) -> list[Path]:
