@@ -92,9 +92,12 @@ def _switch(flag: str, help: str) -> Callable[[F], F]:
     _DEFAULT.overlap_schedule,
     "SGLang's overlap event loop (its default), or its normal loop.",
 )
-@_switch(
-    "--enable-priority-scheduling",
-    "SGLang --enable-priority-scheduling: the waiting queue by priority, then arrival.",
+@_setting(
+    "--enable-priority-scheduling/--no-enable-priority-scheduling",
+    None,
+    _DEFAULT.enable_priority_scheduling,
+    "SGLang --enable-priority-scheduling: the waiting queue by priority, then arrival "
+    "(off by default, as in SGLang).",
 )
 @_switch(
     "--schedule-low-priority-values-first",

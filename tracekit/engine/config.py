@@ -717,10 +717,9 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     ),
     EngineOption(
         "enable_priority_scheduling",
-        "--enable-priority-scheduling",
+        "--enable-priority-scheduling/--no-enable-priority-scheduling",
         "SGLang mode: SGLang's priority scheduling (the same as --scheduling-policy "
-        "priority; needed by --retraction-policy priority).",
-        is_flag=True,
+        "priority; needed by --retraction-policy priority; default off, as in SGLang).",
     ),
     EngineOption(
         "schedule_low_priority_values_first",
