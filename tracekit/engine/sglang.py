@@ -1018,9 +1018,16 @@ class SglangScheduler(SchedulerBase):
                 self._evict_to_free(len(order) * RETRACT_DECODE_STEPS)
             victims.append(victim.request_id)
         if len(order) <= 1 and not self._decode_fits(order):
+            # retract_decode would abort this last request (FINISH_ABORT, "Out of memory even
+            # after retracting all other requests"). It cannot happen here: add_request clips
+            # prompt + max_new to the pool less a page and one token, and while a request
+            # decodes nothing else holds KV that eviction cannot free (a chunked prefill runs
+            # before any decode; a victim gives back all of its own). So it is not modelled;
+            # reaching it means an accounting error.
             raise RuntimeError(
-                "SGLang would abort the last running request: even alone it cannot decode "
-                "(retract_decode's out-of-memory abort is not modelled)"
+                "SGLang mode: the last running request cannot decode even alone, which the "
+                "clipped max_new rules out (retract_decode's out-of-memory abort); an engine "
+                "accounting error"
             )
         self.running = order
         for rid in victims:

@@ -386,6 +386,7 @@ def load_run_workload(
     shared_prefix_tokens: int | None = None,
     prefix_groups: int | None = None,
     prefix_seed: int = 0,
+    priority_levels: int = 3,
 ) -> Workload:
     """Load the workload of a run (see :func:`tracekit.workloads.load_workload`).
 
@@ -399,6 +400,7 @@ def load_run_workload(
         window=window,
         rate_scale=rate_scale,
         priority_seed=priority_seed,
+        priority_levels=priority_levels,
     )
     if shared_prefix_tokens is None:
         if prefix_groups is not None:

@@ -14,8 +14,10 @@ against the committed ``sglang-scenario.json``, the number of steps, and each re
 (:data:`tracekit.sglang.record.OUTCOME_COLUMNS`) against the committed ``requests`` table.
 
 Only a record's ``run`` (its place in the batch it was recorded in) is left out of the
-comparison. Other runs that need SGLang can share the driver (``also``): importing SGLang takes
-10 to 20 s, more than most fixtures.
+comparison, and the order in which one arrival's preemptions were requeued (SGLang's set order,
+different in every run: :func:`tracekit.sglang.protocol.unordered_requeue`). Other runs that
+need SGLang can share the driver (``also``): importing SGLang takes 10 to 20 s, more than most
+fixtures.
 """
 
 from __future__ import annotations
@@ -33,7 +35,12 @@ import polars as pl
 from tracekit.real_engine.environment import SGLANG
 from tracekit.real_engine.process import record_runs, run_messages
 from tracekit.sglang.fixtures import FIXTURES, FIXTURES_DIR
-from tracekit.sglang.protocol import PROTOCOL_VERSION, SglangConfig, scenario_message
+from tracekit.sglang.protocol import (
+    PROTOCOL_VERSION,
+    SglangConfig,
+    scenario_message,
+    unordered_requeue,
+)
 from tracekit.sglang.record import (
     OUTCOME_COLUMNS,
     SCENARIO_FILE,
@@ -198,11 +205,27 @@ def _step_difference(name: str, index: int, text: str, committed: Sequence[str])
     if index >= len(committed):
         return f"{name}: more steps recorded than the {len(committed)} committed"
     new, old = json.loads("{" + text), json.loads("{" + committed[index])
+    new, old = _unordered(new), _unordered(old)
     fields = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)]
+    if not fields:
+        return None
     shown = "; ".join(
         f"{k}: committed {_short(old.get(k))}, recorded {_short(new.get(k))}" for k in fields
     )
     return f"{name}: step record {index} (step {old.get('step')}) differs: {shown}"
+
+
+def _unordered(record: dict[str, Any]) -> dict[str, Any]:
+    """A step record without the order its preemptions were requeued in.
+
+    That order is SGLang's set order, different in every run
+    (:func:`tracekit.sglang.protocol.unordered_requeue`).
+    """
+    preempted = record.get("preempted") or []
+    if len(preempted) < 2:
+        return record
+    waiting, _ = unordered_requeue(record.get("waiting", []), [p[0] for p in preempted])
+    return {**record, "waiting": list(waiting), "preempted": sorted(preempted)}
 
 
 def _outcome_difference(
