@@ -303,6 +303,9 @@ def test_a_running_ignore_eos_request_reserves_its_whole_output(
     0.7 of its output, not next to one that reserves all 99 (ignore_eos)."""
     assert _scheduled(recorded["reserve"])[1] == {"b": 10}
     assert _scheduled(recorded["reserve_ignore_eos"])[1] == {"a": 1}
+    # The trace carries what each request was sent with.
+    requests = pl.read_parquet(recorded["reserve_ignore_eos"] / "requests.parquet")
+    assert dict(requests.select("request_id", "ignore_eos").rows()) == {"a": True, "b": False}
 
 
 def test_committed_fixtures_record_again_identically(

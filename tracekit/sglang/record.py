@@ -497,6 +497,8 @@ def bundle_rows(
                     # Never scheduled (rejected): no first-schedule hit, as the engine records.
                     "num_cached_tokens": None if first is None else first_hit.get(rid, 0),
                     "resume_cached_tokens": resume_hit.get(rid, 0),
+                    # (Protocol 1 rows have no ignore_eos: it was off.)
+                    "ignore_eos": bool(r[7]) if len(r) > 7 else False,
                 },
             )
     return tables
