@@ -184,6 +184,7 @@ def _break_priority_direction(monkeypatch: pytest.MonkeyPatch, fired: list[int])
         original(self, sign)
         right = list(self)
         self[:] = before
+        self.sorted_by = None  # (the queue as it was: not sorted)
         original(self, 1)
         if list(self) != right:
             fired.append(-1)
