@@ -1,7 +1,7 @@
-"""Regenerate the "Tables" section of docs/trace-format.md from schemas/trace-v2.json.
+"""Regenerate the "Tables" section of docs/trace-format.md from schemas/trace-v3.json.
 
-Columns that version 1 (schemas/trace-v1.json) lacks are marked "(v2)": a version-1 bundle reads
-them as null.
+Columns an earlier version lacks are marked with the version that added them, "(v2)" or "(v3)":
+a bundle of an earlier version reads them as null.
 
 Usage: ``python scripts/gen_trace_docs.py [--check]``. ``--check`` exits 1 when the document is
 out of date (the test suite runs it), instead of rewriting it.
@@ -9,30 +9,47 @@ out of date (the test suite runs it), instead of rewriting it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "schemas" / "trace-v2.json"
-PREVIOUS = ROOT / "schemas" / "trace-v1.json"
+#: Every version, oldest first; the last is documented.
+VERSIONS = [ROOT / "schemas" / f"trace-v{v}.json" for v in (1, 2, 3)]
 DOC = ROOT / "docs" / "trace-format.md"
 HEADING = "## Tables\n\n"
 
 
-def tables_section(schema: dict, previous: dict | None = None) -> str:
-    """The markdown of every table and the manifest fields (columns new since ``previous``)."""
+def _added_in(schemas: list[dict]) -> dict[tuple[str, str], int]:
+    """(table, column) -> the version that added it (absent: it was in version 1)."""
+    added = {}
+    for older, newer in itertools.pairwise(schemas):
+        for name, table in newer["tables"].items():
+            old = {c["name"] for c in older["tables"].get(name, {}).get("columns", ())}
+            for c in table["columns"]:
+                if c["name"] not in old and (name, c["name"]) not in added:
+                    added[(name, c["name"])] = newer["version"]
+    return added
+
+
+def tables_section(schemas: list[dict]) -> str:
+    """The markdown of every table of the last schema, and its manifest fields.
+
+    Columns are marked with the version that added them.
+    """
+    schema = schemas[-1]
+    added = _added_in(schemas)
     lines = []
     for name, table in schema["tables"].items():
-        old = previous["tables"].get(name, {}) if previous else {}
-        old_columns = {c["name"] for c in old.get("columns", ())} if previous else None
         optional = " (optional)" if table.get("optional") else ""
         lines.append(f"### `{name}`{optional}\n")
         lines.append(f"{table['description']} Key: `{', '.join(table['key'])}`.\n")
         lines.append("| column | type | null | meaning |\n|---|---|---|---|")
         for c in table["columns"]:
             null = "yes" if c["nullable"] else "no"
-            new = "(v2) " if old_columns is not None and c["name"] not in old_columns else ""
+            version = added.get((name, c["name"]))
+            new = f"(v{version}) " if version else ""
             lines.append(f"| `{c['name']}` | {c['type']} | {null} | {new}{c['description']} |")
         lines.append("")
     lines.append("### `manifest.json`\n\n| field | meaning |\n|---|---|")
@@ -45,9 +62,7 @@ def main() -> int:
     """Rewrite (or, with --check, compare) the document's Tables section."""
     text = DOC.read_text("utf-8")
     head = text[: text.index(HEADING) + len(HEADING)]
-    wanted = head + tables_section(
-        json.loads(SCHEMA.read_text("utf-8")), json.loads(PREVIOUS.read_text("utf-8"))
-    )
+    wanted = head + tables_section([json.loads(p.read_text("utf-8")) for p in VERSIONS])
     if "--check" in sys.argv[1:]:
         if wanted != text:
             print(f"{DOC} is out of date; run python scripts/gen_trace_docs.py", file=sys.stderr)

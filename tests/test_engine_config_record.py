@@ -36,7 +36,6 @@ CONFIGS = [
     {"scheduling_policy": "priority", "num_blocks": 64, "max_model_len": 1000},
     {"enable_prefix_caching": False, "async_scheduling": False, "clock": "steps"},
     {"enable_priority_scheduling": True},
-    {"disable_priority_preemption": True, "priority_scheduling_preemption_threshold": 3},
     {"mode": "sglang"},
     {"mode": "sglang", "scheduling_policy": "priority", "retraction_policy": "priority"},
     {"mode": "sglang", "overlap_schedule": False, "disable_priority_preemption": True},
@@ -51,11 +50,11 @@ def test_every_configuration_reads_back_to_itself(settings: dict) -> None:
     assert recorded_engine_config(record) == config
 
 
-def test_a_vllm_record_keeps_a_setting_that_differs_from_vllm_modes_value() -> None:
-    # Ignored in vllm mode, but a record never drops what it was given.
-    record = recorded_form(EngineConfig(disable_priority_preemption=True))
-    assert set(record) == VLLM_RECORD_KEYS | {"disable_priority_preemption"}
-    assert record["disable_priority_preemption"] is True
+def test_a_vllm_record_never_needs_to_keep_a_setting_vllm_mode_ignores() -> None:
+    # vLLM mode refuses an SGLang-only setting that differs from its own value (it would be
+    # ignored), so what a vLLM record leaves out is always that value.
+    with pytest.raises(ValueError, match="disable_priority_preemption True is read in SGLang"):
+        EngineConfig(disable_priority_preemption=True)
 
 
 def test_sglang_records_keep_every_setting() -> None:

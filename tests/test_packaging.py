@@ -64,6 +64,7 @@ def test_sdist_holds_the_files_that_its_tests_and_defaults_read(sdist_names: set
         "examples/sweeps/smoke.toml",
         "schemas/trace-v1.json",
         "schemas/trace-v2.json",
+        "schemas/trace-v3.json",
         "examples/workloads/conversations-synthetic.csv",
         "tests/data/workloads/azure_small.csv",
     ):

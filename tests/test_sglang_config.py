@@ -184,3 +184,61 @@ def test_sglang_refuses_prompts_of_min_context_pool_less_six() -> None:
         EngineConfig(mode="sglang", max_model_len=1024),
     ).warning()
     assert warning is not None and "prompt >= 1018 tokens" in warning
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # SGLang's defaults: overlap, the radix cache, no priority scheduling; ignore_eos sent.
+        (["--ignore-eos"], {"overlap_schedule": True, "radix_cache": True}),
+        (
+            [
+                "--no-radix-cache",
+                "--disable-overlap-schedule",
+                "--enable-priority-scheduling",
+                "--retraction-policy",
+                "priority",
+                "--schedule-low-priority-values-first",
+                "--disable-priority-preemption",
+                "--priority-scheduling-preemption-threshold",
+                "3",
+            ],
+            {
+                "overlap_schedule": False,
+                "radix_cache": False,
+                "enable_priority_scheduling": True,
+                "retraction_policy": "priority",
+                "schedule_low_priority_values_first": True,
+                "disable_priority_preemption": True,
+                "priority_scheduling_preemption_threshold": 3,
+            },
+        ),
+        (["--no-enable-priority-scheduling"], {"enable_priority_scheduling": False}),
+    ],
+)
+def test_record_sglang_options_make_the_sglang_configuration(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, flags: list[str], expected: dict
+) -> None:
+    """What record sglang hands the recorder for its options (the live test runs one such
+    command on SGLang itself)."""
+    import tracekit.cli.sglang_cmd as sglang_cmd
+    from tracekit.sglang.record import SglangUnavailableError
+
+    seen: list[tuple] = []
+
+    def fake_record(workloads: list, outs: list, *, config: SglangConfig, **_: object) -> list:
+        seen.append((workloads[0], config))
+        raise SglangUnavailableError("no SGLang here")
+
+    monkeypatch.setattr(sglang_cmd, "record_sglang", fake_record)
+    data = ROOT / "tests/data/workloads/azure_small.csv"
+    args = ["record", "sglang", "--workload", str(data), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(cli, [*args, "--kv-tokens", "1200", *flags])
+    assert result.exit_code == 2 and "no SGLang here" in result.output, result.output
+    ((workload, config),) = seen
+    # Every other setting is SGLang's default for that pool.
+    default = SglangConfig(kv_tokens=1200)
+    for name in (f.name for f in dataclasses.fields(SglangConfig)):
+        assert getattr(config, name) == expected.get(name, getattr(default, name)), name
+    ignore = workload.frame["ignore_eos"].to_list() if "ignore_eos" in workload.frame else []
+    assert all(ignore) and bool(ignore) == ("--ignore-eos" in flags)

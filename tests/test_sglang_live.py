@@ -21,9 +21,10 @@ from tracekit.sglang.record import (
     STEPS_FILE,
     SglangUnavailableError,
     find_sglang_python,
+    read_sglang_scenario,
     read_sglang_steps,
-    record_sglang,
 )
+from tracekit.sglang.rerecord import FixtureCheck, check_fixtures
 from tracekit.trace.validate import validate_trace
 from tracekit.workloads.model import assemble_workload
 
@@ -37,6 +38,8 @@ if _REASON is not None and os.environ.get("BIDKV_REQUIRE_SGLANG") == "1":
     raise RuntimeError(f"BIDKV_REQUIRE_SGLANG=1 but {_REASON}")
 
 pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Six requests at time 0, 100 output tokens each, in a 300-token pool: the first three are
 # admitted (new requests reserve their whole output, running ones new_token_ratio of the rest),
@@ -88,8 +91,9 @@ def _rows(priorities: dict[str, int] | None = None, only: str = "abcdef") -> lis
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One driver process for the length, priority and radix-cache runs."""
+def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], list[FixtureCheck]]:
+    """One driver process (SGLang's import costs 10 to 20 s) for the hand-worked runs below and
+    every committed fixture recorded again (:func:`tracekit.sglang.rerecord.check_fixtures`)."""
     tmp = tmp_path_factory.mktemp("sglang")
     shared = [
         {
@@ -135,10 +139,15 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "reserve_ignore_eos": (_hand(("a", 0, 10, 100, 0, 100, True), ("b", 1, 10, 100)), small),
     }
     names = list(runs)
-    workloads = [_workload(tmp, runs[n][0], n) for n in names]
-    outs = [tmp / n for n in names]
-    record_sglang(workloads, outs, config=[runs[n][1] for n in names])
-    return dict(zip(names, outs, strict=True))
+    also = [(_workload(tmp, runs[n][0], n), tmp / n, runs[n][1]) for n in names]
+    checks, bundles = check_fixtures(ROOT, also=also)
+    return dict(zip(names, bundles, strict=True)), checks
+
+
+@pytest.fixture(scope="module")
+def recorded(live: tuple[dict[str, Path], list[FixtureCheck]]) -> dict[str, Path]:
+    """The hand-worked runs' bundles, by name."""
+    return live[0]
 
 
 def _hand(*specs: tuple) -> list[dict]:
@@ -294,69 +303,45 @@ def test_a_running_ignore_eos_request_reserves_its_whole_output(
     0.7 of its output, not next to one that reserves all 99 (ignore_eos)."""
     assert _scheduled(recorded["reserve"])[1] == {"b": 10}
     assert _scheduled(recorded["reserve_ignore_eos"])[1] == {"a": 1}
+    # The trace carries what each request was sent with.
+    requests = pl.read_parquet(recorded["reserve_ignore_eos"] / "requests.parquet")
+    assert dict(requests.select("request_id", "ignore_eos").rows()) == {"a": True, "b": False}
 
 
-#: The committed fixtures the live test records again (CI time counts): every normal-loop run
-#: of the first fixtures (as before), and in SGLang's default overlap loop one run of each of
-#: their base workloads and every scenario of the overlap, ignore_eos and priority options but
-#: the 9,100-step ignore-eos-long one. The engine matches all 66, committed, offline
-#: (tests/test_engine_sglang_fixtures.py).
-LIVE_FIXTURES = [
-    name
-    for name in FIXTURES
-    if (
-        name.endswith("-overlap")
-        and name.startswith(("priority", "ignore"))
-        and not name.startswith("ignore-eos-long")
-    )
-    or name.endswith("-radix-length-overlap")
-    or not (name.endswith("-overlap") or name.startswith(("priority", "ignore")))
-]
-
-
-def test_committed_fixtures_record_again_identically(tmp_path: Path) -> None:
-    """Every committed fixture, recorded again from the installed SGLang, has the same steps."""
-    from tracekit.sglang.fidelity import compare_sglang_fidelity
-    from tracekit.sglang.fixtures import FIXTURES_DIR, record_fixtures
-
-    root = Path(__file__).resolve().parents[1]
-    for bundle in record_fixtures(root, out=tmp_path, names=LIVE_FIXTURES, compress=False):
-        report = compare_sglang_fidelity(root / FIXTURES_DIR / bundle.name, bundle)
-        assert report.matched, report.render()
+def test_committed_fixtures_record_again_identically(
+    live: tuple[dict[str, Path], list[FixtureCheck]],
+) -> None:
+    """Every committed fixture, recorded again from the installed SGLang, has the same step
+    records (every field), the same number of steps and the same request outcomes."""
+    checks = live[1]
+    assert [c.name for c in checks] == list(FIXTURES)
+    assert sum(c.num_steps for c in checks) > 100_000
+    differ = [c.difference for c in checks if c.difference is not None]
+    assert not differ, "\n".join(differ)
 
 
 def test_cli_records_a_bundle_the_engine_matches(tmp_path: Path) -> None:
-    """record sglang on workloads the fixtures do not use; the engine agrees step by step."""
+    """record sglang on a workload the fixtures do not use; the engine agrees step by step.
+
+    One command (its own driver: SGLang's import): SGLang's defaults (the overlap loop, the radix
+    cache) with ignore_eos, priority scheduling in SGLang's direction and priority retraction
+    from the command line. (What each option sets is checked without SGLang, in
+    tests/test_sglang_config.py.)"""
     from click.testing import CliRunner
 
     from tracekit.cli import cli
     from tracekit.sglang.compare import compare_bundle
 
-    data = Path(__file__).resolve().parent / "data" / "workloads"
-    cases = [
-        # SGLang's defaults (overlap, the radix cache) and ignore_eos from the command line.
-        (
-            "mooncake_small.jsonl",
-            ["--radix-cache", "--retraction-policy", "length", "--ignore-eos"],
-        ),
-        # The normal loop, priority scheduling and retraction in SGLang's default direction.
-        (
-            "azure_small.csv",
-            [
-                "--no-radix-cache",
-                "--disable-overlap-schedule",
-                "--enable-priority-scheduling",
-                "--retraction-policy",
-                "priority",
-            ],
-        ),
-    ]
-    for name, flags in cases:
-        out = tmp_path / name
-        args = ["record", "sglang", "--workload", str(data / name), "--kv-tokens", "1200"]
-        args += ["--max-running-requests", "3", "--context-length", "1100", "--out", str(out)]
-        result = CliRunner().invoke(cli, [*args, *flags])
-        assert result.exit_code == 0, result.output
-        assert validate_trace(out).status == "ok"
-        total, mismatch = compare_bundle(out)
-        assert total > 0 and mismatch is None, mismatch and mismatch.render()
+    data = Path(__file__).resolve().parent / "data" / "workloads" / "mooncake_small.jsonl"
+    out = tmp_path / "bundle"
+    args = ["record", "sglang", "--workload", str(data), "--kv-tokens", "1200"]
+    args += ["--max-running-requests", "3", "--context-length", "1100", "--out", str(out)]
+    args += ["--priority-seed", "1", "--ignore-eos", "--enable-priority-scheduling"]
+    args += ["--retraction-policy", "priority"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert validate_trace(out).status == "ok"
+    config, _ = read_sglang_scenario(out)
+    assert config.overlap_schedule and config.radix_cache and config.enable_priority_scheduling
+    total, mismatch = compare_bundle(out)
+    assert total > 0 and mismatch is None, mismatch and mismatch.render()

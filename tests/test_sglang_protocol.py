@@ -200,6 +200,11 @@ def test_bundle_rows_one_decision_per_victim_with_the_batch_as_it_then_is() -> N
     assert requests["b"]["status"] == "finished"
     assert requests["b"]["recomputed_tokens"] == 17 and requests["b"]["num_preemptions"] == 1
     assert len(tables["scheduled"]) == 7
+    # Each request's ignore_eos as the scenario sent it (protocol 1 rows have none: off).
+    assert {r: q["ignore_eos"] for r, q in requests.items()} == dict.fromkeys(requests, False)
+    flagged = [(*REQUESTS[0], True), *REQUESTS[1:]]
+    again = bundle_rows("r", CONFIG, flagged, MESSAGES)["requests"]
+    assert {row.request_id: row.ignore_eos for row in again} == {"a": True, "b": False}
 
 
 def test_written_bundle_validates_and_keeps_every_step(tmp_path: Path) -> None:

@@ -87,9 +87,9 @@ def test_hand_worked_steps(hand: Path) -> None:
     assert {s: e for s, e in evicted.items() if e} == {11: 1, 12: 1}
 
 
-def test_hand_worked_bundle_is_valid_v2(hand: Path) -> None:
+def test_hand_worked_bundle_is_valid(hand: Path) -> None:
     manifest = json.loads((hand / "manifest.json").read_text())
-    assert manifest["schema_version"] == 2
+    assert manifest["schema_version"] == 3  # (v2's prefix-cache columns, and v3's ignore_eos)
     report = validate_trace(hand)
     assert report.exit_code == 0, report.bundles[0].problems
 
@@ -209,17 +209,17 @@ def test_a_v1_bundle_with_a_v2_column_is_malformed(tmp_path: Path) -> None:
 def test_an_unknown_schema_version_is_one_line_exit_2(hand: Path, tmp_path: Path) -> None:
     import shutil
 
-    bad = tmp_path / "v3"
+    bad = tmp_path / "v4"
     shutil.copytree(hand, bad)
     manifest = json.loads((bad / "manifest.json").read_text())
-    manifest["schema_version"] = 3
+    manifest["schema_version"] = 4
     (bad / "manifest.json").write_text(json.dumps(manifest))
     result = CliRunner().invoke(cli, ["validate", str(bad)])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert lines == [
-        f"Error: {bad / 'manifest.json'}: field 'schema_version' is 3, this tracekit reads "
-        "versions 1 and 2; use the tracekit version that wrote it or re-record"
+        f"Error: {bad / 'manifest.json'}: field 'schema_version' is 4, this tracekit reads "
+        "versions 1, 2 and 3; use the tracekit version that wrote it or re-record"
     ]
 
 

@@ -137,3 +137,8 @@ def test_manifests_name_the_real_engine_and_its_configuration(recorded: Recorded
     assert manifest["vllm"]["recorder"]["import_s"] > 0
     assert manifest["final_state"]["controller_stats"]["calls"] > 0
     assert manifest["run_id"].startswith("bidkv-typed-vllm-")
+    # The driver sends every request with ignore_eos and a stop token of its own: the trace
+    # does not claim what the workload asked for (requests.ignore_eos null).
+    import polars as pl
+
+    assert pl.read_parquet(bundle / "requests.parquet")["ignore_eos"].is_null().all()

@@ -7,6 +7,7 @@ the client option ``--ignore-eos`` (``vllm bench serve --ignore-eos``; SGLang's
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -16,6 +17,8 @@ from click.testing import CliRunner
 from tracekit.cli import cli
 from tracekit.engine import BuiltinHost, EngineRequest, run_engine
 from tracekit.errors import WorkloadError
+from tracekit.trace.bundle import open_trace
+from tracekit.trace.validate import validate_trace
 from tracekit.workloads import (
     IGNORE_EOS,
     apply_cancels,
@@ -93,3 +96,52 @@ def test_record_sim_ignore_eos(tmp_path: Path) -> None:
     requests = pl.read_parquet(out / "requests.parquet")
     assert (requests["output_tokens"] == requests["max_tokens"]).all()
     assert (requests["target_output_tokens"] == requests["max_tokens"]).all()
+
+
+@pytest.mark.parametrize("mode", ["vllm", "sglang"])
+def test_the_trace_carries_each_request_s_ignore_eos(tmp_path: Path, mode: str) -> None:
+    """requests.ignore_eos (trace schema v3): what each request ran with, per request."""
+    from tracekit.engine.config import EngineConfig
+    from tracekit.recording.sim import SimRun, record_sim
+    from tracekit.strategies import resolve_strategy
+
+    flags = [True, False, True, False, False, True]
+    workload = load_workload(TABLE, limit=6)
+    frame = workload.frame.with_columns(
+        output_tokens=pl.when(pl.Series(flags))
+        .then(pl.col("max_tokens"))
+        .otherwise(pl.col("output_tokens")),
+        **{IGNORE_EOS: pl.Series(flags)},
+    )
+    mixed = Workload("mixed", TABLE, "0", "csv", {}, frame)
+    config = EngineConfig(mode=mode, clock="steps")
+    out = record_sim(SimRun(mixed, config, resolve_strategy("builtin"), "typed"), tmp_path / "run")
+    requests = pl.read_parquet(out / "requests.parquet").sort("input_index")
+    assert requests["ignore_eos"].to_list() == flags
+    assert validate_trace(out).exit_code == 0
+    # The CLI's --ignore-eos: every request.
+    every = tmp_path / "every"
+    args = ["record", "sim", "--workload", str(TABLE), "--limit", "6", "--ignore-eos"]
+    result = CliRunner().invoke(cli, [*args, "--engine-mode", mode, "--out", str(every)])
+    assert result.exit_code == 0, result.output
+    assert pl.read_parquet(every / "requests.parquet")["ignore_eos"].all()
+
+
+def test_a_v2_bundle_reads_with_ignore_eos_null_and_must_not_carry_it(tmp_path: Path) -> None:
+    """Bundles written before the column (schema v2: the committed SGLang fixtures) validate
+    strictly against v2 and read with requests.ignore_eos null (not recorded)."""
+    import shutil
+
+    fixture = ROOT / "tests" / "data" / "sglang-0.5.23" / "ignore-eos-all-noradix"
+    assert json.loads((fixture / "manifest.json").read_text())["schema_version"] == 2
+    assert validate_trace(fixture).exit_code == 0
+    requests = open_trace(fixture).scan("requests").collect()
+    assert requests.height > 0 and requests["ignore_eos"].null_count() == requests.height
+    bad = tmp_path / "v2"
+    shutil.copytree(fixture, bad)
+    path = bad / "requests.parquet"
+    pl.read_parquet(path).with_columns(ignore_eos=pl.lit(True)).write_parquet(path)
+    report = validate_trace(bad)
+    assert report.exit_code == 2
+    (problem,) = report.bundles[0].problems
+    assert "'ignore_eos' are not in table 'requests' of trace schema v2" in problem

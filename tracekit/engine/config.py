@@ -811,11 +811,10 @@ ENGINE_OPTIONS: tuple[EngineOption, ...] = (
     ),
     EngineOption(
         "enable_priority_scheduling",
-        "--enable-priority-scheduling",
+        "--enable-priority-scheduling/--no-enable-priority-scheduling",
         "SGLang mode: SGLang's priority scheduling, the waiting queue by priority then "
         "arrival (in record sim the same as --scheduling-policy priority); needed by "
-        "--retraction-policy priority.",
-        is_flag=True,
+        "--retraction-policy priority; off by default, as in SGLang.",
     ),
     EngineOption(
         "schedule_low_priority_values_first",

@@ -543,4 +543,5 @@ def _request_record(
         recomputed_tokens=state.recomputed_tokens,
         input_index=state.index,
         client_queue_s=state.arrival_s - state.client_arrival_s,
+        ignore_eos=state.ignore_eos,
     )

@@ -123,3 +123,5 @@ class RequestRecord:
     # Time it waited at the client before being sent (--max-concurrency); ``arrival_s`` is the
     # time it was sent, so the engine's latencies exclude this wait, as vLLM bench's do.
     client_queue_s: float = 0.0
+    # Run with the ignore_eos sampling parameter (no end of sequence: it runs to its limit).
+    ignore_eos: bool = False

@@ -76,6 +76,7 @@ exactly (and the radix cache with them), SGLang's one-token prefill of a refused
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Iterable
 
 from tracekit.engine.base import DecisionCallback, ScheduledStep, SchedulerBase
@@ -148,18 +149,23 @@ class SglangWaitingQueue(list[SchedulerRequest]):
     ``wait_queue_entry_time``), the second key of the priority sort.
     """
 
-    __slots__ = ("counter", "entry")
+    __slots__ = ("counter", "entry", "sorted_by")
 
     def __init__(self) -> None:
         super().__init__()
         self.entry: dict[str, int] = {}
         self.counter = 0
+        # The sign the queue is sorted by, or None once a request was appended since. Removing
+        # requests keeps it sorted; the keys are unique (entry stamps), so sorting a sorted
+        # queue again changes nothing and can be skipped.
+        self.sorted_by: int | None = None
 
     def add_request(self, request: SchedulerRequest) -> None:
         """Append ``request`` with a new entry stamp."""
         self.counter += 1
         self.entry[request.request_id] = self.counter
         self.append(request)
+        self.sorted_by = None
 
     def sort_by_priority(self, sign: int = 1) -> None:
         """``SchedulePolicy._sort_by_priority_and_fcfs``: by ``(priority * sign, entry)``.
@@ -167,14 +173,17 @@ class SglangWaitingQueue(list[SchedulerRequest]):
         ``sign`` 1: lower values first (``--schedule-low-priority-values-first``); -1: higher
         values first (SGLang's default).
         """
+        if self.sorted_by == sign:
+            return
         entry = self.entry
         self.sort(key=lambda r: (r.priority * sign, entry[r.request_id]))
+        self.sorted_by = sign
 
 
 class _Node:
     __slots__ = ("access", "children", "created", "key", "lock", "parent")
 
-    def __init__(self, key: tuple[int, ...], parent: _Node | None, now: int) -> None:
+    def __init__(self, key: array[int], parent: _Node | None, now: int) -> None:
         self.key = key
         self.parent = parent
         self.children: dict[int, _Node] = {}
@@ -200,7 +209,7 @@ class RadixTree:
 
     def __init__(self) -> None:
         self.clock = 0
-        self.root = _Node((), None, self._tick())
+        self.root = _Node(array("q"), None, self._tick())
         self.root.lock = 1
         self.evictable = 0
         self.protected = 0
@@ -212,7 +221,7 @@ class RadixTree:
         self.clock += 1
         return self.clock
 
-    def match(self, key: tuple[int, ...], n: int) -> tuple[int, _Node]:
+    def match(self, key: array[int], n: int) -> tuple[int, _Node]:
         """Length of the longest cached prefix of ``key[:n]`` and its last node (touches the path).
 
         The length ``n`` is given apart so that callers pass a request's whole cached key
@@ -227,7 +236,7 @@ class RadixTree:
             update = update.parent
         return matched, node
 
-    def _descend(self, key: tuple[int, ...], n: int, *, touch: bool) -> tuple[int, _Node]:
+    def _descend(self, key: array[int], n: int, *, touch: bool) -> tuple[int, _Node]:
         """Walk the cached prefix of ``key[:n]``, splitting the node it ends inside.
 
         With ``touch`` each node entered is stamped with the clock on the way down (an insert);
@@ -262,7 +271,7 @@ class RadixTree:
         child.access = self._tick()
         return upper
 
-    def insert(self, key: tuple[int, ...], n: int) -> tuple[int, _Node]:
+    def insert(self, key: array[int], n: int) -> tuple[int, _Node]:
         """Publish ``key[:n]``: how many leading tokens were already cached, and its last node."""
         matched, node = self._descend(key, n, touch=True)
         if matched < n:
@@ -316,10 +325,12 @@ class RadixTree:
         return freed
 
 
-def _common(a: tuple[int, ...], key: tuple[int, ...], start: int, end: int) -> int:
+def _common(a: array[int], key: array[int], start: int, end: int) -> int:
     """Length of the common prefix of ``a`` and ``key[start:end]``."""
     n = min(len(a), end - start)
-    # Usually the whole node matches: one comparison in C.
+    # Usually the whole node matches: one comparison of machine integers in C (keys are
+    # int64 arrays: slicing and comparing them is a copy and a memcmp, ten times cheaper than
+    # tuples of int objects for prompts of hundreds of tokens).
     if key[start : start + n] == (a if n == len(a) else a[:n]):
         return n
     i = 0
@@ -423,7 +434,7 @@ class SglangScheduler(SchedulerBase):
         # Radix bookkeeping per request: token ids (prompt, then one SAMPLED_TOKEN per output
         # so far; built once, lengthened as outputs grow), the locked node, tokens owned by the
         # tree.
-        self._tokens: dict[str, tuple[int, ...]] = {}
+        self._tokens: dict[str, array[int]] = {}
         self._node: dict[str, _Node] = {}
         self._shared: dict[str, int] = {}
         self._evicted = 0  # tokens evicted from the tree so far
@@ -1018,9 +1029,16 @@ class SglangScheduler(SchedulerBase):
                 self._evict_to_free(len(order) * RETRACT_DECODE_STEPS)
             victims.append(victim.request_id)
         if len(order) <= 1 and not self._decode_fits(order):
+            # retract_decode would abort this last request (FINISH_ABORT, "Out of memory even
+            # after retracting all other requests"). It cannot happen here: add_request clips
+            # prompt + max_new to the pool less a page and one token, and while a request
+            # decodes nothing else holds KV that eviction cannot free (a chunked prefill runs
+            # before any decode; a victim gives back all of its own). So it is not modelled;
+            # reaching it means an accounting error.
             raise RuntimeError(
-                "SGLang would abort the last running request: even alone it cannot decode "
-                "(retract_decode's out-of-memory abort is not modelled)"
+                "SGLang mode: the last running request cannot decode even alone, which the "
+                "clipped max_new rules out (retract_decode's out-of-memory abort); an engine "
+                "accounting error"
             )
         self.running = order
         for rid in victims:
@@ -1028,26 +1046,25 @@ class SglangScheduler(SchedulerBase):
         self.last_retractions.append((victims, [r.request_id for r in order]))
 
     # ----------------------------------------------------------------------------- radix
-    def _token_ids(self, request: SchedulerRequest) -> tuple[int, ...]:
+    def _token_ids(self, request: SchedulerRequest) -> array[int]:
         """At least the request's prompt and output tokens, as the recorder's driver builds them.
 
-        Cached per request and lengthened only when outputs grew, so that the tree is handed
-        the same tuple with a length instead of a fresh slice at every match and checkpoint.
+        Cached per request and lengthened in place only when outputs grew, so that the tree is
+        handed the same array with a length instead of a fresh slice at every match and
+        checkpoint (the tree keeps copies: slices).
         """
         rid = request.request_id
         ids = self._tokens.get(rid)
         if ids is None:
-            ids = tuple(
-                _prompt_token_ids(
-                    request.index,
-                    request.num_prompt_tokens,
-                    request.content_ids,
-                    request.content_block_tokens,
-                )
+            ids = _prompt_token_ids(
+                request.index,
+                request.num_prompt_tokens,
+                request.content_ids,
+                request.content_block_tokens,
             )
         want = request.num_prompt_tokens + request.num_output_tokens
         if len(ids) < want:
-            ids += (SAMPLED_TOKEN,) * (want - len(ids))
+            ids.extend(_SAMPLED * (want - len(ids)))
         self._tokens[rid] = ids
         return ids
 
@@ -1179,7 +1196,11 @@ class SglangScheduler(SchedulerBase):
         no_sample = launched.no_sample
         running_status = RequestStatus.RUNNING
         finished: list[SchedulerRequest] = []
-        processed: list[SchedulerRequest] | None = [] if self.radix is not None else None
+        # With the radix cache, the requests the tree sees, in batch order: after a prefill
+        # every one processed (checkpointed or published), after a decode the finished ones.
+        processed: list[SchedulerRequest] | None = (
+            [] if self.radix is not None and launched.prefill else None
+        )
         for request in launched.reqs:
             # (A finished request has its final status; a retracted one waits again.)
             if request.status != running_status or request is no_sample:
@@ -1207,9 +1228,9 @@ class SglangScheduler(SchedulerBase):
                 self._unfiltered = self.overlap
             if self._finishing:
                 self._finishing = [r for r in self._finishing if r.status == running_status]
-        if processed:
+        if self.radix is not None and (processed or finished):
             ends = launched.ends if launched.prefill else None
-            for request in processed:
+            for request in finished if processed is None else processed:
                 if request.status in FINISHED_STATUSES:
                     self._checkpoint(request)
                     # (Anything it held past what the tree keeps goes back to the pool.)
@@ -1294,23 +1315,32 @@ def _add_state(
 
 
 # The recorder driver's token ids (tracekit/sglang/driver.py prompt_token_ids), so that the radix
-# tree here keys on the same content: Mooncake block h holds _HASH_BASE + h * 512 + j; request i's
-# own tokens _UNIQUE_BASE + i * 2**24 + position; every output token is SAMPLED_TOKEN.
+# tree here keys on the same content: Mooncake block h holds _HASH_BASE + h * 512 (+ j in the
+# driver); request i's own tokens _UNIQUE_BASE + i * 2**24 (+ position in the driver); every
+# output token is SAMPLED_TOKEN.
 SAMPLED_TOKEN = 5
+_SAMPLED = array("q", [SAMPLED_TOKEN])
 _HASH_BASE = 1 << 33
 _UNIQUE_BASE = 1 << 45
 
 
 def _prompt_token_ids(
     index: int, prompt_tokens: int, content_ids: tuple[int, ...], block_tokens: int
-) -> list[int]:
-    ids: list[int] = []
+) -> array[int]:
+    """The prompt's token ids as the tree compares them (int64, built in C, not token by token).
+
+    The driver gives every token its own id (block ``h``'s ``j``-th token, request ``i``'s
+    token at a position). Here a content block is one token repeated, and so is a request's own
+    part. The tree matches the same: it only ever compares tokens at equal positions (every key
+    starts at the root), and at one position two requests' tokens agree exactly when the
+    driver's do (the same block, blocks being cut at the same positions in every request, or
+    the same request).
+    """
+    ids: array[int] = array("q")
     for h in content_ids:
         if len(ids) >= prompt_tokens:
             break
-        start = _HASH_BASE + int(h) * block_tokens
-        ids.extend(range(start, start + block_tokens))
+        ids.extend(array("q", [_HASH_BASE + int(h) * block_tokens]) * block_tokens)
     del ids[prompt_tokens:]
-    own = _UNIQUE_BASE + index * (1 << 24)
-    ids.extend(range(own + len(ids), own + prompt_tokens))
+    ids.extend(array("q", [_UNIQUE_BASE + index * (1 << 24)]) * (prompt_tokens - len(ids)))
     return ids

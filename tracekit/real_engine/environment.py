@@ -9,8 +9,9 @@ default folder.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,11 +143,12 @@ class RealEngine:
         argv: Sequence[str],
         lines: Sequence[str],
         env: Mapping[str, str] | None = None,
+        parse: Callable[[str], dict[str, Any]] = json.loads,
     ) -> Generator[dict[str, Any], None, None]:
         """Run a driver with ``python``, the environment's; yield its messages as they arrive.
 
         ``env`` defaults to :meth:`driver_env`; see
-        :func:`tracekit.real_engine.process.run_driver_process`.
+        :func:`tracekit.real_engine.process.run_driver_process` (and its ``parse``).
         """
         return run_driver_process(
             python,
@@ -155,6 +157,7 @@ class RealEngine:
             engine=self.name,
             env=self.driver_env() if env is None else env,
             error=self.driver_error,
+            parse=parse,
         )
 
 

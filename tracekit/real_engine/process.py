@@ -49,6 +49,7 @@ def run_driver_process(
     engine: str,
     env: Mapping[str, str] | None = None,
     error: type[Exception],
+    parse: Callable[[str], dict[str, Any]] = json.loads,
 ) -> Generator[dict[str, Any], None, None]:
     """Run ``python argv`` with ``lines`` on its input; yield its JSON messages as they arrive.
 
@@ -68,6 +69,9 @@ def run_driver_process(
     error
         Raised (with the tail of the driver's standard error) when it exits before answering
         every scenario, or with a non-zero status. Closing the generator early stops the driver.
+    parse
+        Turns one output line into its message (``json.loads``); a caller that only compares
+        some lines' text may skip decoding them, as long as every message keeps its ``kind``.
     """
     path_folder = project_packages_folder(f"bidkv-{engine.lower()}-path-")
     extra = dict(env or {})
@@ -94,7 +98,7 @@ def run_driver_process(
     answered = 0
     try:
         for line in process.stdout:
-            message = json.loads(line)
+            message = parse(line)
             if message.get("kind") in ("end", "error"):
                 answered += 1
             yield message

@@ -1,9 +1,10 @@
 """Turning engine records and victim decisions into the typed rows of each trace table.
 
 Shared by every recorder, so each table's row is built by field name in one place (the row
-classes, :mod:`tracekit.trace.rows`, follow ``schemas/trace-v2.json``). The prefix-cache columns
+classes, :mod:`tracekit.trace.rows`, follow ``schemas/trace-v3.json``). The prefix-cache columns
 of version 2 are null unless the caller passes what it knows: a recorder that cannot see the
 cache (live hosts, imports, the real-vLLM driver today) writes null, never a made-up 0.
+``requests.ignore_eos`` (version 3) likewise: what the request was run with, when known.
 """
 
 from __future__ import annotations
@@ -166,11 +167,14 @@ def request_row(
     record: RequestRecord,
     num_cached_tokens: int | None = None,
     resume_cached_tokens: int | None = None,
+    *,
+    ignore_eos: bool | None = None,
 ) -> RequestRow:
     """The ``requests`` row of one request; every ``finished_*`` status is ``finished``.
 
     ``num_cached_tokens`` / ``resume_cached_tokens``: its prefix-cache hits at the first schedule
-    and summed over its resumes, when the recorder knows them.
+    and summed over its resumes, when the recorder knows them; ``ignore_eos``: whether it ran
+    with that sampling parameter, when the recorder knows it.
     """
     return RequestRow(
         run_id=run_id,
@@ -190,4 +194,5 @@ def request_row(
         recomputed_tokens=record.recomputed_tokens,
         num_cached_tokens=num_cached_tokens,
         resume_cached_tokens=resume_cached_tokens,
+        ignore_eos=ignore_eos,
     )

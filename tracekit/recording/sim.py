@@ -139,8 +139,13 @@ class TraceObserver:
         record_cache: bool = False,
         record_admissions: bool = False,
         record_evictions: bool = True,
+        record_ignore_eos: bool = True,
     ) -> None:
         self.writer = writer
+        # Whether request records say what the request ran with (the embedded engine); the
+        # real-vLLM drivers send every request with ignore_eos and a stop token of their own,
+        # so their requests' ignore_eos column stays null.
+        self.record_ignore_eos = record_ignore_eos
         # Whether step records carry the prefix-cache figures (the embedded engine: 0 with
         # caching off); otherwise the trace's cache columns of steps and requests stay null.
         self.record_cache = record_cache
@@ -243,12 +248,15 @@ class TraceObserver:
         first = self._first_hits.pop(record.request_id, 0)
         resume = self._resume_hits.pop(record.request_id, 0)
         self._admitted.pop(record.request_id, None)
+        ignore_eos = record.ignore_eos if self.record_ignore_eos else None
         if self.record_cache:
             # Never scheduled (rejected): no first-schedule hit to speak of, and no resume.
             scheduled = record.first_scheduled_s is not None
-            row = request_row(self.run_id, record, first if scheduled else None, resume)
+            row = request_row(
+                self.run_id, record, first if scheduled else None, resume, ignore_eos=ignore_eos
+            )
         else:
-            row = request_row(self.run_id, record)
+            row = request_row(self.run_id, record, ignore_eos=ignore_eos)
         self.writer.append("requests", row)
         self.done += 1
         if self.progress is not None:
@@ -387,6 +395,7 @@ def load_run_workload(
     shared_prefix_tokens: int | None = None,
     prefix_groups: int | None = None,
     prefix_seed: int = 0,
+    priority_levels: int = 3,
 ) -> Workload:
     """Load the workload of a run (see :func:`tracekit.workloads.load_workload`).
 
@@ -400,6 +409,7 @@ def load_run_workload(
         window=window,
         rate_scale=rate_scale,
         priority_seed=priority_seed,
+        priority_levels=priority_levels,
     )
     if shared_prefix_tokens is None:
         if prefix_groups is not None:

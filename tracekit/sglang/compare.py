@@ -22,7 +22,7 @@ from tracekit.engine.hosts import VictimHost
 from tracekit.engine.outputs import StepRecord
 from tracekit.engine.sglang import SglangScheduler
 from tracekit.real_engine.comparison import same_value
-from tracekit.sglang.protocol import SglangConfig, SglangStep
+from tracekit.sglang.protocol import SglangConfig, SglangStep, unordered_requeue
 from tracekit.sglang.record import read_sglang_scenario, read_sglang_steps
 
 __all__ = [
@@ -173,8 +173,11 @@ def first_mismatch(
                 return StepMismatch(i, a.step, "cached tokens", ha, hb, context)
         if tuple(a.victims) != b.victims:
             return StepMismatch(i, a.step, "victims", list(a.victims), list(b.victims), context)
-        if sorted(a.preempted_ids) != sorted(b.preempted):
-            # (As sets: SGLang requeues them in a set's order.)
+        # SGLang requeues one arrival's preemptions in a set's order (unordered_requeue): the
+        # engine's (running-batch order) is compared with it as a set, also in the queue.
+        waiting_a, preempted_a = unordered_requeue(a.waiting, a.preempted_ids)
+        waiting_b, preempted_b = unordered_requeue(b.waiting, b.preempted)
+        if preempted_a != preempted_b:
             return StepMismatch(
                 i, a.step, "preempted", list(a.preempted_ids), list(b.preempted), context
             )
@@ -182,7 +185,7 @@ def first_mismatch(
             return StepMismatch(
                 i, a.step, "new_token_ratio", a.new_token_ratio, b.new_token_ratio, context
             )
-        if tuple(a.waiting) != b.waiting:
+        if waiting_a != waiting_b:
             return StepMismatch(i, a.step, "waiting", list(a.waiting), list(b.waiting), context)
     if len(recorded) != len(engine):
         n = min(len(recorded), len(engine))

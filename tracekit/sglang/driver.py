@@ -321,6 +321,19 @@ class _Run:
         self.aborted: list[Any] = []  # requests retract_decode aborted in this step
         # Running requests preempted at admission, with the KV tokens each held.
         self.preempted: list[tuple[Any, int]] = []
+        # Wall and thread CPU time spent building those records inside the timed loop, taken
+        # out of loop_s / loop_cpu_s (SGLang's own work is what they measure).
+        self.untimed_s = 0.0
+        self.untimed_cpu_s = 0.0
+
+    def pause(self) -> tuple[float, float]:
+        """Start a stretch of the recorder's own work inside the timed loop."""
+        return time.perf_counter(), time.thread_time()
+
+    def resume(self, paused: tuple[float, float]) -> None:
+        """End it: its time is not SGLang's."""
+        self.untimed_s += time.perf_counter() - paused[0]
+        self.untimed_cpu_s += time.thread_time() - paused[1]
 
     # ---- scheduler.py: _add_request_to_queue ------------------------------------------------
 
@@ -447,14 +460,18 @@ class _Run:
                 if not self.enable_priority_preemption:
                     stop_reason = "batch_full"
                     break
+                paused = self.pause()
                 before = len(adder.preempt_list)
                 held = {r.rid: int(r.kv.kv_committed_len) for r in running_batch.reqs}
+                self.resume(paused)
                 if not adder.preempt_to_schedule(req):
                     stop_reason = "batch_full"
                     break
                 # preempt_list is extended from a set: record the order it holds, and the KV
                 # each victim gave back.
+                paused = self.pause()
                 self.preempted.extend((r, held[r.rid]) for r in adder.preempt_list[before:])
+                self.resume(paused)
             req.init_next_round_input(self.tree_cache)
             res = adder.add_one_req(
                 req,
@@ -469,11 +486,13 @@ class _Run:
                 stop_reason = res.name.lower()
                 break
         can_run_list = adder.can_run_list
+        paused = self.pause()
         self.admission = {
             "stop": stop_reason,
             "new_token_ratio": self.ratio.current,
             "waiting_order": [r.rid for r in self.waiting_queue],
         }
+        self.resume(paused)
         if len(can_run_list) == 0:
             # Preemption already released these requests; requeue them even though the
             # request they made room for was not admitted.
@@ -539,8 +558,10 @@ class _Run:
         if kv_full_retract_flag:
             # ScheduleBatch.retract_decode picks its victims in _get_decode_retraction_order;
             # record the candidate batch and that order before it runs.
+            paused = self.pause()
             candidates = [_req_view(r) for r in batch.reqs]
             order = [batch.reqs[i].rid for i in batch._get_decode_retraction_order(batch.reqs)]
+            self.resume(paused)
             old_available = self.allocator.available_size()
             old_ratio = self.ratio.current
             retracted, new_ratio, to_abort = batch.retract_decode()
@@ -550,6 +571,7 @@ class _Run:
             for req in retracted:
                 self.add_request_to_queue(req)
                 positions.append(len(self.waiting_queue) - 1)
+            paused = self.pause()
             self.retractions.append(
                 {
                     "candidates": candidates,
@@ -565,6 +587,7 @@ class _Run:
                     "waiting_len": len(self.waiting_queue),
                 }
             )
+            self.resume(paused)
             # Scheduler.send_abort_output: the request ends (its KV is already released).
             self.aborted.extend(to_abort)
         else:
@@ -669,6 +692,8 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
     loop_s = 0.0
     # CPU time of this thread over the same spans: what a loaded machine leaves comparable.
     loop_cpu_s = 0.0
+    # The step records' time between those spans (the recorder's, not SGLang's).
+    step_record_s = step_record_cpu_s = 0.0
     total = len(rows)
     done = 0
     carried: list[str] = []  # arrivals not yet reported with a step
@@ -697,13 +722,11 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
                 }
             )
 
-    def process(batch: Any, batch_step: int) -> list[Any]:
-        """``process_batch_result`` of the batch run at ``batch_step``: its requests' outputs."""
-        finished = run.process_batch_result(batch, targets)
+    def first_tokens(batch: Any, batch_step: int) -> None:
+        """Note the step of each request's first output (after ``process_batch_result``)."""
         for req in batch.reqs:
             if req.output_ids and info[req.rid]["first_token_step"] is None:
                 info[req.rid]["first_token_step"] = batch_step
-        return finished
 
     while done < total:
         if step >= max_steps:
@@ -765,6 +788,10 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         evictable_before = _evictable(run)
         t, t_cpu = time.perf_counter(), time.thread_time()
         batch = run.get_next_batch_to_run()
+        # (The step record is the recorder's work, not SGLang's: out of the timed loop.)
+        loop_s += time.perf_counter() - t
+        loop_cpu_s += time.thread_time() - t_cpu
+        t, t_cpu = time.perf_counter(), time.thread_time()
         record: dict[str, Any] | None = None
         if batch is not None:
             record = {
@@ -783,6 +810,10 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
             record.update(_describe_batch(run, batch))
         finished = list(run.aborted)
         finish_step = step
+        processed: tuple[Any, int] | None = None
+        step_record_s += time.perf_counter() - t
+        step_record_cpu_s += time.thread_time() - t_cpu
+        t, t_cpu = time.perf_counter(), time.thread_time()
         if run.enable_overlap:
             # Scheduler.event_loop_overlap: launch this batch (a copy queued for its result),
             # then process the last batch's result; on_idle only when neither exists.
@@ -792,18 +823,22 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
                 run.result_queue.append((batch.copy(), step))
             if run.last_batch is not None:
                 done_batch, finish_step = run.result_queue.popleft()
-                finished += process(done_batch, finish_step)
+                finished += run.process_batch_result(done_batch, targets)
+                processed = (done_batch, finish_step)
             elif batch is None:
                 run.on_idle()
         elif batch is not None:
             # Scheduler.event_loop_normal: run the batch and process its result.
-            finished += process(batch, step)
+            finished += run.process_batch_result(batch, targets)
+            processed = (batch, step)
         else:
             # event_loop_normal with no batch -> on_idle.
             run.on_idle()
         run.last_batch = batch
         loop_s += time.perf_counter() - t
         loop_cpu_s += time.thread_time() - t_cpu
+        if processed is not None:
+            first_tokens(*processed)
         if record is None:
             # An iteration that runs no batch takes no step index; twice in a row at one step
             # means nothing can run before the next arrival.
@@ -844,8 +879,12 @@ def run_scenario(sg: SglangBackend, scenario: dict[str, Any], emit: Emit) -> dic
         "sglang_config": _describe_config(run),
         "timing": {
             "setup_s": setup_s,
-            "loop_s": loop_s,
-            "loop_cpu_s": loop_cpu_s,
+            # SGLang's own work in the loop (the recorder's records inside it taken out), and
+            # those records' time.
+            "loop_s": loop_s - run.untimed_s,
+            "loop_cpu_s": loop_cpu_s - run.untimed_cpu_s,
+            "recorder_s": run.untimed_s + step_record_s,
+            "recorder_cpu_s": run.untimed_cpu_s + step_record_cpu_s,
             "wall_s": time.perf_counter() - t0,
         },
     }

@@ -38,7 +38,9 @@ Each is recorded with the radix cache on and off and with both retraction polici
 SGLang's default, and ``priority`` with priorities 0..2 from ``priority_seed=1``, lower values
 first and no priority preemption: ``<base>-<radix|noradix>-<policy>``), in the normal loop
 (``--disable-overlap-schedule``) and, suffixed ``-overlap``, in SGLang's default overlap loop;
-on the steps clock (50 ms steps).
+on the steps clock (50 ms steps). ``azure-late-<radix|noradix>-priority-high`` is the
+``azure-late`` slice under SGLang's own priority settings (larger values first, preemption at
+admission on, ``--retraction-policy priority``).
 
 The scenarios of the overlap, ``ignore_eos`` and priority options (workloads under
 ``traces/sglang-fixtures/workloads/``, made by :func:`scenario_requests`), each in both loops:
@@ -54,7 +56,8 @@ The scenarios of the overlap, ``ignore_eos`` and priority options (workloads und
     bound): ``preempt`` and ``preempt-low`` (SGLang's default preemption at admission,
     threshold 10: each more important arrival preempts one running request),
     ``preempt-threshold`` (threshold 15: a difference of exactly 15 does not preempt) and
-    ``preempt-disabled`` (``--disable-priority-preemption``: it waits at the head of the queue).
+    ``preempt-disabled`` (``--disable-priority-preemption``: it waits at the head of the queue);
+    ``preempt-noradix`` is ``preempt`` with the radix cache off.
 ``ignore-eos-<...>``
     ``ignore-eos.csv``: requests whose ``max_tokens`` exceeds their natural output, sent with
     ``ignore_eos`` (all of them: ``all``; every other one: ``mixed``), on an 1,500-token pool:
@@ -62,7 +65,20 @@ The scenarios of the overlap, ``ignore_eos`` and priority options (workloads und
     them through ``add_one_req_ignore_eos``. ``-radix`` / ``-noradix`` say which.
     ``ignore-eos-long-noradix``: ``ignore-eos-long.csv`` on a 17,000-token pool, outputs past
     ``CLIP_MAX_NEW_TOKENS``: ``add_one_req_ignore_eos``'s drain check refuses a request the
-    clipped reservation would admit.
+    clipped reservation would admit; ``ignore-eos-long-radix`` the same through ``add_one_req``.
+``retract-many-radix``
+    ``retract-many.csv``: a long request alone until ``new_token_ratio`` has decayed, then 100
+    requests of 2 to 4 prompt tokens 10 ms apart, on a 4,000-token pool with room for 128: about
+    90 run when the pool runs out, and ``retract_decode`` retracts the newest two at a time (a
+    list: they are requeued in the order retracted).
+``preempt-many-<radix|noradix>``
+    ``preempt-many.csv``: three bursts of four requests with distinct priorities filling the
+    batch (at most 4 running, a 1,000-token pool), each followed by a far more important request
+    whose output needs one, two, then three of them preempted at once
+    (``PrefillAdder.preempt_to_schedule``). SGLang requeues such a group in a ``set``'s order,
+    which changes from run to run; the comparisons take it as unordered
+    (:func:`tracekit.sglang.protocol.unordered_requeue`), and the distinct priorities make what
+    follows independent of it.
 """
 
 from __future__ import annotations
@@ -110,6 +126,8 @@ _SHARED_PREFIX = Path("traces") / "vllm-fixtures" / "workloads" / "shared-prefix
 _PRIORITY = SCENARIO_WORKLOADS / "priority.csv"
 _IGNORE_EOS = SCENARIO_WORKLOADS / "ignore-eos.csv"
 _IGNORE_EOS_LONG = SCENARIO_WORKLOADS / "ignore-eos-long.csv"
+_RETRACT_MANY = SCENARIO_WORKLOADS / "retract-many.csv"
+_PREEMPT_MANY = SCENARIO_WORKLOADS / "preempt-many.csv"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,15 +276,34 @@ _SCENARIOS: dict[str, tuple[Path, dict[str, Any], SglangConfig, str | None]] = {
         None,
     ),
 }
+_SCENARIOS["priority-preempt-noradix"] = (
+    _PRIORITY,
+    {},
+    dataclasses.replace(_PREEMPT_BASE, radix_cache=False),
+    None,
+)
 _IGNORE_EOS_BASE = _sized(1500, 16, 256, 1024, 1500)
 # Outputs longer than CLIP_MAX_NEW_TOKENS (4,096): the running requests' reservation is clipped,
-# add_one_req_ignore_eos's drain check is not.
-_SCENARIOS["ignore-eos-long-noradix"] = (
-    _IGNORE_EOS_LONG,
-    {},
-    _sized(17000, None, 2048, 8192, 8192, radix_cache=False),
-    "all",
-)
+# add_one_req_ignore_eos's drain check is not (with the tree disabled; with it, add_one_req).
+for _radix in (False, True):
+    _SCENARIOS[f"ignore-eos-long-{'radix' if _radix else 'noradix'}"] = (
+        _IGNORE_EOS_LONG,
+        {},
+        _sized(17000, None, 2048, 8192, 8192, radix_cache=_radix),
+        "all",
+    )
+# Many small requests running beside a long one once new_token_ratio has decayed: the pool
+# runs out with about 90 running, and the newest (fewest outputs, a few tokens of KV each) are
+# retracted two or three at a time.
+_SCENARIOS["retract-many-radix"] = (_RETRACT_MANY, {}, _sized(4000, 128, 256, 1024, 4000), None)
+# A full batch of four, each more important arrival preempting one, two, then three of them.
+for _radix in (False, True):
+    _SCENARIOS[f"preempt-many-{'radix' if _radix else 'noradix'}"] = (
+        _PREEMPT_MANY,
+        {},
+        _sized(1000, 4, 256, 1024, 1000, enable_priority_scheduling=True, radix_cache=_radix),
+        None,
+    )
 for _mode in ("all", "mixed"):
     for _radix in (False, True):
         _SCENARIOS[f"ignore-eos-{_mode}-{'radix' if _radix else 'noradix'}"] = (
@@ -291,6 +328,23 @@ def _fixtures() -> dict[str, SglangFixture]:
                         options,
                         _legacy(config, radix=radix, policy=policy, overlap=overlap),
                     )
+        # A real workload under SGLang's own priority settings: larger values first, preemption
+        # at admission on (threshold 10), --retraction-policy priority.
+        workload, options, config = _BASE["azure-late"]
+        for radix in (True, False):
+            name = f"azure-late-{'radix' if radix else 'noradix'}-priority-high{suffix}"
+            out[name] = SglangFixture(
+                name,
+                workload,
+                options,
+                dataclasses.replace(
+                    config,
+                    radix_cache=radix,
+                    retraction_policy="priority",
+                    enable_priority_scheduling=True,
+                    overlap_schedule=overlap,
+                ),
+            )
         for base, (workload, options, config, ignore_eos) in _SCENARIOS.items():
             name = f"{base}{suffix}"
             out[name] = SglangFixture(
@@ -320,15 +374,20 @@ def _row(
 
 
 def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]]:
-    """The rows of a scenario workload (deterministic for a seed): ``priority`` or ``ignore-eos``.
+    """The rows of a scenario workload (deterministic for a seed), one of :data:`SCENARIO_KINDS`.
 
-    ``seed`` defaults to the committed workloads' (21, 11 and 5).
+    ``seed`` defaults to the committed workloads' (21, 11, 5 and 3).
 
     ``priority``: 12 bursts 1 s apart of three to five requests 20 ms apart (prompts 40 to
     400 tokens, outputs 20 to 300, priorities 0, 5 or 20), each followed 0.2 s later by one
     more important request (priority 40). ``ignore-eos``: 40 requests 0.15 s apart (prompts
     30 to 300, natural outputs 10 to 120 with ``max_tokens`` up to three times longer).
     ``ignore-eos-long``: six requests 0.1 s apart (prompts 100 to 600, outputs 4,200 to 4,600).
+    ``retract-many``: one request (100 prompt tokens, 1,500 outputs) at 0 s, then 100 from 35 s,
+    10 ms apart (prompts 2 to 4, outputs 150 to 300). ``preempt-many`` (nothing drawn): three
+    bursts 100 s apart of four requests (50 prompt tokens, 200 outputs, priorities ``4 * burst +
+    k``) 50 ms apart and, 1 s after the burst, one of priority ``50 + burst`` (100 prompt tokens,
+    300, 450 or 600 outputs).
     """
     rng = random.Random(seed if seed is not None else _SEEDS.get(kind, 0))
     rows: list[dict[str, Any]] = []
@@ -364,14 +423,39 @@ def scenario_requests(kind: str, seed: int | None = None) -> list[dict[str, Any]
             output = rng.randint(4200, 4600)
             rows.append(_row(round(0.1 * i, 3), rng.randint(100, 600), output, output))
         prefix = "long"
+    elif kind == "retract-many":
+        rows.append(_row(0.0, 100, 1500, 1500))
+        for i in range(100):
+            output = rng.randint(150, 300)
+            rows.append(_row(round(35.0 + 0.01 * i, 3), rng.randint(2, 4), output, output))
+        prefix = "many"
+    elif kind == "preempt-many":
+        # Not drawn: three bursts 100 s apart, four requests of distinct priorities (so that
+        # the order SGLang requeues a preemption's victims in does not change what follows),
+        # then one far more important request whose output needs one, two, three of them.
+        for burst, output in enumerate((300, 450, 600)):
+            start = 100.0 * burst
+            for k in range(4):
+                rows.append(_row(round(start + 0.05 * k, 3), 50, 200, 200, 4 * burst + k))
+            rows.append(_row(start + 1.0, 100, output, output, 50 + burst))
+        prefix = "pm"
     else:
-        raise ValueError(
-            f"unknown scenario workload {kind!r}; expected priority, ignore-eos or ignore-eos-long"
-        )
+        raise ValueError(f"unknown scenario workload {kind!r}; expected one of {', '.join(_SEEDS)}")
     return [{"request_id": f"{prefix}-{i:03d}", **row} for i, row in enumerate(rows)]
 
 
-_SEEDS = {"priority": 21, "ignore-eos": 11, "ignore-eos-long": 5}
+_SEEDS = {
+    "priority": 21,
+    "ignore-eos": 11,
+    "ignore-eos-long": 5,
+    "retract-many": 3,
+    "preempt-many": 0,
+}
+
+
+#: The scenario workloads :func:`scenario_requests` makes (``<kind>.csv`` in
+#: :data:`SCENARIO_WORKLOADS`).
+SCENARIO_KINDS = tuple(_SEEDS)
 
 
 def scenario_csv(kind: str) -> str:
@@ -424,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.workloads:
         folder = args.root / SCENARIO_WORKLOADS
         folder.mkdir(parents=True, exist_ok=True)
-        for kind in _SEEDS:
+        for kind in SCENARIO_KINDS:
             path = folder / f"{kind}.csv"
             path.write_text(scenario_csv(kind), "utf-8")
             print(path)

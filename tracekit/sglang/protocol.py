@@ -46,6 +46,7 @@ __all__ = [
     "SglangStep",
     "scenario_message",
     "step_from_wire",
+    "unordered_requeue",
 ]
 
 #: 2: overlap scheduling, the priority options, ``ignore_eos`` per request, priority
@@ -387,6 +388,26 @@ class SglangStep:
         if self.mode != "prefill":
             return ()
         return tuple(r for r in self.reqs if not r.continued_chunk)
+
+
+def unordered_requeue(
+    waiting: Sequence[str], preempted: Sequence[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A step's waiting queue and preemptions with the order SGLang left to chance taken out.
+
+    ``PrefillAdder.preempt_to_schedule`` (``schedule_policy.py``) puts the requests it preempts
+    for one arrival in a ``set`` and requeues them in its order: ``Req`` has no ``__hash__`` of
+    its own, so that is an order of object addresses, which changes from run to run (even within
+    one process; PYTHONHASHSEED does not reach it). Returns the queue with the preempted
+    requests' places refilled in sorted order, and the preempted ids sorted: two runs that
+    differ only in that order compare equal. (``retract_decode``'s victims are a list, in
+    retraction order: nothing to take out there.)
+    """
+    if len(preempted) < 2:
+        return tuple(waiting), tuple(preempted)
+    group = set(preempted)
+    ordered = iter(sorted(r for r in waiting if r in group))
+    return tuple(next(ordered) if r in group else r for r in waiting), tuple(sorted(preempted))
 
 
 def _retraction(raw: Mapping[str, Any]) -> Retraction:

@@ -48,6 +48,7 @@ from tracekit.workloads.model import Workload
 
 __all__ = [
     "DEFAULT_SGLANG_VENV",
+    "OUTCOME_COLUMNS",
     "SCENARIO_FILE",
     "STEPS_FILE",
     "SglangDriverError",
@@ -58,7 +59,10 @@ __all__ = [
     "is_sglang_bundle",
     "read_sglang_scenario",
     "read_sglang_steps",
+    "record_run",
     "record_sglang",
+    "request_outcome",
+    "request_rows",
     "run_driver",
 ]
 
@@ -93,11 +97,13 @@ def run_driver(
     scenarios: Sequence[Mapping[str, Any]],
     *,
     venv: str | os.PathLike[str] | None = None,
+    parse: Callable[[str], dict[str, Any]] = json.loads,
 ) -> Generator[dict[str, Any], None, None]:
     """Run ``scenarios`` (:func:`scenario_message` each) in one driver; yield its messages.
 
     The first message is ``hello``; then, per scenario in order, its records and ``end`` (or
-    ``error``). Closing the generator early stops the driver.
+    ``error``). Closing the generator early stops the driver. ``parse`` turns each output line
+    into its message (see :func:`tracekit.real_engine.process.run_driver_process`).
 
     Raises
     ------
@@ -112,10 +118,12 @@ def run_driver(
         python,
         ["-m", "tracekit.sglang.driver", "--model-dir", str(model_dir)],
         [json.dumps(s, separators=(",", ":")) + "\n" for s in scenarios],
+        parse=parse,
     )
 
 
-def _request_rows(workload: Workload) -> list[tuple[Any, ...]]:
+def request_rows(workload: Workload) -> list[tuple[Any, ...]]:
+    """A workload's requests as a scenario sends them (see :func:`scenario_message`)."""
     return [
         (
             *request_fields(r),
@@ -190,19 +198,23 @@ def record_sglang(
         )
     if run_ids is not None and len(run_ids) != len(workloads):
         raise ConfigError(f"record_sglang: {len(workloads)} workloads but {len(run_ids)} run ids")
-    requests = [_request_rows(w) for w in workloads]
+    requests = [request_rows(w) for w in workloads]
     scenarios = [scenario_message(i, configs[i], requests[i]) for i in range(len(workloads))]
     messages = run_driver(scenarios, venv=venv)
 
     def record_one(i: int, hello: dict[str, Any]) -> Path:
-        engine = f"sglang-{hello['sglang_version']}"
-        run_id = (
-            run_ids[i] if run_ids is not None else make_run_id(workloads[i], configs[i], engine)
-        )
-        run_messages = _collect(i, messages, len(requests[i]), progress)
-        manifest = _manifest(workloads[i], configs[i], run_id, engine, hello, run_messages[-1])
-        return _write_bundle(
-            Path(outs[i]), manifest, requests[i], configs[i], run_messages, overwrite
+        run_id = None if run_ids is None else run_ids[i]
+        return record_run(
+            i,
+            messages,
+            hello,
+            workloads[i],
+            configs[i],
+            Path(outs[i]),
+            run_id=run_id,
+            requests=requests[i],
+            progress=progress,
+            overwrite=overwrite,
         )
 
     return record_runs(
@@ -213,6 +225,34 @@ def record_sglang(
         error=SglangDriverError,
         protocol=PROTOCOL_VERSION,
     )
+
+
+def record_run(
+    index: int,
+    messages: Iterator[dict[str, Any]],
+    hello: Mapping[str, Any],
+    workload: Workload,
+    config: SglangConfig,
+    out: Path,
+    *,
+    run_id: str | None = None,
+    requests: Sequence[Sequence[Any]] | None = None,
+    progress: Progress | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write run ``index``'s bundle to ``out`` from the driver's ``messages`` (up to its ``end``).
+
+    For a caller that runs its own driver (:func:`run_driver`) with other work in it;
+    :func:`record_sglang` calls it for each run. ``requests``: the rows sent in the run's
+    scenario (default :func:`request_rows` of ``workload``).
+    """
+    rows = request_rows(workload) if requests is None else requests
+    engine = f"sglang-{hello['sglang_version']}"
+    if run_id is None:
+        run_id = make_run_id(workload, config, engine)
+    run_messages = _collect(index, messages, len(rows), progress)
+    manifest = _manifest(workload, config, run_id, engine, hello, run_messages[-1])
+    return _write_bundle(out, manifest, rows, config, run_messages, overwrite)
 
 
 def _collect(
@@ -442,9 +482,6 @@ def bundle_rows(
             rid = str(message["request_id"])
             index, r = by_id[rid]
             first = message.get("first_step")
-            first_token = message.get("first_token_step")
-            status = _STATUS.get(message["finish_reason"], str(message["finish_reason"]).lower())
-            rejected = status == "rejected"
             row(
                 "requests",
                 {
@@ -456,19 +493,42 @@ def bundle_rows(
                     "target_output_tokens": int(r[3]),
                     "max_tokens": int(r[4]),
                     "priority": int(r[5]),
-                    "first_scheduled_s": None if first is None else first * step_s,
-                    "first_token_s": None if first_token is None else (first_token + 1) * step_s,
-                    "finish_s": float(r[1]) if rejected else (message["finish_step"] + 1) * step_s,
-                    "status": status,
-                    "output_tokens": int(message["output_tokens"]),
-                    "num_preemptions": int(message["retractions"]),
+                    **request_outcome(message, float(r[1]), step_s),
                     "recomputed_tokens": recomputed.get(rid, 0),
                     # Never scheduled (rejected): no first-schedule hit, as the engine records.
                     "num_cached_tokens": None if first is None else first_hit.get(rid, 0),
                     "resume_cached_tokens": resume_hit.get(rid, 0),
+                    # (Protocol 1 rows have no ignore_eos: it was off.)
+                    "ignore_eos": bool(r[7]) if len(r) > 7 else False,
                 },
             )
     return tables
+
+
+#: The requests-table columns a driver's ``request`` message decides (:func:`request_outcome`).
+OUTCOME_COLUMNS = (
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "status",
+    "output_tokens",
+    "num_preemptions",
+)
+
+
+def request_outcome(message: Mapping[str, Any], arrival_s: float, step_s: float) -> dict[str, Any]:
+    """The :data:`OUTCOME_COLUMNS` of a request from its ``request`` message (steps clock)."""
+    first = message.get("first_step")
+    first_token = message.get("first_token_step")
+    status = _STATUS.get(message["finish_reason"], str(message["finish_reason"]).lower())
+    return {
+        "first_scheduled_s": None if first is None else first * step_s,
+        "first_token_s": None if first_token is None else (first_token + 1) * step_s,
+        "finish_s": arrival_s if status == "rejected" else (message["finish_step"] + 1) * step_s,
+        "status": status,
+        "output_tokens": int(message["output_tokens"]),
+        "num_preemptions": int(message["retractions"]),
+    }
 
 
 def _arrival_and_max(

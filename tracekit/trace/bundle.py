@@ -123,7 +123,8 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         )
     version = manifest.get("schema_version")
     if version not in READABLE_VERSIONS:
-        readable = " and ".join(map(str, READABLE_VERSIONS))
+        *older, newest = map(str, READABLE_VERSIONS)
+        readable = f"{', '.join(older)} and {newest}" if older else newest
         raise TraceSchemaError(
             f"{file}: field 'schema_version' is {version!r}, this tracekit reads versions "
             f"{readable}; use the tracekit version that wrote it or re-record"

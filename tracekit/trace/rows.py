@@ -1,11 +1,11 @@
-"""One typed row class per trace table, checked against ``schemas/trace-v2.json`` at import.
+"""One typed row class per trace table, checked against ``schemas/trace-v3.json`` at import.
 
 :class:`~tracekit.trace.writer.BundleWriter` takes only these rows, so a row is built by field
 name (never by position) and a row of the wrong table is refused. The fields and their types are
 compared with :func:`tracekit.trace.schema.trace_schema` when this module is imported: a schema
-change that the rows do not follow fails at once, not in a Parquet file. The columns version 2
-added default to ``None`` (not recorded), so a recorder that cannot see the prefix cache (live
-recorders, imports) writes nulls without naming them.
+change that the rows do not follow fails at once, not in a Parquet file. The columns versions 2
+and 3 added default to ``None`` (not recorded), so a recorder that cannot see the prefix cache
+or ``ignore_eos`` (live recorders, imports) writes nulls without naming them.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class RequestRow(NamedTuple):
     recomputed_tokens: int
     num_cached_tokens: int | None = None
     resume_cached_tokens: int | None = None
+    ignore_eos: bool | None = None
 
 
 class DecisionRow(NamedTuple):

@@ -1,10 +1,11 @@
-"""The decision-trace schema, read once from ``schemas/trace-v2.json`` (and ``trace-v1.json``).
+"""The decision-trace schema, read once from ``schemas/trace-v3.json`` (and the older versions).
 
 Writers, readers and ``tracekit validate`` take every table and column from here; nothing else in
 the project lists trace columns by hand. Writers write :data:`SCHEMA_VERSION`; readers accept
-every version in :data:`READABLE_VERSIONS`. Version 2 only adds nullable columns to version 1's
-tables, so a version-1 table reads as version 2 with those columns null (unknown):
-:func:`added_columns` names them.
+every version in :data:`READABLE_VERSIONS`. Each version only adds nullable columns (or optional
+tables) to the one before (2: the prefix-cache columns; 3: ``requests.ignore_eos``), so an older
+table reads as the current version with those columns null (unknown): :func:`added_columns`
+names them.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ __all__ = [
     "trace_schema",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Versions a reader opens; an older bundle's tables read as the current version's.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 
 _ARROW_TYPES = {
     "string": pa.string(),

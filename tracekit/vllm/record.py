@@ -324,6 +324,7 @@ def vllm_observer(
         scheduling_policy=run.engine_config.scheduling_policy,
         total_requests=len(scenario.requests),
         progress=progress,
+        record_ignore_eos=False,
         **options,
     )
 
