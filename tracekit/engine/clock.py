@@ -114,6 +114,22 @@ class CostModel:
         return self.overhead_s + max(memory_s, compute_s) + self.per_sequence_s * num_sequences
 
 
+def _llama3_8b_on(gpu: str, *, bandwidth: float, peak_flops: float) -> CostModel:
+    """Llama-3.1-8B in bf16 (as ``a6000-llama3-8b``) on a datacenter GPU; the A100's overheads."""
+    return CostModel(
+        name=f"{gpu}-llama3-8b",
+        weight_bytes=16.06e9,
+        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
+        flops_per_token=2 * 8.03e9,
+        bandwidth=bandwidth,
+        peak_flops=peak_flops,
+        bandwidth_efficiency=0.85,
+        compute_efficiency=0.6,
+        overhead_s=0.002,
+        per_sequence_s=0.00005,
+    )
+
+
 #: Named presets; the figures and their sources are listed in ``docs/engine.md``.
 COST_MODEL_PRESETS: dict[str, CostModel] = {
     # RTX A6000 (48 GB GDDR6, 768 GB/s, 154.8 TFLOPS dense fp16 tensor) serving
@@ -151,70 +167,15 @@ COST_MODEL_PRESETS: dict[str, CostModel] = {
     # (scripts/e2e-check.sh) sets the roofline of the GPU it found beside theirs. NVIDIA
     # datasheets, dense bf16 tensor throughput (half the sparse figure); overheads as the A100's.
     # A100-SXM4-80GB: 2,039 GB/s HBM2e, 312 TFLOPS.
-    "a100-llama3-8b": CostModel(
-        name="a100-llama3-8b",
-        weight_bytes=16.06e9,
-        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-        flops_per_token=2 * 8.03e9,
-        bandwidth=2039e9,
-        peak_flops=312e12,
-        bandwidth_efficiency=0.85,
-        compute_efficiency=0.6,
-        overhead_s=0.002,
-        per_sequence_s=0.00005,
-    ),
+    "a100-llama3-8b": _llama3_8b_on("a100", bandwidth=2039e9, peak_flops=312e12),
     # H100-SXM5-80GB: 3,350 GB/s HBM3, 989.4 TFLOPS.
-    "h100-llama3-8b": CostModel(
-        name="h100-llama3-8b",
-        weight_bytes=16.06e9,
-        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-        flops_per_token=2 * 8.03e9,
-        bandwidth=3350e9,
-        peak_flops=989.4e12,
-        bandwidth_efficiency=0.85,
-        compute_efficiency=0.6,
-        overhead_s=0.002,
-        per_sequence_s=0.00005,
-    ),
+    "h100-llama3-8b": _llama3_8b_on("h100", bandwidth=3350e9, peak_flops=989.4e12),
     # H200-SXM-141GB: 4,800 GB/s HBM3e, 989.4 TFLOPS.
-    "h200-llama3-8b": CostModel(
-        name="h200-llama3-8b",
-        weight_bytes=16.06e9,
-        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-        flops_per_token=2 * 8.03e9,
-        bandwidth=4800e9,
-        peak_flops=989.4e12,
-        bandwidth_efficiency=0.85,
-        compute_efficiency=0.6,
-        overhead_s=0.002,
-        per_sequence_s=0.00005,
-    ),
+    "h200-llama3-8b": _llama3_8b_on("h200", bandwidth=4800e9, peak_flops=989.4e12),
     # L40S 48 GB: 864 GB/s GDDR6, 362.05 TFLOPS.
-    "l40s-llama3-8b": CostModel(
-        name="l40s-llama3-8b",
-        weight_bytes=16.06e9,
-        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-        flops_per_token=2 * 8.03e9,
-        bandwidth=864e9,
-        peak_flops=362.05e12,
-        bandwidth_efficiency=0.85,
-        compute_efficiency=0.6,
-        overhead_s=0.002,
-        per_sequence_s=0.00005,
-    ),
+    "l40s-llama3-8b": _llama3_8b_on("l40s", bandwidth=864e9, peak_flops=362.05e12),
     # B200 (HGX, per GPU): 8,000 GB/s HBM3e, 2,250 TFLOPS.
-    "b200-llama3-8b": CostModel(
-        name="b200-llama3-8b",
-        weight_bytes=16.06e9,
-        kv_bytes_per_token=2 * 32 * 8 * 128 * 2,
-        flops_per_token=2 * 8.03e9,
-        bandwidth=8000e9,
-        peak_flops=2250e12,
-        bandwidth_efficiency=0.85,
-        compute_efficiency=0.6,
-        overhead_s=0.002,
-        per_sequence_s=0.00005,
-    ),
+    "b200-llama3-8b": _llama3_8b_on("b200", bandwidth=8000e9, peak_flops=2250e12),
 }
 
 
