@@ -1,14 +1,16 @@
 """How the command line offers the embedded engine's settings, without importing the engine.
 
 The declarations of the engine's options (:data:`ENGINE_OPTIONS`: flag, help, type, range,
-scope) and the values they read, in a module that imports the standard library and the
-engine contracts alone, so that a command's ``--help`` imports no engine, polars or numpy
-(``tests/test_cli_lazy.py``). :mod:`tracekit.engine.config` imports them from here (one
-definition). The mode defaults that the help states (:data:`VLLM_MODE_DEFAULTS`,
-:data:`SGLANG_MODE_DEFAULTS`) and the cost-model preset names (:data:`COST_MODEL_NAMES`) are
-derived by the engine; these are plain copies, which ``tests/test_cli_lazy.py`` keeps equal to
-``tracekit.engine.config.ENGINE_DEFAULTS``, ``SGLANG_DEFAULTS`` and
-``tracekit.engine.clock.COST_MODEL_PRESETS``.
+scope) and the values they read, in a module that imports the standard library alone, so that
+a command's ``--help`` imports no engine, polars or numpy (``tests/test_cli_lazy.py``).
+:mod:`tracekit.engine.config` imports them from here (one definition). The mode defaults that
+the help states (:data:`VLLM_MODE_DEFAULTS`, :data:`SGLANG_MODE_DEFAULTS`,
+:data:`SGLANG_CONFIG_DEFAULTS`) and the cost-model preset names (:data:`COST_MODEL_NAMES`) are
+derived by the engine, and the scheduling policies (:data:`SCHEDULING_POLICIES`) are the
+contracts' type: these are plain copies, which ``tests/test_cli_lazy.py`` keeps equal to the
+library's (``tracekit.engine.config.ENGINE_DEFAULTS`` and ``SGLANG_DEFAULTS``,
+``tracekit.sglang.protocol.SglangConfig``, ``tracekit.engine.clock.COST_MODEL_PRESETS`` and
+``tracekit.hosts.preemption_policy.SchedulingPolicyName``).
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, get_args
-
-from tracekit.hosts.preemption_policy import SchedulingPolicyName
 
 __all__ = [
     "CLOCKS",
@@ -50,8 +50,10 @@ RetractionPolicyName = Literal["length", "priority"]
 # The tuples are the Literal types' values, so a new value is added in one place.
 #: Accepted values of :attr:`EngineConfig.mode`.
 ENGINE_MODES: tuple[str, ...] = get_args(EngineMode)
-#: Accepted values of :attr:`EngineConfig.scheduling_policy` (the contract's own type).
-SCHEDULING_POLICIES: tuple[str, ...] = get_args(SchedulingPolicyName)
+#: Accepted values of :attr:`EngineConfig.scheduling_policy`: the values of the contract's own
+#: type, ``tracekit.hosts.preemption_policy.SchedulingPolicyName`` (a plain copy, so that
+#: ``--help`` does not import the contracts; ``tests/test_cli_lazy.py`` keeps it equal).
+SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
 #: Accepted values of :attr:`EngineConfig.clock`.
 CLOCKS: tuple[str, ...] = get_args(ClockName)
 #: vLLM releases whose scheduling rules the ``vllm`` mode reproduces.
