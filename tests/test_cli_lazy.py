@@ -2,9 +2,13 @@
 
 ``tracekit --help`` (and ``record --help``, ``--version``, a mistyped command) in a fresh
 interpreter imports click and ``tracekit.cli`` only: no polars, pyarrow, DuckDB, altair, numpy or
-engine (docs/index.md, "Conventions"). The registry's summaries are the commands' own, so the
-listing is what click prints with every command loaded, and every command and subcommand is
-registered and prints its ``--help``. The time it saves is measured in
+engine (docs/index.md, "Conventions"). Every command's and subcommand's own ``--help``, and its
+usage errors (an unknown option, a missing argument or required option), import none of them
+either: a command module imports its library in the command's body, and its options read only
+``tracekit.defaults`` and ``tracekit.engine_options``, whose plain copies of values the library
+derives are checked here against the library's. The registry's summaries are the commands' own,
+so the listing is what click prints with every command loaded, and every command and subcommand
+is registered and prints its ``--help``. The time it saves is measured in
 ``benchmarks/cli_startup.py``, not here.
 """
 
@@ -16,6 +20,7 @@ import pkgutil
 import subprocess
 import sys
 import textwrap
+import typing
 
 import click
 import pytest
@@ -41,7 +46,37 @@ FRESH = textwrap.dedent(
             except SystemExit as stop:
                 code = stop.code
         runs[" ".join(args)] = {"code": code, "out": out.getvalue(), "err": err.getvalue()}
-    print(json.dumps({"runs": runs, "modules": sorted(sys.modules)}))
+    listing_modules = sorted(sys.modules)
+
+    # Then every command's and subcommand's --help and usage errors, in the same interpreter.
+    import click
+    from tracekit.cli import cli
+
+    def paths(group, prefix):
+        found = []
+        for name in group.commands:
+            command = group.commands[name]
+            found.append(((*prefix, name), command))
+            if isinstance(command, click.Group):
+                found += paths(command, (*prefix, name))
+        return found
+
+    helps = {}
+    for path, command in paths(cli, ()):
+        calls = [["--help"], ["--no-such-option"]]
+        if not isinstance(command, click.Group) and any(p.required for p in command.params):
+            calls.append([])  # a missing argument or required option
+        for extra in calls:
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main([*path, *extra])
+                except SystemExit as stop:
+                    code = stop.code
+            helps[" ".join([*path, *extra])] = {"code": code, "out": out.getvalue(),
+                                                "err": err.getvalue()}
+    print(json.dumps({"runs": runs, "listing_modules": listing_modules, "helps": helps,
+                      "modules": sorted(sys.modules)}))
     """
 )
 
@@ -55,15 +90,62 @@ def fresh() -> dict:
     return json.loads(result.stdout)
 
 
+def _heavy(modules: list[str]) -> list[str]:
+    return [name for name in modules if any(name == h or name.startswith(h + ".") for h in HEAVY)]
+
+
 def test_help_imports_no_library(fresh: dict) -> None:
-    heavy = [
-        name
-        for name in fresh["modules"]
-        if any(name == h or name.startswith(h + ".") for h in HEAVY)
-    ]
-    assert heavy == []
+    assert _heavy(fresh["listing_modules"]) == []
     # Not one command module either: the listing comes from the registry.
-    assert [name for name in fresh["modules"] if name.endswith("_cmd")] == []
+    assert [name for name in fresh["listing_modules"] if name.endswith("_cmd")] == []
+
+
+def test_every_command_help_and_usage_error_imports_no_library(fresh: dict) -> None:
+    helps = fresh["helps"]
+    assert "record sim --help" in helps and "experiment run --help" in helps
+    assert "latency tables --help" in helps and "manifest render --help" in helps
+    for args, run in helps.items():
+        if args.endswith("--help"):
+            assert run["code"] == 0, (args, run["err"])
+            assert run["out"].startswith(f"Usage: tracekit {args.removesuffix(' --help')} ")
+        else:
+            assert run["code"] == 2, (args, run["out"], run["err"])
+            assert "Error: " in run["err"], args
+    assert "Missing option '--workload'" in helps["qualify"]["err"]
+    assert "No such option '--no-such-option'" in helps["record sim --no-such-option"]["err"]
+    # After all of them (every command module loaded), still none of the libraries.
+    assert _heavy(fresh["modules"]) == []
+
+
+def test_light_copies_are_the_librarys() -> None:
+    # The option declarations read plain copies of values the library derives; equal here.
+    import dataclasses
+
+    from tracekit.cli.options import field_defaults
+    from tracekit.defaults import PAPER_MATRIX, PAPER_SLO_TTFT_MS
+    from tracekit.engine.clock import COST_MODEL_PRESETS
+    from tracekit.engine.config import ENGINE_DEFAULTS, SGLANG_DEFAULTS
+    from tracekit.engine_options import (
+        COST_MODEL_NAMES,
+        SCHEDULING_POLICIES,
+        SGLANG_CONFIG_DEFAULTS,
+        SGLANG_MODE_DEFAULTS,
+        VLLM_MODE_DEFAULTS,
+    )
+    from tracekit.experiment import MatrixSpec, SloSpec
+    from tracekit.hosts.preemption_policy import SchedulingPolicyName
+    from tracekit.sglang.protocol import SglangConfig
+
+    assert dict(VLLM_MODE_DEFAULTS) == dict(ENGINE_DEFAULTS)
+    assert dict(SGLANG_MODE_DEFAULTS) == dict(SGLANG_DEFAULTS)
+    assert tuple(sorted(COST_MODEL_PRESETS)) == COST_MODEL_NAMES
+    assert typing.get_args(SchedulingPolicyName) == SCHEDULING_POLICIES
+    sglang = SglangConfig()
+    fields = {f.name: getattr(sglang, f.name) for f in dataclasses.fields(sglang)}
+    assert dict(SGLANG_CONFIG_DEFAULTS) == fields
+    matrix = field_defaults(MatrixSpec)
+    assert {name: matrix[name] for name in PAPER_MATRIX} == PAPER_MATRIX
+    assert SloSpec().ttft_ms == PAPER_SLO_TTFT_MS
 
 
 def test_listing_commands_work_without_their_modules(fresh: dict) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tracekit.cli import cli, sweep_cmd
+import tracekit.sweep.run
+from tracekit.cli import cli
 from tracekit.cli.common import leaf_commands
 from tracekit.sweep.run import SweepInterrupted, SweepResult
 
@@ -101,7 +102,8 @@ def test_an_interrupted_sweep_ends_with_one_error_line(
             SweepResult(out, (), None, out / "sweep.json", "serial", 0.1, interrupted=True)
         )
 
-    monkeypatch.setattr(sweep_cmd, "execute_plan", stopped)
+    # The command imports the executor when it runs: patched where it lives.
+    monkeypatch.setattr(tracekit.sweep.run, "execute_plan", stopped)
     result = invoke("sweep", tiny_matrix, "--out", tmp_path / "out", "--jobs", "1")
     assert result.exit_code == 130
     last = result.output.strip().splitlines()[-1]

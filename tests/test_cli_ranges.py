@@ -16,8 +16,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import tracekit.cli.options
-import tracekit.cli.qualify_cmd
+import tracekit.qualify.loads
+import tracekit.recording.sim
 from tracekit.capacity.search import find_capacity
 from tracekit.cli import cli
 from tracekit.cli.common import leaf_commands
@@ -128,7 +128,8 @@ def test_oracle_slo_targets_are_finite_and_positive(
 
 def test_the_old_oracle_spelling_warns_and_means_the_same(tmp_path: Path, write_bundle) -> None:  # type: ignore[no-untyped-def]
     """--ttft-s is --slo-ttft-s (the dialect of qualify and capacity), with a warning."""
-    from tracekit.cli import oracle_cmd
+    # The command imports the oracle when it runs: replaced where it lives.
+    from tracekit.oracle import job
 
     seen = {}
 
@@ -137,8 +138,8 @@ def test_the_old_oracle_spelling_warns_and_means_the_same(tmp_path: Path, write_
         raise ConfigError("stop here")
 
     bundle = write_bundle(tmp_path / "b")
-    original = oracle_cmd.run_oracle
-    oracle_cmd.run_oracle = fake  # type: ignore[assignment]
+    original = job.run_oracle
+    job.run_oracle = fake  # type: ignore[assignment]
     try:
         slo = ["--objective", "slo"]
         old = _invoke("oracle", bundle, *slo, "--ttft-s", "3.5", "--out", tmp_path / "o")
@@ -150,7 +151,7 @@ def test_the_old_oracle_spelling_warns_and_means_the_same(tmp_path: Path, write_
         assert both.exit_code == 2 and "contradicts --slo-ttft-s" in both.output
         assert "--ttft-s" not in _invoke("oracle", "--help").output
     finally:
-        oracle_cmd.run_oracle = original  # type: ignore[assignment]
+        job.run_oracle = original  # type: ignore[assignment]
 
 
 def test_capacity_refuses_an_infinite_tolerance(tmp_path: Path) -> None:
@@ -179,8 +180,9 @@ def test_qualify_refuses_bad_load_fractions_before_any_work(
     def no_work(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("the capacity search ran")
 
-    monkeypatch.setattr(tracekit.cli.qualify_cmd, "plan_loads", no_work)
-    monkeypatch.setattr(tracekit.cli.options, "load_run_workload", no_work)
+    # The command imports these when it runs: patched where they live.
+    monkeypatch.setattr(tracekit.qualify.loads, "plan_loads", no_work)
+    monkeypatch.setattr(tracekit.recording.sim, "load_run_workload", no_work)
     out = tmp_path / "out"
     result = _invoke("qualify", "--workload", SAMPLE, "--load-fractions", fractions, "--out", out)
     assert result.exit_code == 2, result.output

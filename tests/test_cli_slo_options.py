@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tracekit.cli import cli, experiment_cmd
+import tracekit.experiment
+from tracekit.cli import cli
 from tracekit.cli.common import leaf_commands
 from tracekit.errors import ConfigError
 
@@ -62,7 +63,8 @@ def _spec_of(monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
         seen["spec"] = spec
         raise ConfigError("stop here")
 
-    monkeypatch.setattr(experiment_cmd, "run_matrix", fake)
+    # The command imports the experiment when it runs: patched where it lives.
+    monkeypatch.setattr(tracekit.experiment, "run_matrix", fake)
     result = invoke("experiment", "run", *args, "--out", "o")
     assert result.exit_code == 2 and "stop here" in result.output, result.output
     return seen["spec"], result.output

@@ -221,7 +221,7 @@ def test_record_sglang_options_make_the_sglang_configuration(
 ) -> None:
     """What record sglang hands the recorder for its options (the live test runs one such
     command on SGLang itself)."""
-    import tracekit.cli.sglang_cmd as sglang_cmd
+    import tracekit.sglang.record
     from tracekit.sglang.record import SglangUnavailableError
 
     seen: list[tuple] = []
@@ -230,7 +230,8 @@ def test_record_sglang_options_make_the_sglang_configuration(
         seen.append((workloads[0], config))
         raise SglangUnavailableError("no SGLang here")
 
-    monkeypatch.setattr(sglang_cmd, "record_sglang", fake_record)
+    # The command imports the recorder when it runs: patched where it lives.
+    monkeypatch.setattr(tracekit.sglang.record, "record_sglang", fake_record)
     data = ROOT / "tests/data/workloads/azure_small.csv"
     args = ["record", "sglang", "--workload", str(data), "--out", str(tmp_path / "out")]
     result = CliRunner().invoke(cli, [*args, "--kv-tokens", "1200", *flags])

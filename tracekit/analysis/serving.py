@@ -17,12 +17,11 @@ Definitions (times in seconds, per run):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import polars as pl
 
-from tracekit.errors import ConfigError
+from tracekit.defaults import DEFAULT_TPOT_S, DEFAULT_TTFT_S, check_slo_target
 
 __all__ = ["PERCENTILES", "SloTargets", "check_slo_target", "serving_metrics"]
 
@@ -33,28 +32,13 @@ PERCENTILES = (50, 95, 99)
 class SloTargets:
     """Latency targets of SLO attainment (seconds); ``tpot_s=None`` checks TTFT only."""
 
-    ttft_s: float = 2.0
-    tpot_s: float | None = 0.1
+    ttft_s: float = DEFAULT_TTFT_S
+    tpot_s: float | None = DEFAULT_TPOT_S
 
     def __post_init__(self) -> None:
         check_slo_target("the TTFT target (slo ttft_s)", self.ttft_s, example=2.0)
         if self.tpot_s is not None:
             check_slo_target("the TPOT target (slo tpot_s)", self.tpot_s, example=0.1)
-
-
-def check_slo_target(name: str, value: float, *, example: float | None = None) -> float:
-    """Return ``value`` if it is a finite latency target above zero; else a one-line error.
-
-    The one check of SLO targets: ``SloTargets`` (qualify, sweep), the commands' ``--slo-*``
-    options and the experiment's millisecond targets use it. ``example`` is a good value in
-    the unit of ``name`` (the option's default), offered as the fix.
-    """
-    fix = "" if example is None else f"; pass e.g. {example:g}"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name}: expected a finite number > 0, got {value!r}{fix}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name}: expected a finite number > 0, got {value!r}{fix}")
-    return float(value)
 
 
 def _latencies(requests: pl.LazyFrame) -> pl.LazyFrame:

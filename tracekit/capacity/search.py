@@ -34,6 +34,7 @@ from typing import Any
 import polars as pl
 
 from tracekit.analysis.serving import SloTargets
+from tracekit.defaults import DEFAULT_TARGET, DEFAULT_TOLERANCE
 from tracekit.engine import BuiltinHost, EngineConfig, run_engine
 from tracekit.engine.engine import FinishedRequests
 from tracekit.engine.request import engine_requests
@@ -56,11 +57,6 @@ __all__ = [
 
 # The search gives up growing or shrinking the rate after this factor (2**10 either way).
 _MAX_OCTAVES = 10
-#: The SLO attainment that defines the knee, in ``tracekit capacity`` and ``tracekit qualify``.
-DEFAULT_TARGET = 0.9
-#: The search's one precision: both commands bisect until the meeting and missing rates are
-#: this close (relative), so they find the same knee for the same input.
-DEFAULT_TOLERANCE = 0.02
 
 
 @dataclass(frozen=True, slots=True)

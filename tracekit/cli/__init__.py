@@ -2,10 +2,12 @@
 
 Each command parses its options, calls one library function, and renders the result. Library
 errors (``TracekitError``) become a one-line error here and nowhere else. One module per
-command family; this module assembles the group from a registry, so that a command's module
-(and the library it imports: polars, DuckDB, altair, the engine) is imported only when that
-command runs: ``tracekit --help`` imports click and this package only (docs/index.md,
-"Conventions"; ``tests/test_cli_lazy.py``).
+command family; this module assembles the group from a registry, so that a command's module is
+imported only when that command is looked up: ``tracekit --help`` imports click and this
+package only. A command module imports its library (polars, DuckDB, altair, the engine) in the
+command's body, and its options read ``tracekit.defaults`` and ``tracekit.engine_options``
+only, so that a command's own ``--help`` and its usage errors import no library either
+(docs/index.md, "Conventions"; ``tests/test_cli_lazy.py``).
 """
 
 from __future__ import annotations

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.analysis.serving import SloTargets
-from tracekit.capacity.result_file import check_capacity_file, write_capacity
-from tracekit.capacity.search import Probe, find_capacity
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     capacity_search_options,
@@ -23,7 +20,9 @@ from tracekit.cli.options import (
 )
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import SEED
-from tracekit.workloads.load_spec import apply_load
+
+if TYPE_CHECKING:
+    from tracekit.capacity.search import Probe
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -51,6 +50,11 @@ def capacity(**options: Any) -> None:
     Bisects on the request rate (recorded arrivals are rescaled, generated ones regenerated)
     and prints the knee and the throughput achieved there (docs/qualify.md, "Capacity").
     """
+    from tracekit.analysis.serving import SloTargets
+    from tracekit.capacity.result_file import check_capacity_file, write_capacity
+    from tracekit.capacity.search import find_capacity
+    from tracekit.workloads.load_spec import apply_load
+
     out, inputs = options["out"], [options["workload_path"]]
     with library_errors():
         if out is not None:  # refused before the search, which takes seconds to minutes

@@ -8,10 +8,7 @@ import click
 
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors
 from tracekit.cli.output import emit, output_options
-from tracekit.conformance import run_conformance
-from tracekit.diff import diff_traces
 from tracekit.errors import ConfigError
-from tracekit.strategies import parse_policy_config
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -47,6 +44,10 @@ def diff(
     unless --allow-contract-differences), 2 invalid input. With --conformance: 0 when every
     check passes, 1 otherwise.
     """
+    from tracekit.conformance import run_conformance
+    from tracekit.diff import diff_traces
+    from tracekit.strategies import parse_policy_config
+
     with library_errors():
         if conformance:
             names = tuple(name.strip() for name in strategy.split(",") if name.strip())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,7 +17,6 @@ from tracekit.cli.common import (
 )
 from tracekit.cli.options import (
     Progress,
-    field_defaults,
     paper_latency_option,
     slo_option,
     slo_target,
@@ -31,22 +30,14 @@ from tracekit.cli.params import (
     deprecated_alias,
     jobs_option,
 )
-from tracekit.engine.config import EngineConfig, make_engine_config
-from tracekit.experiment import (
-    HookSettings,
-    MatrixSpec,
-    SloSpec,
-    freeze_traces,
-    load_default_pool,
-    load_length_pool,
-    run_matrix,
-    verify_traces,
-)
-from tracekit.sweep.executors import default_jobs
+from tracekit.defaults import PAPER_MATRIX, PAPER_SLO_TTFT_MS
 
-# The experiment's defaults are MatrixSpec's and SloSpec's; the options show them, not restate them.
-MATRIX = field_defaults(MatrixSpec)
-SLO = field_defaults(SloSpec)
+if TYPE_CHECKING:
+    from tracekit.engine.config import EngineConfig
+
+# The experiment's defaults are MatrixSpec's and SloSpec's (their copies in tracekit.defaults,
+# which tests/test_cli_lazy.py keeps equal); the options show them, not restate them.
+MATRIX = PAPER_MATRIX
 RATES = ",".join(str(rate) for rate in MATRIX["rates"])
 
 
@@ -120,6 +111,13 @@ def experiment_traces(
     num_requests: int,
 ) -> None:
     """Freeze seeded Poisson traces from a length pool (the original freeze_traces)."""
+    from tracekit.experiment import (
+        freeze_traces,
+        load_default_pool,
+        load_length_pool,
+        verify_traces,
+    )
+
     with library_errors():
         if mode == "verify":
             if overwrite:
@@ -143,6 +141,9 @@ def experiment_traces(
 
 def _with_latency(latency: str) -> EngineConfig:
     """The experiment's engine configuration with another step-time model (docs/latency.md)."""
+    from tracekit.engine.config import make_engine_config
+    from tracekit.experiment import MatrixSpec
+
     default = dataclasses.asdict(MatrixSpec().engine_config)
     return make_engine_config(**{**default, "latency": latency})
 
@@ -166,7 +167,7 @@ def _with_latency(latency: str) -> EngineConfig:
 @click.option(
     "--seed", type=SEED, default=MATRIX["seed"], show_default=True, help="Run i uses seed + i."
 )
-@slo_option("ttft", SLO["ttft_ms"] / 1000, "A request meets the SLO with TTFT <= this")
+@slo_option("ttft", PAPER_SLO_TTFT_MS / 1000, "A request meets the SLO with TTFT <= this")
 @slo_option("tpot", None, "Also require TPOT <= this")
 # The experiment's spelling before the one dialect: milliseconds.
 @deprecated_alias("--slo-ttft-ms", "--slo-ttft-s", "slo_ttft_s", convert=_ms_to_s,
@@ -205,6 +206,9 @@ def _with_latency(latency: str) -> EngineConfig:
 @overwrite_option("a matrix folder experiment run wrote; every run is recorded again")
 def experiment_run(**options: Any) -> None:
     """Run the paper's matrix (5 strategies x 3 rates x 3 runs) and compare with the paper."""
+    from tracekit.experiment import HookSettings, MatrixSpec, SloSpec, run_matrix
+    from tracekit.sweep.executors import default_jobs
+
     with library_errors():
         spec = MatrixSpec(
             strategies=options["strategies"],

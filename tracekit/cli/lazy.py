@@ -1,10 +1,11 @@
 """A click group whose commands are imported only when one runs (click's lazy-group pattern).
 
-A command module imports its library (polars, DuckDB, altair, the engine) at its top; the group
-names each command by ``module:attribute`` and imports that module only when the command is
-looked up. Listing the commands (``tracekit --help``) needs each one's one-line summary without
-the import, so the registry carries it, in the manner of pip's ``commands_dict``;
-``tests/test_cli_lazy.py`` checks that every summary is the loaded command's own help.
+A command module imports its library (polars, DuckDB, altair, the engine) only in the command's
+body, so that its own ``--help`` imports none of it; the group names each command by
+``module:attribute`` and imports that module only when the command is looked up. Listing the
+commands (``tracekit --help``) needs each one's one-line summary without the import, so the
+registry carries it, in the manner of pip's ``commands_dict``; ``tests/test_cli_lazy.py``
+checks that every summary is the loaded command's own help.
 
 The group's ``commands`` is a :class:`LazyCommands` mapping, which click accepts in place of a
 dict: names and membership come from the registry, and looking a command up imports it. Click's

@@ -13,13 +13,10 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tracekit.analysis.serving import SloTargets, check_slo_target
-from tracekit.capacity.rejections import find_rejections
-from tracekit.capacity.search import DEFAULT_TARGET, DEFAULT_TOLERANCE, Probe, expected_probes
 from tracekit.cli.common import EXIT_BAD_INPUT, LibraryError, ignored_option
 from tracekit.cli.params import (
     MAX_RATE,
@@ -32,25 +29,33 @@ from tracekit.cli.params import (
     deprecated_alias,
     seconds,
 )
-from tracekit.engine.clock import COST_MODEL_PRESETS
-from tracekit.engine.config import (
+from tracekit.defaults import (
+    DEFAULT_TARGET,
+    DEFAULT_TOLERANCE,
+    DEFAULT_TPOT_S,
+    DEFAULT_TTFT_S,
+    MAX_TIME_S,
+    OVERSIZE_MODES,
+    check_slo_target,
+)
+from tracekit.engine_options import (
+    COST_MODEL_NAMES,
     ENGINE_CHOICES,
-    ENGINE_DEFAULTS,
     ENGINE_OPTIONS,
     ENGINE_RANGES,
     ENGINE_SCOPES,
-    EngineConfig,
+    VLLM_MODE_DEFAULTS,
     EngineOption,
-    make_engine_config,
 )
 from tracekit.errors import ConfigError
-from tracekit.recording.sim import load_run_workload
-from tracekit.sweep.progress import format_duration
-from tracekit.trace.values import MAX_TIME_S
-from tracekit.workloads import Workload
-from tracekit.workloads.client import ClientModel
-from tracekit.workloads.load_spec import LoadSpec
-from tracekit.workloads.prompt_limit import OVERSIZE_MODES, fit_prompts
+
+# The library is imported where the commands run, not here: an option's declaration reads only
+# tracekit.defaults and tracekit.engine_options, so that --help imports no library.
+if TYPE_CHECKING:
+    from tracekit.capacity.search import Probe
+    from tracekit.engine.config import EngineConfig
+    from tracekit.workloads import Workload
+    from tracekit.workloads.load_spec import LoadSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -110,11 +115,11 @@ def _parse_window(ctx: click.Context, param: click.Parameter, value: str | None)
 
 
 #: A good value of each SLO option, in its unit: the fix its error offers when it has no default.
-_SLO_EXAMPLES = {"ttft": SloTargets().ttft_s, "tpot": SloTargets().tpot_s}
+_SLO_EXAMPLES = {"ttft": DEFAULT_TTFT_S, "tpot": DEFAULT_TPOT_S}
 
 
 def slo_target(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-    """Callback of the SLO options: :func:`tracekit.analysis.serving.check_slo_target`.
+    """Callback of the SLO options: :func:`tracekit.defaults.check_slo_target`.
 
     The fix it offers is the option's own default (``--slo-tpot-s`` 0.1, not 2.0).
     """
@@ -151,8 +156,8 @@ def slo_option(which: str, default: float | None, help: str, **kwargs: Any) -> C
 
 #: The SLO targets of the commands that judge attainment (capacity, qualify).
 slo_options = _stack(
-    slo_option("ttft", SloTargets().ttft_s, "A request meets the SLO with TTFT <= this"),
-    slo_option("tpot", SloTargets().tpot_s, "... and TPOT <= this"),
+    slo_option("ttft", DEFAULT_TTFT_S, "A request meets the SLO with TTFT <= this"),
+    slo_option("tpot", DEFAULT_TPOT_S, "... and TPOT <= this"),
 )
 
 
@@ -318,13 +323,13 @@ def _engine_option(option: EngineOption) -> Callable[[F], F]:
         return latency_option
     settings: dict[str, Any] = {"default": None, "help": option.help_text}
     if option.field == "cost_model":
-        settings["type"] = Choice(sorted(COST_MODEL_PRESETS))
+        settings["type"] = Choice(sorted(COST_MODEL_NAMES))
     elif option.field in ENGINE_CHOICES:
         settings["type"] = Choice(ENGINE_CHOICES[option.field])
     elif option.field in ENGINE_RANGES:
         settings["type"] = engine_range(option.field)
     if option.shown:
-        settings.update(default=ENGINE_DEFAULTS[option.field], show_default=True)
+        settings.update(default=VLLM_MODE_DEFAULTS[option.field], show_default=True)
     if option.is_flag:
         settings["is_flag"] = True
     # --engine-mode's value is options["engine_mode"]; every other one's is its field's.
@@ -482,6 +487,9 @@ def load_settings(options: dict[str, Any], *, searched: bool = False) -> LoadSpe
     Raises :class:`~tracekit.cli.common.LibraryError` (exit 2) with the one-line message of a
     bad value.
     """
+    from tracekit.workloads.client import ClientModel
+    from tracekit.workloads.load_spec import LoadSpec
+
     if options["rate"] == math.inf and searched:
         raise LibraryError(
             "--rate inf: the capacity search sets the rate itself, and --rate is only the rate "
@@ -530,6 +538,10 @@ def run_inputs(options: dict[str, Any]) -> tuple[EngineConfig, Workload]:
     The load options are not applied yet: capacity and qualify search on the loaded workload
     as read, so each command applies them itself (:func:`load_settings`).
     """
+    from tracekit.engine.config import make_engine_config
+    from tracekit.recording.sim import load_run_workload
+    from tracekit.workloads.prompt_limit import fit_prompts
+
     config = make_engine_config(**engine_settings(options))
     workload = fit_prompts(
         load_run_workload(options["workload_path"], **workload_settings(options)),
@@ -541,6 +553,8 @@ def run_inputs(options: dict[str, Any]) -> tuple[EngineConfig, Workload]:
 
 def warn_rejections(workload: Workload, config: EngineConfig) -> None:
     """Print on stderr how many requests ``config`` refuses (nothing when none is)."""
+    from tracekit.capacity.rejections import find_rejections
+
     message = find_rejections(workload, config).warning()
     if message is not None:
         click.echo(message, err=True)
@@ -607,6 +621,8 @@ class CapacityProgress:
 
     def __call__(self, probe: Probe) -> None:
         """Count one probe."""
+        from tracekit.capacity.search import expected_probes
+
         self.probes.append(probe)
         total = expected_probes(self.probes, self.target, self.tolerance)
         # The estimate only grows past the probes made when the search is not over.
@@ -656,6 +672,8 @@ class StageProgress:
 
     def status_line(self, now: float | None = None) -> str | None:
         """The heartbeat's line for the running stage (``None`` when no stage runs)."""
+        from tracekit.sweep.progress import format_duration
+
         with self._lock:
             current = self._current
         if current is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,13 +18,10 @@ from tracekit.cli.common import (
 from tracekit.cli.options import slo_option, slo_target
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import SEED, Choice, count, deprecated_alias, jobs_option
-from tracekit.oracle.job import ORACLE_LABEL, run_oracle
-from tracekit.oracle.rollout import DEFAULT_SETTINGS, OBJECTIVES, OracleSettings
-from tracekit.strategies import parse_policy_config, parse_strategy_list
-from tracekit.sweep.progress import StderrProgress
-from tracekit.trace.bundle import open_trace
-from tracekit.trace.text import Align, text_table
-from tracekit.trace.validate import check_readable
+from tracekit.defaults import DEFAULT_TPOT_S, DEFAULT_TTFT_S, OBJECTIVES, ORACLE_HORIZON
+
+if TYPE_CHECKING:
+    from tracekit.trace.text import Align
 
 DEFAULT_STRATEGIES = "builtin,lcf,mcf,static-random,sglang-default,bidkv"
 #: Most steps of a rollout: 2**20, far past any request's life in a recorded run.
@@ -45,7 +42,7 @@ MAX_HORIZON = 2**20
 @click.option(
     "--horizon",
     type=count(1, MAX_HORIZON),
-    default=DEFAULT_SETTINGS.horizon,
+    default=ORACLE_HORIZON,
     show_default=True,
     help="Most steps a rollout runs (it stops earlier once the requests live at the decision "
     "have finished under the built-in choice).",
@@ -59,8 +56,9 @@ MAX_HORIZON = 2**20
 )
 @click.option("--policy-config", default=None, metavar="JSON|@FILE")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Strategies' seed.")
-@slo_option("ttft", DEFAULT_SETTINGS.ttft_s, "Objective slo: the TTFT target")
-@slo_option("tpot", DEFAULT_SETTINGS.tpot_s, "Objective slo: the TPOT target")
+# The defaults are OracleSettings' (tracekit.oracle.rollout), declared in tracekit.defaults.
+@slo_option("ttft", DEFAULT_TTFT_S, "Objective slo: the TTFT target")
+@slo_option("tpot", DEFAULT_TPOT_S, "Objective slo: the TPOT target")
 # The spelling before --slo-ttft-s/--slo-tpot-s, which qualify and capacity use.
 @deprecated_alias("--ttft-s", "--slo-ttft-s", "slo_ttft_s", type=float, callback=slo_target)
 @deprecated_alias("--tpot-s", "--slo-tpot-s", "slo_tpot_s", type=float, callback=slo_target)
@@ -70,6 +68,13 @@ MAX_HORIZON = 2**20
 @output_options("summary")
 def oracle(**options: Any) -> None:
     """Score TRACE's victim decisions against the hindsight best (docs/oracle.md)."""
+    from tracekit.oracle.job import run_oracle
+    from tracekit.oracle.rollout import OracleSettings
+    from tracekit.strategies import parse_policy_config, parse_strategy_list
+    from tracekit.sweep.progress import StderrProgress
+    from tracekit.trace.bundle import open_trace
+    from tracekit.trace.validate import check_readable
+
     with library_errors():
         # An extra or mistyped column is one line here, not a silent read of what fits.
         if options["objective"] != "slo":
@@ -103,6 +108,9 @@ def oracle(**options: Any) -> None:
 
 def render(summary: dict[str, Any], out: str) -> str:
     """The summary as text: headroom, each strategy's regret and closed-loop result."""
+    from tracekit.oracle.job import ORACLE_LABEL
+    from tracekit.trace.text import text_table
+
     lines = [
         f"oracle ({summary['settings']['objective']}, horizon "
         f"{summary['settings']['horizon']} steps): {summary['num_decisions']} decisions, "

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import polars as pl
 
-from tracekit.trace.query import OutputFormat, write_query_result
-from tracekit.trace.text import Align, text_table
+if TYPE_CHECKING:
+    import polars as pl
+
+    from tracekit.trace.query import OutputFormat
+    from tracekit.trace.text import Align
 
 __all__ = ["echo_frame", "echo_json", "echo_table", "emit", "output_options"]
 
@@ -43,11 +45,15 @@ def emit(as_json: bool, payload: Callable[[], Any], text: Callable[[], str]) -> 
 
 def echo_table(rows: Sequence[Sequence[str]], *, align: Align | Sequence[Align] = "left") -> None:
     """Print ``rows`` as a plain text table (see :func:`tracekit.trace.text.text_table`)."""
+    from tracekit.trace.text import text_table
+
     for line in text_table(rows, align=align):
         click.echo(line.rstrip())
 
 
 def echo_frame(frame: pl.DataFrame, fmt: OutputFormat = "table") -> None:
     """Print a data frame as a polars table, CSV or JSON (the formats of ``tracekit query``)."""
+    from tracekit.trace.query import write_query_result
+
     text = write_query_result(frame, fmt, None) or ""
     click.echo(text, nl=not text.endswith("\n"))

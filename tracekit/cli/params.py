@@ -7,7 +7,7 @@ An unknown value of a closed set gets "did you mean". An option renamed for the 
 keeps its old spelling as a hidden alias that warns on stderr.
 
 The ranges are the library's where it has one (:data:`tracekit.engine.config.ENGINE_RANGES`),
-and otherwise the bounds of a trace (:mod:`tracekit.trace.values`): counts up to 2**40, times
+and otherwise the bounds of a trace (:mod:`tracekit.defaults`): counts up to 2**40, times
 up to 1e10 s, seeds within +-(2**63 - 1) (what an int64 column holds).
 """
 
@@ -21,9 +21,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tracekit.trace.values import MAX_COUNT, MAX_TIME_S
-from tracekit.workloads._options import MAX_SEED
-from tracekit.workloads.arrivals import MAX_FINITE
+from tracekit.defaults import MAX_COUNT, MAX_FINITE, MAX_SEED, MAX_TIME_S
 
 __all__ = [
     "JOBS",

@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 
-from tracekit.analysis.serving import SloTargets
 from tracekit.cli.common import (
     CONTEXT_SETTINGS,
     ignored_option,
@@ -33,19 +32,14 @@ from tracekit.cli.options import (
 )
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import Choice, Number, count, jobs_option
+from tracekit.defaults import DEFAULT_ALPHA, DEFAULT_REPEATS
 from tracekit.errors import ConfigError
-from tracekit.qualify import QUALIFICATION_NAME, QualifyPlan, run_qualify, write_report
-from tracekit.qualify.endpoints import DEFAULT_ALPHA, VerdictRule, parse_margins, parse_primary
-from tracekit.qualify.job import DEFAULT_REPEATS, check_results_folder
-from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
-from tracekit.qualify.outcome import exit_code, outcome_document, read_qualification
-from tracekit.report.html import prefetch_javascript_bundle
-from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
-from tracekit.workloads.load_spec import apply_load
 
 
 def _check_fractions(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """Refuse bad --load-fractions while parsing, before the capacity search and every run."""
+    from tracekit.qualify.loads import parse_fractions
+
     with library_errors():
         parse_fractions(value)
     return value
@@ -161,6 +155,16 @@ def qualify(**options: Any) -> None:
     OUT/report.html. Prints the verdict line and the report's path; exits 0 on GO, 1 on NO-GO,
     2 on bad input.
     """
+    from tracekit.analysis.serving import SloTargets
+    from tracekit.qualify import QualifyPlan, run_qualify
+    from tracekit.qualify.endpoints import VerdictRule, parse_margins, parse_primary
+    from tracekit.qualify.job import check_results_folder
+    from tracekit.qualify.loads import describe_loads, parse_fractions, plan_loads
+    from tracekit.qualify.outcome import exit_code, outcome_document, read_qualification
+    from tracekit.report.html import prefetch_javascript_bundle
+    from tracekit.strategies import parse_policy_config, parse_strategy_list, resolve_strategy
+    from tracekit.workloads.load_spec import apply_load
+
     with library_errors(), StageProgress() as progress:
         # The report's script bundle builds on the second core during the capacity search.
         prefetch_javascript_bundle()
@@ -237,6 +241,8 @@ def report(results: Path, out: Path | None, overwrite: bool, as_json: bool) -> N
     RESULTS/report.html and RESULTS/qualification.json are re-rendered in place; elsewhere an
     existing file is refused without --overwrite (docs/guarantees.md).
     """
+    from tracekit.qualify import QUALIFICATION_NAME, write_report
+
     with library_errors():
         page = write_report(results, out, overwrite=overwrite)
     verdicts = page.with_name(QUALIFICATION_NAME)

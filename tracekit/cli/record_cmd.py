@@ -22,11 +22,7 @@ from tracekit.cli.options import (
 )
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import Choice
-from tracekit.recording.importer import EVENT_STRATEGIES, import_logs
-from tracekit.recording.sim import SimRun, record_sim
-from tracekit.strategies import parse_policy_config, resolve_strategy
-from tracekit.trace.inspect import inspect_trace, render_inspection
-from tracekit.workloads.load_spec import apply_load
+from tracekit.defaults import EVENT_STRATEGIES
 
 
 def emit_bundle(bundle: Path, as_json: bool, text: Callable[[], str] | None = None) -> None:
@@ -34,6 +30,8 @@ def emit_bundle(bundle: Path, as_json: bool, text: Callable[[], str] | None = No
 
     ``runs`` is the list ``tracekit inspect --json`` prints.
     """
+    from tracekit.trace.inspect import inspect_trace, render_inspection
+
     runs = inspect_trace(bundle)
     emit(
         as_json,
@@ -64,6 +62,8 @@ def record_import(
     file: Path, out: Path, kind: str | None, applied_strategy: str, overwrite: bool, as_json: bool
 ) -> None:
     """Convert the original BidKV's preemption-event JSONL or decision snapshots to a bundle."""
+    from tracekit.recording.importer import import_logs
+
     with library_errors():
         bundle = import_logs(
             file, out, kind=kind, applied_strategy=applied_strategy, overwrite=overwrite
@@ -89,6 +89,10 @@ def record_import(
 @output_options("bundle path and its inspection")
 def record_sim_command(**options: Any) -> None:
     """Run a workload through the embedded engine and record a trace bundle."""
+    from tracekit.recording.sim import SimRun, record_sim
+    from tracekit.strategies import parse_policy_config, resolve_strategy
+    from tracekit.workloads.load_spec import apply_load
+
     with library_errors():
         config, workload = run_inputs(options)
         workload = apply_load(workload, load_settings(options), seed=options["seed"])

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import polars as pl
 
 from tracekit.cli.common import (
     CONTEXT_SETTINGS,
@@ -19,12 +18,11 @@ from tracekit.cli.common import (
 from tracekit.cli.options import Progress
 from tracekit.cli.output import echo_json, echo_table, emit, output_options
 from tracekit.cli.params import JOBS, SEED, Choice, count, deprecated_alias, jobs_option
-from tracekit.replay import replay_closed, replay_open
-from tracekit.strategies import parse_policy_config, parse_strategy_list
-from tracekit.sweep.executors import default_jobs
-from tracekit.trace.bundle import open_trace
-from tracekit.trace.text import Align
-from tracekit.trace.validate import check_readable
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from tracekit.trace.text import Align
 
 #: The options one mode alone reads (parameter name: the mode).
 _MODE_OPTIONS = {"host_path": "closed", "limit": "open", "reference": "open"}
@@ -66,6 +64,12 @@ _MODE_OPTIONS = {"host_path": "closed", "limit": "open", "reference": "open"}
 @output_options("summary")
 def replay(**options: Any) -> None:
     """Replay TRACE through other strategies (docs/replay.md)."""
+    from tracekit.replay import replay_closed, replay_open
+    from tracekit.strategies import parse_policy_config, parse_strategy_list
+    from tracekit.sweep.executors import default_jobs
+    from tracekit.trace.bundle import open_trace
+    from tracekit.trace.validate import check_readable
+
     with library_errors():
         mode = options["mode"]
         for name, needed in _MODE_OPTIONS.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -14,17 +14,18 @@ from tracekit.cli.options import Progress, engine_options_of, workload_options, 
 from tracekit.cli.output import output_options
 from tracekit.cli.params import Choice, count
 from tracekit.cli.record_cmd import emit_bundle
-from tracekit.engine.config import ENGINE_OPTIONS
+from tracekit.defaults import SCHEDULE_POLICIES
+from tracekit.engine_options import ENGINE_OPTIONS, SGLANG_CONFIG_DEFAULTS
 from tracekit.errors import ConfigError
 from tracekit.real_engine.environment import SGLANG
-from tracekit.recording.sim import load_run_workload
-from tracekit.sglang.protocol import SCHEDULE_POLICIES, SglangConfig
-from tracekit.sglang.record import record_sglang
-from tracekit.workloads import apply_ignore_eos
+
+if TYPE_CHECKING:
+    from tracekit.sglang.protocol import SglangConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_DEFAULT = SglangConfig()
+#: SglangConfig's defaults (a plain copy in tracekit.engine_options, kept equal by a test).
+_DEFAULT = SGLANG_CONFIG_DEFAULTS
 
 #: The option that sets each SglangConfig field named otherwise (the rest share their names;
 #: max_steps has no option).
@@ -39,13 +40,15 @@ def _setting(flag: str, kind: Any, default: Any, help: str) -> Callable[[F], F]:
 #: The SglangConfig fields that are engine settings of the same name: their options are the
 #: engine's own (``ENGINE_OPTIONS``, as on ``record sim --engine-mode sglang``), unset by
 #: default, which leaves SGLang's default.
-ENGINE_SETTINGS = frozenset(f.name for f in dataclasses.fields(SglangConfig)) & frozenset(
+ENGINE_SETTINGS = frozenset(SGLANG_CONFIG_DEFAULTS) & frozenset(
     option.field for option in ENGINE_OPTIONS
 )
 
 
 def sglang_config(options: dict[str, Any]) -> SglangConfig:
     """The SglangConfig of the command's options; an unset option leaves SGLang's default."""
+    from tracekit.sglang.protocol import SglangConfig
+
     settings = {}
     for field in dataclasses.fields(SglangConfig):
         value = options.get(_OPTION_OF.get(field.name, field.name))
@@ -62,7 +65,7 @@ def sglang_config(options: dict[str, Any]) -> SglangConfig:
 @_setting(
     "--kv-tokens",
     count(),
-    _DEFAULT.kv_tokens,
+    _DEFAULT["kv_tokens"],
     "Size of the KV token pool (page size 1).",
 )
 @click.option(
@@ -70,18 +73,18 @@ def sglang_config(options: dict[str, Any]) -> SglangConfig:
     type=count(),
     default=None,
     help="SGLang --max-running-requests (default SGLang's, derived from the pool and the "
-    f"context length: {_DEFAULT.max_running_requests} with the default ones).",
+    f"context length: {_DEFAULT['max_running_requests']} with the default ones).",
 )
 @_setting(
     "--max-prefill-tokens",
     count(),
-    _DEFAULT.max_prefill_tokens,
+    _DEFAULT["max_prefill_tokens"],
     "SGLang --max-prefill-tokens: the prefill token budget of one step.",
 )
 @_setting(
     "--context-length",
     count(2),
-    _DEFAULT.max_context_len,
+    _DEFAULT["max_context_len"],
     "SGLang --context-length; prompts of min(context, pool) - 6 tokens or more are rejected.",
 )
 @engine_options_of(ENGINE_SETTINGS)
@@ -95,7 +98,7 @@ def sglang_config(options: dict[str, Any]) -> SglangConfig:
 @_setting(
     "--schedule-policy",
     Choice(SCHEDULE_POLICIES),
-    _DEFAULT.schedule_policy,
+    _DEFAULT["schedule_policy"],
     "SGLang --schedule-policy.",
 )
 @click.option(
@@ -115,6 +118,10 @@ def record_sglang_command(**options: Any) -> None:
     candidate batch), candidates and requests tables, plus sglang-steps.jsonl (every step whole)
     and sglang-scenario.json (what was run), which tracekit fidelity compares with the engine.
     """
+    from tracekit.recording.sim import load_run_workload
+    from tracekit.sglang.record import record_sglang
+    from tracekit.workloads import apply_ignore_eos
+
     with library_errors():
         workload = load_run_workload(options["workload_path"], **workload_settings(options))
         if options["ignore_eos"]:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tracekit.capacity.rejections import rejection_warnings
 from tracekit.cli.common import (
     CONTEXT_SETTINGS,
     EXIT_INTERRUPTED,
@@ -18,16 +17,9 @@ from tracekit.cli.common import (
 )
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import jobs_option
-from tracekit.sweep import (
-    StderrProgress,
-    SweepInterrupted,
-    SweepResult,
-    load_matrix,
-    make_executor,
-    plan_sweep,
-)
-from tracekit.sweep.executors import refuse_in_bootstrap
-from tracekit.sweep.run import execute_plan
+
+if TYPE_CHECKING:
+    from tracekit.sweep import SweepResult
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -67,6 +59,17 @@ def sweep(
     2 bad input, 130 interrupted (Ctrl-C once: running runs finish; twice: they are aborted).
     Re-run the same command to resume.
     """
+    from tracekit.capacity.rejections import rejection_warnings
+    from tracekit.sweep import (
+        StderrProgress,
+        SweepInterrupted,
+        load_matrix,
+        make_executor,
+        plan_sweep,
+    )
+    from tracekit.sweep.executors import refuse_in_bootstrap
+    from tracekit.sweep.run import execute_plan
+
     with library_errors():
         if dry_run:
             click.echo(plan_sweep(load_matrix(matrix)).render())

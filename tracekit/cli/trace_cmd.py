@@ -9,10 +9,6 @@ import click
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, trace_argument
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.params import Choice
-from tracekit.trace.inspect import inspect_trace, render_inspection
-from tracekit.trace.query import check_output, run_query, write_query_result
-from tracekit.trace.text import text_table
-from tracekit.trace.validate import validate_trace
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -25,6 +21,9 @@ def validate(trace: Path, as_json: bool) -> None:
     field of the wrong type, a table that is gone, a missing, unknown or mistyped column), 3
     truncated (a recording that never finished: what was flushed is readable).
     """
+    from tracekit.trace.text import text_table
+    from tracekit.trace.validate import validate_trace
+
     with library_errors():
         report = validate_trace(trace)
     bundles = report.bundles
@@ -51,6 +50,8 @@ def validate(trace: Path, as_json: bool) -> None:
 @output_options("summary")
 def inspect(trace: Path, as_json: bool) -> None:
     """Summarise TRACE: runs, decisions by outcome, preemptions per request, KV pressure."""
+    from tracekit.trace.inspect import inspect_trace, render_inspection
+
     with library_errors():
         summaries = inspect_trace(trace)
     emit(as_json, lambda: summaries, lambda: render_inspection(summaries))
@@ -74,6 +75,8 @@ def query(trace: Path, sql: str, fmt: str, out: Path | None, overwrite: bool) ->
     Views: requests, decisions, candidates, steps, scheduled (each across every bundle of the
     dataset) and runs (one row per manifest). --out never writes inside TRACE.
     """
+    from tracekit.trace.query import check_output, run_query, write_query_result
+
     with library_errors():
         if out is not None:
             check_output(out, trace, overwrite)

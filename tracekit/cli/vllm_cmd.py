@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from tracekit import safe_output
 from tracekit.cli.common import CONTEXT_SETTINGS, library_errors, out_option, overwrite_option
 from tracekit.cli.options import (
     Progress,
@@ -19,15 +18,8 @@ from tracekit.cli.options import (
 )
 from tracekit.cli.output import emit, output_options
 from tracekit.cli.record_cmd import emit_bundle
-from tracekit.engine.config import make_engine_config
 from tracekit.errors import ConfigError
 from tracekit.real_engine.environment import VLLM
-from tracekit.real_engine.fidelity import compare_fidelity
-from tracekit.recording.sim import SimRun, load_run_workload
-from tracekit.strategies import parse_policy_config, resolve_strategy
-from tracekit.vllm.live_engine.gate import OUTPUT_GATE_FILE, compare_outputs
-from tracekit.vllm.live_engine.record import record_vllm_live
-from tracekit.vllm.record import record_vllm
 
 
 @click.command("vllm", context_settings=CONTEXT_SETTINGS)
@@ -72,6 +64,12 @@ def record_vllm_command(**options: Any) -> None:
     bundle has the same tables as record sim, with the scheduled table always on. With --live
     the whole engine runs (model and all) on the wall clock; see "Live engine" there.
     """
+    from tracekit.engine.config import make_engine_config
+    from tracekit.recording.sim import SimRun, load_run_workload
+    from tracekit.strategies import parse_policy_config, resolve_strategy
+    from tracekit.vllm.live_engine.record import record_vllm_live
+    from tracekit.vllm.record import record_vllm
+
     if options["all_at_once"] and not options["live"]:
         raise click.BadParameter(
             "needs --live (the scheduler alone runs on the steps clock)",
@@ -116,6 +114,8 @@ def fidelity(sim_trace: Path, vllm_trace: Path, as_json: bool) -> None:
     Reports the first difference with both engines' state side by side. Exit status: 0
     identical, 1 a mismatch, 2 bad input (unreadable bundles, or recordings of different runs).
     """
+    from tracekit.real_engine.fidelity import compare_fidelity
+
     with library_errors():
         report = compare_fidelity(sim_trace, vllm_trace)
     emit(as_json, report.to_dict, report.render)
@@ -141,6 +141,9 @@ def outputs(baseline: Path, candidate: Path, results: Path | None, as_json: bool
     outputs differ are counted. Exit status: 0 passed, 1 a never-preempted request differs or
     is missing, 2 bad input.
     """
+    from tracekit import safe_output
+    from tracekit.vllm.live_engine.gate import OUTPUT_GATE_FILE, compare_outputs
+
     with library_errors():
         if results is not None and not (results / "cells.parquet").is_file():
             raise ConfigError(

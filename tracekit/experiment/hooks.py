@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
+from tracekit.defaults import LEGACY_STRATEGIES
 from tracekit.engine.base import DecisionCallback
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import BuiltinHost, VictimHost
@@ -75,16 +76,6 @@ __all__ = [
     "keep_score",
 ]
 
-#: The strategies of the original matrix, in its order (docs/experiments.md, "The matrix"): the
-#: legacy registry's names, whose rules are not those of the production policy's strategies of
-#: the same names (docs/bidkv-core.md, "Same names, other rules").
-LEGACY_STRATEGIES: tuple[str, ...] = (
-    "preempt-evict",
-    "preempt-evict-sjf",
-    "static-random",
-    "largest-first",
-    "bidkv",
-)
 
 #: Decision reasons of the hook preemptions (free text in the trace's decisions table).
 PROACTIVE = "proactive"

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import polars as pl
 
 from tracekit import __version__, safe_output
+from tracekit.defaults import PAPER_RATES
 from tracekit.engine import EngineConfig
 from tracekit.engine.config import recorded_form
 from tracekit.errors import ConfigError
@@ -77,8 +78,6 @@ __all__ = [
     "summarize_matrix",
 ]
 
-#: The published rates of the mixed workload (req/s).
-PAPER_RATES: tuple[float, ...] = (2.0, 3.8, 5.7)
 
 Progress = Callable[[int, int], None]
 

@@ -27,8 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+from tracekit.defaults import (
+    DEFAULT_TPOT_S,
+    DEFAULT_TTFT_S,
+    OBJECTIVES,
+    ORACLE_HORIZON,
+    Objective,
+)
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.engine import EngineRun, FinishedRequests
 from tracekit.engine.fake_model import stop_rule
@@ -50,10 +56,6 @@ __all__ = [
     "run_greedy_oracle",
 ]
 
-Objective = Literal["recomputed", "e2e", "slo"]
-#: Accepted ``--objective`` values.
-OBJECTIVES: tuple[str, ...] = ("recomputed", "e2e", "slo")
-
 
 @dataclass(frozen=True, slots=True)
 class OracleSettings:
@@ -70,9 +72,9 @@ class OracleSettings:
     """
 
     objective: Objective = "recomputed"
-    horizon: int = 128
-    ttft_s: float = 2.0
-    tpot_s: float = 0.1
+    horizon: int = ORACLE_HORIZON
+    ttft_s: float = DEFAULT_TTFT_S
+    tpot_s: float = DEFAULT_TPOT_S
 
 
 #: The default settings (their fields are the CLI defaults).

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tracekit.defaults import DEFAULT_ALPHA
 from tracekit.errors import ConfigError
 
 __all__ = [
@@ -33,8 +34,6 @@ __all__ = [
     "parse_primary",
 ]
 
-#: The family-wise error rate of a report: the chance that any of its labels is wrong.
-DEFAULT_ALPHA = 0.05
 #: Fewer paired repeats than this leave every label inconclusive.
 MIN_REPEATS = 3
 

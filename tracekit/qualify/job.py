@@ -32,6 +32,7 @@ from tracekit import __version__, safe_output
 from tracekit.analysis.cells import CellRun, cells_frame
 from tracekit.analysis.serving import SloTargets
 from tracekit.conformance import run_conformance
+from tracekit.defaults import DEFAULT_REPEATS
 from tracekit.diff import diff_traces
 from tracekit.engine import EngineConfig
 from tracekit.engine.config import recorded_form
@@ -85,10 +86,6 @@ RESULT_NAMES = frozenset(
 RESULTS_MARK = safe_output.marker_files(COMMAND, MARKER, RESULT_NAMES, what="results folder")
 
 Stage = Callable[[str, int, int], None]
-
-#: Paired repeats of every load cell by default: the fewest that reach the precision target on
-#: the primary endpoint (docs/qualify.md, "Repeats").
-DEFAULT_REPEATS = 10
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 from tracekit import __version__
+from tracekit.defaults import EVENT_STRATEGIES
 from tracekit.errors import WorkloadError
 from tracekit.hosts.preemption_policy import PreemptionCandidate, PreemptionPolicyStats
 from tracekit.recording.rows import candidate_rows, decision_row
@@ -38,8 +39,6 @@ __all__ = ["ImportKind", "detect_import_kind", "import_logs"]
 
 ImportKind = Literal["preemption-events", "snapshots"]
 
-# The strategy names of the legacy logger's ``strategy_choices``; ``pe-lifo`` is vLLM's built-in.
-EVENT_STRATEGIES = ("pe-lifo", "largest-first", "pe-sjf", "bidkv")
 # Snapshot reasons of decisions where the V4 policy abstained (docs/policy.md#the-bidkv-decision).
 ABSTAIN_REASONS = ("liveness_abstain", "cascade_abstain")
 _SNAPSHOT_LINE = re.compile(r"latest_snapshot=(\{.*\})\s*$")

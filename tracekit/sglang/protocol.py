@@ -27,8 +27,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
+from tracekit.defaults import SCHEDULE_POLICIES, SchedulePolicyName
 from tracekit.engine.config import (
     RETRACTION_POLICIES,
     SGLANG_DEFAULTS,
@@ -54,8 +55,6 @@ __all__ = [
 PROTOCOL_VERSION = 2
 
 #: SGLang ``--schedule-policy`` values the recorder drives.
-SchedulePolicyName = Literal["fcfs", "lpm"]
-SCHEDULE_POLICIES: tuple[str, ...] = get_args(SchedulePolicyName)
 
 #: What a recorded scenario that lacks the overlap and priority options was recorded with
 #: (protocol 1): the normal loop; priority scheduling, lower values first and no priority

@@ -31,6 +31,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.defaults import MAX_COUNT, MAX_TIME_S
 from tracekit.errors import TraceSchemaError
 from tracekit.trace.bundle import MANIFEST, Bundle
 from tracekit.trace.schema import TableSpec, trace_schema
@@ -55,16 +56,9 @@ OUTCOMES = ("selected", "abstained", "invalid", "exception", "disabled", "builti
 # docs/trace-format.md, "Outcomes and counters").
 CALLED = ("selected", "abstained", "invalid", "exception")
 
-#: Largest count, index or size a trace holds: 2**40, about 1.1e12. No run comes near it (a
-#: million times the longest context of any model), and sums of such values over a table stay
-#: far from int64's 2**63, so aggregations cannot overflow silently.
-MAX_COUNT = 2**40
 #: Largest priority magnitude: 2**53, the integers a float64 holds exactly (policies compute
 #: with priorities as floats). vLLM priorities are any integer, negative ones included.
 MAX_PRIORITY = 2**53
-#: Largest time in seconds: 1e10, 317 years. Times from a run's start stay far below it, and so
-#: does a host's clock reading (a Unix time before the year 2286, a monotonic clock).
-MAX_TIME_S = 1e10
 
 # Integer columns that may be negative; every other integer column counts or indexes something.
 SIGNED = frozenset({"priority"})

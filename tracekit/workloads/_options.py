@@ -11,6 +11,7 @@ import difflib
 import math
 from collections.abc import Sequence
 
+from tracekit.defaults import MAX_SEED
 from tracekit.errors import ConfigError
 
 __all__ = [
@@ -21,10 +22,6 @@ __all__ = [
     "client_option_error",
     "suggest",
 ]
-
-
-#: Largest seed magnitude: a seed is recorded in the manifest, which readers read as int64.
-MAX_SEED = 2**63 - 1
 
 
 def suggest(value: str, choices: Sequence[str]) -> str | None:

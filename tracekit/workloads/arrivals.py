@@ -38,6 +38,7 @@ from typing import Any
 
 import polars as pl
 
+from tracekit.defaults import MAX_FINITE
 from tracekit.workloads._options import check_seed, client_option_error, suggest
 from tracekit.workloads.model import MAX_ARRIVAL_S, Workload
 from tracekit.workloads.seeded import Stream, splitmix64
@@ -112,10 +113,6 @@ class Arrivals:
             "burstiness": number(self.burstiness),
             "seed": self.seed,
         }
-
-
-#: Largest finite rate (requests per second) or burstiness.
-MAX_FINITE = 1e6
 
 
 def _parse_positive(flag: str, value: object, fix: str) -> float:

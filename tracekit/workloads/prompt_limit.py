@@ -17,17 +17,14 @@ The choice and the number of requests it touched are recorded in ``options["over
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, get_args
 
 import polars as pl
 
+from tracekit.defaults import OVERSIZE_MODES, OversizeMode
 from tracekit.errors import ConfigError
 from tracekit.workloads.model import Workload
 
 __all__ = ["OVERSIZE_MODES", "OversizeMode", "fit_prompts"]
-
-OversizeMode = Literal["reject", "drop", "cap"]
-OVERSIZE_MODES: tuple[str, ...] = get_args(OversizeMode)
 
 
 def fit_prompts(workload: Workload, max_model_len: int, mode: str = "reject") -> Workload:
