@@ -5,7 +5,8 @@ beside it, loaded as ``module:Object`` from ``tests/verdict_policies.py``: a twi
 rule under another name, and a policy built to preempt badly. The arrivals are generated and every
 repeat draws its own (``--arrivals poisson``: ``--repeat-by auto``, the default, then repeats by
 seeds), ten repeats of 300 requests, with prefix caching off so that recomputation is real
-compute.
+compute. That job (about 25 s of CPU) and the knee test (two capacity searches on the whole
+sample) are whole jobs: their tests are in the e2e tier (docs/testing.md), which CI runs.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def _entries(out: Path) -> dict[str, dict]:
     return {e["strategy"]: e for e in q["effectiveness"]["cells"]}
 
 
+@pytest.mark.e2e
 def test_generated_arrivals_repeat_by_seeds_by_default(controls: tuple[Path, object]) -> None:
     # --repeat-by auto: each repeat of the generated rate cell draws its own arrivals (a fresh
     # sample of all 300 requests), so the repeats are independent and judged.
@@ -63,6 +65,7 @@ def test_generated_arrivals_repeat_by_seeds_by_default(controls: tuple[Path, obj
     assert arrivals[0].to_list() != arrivals[1].to_list()
 
 
+@pytest.mark.e2e
 def test_a_policy_built_to_preempt_badly_is_harmful(controls: tuple[Path, object]) -> None:
     out, _ = controls
     worst = _entries(out)[WORST]
@@ -75,6 +78,7 @@ def test_a_policy_built_to_preempt_badly_is_harmful(controls: tuple[Path, object
     assert endpoints["recompute_tax"]["low"] > 0.5
 
 
+@pytest.mark.e2e
 def test_the_built_in_rule_under_another_name_is_never_beneficial_or_harmful(
     controls: tuple[Path, object],
 ) -> None:
@@ -86,6 +90,7 @@ def test_the_built_in_rule_under_another_name_is_never_beneficial_or_harmful(
     assert all(s["changes"] == [0.0] * 10 for s in twin["endpoints"].values())
 
 
+@pytest.mark.e2e
 def test_a_go_exits_0_and_prints_the_verdict_line(controls: tuple[Path, object]) -> None:
     out, result = controls
     q = json.loads((out / "qualification.json").read_text())
@@ -105,6 +110,7 @@ def test_a_go_exits_0_and_prints_the_verdict_line(controls: tuple[Path, object])
     assert (margins["tpot_p99"], margins["ttft_p99"], margins["tpot_p50"]) == (30, 20, 5)
 
 
+@pytest.mark.e2e
 def test_the_aa_control_rate_is_in_the_report_and_within_the_nominal_rate(
     controls: tuple[Path, object],
 ) -> None:
@@ -182,6 +188,7 @@ def test_the_loader_drops_or_caps_oversize_prompts(
     assert options["oversize_prompts"] == {"mode": mode, "requests": 1, "max_model_len": 4608}
 
 
+@pytest.mark.e2e
 def test_capacity_and_qualify_find_the_same_knee(tmp_path: Path) -> None:
     # The whole sample on the default engine, where the two searches' tolerances (2% and 5%)
     # used to give 0.4227 and 0.4092 req/s.
