@@ -159,34 +159,21 @@ VLLM_MODE_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
 )
 
 #: Every ``EngineConfig`` field and its ``sglang``-mode default: a plain copy of
-#: ``tracekit.engine.config.SGLANG_DEFAULTS``, for the options' help.
+#: ``tracekit.engine.config.SGLANG_DEFAULTS``, for the options' help; vLLM mode's, but for
+#: SGLang's pool sizes, its features on and vLLM's off.
 SGLANG_MODE_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType(
     {
+        **VLLM_MODE_DEFAULTS,
         "mode": "sglang",
         "num_blocks": 9585,
         "block_size": 1,
         "max_num_seqs": 2048,
         "max_num_batched_tokens": 16384,
-        "watermark": 0.0,
-        "scheduling_policy": "fcfs",
-        "max_model_len": 8192,
-        "long_prefill_token_threshold": 0,
-        "full_sequence_must_fit": True,
-        "vllm_version": "0.32",
-        "clock": "cost-model",
-        "step_s": 0.02,
-        "cost_model": "a6000-llama3-8b",
         "enable_prefix_caching": False,
         "async_scheduling": False,
-        "retraction_policy": "length",
         "radix_cache": True,
         "chunked_prefill_size": 4096,
-        "latency": None,
         "overlap_schedule": True,
-        "enable_priority_scheduling": False,
-        "schedule_low_priority_values_first": False,
-        "disable_priority_preemption": False,
-        "priority_scheduling_preemption_threshold": 10,
     }
 )
 
