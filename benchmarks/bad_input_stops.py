@@ -20,8 +20,9 @@ wall times, ``sweep.json`` and ``matrix.json``, aside). A stop that comes once t
 published (while the command prints its summary) may leave it, complete: byte-identical to an
 uninterrupted run's (the next run then needs ``--overwrite``); one during the interpreter's
 exit ends the process by the signal itself, its output complete. A command that finished
-before a ``late`` stop reached it is stopped again sooner (a quarter of the delay, then at its
-first progress line), and one that finishes even before that is counted as silent, not hidden.
+before a ``late`` stop reached it is stopped again sooner (a quarter of the delay at a time,
+down to 0.05 s, then at its first progress line), and one that finishes even before that is
+counted as silent, not hidden.
 """
 
 from __future__ import annotations
@@ -381,18 +382,23 @@ def _last(output: str) -> str:
 def run_stop_reached(stop: Stop, fixtures: Path, work: Path, timeout: float = 300.0) -> StopOutcome:
     """:func:`run_stop`; a ``late`` stop that the command outran is tried again sooner.
 
-    The delay after the first progress line is cut to a quarter, then to none (the ``started``
-    moment), so that the check stops a running command instead of counting a finished one:
-    how long a command runs depends on the machine. Only a command that finishes before its
-    first progress line is reported as not reached (``silent``).
+    The delay after the first progress line is cut to a quarter at a time while it is above
+    0.05 s, then to none (the ``started`` moment), so that the check stops a running command
+    instead of counting a finished one: how long a command runs depends on the machine. Only a
+    command that finishes before its first progress line is reported as not reached
+    (``silent``).
     """
     outcome = run_stop(stop, fixtures, work, timeout)
     delay = stop.command.late_s
     while outcome.detail == NOT_REACHED and stop.stage == "late" and delay > 0:
         delay = delay / 4 if delay > 0.05 else 0.0
         sooner = replace(stop, command=replace(stop.command, late_s=delay))
-        outcome = replace(run_stop(sooner, fixtures, work, timeout), stop=stop)
-        outcome.detail = f"{outcome.detail} (stopped {delay:g} s after its first progress line)"
+        outcome = run_stop(sooner, fixtures, work, timeout)
+        outcome = replace(
+            outcome,
+            stop=stop,
+            detail=f"{outcome.detail} (stopped {delay:g} s after its first progress line)",
+        )
     return outcome
 
 
