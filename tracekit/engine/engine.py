@@ -27,12 +27,14 @@ Examples
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from tracekit.engine.base import ScheduledStep
 from tracekit.engine.client_feed import ArrivalFeed, ClientLimits
-from tracekit.engine.clock import make_clock
+from tracekit.engine.clock import CostModelClock, StepsClock, make_clock
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.fork import ForkableRun
 from tracekit.engine.hosts import BuiltinHost, VictimHost
@@ -123,6 +125,7 @@ def run_engine(
     check_consistency: bool = False,
     scheduler_factory: SchedulerFactory | None = None,
     client: ClientLimits | None = None,
+    calm_leaps: bool = True,
 ) -> EngineResult:
     """Run ``requests`` through the embedded engine until every one has finished.
 
@@ -151,6 +154,10 @@ def run_engine(
         The client model (``tracekit.workloads.ClientModel``): a concurrency cap, a closed
         loop, a TTFT timeout (:mod:`tracekit.engine.client_feed`). ``None``: every request is
         sent at its ``arrival_s``; recorded ``cancel_after_s`` still apply.
+    calm_leaps
+        SGLang mode: take runs of calm decode steps in one go, with the same records and
+        results (:meth:`EngineRun.run_to_end`). Turn it off for an observer that reads the
+        scheduler's own state after every step.
 
     Returns
     -------
@@ -171,6 +178,7 @@ def run_engine(
         check_consistency=check_consistency,
         scheduler_factory=scheduler_factory,
         client=client,
+        calm_leaps=calm_leaps,
     )
     return run.run_to_end()
 
@@ -206,6 +214,7 @@ class EngineRun(ForkableRun):
         check_consistency: bool = False,
         scheduler_factory: SchedulerFactory | None = None,
         client: ClientLimits | None = None,
+        calm_leaps: bool = True,
     ) -> None:
         rows = list(enumerate(requests))
         if len({r.request_id for _, r in rows}) != len(rows):
@@ -266,6 +275,13 @@ class EngineRun(ForkableRun):
         # itself (SGLang's overlap loop): its update_from_output returns the requests an older
         # step finished, produced at its ``outputs_end_s``.
         self._late_outputs = bool(getattr(self.scheduler, "late_outputs", False))
+        # SGLang mode on a steps or roofline clock takes runs of calm decodes in one go.
+        self.calm_leaps = (
+            calm_leaps
+            and hasattr(self.scheduler, "calm_decodes")
+            and not self._async
+            and type(self.clock) in (StepsClock, CostModelClock)
+        )
         self.done = False
 
     # ----------------------------------------------------------------------------- records
@@ -415,6 +431,11 @@ class EngineRun(ForkableRun):
         """Run one scheduling step; False (and nothing run) when every request has finished."""
         if not self.prepare():
             return False
+        self._run_prepared_step()
+        return True
+
+    def _run_prepared_step(self) -> None:
+        """The step :meth:`prepare` made ready: schedule, time, apply outputs, emit records."""
         scheduler = self.scheduler
         clock = self.clock
         result = self.result
@@ -422,7 +443,7 @@ class EngineRun(ForkableRun):
         out = scheduler.schedule(clock.step, now)
         if out.no_batch:
             self._no_batch(out)
-            return True
+            return
         scheduled = out.num_scheduled_tokens
         duration = clock.step_duration(out)
         end_s = now + duration
@@ -480,7 +501,107 @@ class EngineRun(ForkableRun):
         if finished or self.check_consistency:
             self._report(finished, finished_end)
         clock.advance(duration)
-        return True
+
+    def _calm_leap(self, limit: int | None) -> int:
+        """Run the next calm decode steps at once (SGLang mode); how many (0: none were calm).
+
+        The scheduler bounds the run of steps that only decode and finish nothing
+        (``SglangScheduler.calm_decodes``); here it is cut before the first step that an
+        arrival or a client cancel would reach (as :meth:`prepare` would see them), and then
+        applied in one go with the same clock arithmetic, totals and records as step by step.
+        """
+        scheduler = cast(SglangScheduler, self.scheduler)  # (calm_leaps: SGLang mode only)
+        clock = self.clock
+        feed = self.feed
+        due = feed.next_due()
+        deadline = feed.deadlines[0][0] if feed.deadlines else None
+        first = clock.step
+        if type(clock) is StepsClock:
+            # Step j starts at j * step_s: cut before the first step that sees the arrival or
+            # reaches the deadline (prepare already handled the step about to run).
+            step_s = clock.step_s
+            if due is not None:
+                seen = clock.visible_step(due) - first
+                limit = seen if limit is None else min(limit, seen)
+            if deadline is not None:
+                reached = max(first, math.ceil(deadline / step_s) - 1)
+                while reached * step_s < deadline:
+                    reached += 1
+                limit = reached - first if limit is None else min(limit, reached - first)
+            num_steps = scheduler.calm_decodes(limit)
+            starts = [(first + i) * step_s for i in range(num_steps)]
+            durations = [step_s] * num_steps
+        else:
+            starts, durations = self._cost_model_leap(scheduler.calm_decodes(limit), due, deadline)
+            num_steps = len(starts)
+        if num_steps <= 0:
+            return 0
+        running = scheduler.running
+        n = len(running)
+        read = sum(r.num_computed_tokens for r in running)
+        free = scheduler.block_pool.num_free_blocks
+        ids = [r.request_id for r in running]
+        last = ScheduledStep(first + num_steps - 1, starts[-1])
+        last.num_scheduled_tokens = dict.fromkeys(ids, 1)
+        last.num_decode_tokens = n
+        last.kv_tokens_read = read + n * num_steps
+        last.cache_recorded = True
+        ends = [start + duration for start, duration in zip(starts, durations, strict=True)]
+        if self.collect or self.observer is not None:
+            total = self._kv_blocks_total
+            num_waiting = len(scheduler.waiting)
+            steps = self.result.steps
+            for i in range(num_steps):
+                record = StepRecord(
+                    first + i, starts[i], durations[i], n, num_waiting,
+                    total - (free - n * (i + 1)), total, 0, n, 0,
+                    dict.fromkeys(ids, 1), {}, 0,
+                )  # fmt: skip
+                if self.collect:
+                    steps.append(record)
+                if self.observer is not None:
+                    self.observer.on_step(record)
+        before_last = ends[-2] if num_steps > 1 else None
+        scheduler.apply_calm_decodes(num_steps, last, ends[-1], before_last)
+        self.result.num_steps += num_steps
+        self.result.end_s = ends[-1]
+        if type(clock) is StepsClock:
+            clock.step += num_steps
+        else:
+            clock.now = ends[-1]
+            clock.step += num_steps
+        if self.check_consistency:
+            scheduler.check_consistency()
+        return num_steps
+
+    def _cost_model_leap(
+        self, limit: int, due: float | None, deadline: float | None
+    ) -> tuple[list[float], list[float]]:
+        """Starts and lengths of up to ``limit`` calm decodes on a cost-model clock.
+
+        Each lasts the cost model's time of ``n`` decoded tokens reading one more token of
+        context per request than the step before; the run stops before a step whose start an
+        arrival or a deadline has reached (the clock's own sums, in the same order).
+        """
+        clock = self.clock
+        running = cast(SglangScheduler, self.scheduler).running
+        n = len(running)
+        read = sum(r.num_computed_tokens for r in running)
+        duration_of = clock.duration
+        now = clock.now
+        starts: list[float] = []
+        durations: list[float] = []
+        for i in range(limit):
+            if i and (
+                (due is not None and due <= now) or (deadline is not None and deadline <= now)
+            ):
+                break
+            read += n
+            duration = duration_of(n, n, read)
+            starts.append(now)
+            durations.append(duration)
+            now += duration
+        return starts, durations
 
     def _no_batch(self, out: Any) -> None:
         """A scheduler call that ran no batch (SGLang's overlap loop): no step, no clock move.
@@ -504,14 +625,17 @@ class EngineRun(ForkableRun):
 
     def run_to_end(self, max_steps: int | None = None) -> EngineResult:
         """Step until every request has finished (or ``max_steps`` more steps); the result."""
-        step = self.step
-        if max_steps is None:
-            while step():
-                pass
-        else:
-            for _ in range(max_steps):
-                if not step():
-                    break
+        prepare = self.prepare
+        run_step = self._run_prepared_step
+        leap = self._calm_leap if self.calm_leaps else None
+        left = max_steps
+        while (left is None or left > 0) and prepare():
+            taken = leap(left) if leap is not None else 0
+            if not taken:
+                run_step()
+                taken = 1
+            if left is not None:
+                left -= taken
         self.result.num_decisions = self.scheduler.num_decisions
         return self.result
 

@@ -964,6 +964,166 @@ class SglangScheduler(SchedulerBase):
             out.kv_tokens_read += computed
         return True
 
+    # ----------------------------------------------------------------------------- calm leaps
+    def calm_decodes(self, limit: int | None = None) -> int:
+        """How many next steps (at most ``limit``) are calm decodes, as the scheduler sees it.
+
+        A calm decode is a step that the hot path of :meth:`_schedule_decode` takes and whose
+        result finishes nothing: every running request gets its token from the free pool
+        (page size 1), no chunked prefill, under overlap the batch in flight is the running
+        batch decoding, and no admission is made: nothing waits, the batch is full without
+        priority preemption, or (priority preemption, no radix cache, the batch not full) the
+        head of the waiting queue is refused for memory (:meth:`_refused_admissions`). Such
+        steps differ only in counters, so :meth:`apply_calm_decodes` applies any number of
+        them at once. 0 when the next step is not calm. Arrivals and client cancels are the
+        engine's to bound (:meth:`tracekit.engine.EngineRun.run_to_end`).
+        """
+        running = self.running
+        if (
+            not running
+            or not self._unit_pages
+            or self.chunked is not None
+            or self._pending
+            or self._finishing
+            or self._unfiltered
+            or self._reset_full
+            or self._idle
+            or self._launching is not None
+            or self._evicted != self._evicted_reported
+        ):
+            return 0
+        attempts = bool(self.waiting) and (not self.batch_is_full or self._preemption)
+        if attempts and not (
+            self._preemption and self.radix is None and len(running) < self.config.max_num_seqs
+        ):
+            return 0
+        if self.overlap:
+            in_flight = self._in_flight
+            if in_flight is None or in_flight.prefill or len(in_flight.reqs) != len(running):
+                return 0
+            for launched, request in zip(in_flight.reqs, running, strict=True):
+                if launched is not request:
+                    return 0
+        elif self._in_flight is not None:
+            return 0
+        # Step i (from 0) finishes a request when its outputs reach the stop count: under
+        # overlap the batch in flight's result, then the request leaves the batch a step early
+        # (_reqs_finishing_inflight), which the same bound keeps clear of.
+        left = 1 << 62
+        for r in running:
+            if r.num_output_tokens < 1:
+                return 0  # (a first token is still to come: its time is set by a result)
+            if r.stop_output_tokens - r.num_output_tokens < left:
+                left = r.stop_output_tokens - r.num_output_tokens
+        bound = min(left - 1, self.block_pool.num_free_blocks // len(running))
+        if limit is not None:
+            bound = min(bound, limit)
+        if attempts and bound > 0:
+            bound = self._refused_admissions(bound)
+        return bound
+
+    def _refused_admissions(self, bound: int) -> int:
+        """How many of the next ``bound`` calm steps refuse the waiting head for memory.
+
+        Under priority preemption every step tries to admit (``batch_is_full`` is reset). With
+        the batch not full, no radix cache and nothing chunked, ``PrefillAdder`` checks the
+        head alone: ``extend + remaining + 1 < available - reserved``, where the running
+        requests reserve ``min(max_new - outputs, 4096) * new_token_ratio`` each. Step i sees
+        ``i`` more outputs per request, ``i`` more tokens per request taken from the pool and
+        the ratio decayed ``i`` times; the sums are made as :meth:`_schedule_prefill` makes
+        them, so the verdict is the same to the last bit. The queue is sorted first, as that
+        step would sort it.
+        """
+        waiting = self.waiting
+        if self._priority:
+            waiting.sort_by_priority(self._sign)
+        head = waiting[0]
+        if head.ignore_eos:
+            return 0  # (add_one_req_ignore_eos: a drain check, not this one)
+        max_new = self.max_new
+        remaining = min(
+            max(max_new[head.request_id] - head.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS
+        )
+        need = head.num_tokens + remaining + 1
+        running = self.running
+        n = len(running)
+        lefts = [(max_new[r.request_id] - r.num_output_tokens, r.ignore_eos) for r in running]
+        free = self._free_tokens()
+        ratio = self.new_token_ratio
+        decay, floor = self._ratio_decay, MIN_NEW_TOKEN_RATIO
+        for i in range(bound):
+            total_offset = 0.0
+            for left, ignore_eos in lefts:
+                left -= i
+                total_offset += min(left, CLIP_MAX_NEW_TOKENS) * (1.0 if ignore_eos else ratio)
+            if need < free - n * i - total_offset:
+                return i  # (step i admits: it is not calm)
+            ratio -= decay
+            if ratio <= floor:
+                ratio = floor
+        return bound
+
+    def apply_calm_decodes(
+        self,
+        num_steps: int,
+        last: ScheduledStep,
+        last_end_s: float,
+        before_last_end_s: float | None,
+    ) -> None:
+        """Apply ``num_steps`` calm decodes (at most :meth:`calm_decodes`) as the steps would.
+
+        Each running request computes and holds ``num_steps`` more tokens and gains as many
+        outputs (under overlap, the last step's result stays in flight, and the one before it
+        is applied in its place); ``new_token_ratio`` decays once a step. ``last`` is the
+        last step as scheduled (ending at ``last_end_s``; ``before_last_end_s`` is when the
+        step before it ended; ``None`` for a leap of one step, whose step before it is the
+        one in flight).
+        """
+        self.last_admission_stop = None
+        running = self.running
+        n = len(running)
+        self.block_pool.num_free_blocks -= n * num_steps
+        decay, floor = self._ratio_decay, MIN_NEW_TOKEN_RATIO
+        ratio = self.new_token_ratio
+        for _ in range(num_steps):
+            # (The same subtractions as step by step: the ratio is compared later.)
+            ratio -= decay
+            if ratio <= floor:
+                ratio = floor
+        self.new_token_ratio = ratio
+        if self._preemption:
+            self.batch_is_full = False  # (reset by every step's admission attempt)
+        if self.waiting and self._preemption:
+            # Each step refused the waiting head for memory (_refused_admissions): as the
+            # last attempt left it.
+            head = self.waiting[0]
+            self._fill[head.request_id] = head.num_tokens
+            self._prefix[head.request_id] = 0
+            self.batch_is_full = True
+            self.last_admission_stop = "no_token"
+            self._ends = None
+        if self.overlap:
+            in_flight = self._in_flight
+            assert in_flight is not None
+            launched = _Launched(last, running[:], False, None, None)
+            launched.end_s = last_end_s
+            self._in_flight = launched
+            self.outputs_end_s = in_flight.end_s if before_last_end_s is None else before_last_end_s
+        else:
+            self.outputs_end_s = last_end_s
+        for request in running:
+            request.num_computed_tokens += num_steps
+            request.num_blocks += num_steps
+            request.num_output_tokens += num_steps
+        if self.last_retractions:
+            self.last_retractions = []
+        if self.last_preempted:
+            self.last_preempted = []
+        if self.last_cached:
+            self.last_cached = {}
+        if self.step_cache_hits:
+            self.step_cache_hits = {}
+
     def _finishing_inflight(
         self, running: list[SchedulerRequest], in_flight: _Launched
     ) -> list[SchedulerRequest]:

@@ -147,6 +147,7 @@ def engine_steps(
         observer,
         collect=False,
         scheduler_factory=factory,
+        calm_leaps=False,  # (the observer reads the scheduler after every step)
     )
     return observer.steps
 
