@@ -17,7 +17,7 @@ import pytest
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest
 from tracekit.engine.engine import EngineResult, EngineRun
-from tracekit.engine.sglang import SglangScheduler
+from tracekit.engine.sglang import RadixTree, SglangScheduler
 from tracekit.sglang.compare import engine_requests
 from tracekit.sglang.fixtures import FIXTURES, FIXTURES_DIR
 from tracekit.sglang.record import read_sglang_scenario
@@ -74,7 +74,21 @@ def _snapshot(run: EngineRun) -> tuple:
         tuple(r.request_id for r in s.waiting),
         run.result.num_steps,
         run.result.end_s,
+        s._refresh_calls,
+        dict(s._prefix),
+        None if s.radix is None else _tree(s.radix),
     )
+
+
+def _tree(radix: RadixTree) -> tuple:
+    """The radix tree as eviction reads it: every node's tokens, times and lock, and totals."""
+    nodes = []
+    stack = [radix.root]
+    while stack:
+        node = stack.pop()
+        nodes.append((node.created, node.access, node.lock, tuple(node.key)))
+        stack.extend(node.children.values())
+    return radix.clock, radix.evictable, radix.protected, tuple(sorted(nodes))
 
 
 def _run(
@@ -124,6 +138,8 @@ def test_leaps_give_the_step_by_step_run_on_every_fixture(
         "azure-noradix-length",
         "priority-high-overlap",
         "priority-high-retract-noradix-overlap",
+        "priority-high-retract",
+        "azure-late-radix-priority-high-overlap",
     ],
 )
 def test_after_each_leap_the_scheduler_is_where_the_step_by_step_run_is(
@@ -207,6 +223,10 @@ def test_a_hand_worked_calm_run() -> None:
         "azure-late-noradix-priority-high-overlap",
         "priority-high-retract-noradix",
         "priority-high-retract-noradix-overlap",
+        "azure-late-radix-priority-high",
+        "azure-late-radix-priority-high-overlap",
+        "priority-high-retract",
+        "priority-high-retract-overlap",
     ],
 )
 def test_leaps_over_refused_admissions_under_priority_preemption(
@@ -214,8 +234,8 @@ def test_leaps_over_refused_admissions_under_priority_preemption(
 ) -> None:
     """With priority preemption every step tries the waiting head; leaps cover the refusals.
 
-    These fixtures (SGLang's priority scheduling with preemption, no radix cache) spend most
-    steps refusing the head for memory; most of their steps must be taken by leaps with
+    These fixtures (SGLang's priority scheduling with preemption, the radix cache on and off)
+    spend most steps refusing the head for memory; most of their steps must be taken by leaps with
     requests waiting, and the run must still be the step-by-step one.
     """
     requests, config = _fixture(name)
@@ -236,9 +256,10 @@ def test_leaps_over_refused_admissions_under_priority_preemption(
     assert refused > 0.5 * reference.num_steps
 
 
+@pytest.mark.parametrize("radix", [False, True])
 @pytest.mark.parametrize("overlap", [False, True])
 def test_a_refused_head_admitted_part_way_through_a_run_of_calm_steps(
-    overlap: bool, monkeypatch: pytest.MonkeyPatch
+    overlap: bool, radix: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The refusal check must flip at the very step the step-by-step run admits.
 
@@ -246,17 +267,19 @@ def test_a_refused_head_admitted_part_way_through_a_run_of_calm_steps(
     arrives at step 5 and is refused: the two reserve ``1,500 * new_token_ratio`` each. The
     reservation shrinks faster (the ratio decays, outputs grow) than the pool fills (two
     tokens a step), so the head is admitted about 90 steps later, with no other event near:
-    inside what would otherwise be one leap.
+    inside what would otherwise be one leap. A short fourth request leaves its 310 tokens in
+    the radix tree (evictable, so counted as available) when the cache is on.
     """
     config = EngineConfig(
         mode="sglang", clock="steps", step_s=0.02, block_size=1, num_blocks=3000,
-        max_num_seqs=8, radix_cache=False, overlap_schedule=overlap,
+        max_num_seqs=8, radix_cache=radix, overlap_schedule=overlap,
         enable_priority_scheduling=True,
     )  # fmt: skip
     requests = [
         EngineRequest("a", 0.0, 100, 1500, max_tokens=1500),
         EngineRequest("b", 0.0, 100, 1500, max_tokens=1500),
-        EngineRequest("c", 0.1, 800, 100, max_tokens=100),
+        EngineRequest("d", 0.0, 300, 10, max_tokens=10),
+        EngineRequest("c", 0.3, 900 if radix else 800, 100, max_tokens=100),
     ]
     reference = _run(requests, config, leaps=False)
     admitted = round(

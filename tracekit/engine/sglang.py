@@ -258,6 +258,34 @@ class RadixTree:
             node = child
         return matched, node
 
+    def peek(self, key: array[int], n: int) -> tuple[int, _Node, bool]:
+        """What :meth:`match` would find, without touching or splitting anything.
+
+        ``(matched, node, inside)``: the cached prefix length, the last node entered whole, and
+        whether the match ends inside a node (which :meth:`match` would split).
+        """
+        node = self.root
+        matched = 0
+        while matched < n:
+            child = node.children.get(key[matched])
+            if child is None:
+                break
+            length = _common(child.key, key, matched, n)
+            if length < len(child.key):
+                return matched + length, node, True
+            matched += length
+            node = child
+        return matched, node, False
+
+    def evictable_if_locked(self, node: _Node) -> int:
+        """:attr:`evictable` as it would be with the path to ``node`` locked (nothing changes)."""
+        evictable = self.evictable
+        while node is not self.root:
+            if node.lock == 0:
+                evictable -= len(node.key)
+            node = node.parent  # type: ignore[assignment]
+        return evictable
+
     def _split(self, child: _Node, length: int) -> _Node:
         """Split ``child`` after ``length`` tokens; returns the new upper node."""
         parent = child.parent
@@ -452,6 +480,8 @@ class SglangScheduler(SchedulerBase):
         self._pending: list[SchedulerRequest] = []
         self._unfiltered = False
         self._ends: dict[str, int] | None = None
+        # The waiting head's cached prefix that the last refused admissions found (calm leaps).
+        self._refused_prefix = 0
         self._batch_reqs: list[SchedulerRequest] = []
         self.outputs_end_s = 0.0
         # Records of the last schedule() (for comparisons and the trace): retraction events
@@ -972,8 +1002,8 @@ class SglangScheduler(SchedulerBase):
         result finishes nothing: every running request gets its token from the free pool
         (page size 1), no chunked prefill, under overlap the batch in flight is the running
         batch decoding, and no admission is made: nothing waits, the batch is full without
-        priority preemption, or (priority preemption, no radix cache, the batch not full) the
-        head of the waiting queue is refused for memory (:meth:`_refused_admissions`). Such
+        priority preemption, or (priority preemption, the batch not full) the head of the
+        waiting queue is refused for memory (:meth:`_refused_admissions`). Such
         steps differ only in counters, so :meth:`apply_calm_decodes` applies any number of
         them at once. 0 when the next step is not calm. Arrivals and client cancels are the
         engine's to bound (:meth:`tracekit.engine.EngineRun.run_to_end`).
@@ -993,9 +1023,7 @@ class SglangScheduler(SchedulerBase):
         ):
             return 0
         attempts = bool(self.waiting) and (not self.batch_is_full or self._preemption)
-        if attempts and not (
-            self._preemption and self.radix is None and len(running) < self.config.max_num_seqs
-        ):
+        if attempts and not (self._preemption and len(running) < self.config.max_num_seqs):
             return 0
         if self.overlap:
             in_flight = self._in_flight
@@ -1026,25 +1054,36 @@ class SglangScheduler(SchedulerBase):
         """How many of the next ``bound`` calm steps refuse the waiting head for memory.
 
         Under priority preemption every step tries to admit (``batch_is_full`` is reset). With
-        the batch not full, no radix cache and nothing chunked, ``PrefillAdder`` checks the
-        head alone: ``extend + remaining + 1 < available - reserved``, where the running
+        the batch not full and nothing chunked, ``PrefillAdder`` checks the head alone:
+        ``extend + remaining + 1 < available + evictable - reserved``, where the running
         requests reserve ``min(max_new - outputs, 4096) * new_token_ratio`` each. Step i sees
         ``i`` more outputs per request, ``i`` more tokens per request taken from the pool and
         the ratio decayed ``i`` times; the sums are made as :meth:`_schedule_prefill` makes
-        them, so the verdict is the same to the last bit. The queue is sorted first, as that
-        step would sort it.
+        them, so the verdict is the same to the last bit. With the radix cache the head's
+        cached prefix and the evictable tokens once its path is locked are read without
+        touching the tree (:meth:`RadixTree.peek`; they stay the same while only decodes run),
+        and the steps' own touches are made by :meth:`apply_calm_decodes`. The queue is sorted
+        first, as that step would sort it.
         """
         waiting = self.waiting
         if self._priority:
             waiting.sort_by_priority(self._sign)
         head = waiting[0]
-        if head.ignore_eos:
+        radix = self.radix
+        prefix = evictable = 0
+        if radix is not None:
+            prefix, node, inside = radix.peek(self._token_ids(head), head.num_tokens - 1)
+            if inside:
+                return 0  # (the match would split a node: a step of its own)
+            evictable = radix.evictable_if_locked(node)
+        elif head.ignore_eos:
             return 0  # (add_one_req_ignore_eos: a drain check, not this one)
+        self._refused_prefix = prefix
         max_new = self.max_new
         remaining = min(
             max(max_new[head.request_id] - head.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS
         )
-        need = head.num_tokens + remaining + 1
+        need = head.num_tokens - prefix + remaining + 1
         running = self.running
         n = len(running)
         lefts = [(max_new[r.request_id] - r.num_output_tokens, r.ignore_eos) for r in running]
@@ -1056,12 +1095,31 @@ class SglangScheduler(SchedulerBase):
             for left, ignore_eos in lefts:
                 left -= i
                 total_offset += min(left, CLIP_MAX_NEW_TOKENS) * (1.0 if ignore_eos else ratio)
-            if need < free - n * i - total_offset:
+            pool = free - n * i + evictable
+            if need < pool - total_offset:
                 return i  # (step i admits: it is not calm)
             ratio -= decay
             if ratio <= floor:
                 ratio = floor
         return bound
+
+    def _touch_as_refused(self, num_steps: int) -> None:
+        """The radix tree's side of ``num_steps`` refused admission attempts, step by step.
+
+        Each attempt refreshes the waiting prefixes every 32nd call and matches the head
+        (touching its path); its lock is released at the refusal (no net change).
+        """
+        radix = self.radix
+        assert radix is not None
+        waiting = self.waiting
+        head = waiting[0]
+        tokens = self._token_ids(head)
+        for _ in range(num_steps):
+            if self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+                for request in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                    radix.match(self._token_ids(request), request.num_tokens)
+            self._refresh_calls += 1
+            radix.match(tokens, head.num_tokens - 1)
 
     def apply_calm_decodes(
         self,
@@ -1097,8 +1155,10 @@ class SglangScheduler(SchedulerBase):
             # Each step refused the waiting head for memory (_refused_admissions): as the
             # last attempt left it.
             head = self.waiting[0]
+            if self.radix is not None:
+                self._touch_as_refused(num_steps)
             self._fill[head.request_id] = head.num_tokens
-            self._prefix[head.request_id] = 0
+            self._prefix[head.request_id] = self._refused_prefix
             self.batch_is_full = True
             self.last_admission_stop = "no_token"
             self._ends = None
