@@ -37,8 +37,9 @@ checks that the engine's decisions are identical step by step (batch kind, sched
 tokens, radix hits, victims, preemptions, ``new_token_ratio``, waiting queue;
 ``tracekit.sglang.compare``, which runs the engine a step at a time), that the timed runs, which
 take runs of calm decode steps in one go (``EngineRun``'s calm leaps), give the same step,
-request and decision records as the step-by-step run, and prints each side's time and their ratio, by CPU time and by
-wall time, with the machine's load average and the radix-hit tokens of the run. SGLang's time
+request and decision records as the step-by-step run, and prints each side's time and their
+ratio, by CPU time and by wall time, with the machine's load average and the radix-hit tokens
+of the run. SGLang's time
 counts only the driver's loop over the real objects (``get_next_batch_to_run`` and the result
 processing: the ``loop_s`` and ``loop_cpu_s`` the driver reports, the latter the CPU time of its
 thread), not its import, set-up or arrivals, nor the recorder's own work inside the loop (the
