@@ -660,7 +660,7 @@ class SglangScheduler(SchedulerBase):
     def _offset(self, request: SchedulerRequest, ratio: float) -> float:
         """``PrefillAdder._get_running_request_total_token_offset`` (ratio 1 for ignore_eos)."""
         left = self.max_new[request.request_id] - request.num_output_tokens
-        return min(left, CLIP_MAX_NEW_TOKENS) * (1.0 if request.ignore_eos else ratio)
+        return _reserved_output(left, request.ignore_eos, ratio)
 
     def _schedule_prefill(self, out: ScheduledStep, now: float) -> bool:
         """``_get_new_batch_prefill_raw`` with a fresh ``PrefillAdder``."""
@@ -1093,8 +1093,7 @@ class SglangScheduler(SchedulerBase):
         for i in range(bound):
             total_offset = 0.0
             for left, ignore_eos in lefts:
-                left -= i
-                total_offset += min(left, CLIP_MAX_NEW_TOKENS) * (1.0 if ignore_eos else ratio)
+                total_offset += _reserved_output(left - i, ignore_eos, ratio)
             pool = free - n * i + evictable
             if need < pool - total_offset:
                 return i  # (step i admits: it is not calm)
@@ -1482,6 +1481,15 @@ class SglangScheduler(SchedulerBase):
         for r in self.waiting:
             assert r.num_blocks == 0 and r.num_computed_tokens == 0, r
         assert len(holders) + len(self.waiting) == len(self.requests)
+
+
+def _reserved_output(left: int, ignore_eos: bool, ratio: float) -> float:
+    """What a running request with ``left`` outputs to go reserves at an admission attempt.
+
+    ``min(left, 4096) * new_token_ratio``, or all of it for ``ignore_eos``
+    (``PrefillAdder._get_running_request_total_token_offset``).
+    """
+    return min(left, CLIP_MAX_NEW_TOKENS) * (1.0 if ignore_eos else ratio)
 
 
 def _drains(states: list[tuple[float, int]], free_now: float) -> bool:
