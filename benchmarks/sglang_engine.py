@@ -222,13 +222,14 @@ def _run_sglang(
 
 
 def _same_records(a: EngineResult, b: EngineResult) -> bool:
-    """Whether two engine runs produced the same step, request and decision records."""
-    return (a.steps, a.requests, a.decisions, a.num_steps, a.end_s) == (
-        b.steps,
-        b.requests,
-        b.decisions,
-        b.num_steps,
-        b.end_s,
+    """Whether two engine runs produced the same step, request and decision records.
+
+    Every field, those outside the records' equality too (radix hits, evictions, blocks).
+    """
+    return (a.num_steps, a.end_s) == (b.num_steps, b.end_s) and all(
+        [dataclasses.astuple(x) for x in getattr(a, kind)]
+        == [dataclasses.astuple(x) for x in getattr(b, kind)]
+        for kind in ("steps", "requests", "decisions")
     )
 
 

@@ -110,9 +110,10 @@ def _assert_same(a: EngineResult, b: EngineResult) -> None:
         b.num_preemptions,
         b.num_aborted,
     )
-    assert a.steps == b.steps
-    assert a.requests == b.requests
-    assert a.decisions == b.decisions
+    # Every field, those outside the records' equality too (cache hits, evictions, blocks).
+    for kind in ("steps", "requests", "decisions"):
+        mine, theirs = getattr(a, kind), getattr(b, kind)
+        assert [dataclasses.astuple(x) for x in mine] == [dataclasses.astuple(x) for x in theirs]
 
 
 def _fixture(name: str) -> tuple[list[EngineRequest], EngineConfig]:
@@ -305,3 +306,22 @@ def test_a_refused_head_admitted_part_way_through_a_run_of_calm_steps(
     # The leap before the admission stops exactly at it (neither later, nor earlier).
     stops = [step + refused for step, bound, refused in verdicts if 0 < refused < bound]
     assert stops == [admitted], verdicts
+
+
+def test_leaps_that_evict_the_radix_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool full of cached tokens: calm steps evict the tree, step by step, as decodes do."""
+    requests, config = _fixture("retract-many-radix-overlap")
+    reference = _run(requests, config, leaps=False)
+    evicting = 0
+    original = SglangScheduler.apply_calm_decodes
+
+    def counted(scheduler: SglangScheduler, *args: Any) -> list[int] | None:
+        nonlocal evicting
+        evicted = original(scheduler, *args)
+        evicting += bool(evicted and sum(evicted))
+        return evicted
+
+    monkeypatch.setattr(SglangScheduler, "apply_calm_decodes", counted)
+    _assert_same(_run(requests, config, leaps=True), reference)
+    assert evicting >= 10
+    assert sum(s.num_evicted_blocks for s in reference.steps) > 0

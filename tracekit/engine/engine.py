@@ -547,22 +547,25 @@ class EngineRun(ForkableRun):
         last.kv_tokens_read = read + n * num_steps
         last.cache_recorded = True
         ends = [start + duration for start, duration in zip(starts, durations, strict=True)]
+        before_last = ends[-2] if num_steps > 1 else None
+        evicted = scheduler.apply_calm_decodes(num_steps, last, ends[-1], before_last)
         if self.collect or self.observer is not None:
             total = self._kv_blocks_total
             num_waiting = len(scheduler.waiting)
             steps = self.result.steps
             for i in range(num_steps):
+                # (The KV in use once the step's tokens are taken; the radix tree evicted
+                # ``evicted[i]`` cached tokens to make room.)
+                free += (evicted[i] if evicted else 0) - n
                 record = StepRecord(
                     first + i, starts[i], durations[i], n, num_waiting,
-                    total - (free - n * (i + 1)), total, 0, n, 0,
-                    dict.fromkeys(ids, 1), {}, 0,
+                    total - free, total, 0, n, 0,
+                    dict.fromkeys(ids, 1), {}, evicted[i] if evicted else 0,
                 )  # fmt: skip
                 if self.collect:
                     steps.append(record)
                 if self.observer is not None:
                     self.observer.on_step(record)
-        before_last = ends[-2] if num_steps > 1 else None
-        scheduler.apply_calm_decodes(num_steps, last, ends[-1], before_last)
         self.result.num_steps += num_steps
         self.result.end_s = ends[-1]
         if type(clock) is StepsClock:

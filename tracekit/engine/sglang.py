@@ -1043,7 +1043,10 @@ class SglangScheduler(SchedulerBase):
                 return 0  # (a first token is still to come: its time is set by a result)
             if r.stop_output_tokens - r.num_output_tokens < left:
                 left = r.stop_output_tokens - r.num_output_tokens
-        bound = min(left - 1, self.block_pool.num_free_blocks // len(running))
+        # Each step takes a token per request from the pool, the radix tree evicting cached
+        # tokens when it runs short (check_decode_mem).
+        room = self.block_pool.num_free_blocks + (0 if self.radix is None else self.radix.evictable)
+        bound = min(left - 1, room // len(running))
         if limit is not None:
             bound = min(bound, limit)
         if attempts and bound > 0:
@@ -1102,23 +1105,23 @@ class SglangScheduler(SchedulerBase):
                 ratio = floor
         return bound
 
-    def _touch_as_refused(self, num_steps: int) -> None:
-        """The radix tree's side of ``num_steps`` refused admission attempts, step by step.
+    def _touch_as_refused(self) -> None:
+        """The radix tree's side of one refused admission attempt.
 
-        Each attempt refreshes the waiting prefixes every 32nd call and matches the head
-        (touching its path); its lock is released at the refusal (no net change).
+        The attempt refreshes the waiting prefixes every 32nd call and matches the head
+        (touching its path; the prefix it finds is the one the attempt records, which an
+        eviction since the leap began may have shortened); its lock is released at the refusal
+        (no net change).
         """
         radix = self.radix
         assert radix is not None
         waiting = self.waiting
+        if self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+            for request in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                radix.match(self._token_ids(request), request.num_tokens)
+        self._refresh_calls += 1
         head = waiting[0]
-        tokens = self._token_ids(head)
-        for _ in range(num_steps):
-            if self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
-                for request in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-                    radix.match(self._token_ids(request), request.num_tokens)
-            self._refresh_calls += 1
-            radix.match(tokens, head.num_tokens - 1)
+        self._refused_prefix = radix.match(self._token_ids(head), head.num_tokens - 1)[0]
 
     def apply_calm_decodes(
         self,
@@ -1126,7 +1129,7 @@ class SglangScheduler(SchedulerBase):
         last: ScheduledStep,
         last_end_s: float,
         before_last_end_s: float | None,
-    ) -> None:
+    ) -> list[int] | None:
         """Apply ``num_steps`` calm decodes (at most :meth:`calm_decodes`) as the steps would.
 
         Each running request computes and holds ``num_steps`` more tokens and gains as many
@@ -1134,12 +1137,33 @@ class SglangScheduler(SchedulerBase):
         is applied in its place); ``new_token_ratio`` decays once a step. ``last`` is the
         last step as scheduled (ending at ``last_end_s``; ``before_last_end_s`` is when the
         step before it ended; ``None`` for a leap of one step, whose step before it is the
-        one in flight).
+        one in flight). Returns the cached tokens each step evicted from the radix tree, or
+        ``None`` when none had to.
         """
         self.last_admission_stop = None
         running = self.running
         n = len(running)
-        self.block_pool.num_free_blocks -= n * num_steps
+        pool = self.block_pool
+        evicted: list[int] | None = None
+        # Under priority preemption each step first tried the waiting head and was refused.
+        refused = bool(self.waiting) and self._preemption
+        touches = refused and self.radix is not None
+        if not touches and pool.num_free_blocks >= n * num_steps:
+            pool.num_free_blocks -= n * num_steps
+        else:
+            # Step by step: the refused attempt's touches of the tree, then, when the pool is
+            # short, the decode's eviction of the least recently used cached tokens
+            # (_decode_fits), which those touches order.
+            evicted = []
+            for _ in range(num_steps):
+                if touches:
+                    self._touch_as_refused()
+                before = self._evicted
+                if pool.num_free_blocks < n:
+                    self._evict_to_free(n)
+                pool.num_free_blocks -= n
+                evicted.append(self._evicted - before)
+            self._evicted_reported = self._evicted
         decay, floor = self._ratio_decay, MIN_NEW_TOKEN_RATIO
         ratio = self.new_token_ratio
         for _ in range(num_steps):
@@ -1150,12 +1174,10 @@ class SglangScheduler(SchedulerBase):
         self.new_token_ratio = ratio
         if self._preemption:
             self.batch_is_full = False  # (reset by every step's admission attempt)
-        if self.waiting and self._preemption:
+        if refused:
             # Each step refused the waiting head for memory (_refused_admissions): as the
             # last attempt left it.
             head = self.waiting[0]
-            if self.radix is not None:
-                self._touch_as_refused(num_steps)
             self._fill[head.request_id] = head.num_tokens
             self._prefix[head.request_id] = self._refused_prefix
             self.batch_is_full = True
@@ -1182,6 +1204,7 @@ class SglangScheduler(SchedulerBase):
             self.last_cached = {}
         if self.step_cache_hits:
             self.step_cache_hits = {}
+        return evicted
 
     def _finishing_inflight(
         self, running: list[SchedulerRequest], in_flight: _Launched
