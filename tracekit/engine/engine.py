@@ -275,10 +275,11 @@ class EngineRun(ForkableRun):
         # itself (SGLang's overlap loop): its update_from_output returns the requests an older
         # step finished, produced at its ``outputs_end_s``.
         self._late_outputs = bool(getattr(self.scheduler, "late_outputs", False))
-        # SGLang mode on a steps or roofline clock takes runs of calm decodes in one go.
+        # SGLang mode on a steps or roofline clock takes runs of calm decodes in one go (the
+        # embedded scheduler itself: a subclass may watch every step).
         self.calm_leaps = (
             calm_leaps
-            and hasattr(self.scheduler, "calm_decodes")
+            and type(self.scheduler) is SglangScheduler
             and not self._async
             and type(self.clock) in (StepsClock, CostModelClock)
         )
