@@ -43,6 +43,7 @@ from tracekit.engine.outputs import DecisionRecord, RequestRecord, StepRecord
 from tracekit.engine.request import EngineRequest, RequestStatus, SchedulerRequest
 from tracekit.engine.scheduler import VllmScheduler, make_vllm_scheduler
 from tracekit.engine.sglang import SglangScheduler
+from tracekit.errors import ConfigError
 
 __all__ = ["EngineObserver", "EngineResult", "EngineRun", "run_engine"]
 
@@ -446,6 +447,12 @@ class EngineRun(ForkableRun):
             self._no_batch(out)
             return
         scheduled = out.num_scheduled_tokens
+        if not scheduled and not scheduler.running and self._in_flight is None:
+            # Nothing ran and nothing runs: unless an arrival or a cancel comes, every next
+            # step is this one again.
+            feed = self.feed
+            if feed.next_due() is None and not feed.deadlines:
+                raise self._never_scheduled()
         duration = clock.step_duration(out)
         end_s = now + duration
         observer = self.observer
@@ -619,13 +626,37 @@ class EngineRun(ForkableRun):
         if finished or self.check_consistency:
             self._report(finished, scheduler.outputs_end_s)  # type: ignore[attr-defined]
         if scheduler.has_unfinished_requests():
-            due = self.feed.next_due()
+            feed = self.feed
+            due = feed.next_due()
+            if feed.deadlines and (due is None or feed.deadlines[0][0] < due):
+                due = feed.deadlines[0][0]  # (a client cancel comes first)
             if due is None:
-                raise RuntimeError(
-                    "requests can never be scheduled (too large for the KV pool?): "
-                    + ", ".join(r.request_id for r in scheduler.waiting)
-                )
+                raise self._never_scheduled()
             self.clock.jump_to(due)
+
+    def _never_scheduled(self) -> ConfigError:
+        """The error of a run stuck for good: requests wait that the scheduler never admits.
+
+        Nothing runs, no arrival or cancel is ahead, and the scheduler (as the real one would:
+        it spins) admits none of the waiting requests even with the KV pool this free.
+        """
+        scheduler = self.scheduler
+        waiting = list(scheduler.waiting)
+        head = waiting[0] if waiting else None
+        pool = scheduler.block_pool
+        what = (
+            f"{head.request_id} ({head.num_prompt_tokens} prompt tokens, at most "
+            f"{head.max_tokens} output tokens{', ignore_eos' if head.ignore_eos else ''})"
+            if head is not None
+            else "a request"
+        )
+        more = f" and {len(waiting) - 1} more wait" if len(waiting) > 1 else " waits"
+        return ConfigError(
+            f"requests can never be scheduled: {what}{more} with nothing running and "
+            f"{pool.num_free_blocks} of {pool.num_usable_blocks} KV blocks free, and the "
+            f"{self.config.mode} scheduler admits none of them; give the engine more KV "
+            "(--num-blocks) or send shorter requests (--max-tokens, --limit)"
+        )
 
     def run_to_end(self, max_steps: int | None = None) -> EngineResult:
         """Step until every request has finished (or ``max_steps`` more steps); the result."""
