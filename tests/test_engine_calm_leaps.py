@@ -10,6 +10,7 @@ it cannot pass by never leaping.
 from __future__ import annotations
 
 import dataclasses
+import random
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest
 from tracekit.engine.engine import EngineResult, EngineRun
 from tracekit.engine.sglang import RadixTree, SglangScheduler
+from tracekit.errors import ConfigError
 from tracekit.sglang.compare import engine_requests
 from tracekit.sglang.fixtures import FIXTURES, FIXTURES_DIR
 from tracekit.sglang.record import read_sglang_scenario
@@ -325,3 +327,59 @@ def test_leaps_that_evict_the_radix_tree(monkeypatch: pytest.MonkeyPatch) -> Non
     _assert_same(_run(requests, config, leaps=True), reference)
     assert evicting >= 10
     assert sum(s.num_evicted_blocks for s in reference.steps) > 0
+
+
+def _random_case(seed: int) -> tuple[list[EngineRequest], EngineConfig, ClientModel]:
+    """A seeded random SGLang-mode run: pool, batch, chunking, priorities, radix, loops, clocks.
+
+    Requests arrive in bursts and lulls, share content blocks with the radix cache on, some
+    with ``ignore_eos``, some ``max_tokens`` above their outputs, some under a TTFT timeout.
+    """
+    rng = random.Random(seed)
+    radix = rng.random() < 0.6
+    priority = rng.random() < 0.5
+    config = EngineConfig(
+        mode="sglang", clock=rng.choice(["steps", "cost-model"]),
+        step_s=rng.choice([0.01, 0.02, 0.05]), block_size=1, num_blocks=rng.randint(600, 6000),
+        max_num_seqs=rng.randint(2, 48), radix_cache=radix,
+        overlap_schedule=rng.random() < 0.6,
+        chunked_prefill_size=rng.choice([None, 256, 512, 2048]),
+        enable_priority_scheduling=priority,
+        schedule_low_priority_values_first=rng.random() < 0.5,
+        disable_priority_preemption=rng.random() < 0.3,
+        retraction_policy=rng.choice(["length", "priority"]) if priority else "length",
+        max_model_len=8192,
+    )  # fmt: skip
+    requests = []
+    arrival = 0.0
+    for i in range(rng.randint(5, 120)):
+        arrival += rng.expovariate(rng.choice([2.0, 10.0, 40.0]))
+        output = rng.randint(1, 400)
+        shared = radix and rng.random() < 0.5
+        content = tuple(rng.randint(0, 3) for _ in range(rng.randint(0, 3))) if shared else ()
+        requests.append(
+            EngineRequest(
+                f"r{i}", round(arrival, 3), rng.randint(10, 500), output,
+                max_tokens=output + rng.choice([0, 0, 50]), priority=rng.randint(0, 20),
+                content_ids=content, content_block_tokens=64, ignore_eos=rng.random() < 0.2,
+            )
+        )  # fmt: skip
+    return requests, config, ClientModel(ttft_timeout_s=rng.choice([None, None, 1.0, 3.0]))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_leaps_give_the_step_by_step_run_on_random_runs(seed: int) -> None:
+    """A differential check over seeded random configurations (both outcomes: a run or an error)."""
+    requests, config, client = _random_case(seed)
+    outcomes = []
+    for leaps in (False, True):
+        try:
+            outcomes.append(_run(requests, config, leaps=leaps, client=client))
+        except ConfigError as error:  # (a run stuck for good: the same error both ways)
+            outcomes.append(str(error))  # type: ignore[arg-type]
+    reference, leaping = outcomes
+    if isinstance(reference, str):
+        assert leaping == reference
+    else:
+        assert isinstance(leaping, EngineResult)
+        _assert_same(leaping, reference)
