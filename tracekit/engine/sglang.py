@@ -242,6 +242,27 @@ class RadixTree:
         With ``touch`` each node entered is stamped with the clock on the way down (an insert);
         a match stamps the whole path afterwards instead.
         """
+        matched, node, inside, length = self._walk(key, n, touch)
+        if inside is not None:
+            return matched + length, self._split(inside, length)
+        return matched, node
+
+    def peek(self, key: array[int], n: int) -> tuple[int, _Node, bool]:
+        """What :meth:`match` would find, without touching or splitting anything.
+
+        ``(matched, node, inside)``: the cached prefix length, the last node entered whole, and
+        whether the match ends inside a node (which :meth:`match` would split).
+        """
+        matched, node, inside, length = self._walk(key, n, False)
+        return matched + length, node, inside is not None
+
+    def _walk(self, key: array[int], n: int, touch: bool) -> tuple[int, _Node, _Node | None, int]:
+        """The walk :meth:`_descend` and :meth:`peek` share; it splits nothing.
+
+        ``(matched, node, inside, length)``: the tokens of the nodes entered whole, the last of
+        them, and the node the prefix ends inside with the ``length`` tokens it matches there
+        (``None`` and 0 when it ends at a node boundary). ``touch`` stamps each node entered.
+        """
         node = self.root
         matched = 0
         while matched < n:
@@ -251,31 +272,11 @@ class RadixTree:
             if touch:
                 child.access = self._tick()
             length = _common(child.key, key, matched, n)
-            matched += length
             if length < len(child.key):
-                node = self._split(child, length)
-                break
-            node = child
-        return matched, node
-
-    def peek(self, key: array[int], n: int) -> tuple[int, _Node, bool]:
-        """What :meth:`match` would find, without touching or splitting anything.
-
-        ``(matched, node, inside)``: the cached prefix length, the last node entered whole, and
-        whether the match ends inside a node (which :meth:`match` would split).
-        """
-        node = self.root
-        matched = 0
-        while matched < n:
-            child = node.children.get(key[matched])
-            if child is None:
-                break
-            length = _common(child.key, key, matched, n)
-            if length < len(child.key):
-                return matched + length, node, True
+                return matched, node, child, length
             matched += length
             node = child
-        return matched, node, False
+        return matched, node, None, 0
 
     def evictable_if_locked(self, node: _Node) -> int:
         """:attr:`evictable` as it would be with the path to ``node`` locked (nothing changes)."""
@@ -685,12 +686,7 @@ class SglangScheduler(SchedulerBase):
         if self._priority:
             waiting.sort_by_priority(self._sign)
         if radix is not None and waiting:
-            # SchedulePolicy._touch_waiting_prefixes: every 32nd call, refresh the LRU times of
-            # the first 128 waiting requests' cached paths, head last (touch_waiting_prefix).
-            if self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
-                for request in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-                    radix.match(self._token_ids(request), request.num_tokens)
-            self._refresh_calls += 1
+            self._touch_waiting_prefixes(radix)
         ratio = self.new_token_ratio
         max_new = self.max_new
         # PrefillBudget: offsets against available + evictable (read live: locks change it).
@@ -1105,6 +1101,17 @@ class SglangScheduler(SchedulerBase):
                 ratio = floor
         return bound
 
+    def _touch_waiting_prefixes(self, radix: RadixTree) -> None:
+        """``SchedulePolicy._touch_waiting_prefixes``, once per admission attempt.
+
+        Every 32nd call it refreshes the LRU times of the first 128 waiting requests' cached
+        paths, head last (``touch_waiting_prefix``).
+        """
+        if self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+            for request in reversed(self.waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
+                radix.match(self._token_ids(request), request.num_tokens)
+        self._refresh_calls += 1
+
     def _touch_as_refused(self) -> None:
         """The radix tree's side of one refused admission attempt.
 
@@ -1115,12 +1122,8 @@ class SglangScheduler(SchedulerBase):
         """
         radix = self.radix
         assert radix is not None
-        waiting = self.waiting
-        if self._refresh_calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
-            for request in reversed(waiting[:WAITING_QUEUE_PREFIX_MATCH_MAX]):
-                radix.match(self._token_ids(request), request.num_tokens)
-        self._refresh_calls += 1
-        head = waiting[0]
+        self._touch_waiting_prefixes(radix)
+        head = self.waiting[0]
         self._refused_prefix = radix.match(self._token_ids(head), head.num_tokens - 1)[0]
 
     def apply_calm_decodes(
