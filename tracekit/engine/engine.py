@@ -524,6 +524,9 @@ class EngineRun(ForkableRun):
         due = feed.next_due()
         deadline = feed.deadlines[0][0] if feed.deadlines else None
         first = clock.step
+        running = scheduler.running
+        n = len(running)
+        read = sum(r.num_computed_tokens for r in running)
         if type(clock) is StepsClock:
             # Step j starts at j * step_s: cut before the first step that sees the arrival or
             # reaches the deadline (prepare already handled the step about to run).
@@ -540,13 +543,12 @@ class EngineRun(ForkableRun):
             starts = [(first + i) * step_s for i in range(num_steps)]
             durations = [step_s] * num_steps
         else:
-            starts, durations = self._cost_model_leap(scheduler.calm_decodes(limit), due, deadline)
+            starts, durations = self._cost_model_leap(
+                scheduler.calm_decodes(limit), due, deadline, n, read
+            )
             num_steps = len(starts)
         if num_steps <= 0:
             return 0
-        running = scheduler.running
-        n = len(running)
-        read = sum(r.num_computed_tokens for r in running)
         free = scheduler.block_pool.num_free_blocks
         ids = [r.request_id for r in running]
         last = ScheduledStep(first + num_steps - 1, starts[-1])
@@ -576,28 +578,24 @@ class EngineRun(ForkableRun):
                     self.observer.on_step(record)
         self.result.num_steps += num_steps
         self.result.end_s = ends[-1]
-        if type(clock) is StepsClock:
-            clock.step += num_steps
-        else:
-            clock.now = ends[-1]
-            clock.step += num_steps
+        clock.step += num_steps
+        if type(clock) is not StepsClock:
+            clock.now = ends[-1]  # (a steps clock's time is its step index's)
         if self.check_consistency:
             scheduler.check_consistency()
         return num_steps
 
     def _cost_model_leap(
-        self, limit: int, due: float | None, deadline: float | None
+        self, limit: int, due: float | None, deadline: float | None, n: int, read: int
     ) -> tuple[list[float], list[float]]:
         """Starts and lengths of up to ``limit`` calm decodes on a cost-model clock.
 
-        Each lasts the cost model's time of ``n`` decoded tokens reading one more token of
-        context per request than the step before; the run stops before a step whose start an
-        arrival or a deadline has reached (the clock's own sums, in the same order).
+        Each lasts the cost model's time of the ``n`` running requests' decoded tokens, reading
+        one more token of context per request than the step before (``read`` before the
+        first); the run stops before a step whose start an arrival or a deadline has reached
+        (the clock's own sums, in the same order).
         """
         clock = self.clock
-        running = cast(SglangScheduler, self.scheduler).running
-        n = len(running)
-        read = sum(r.num_computed_tokens for r in running)
         duration_of = clock.duration
         now = clock.now
         starts: list[float] = []
