@@ -663,6 +663,11 @@ class SglangScheduler(SchedulerBase):
         left = self.max_new[request.request_id] - request.num_output_tokens
         return _reserved_output(left, request.ignore_eos, ratio)
 
+    def _output_to_reserve(self, request: SchedulerRequest) -> int:
+        """The outputs a waiting request must find room for to be admitted (``add_one_req``)."""
+        left = self.max_new[request.request_id] - request.num_output_tokens
+        return min(max(left, 0), CLIP_MAX_NEW_TOKENS)
+
     def _schedule_prefill(self, out: ScheduledStep, now: float) -> bool:
         """``_get_new_batch_prefill_raw`` with a fresh ``PrefillAdder``."""
         config = self.config
@@ -802,7 +807,7 @@ class SglangScheduler(SchedulerBase):
                 radix.lock(node)
             self._fill[rid] = request.num_tokens
             self._prefix[rid] = prefix
-            remaining = min(max(max_new[rid] - request.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS)
+            remaining = self._output_to_reserve(request)
             cand = request.num_tokens - prefix
             pool = free + self._evictable()
             result = _CONTINUE
@@ -1079,10 +1084,7 @@ class SglangScheduler(SchedulerBase):
             return 0  # (add_one_req_ignore_eos: a drain check, not this one)
         self._refused_prefix = prefix
         max_new = self.max_new
-        remaining = min(
-            max(max_new[head.request_id] - head.num_output_tokens, 0), CLIP_MAX_NEW_TOKENS
-        )
-        need = head.num_tokens - prefix + remaining + 1
+        need = head.num_tokens - prefix + self._output_to_reserve(head) + 1
         running = self.running
         n = len(running)
         lefts = [(max_new[r.request_id] - r.num_output_tokens, r.ignore_eos) for r in running]
