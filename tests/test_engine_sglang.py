@@ -196,6 +196,71 @@ def test_radix_hits_stop_one_token_short_of_the_input() -> None:
     assert all(r[2] == 0 for s in off if s.mode == "prefill" for r in s.reqs)
 
 
+def test_radix_match_length_is_the_longest_common_prefix() -> None:
+    """The tree's match, split inside a node at any position, against a token-by-token count."""
+    from array import array
+
+    from tracekit.engine.sglang import RadixTree
+
+    rng = random.Random(3)
+    for _ in range(200):
+        tree = RadixTree()
+        stored = [array("q", [rng.randint(0, 2) for _ in range(rng.randint(1, 60))])]
+        tree.insert(stored[0], len(stored[0]))
+        probe = array("q", stored[0])
+        cut = rng.randint(0, len(probe))
+        probe[cut:] = array("q", [7] * rng.randint(0, 30))  # 7 is never stored: a mismatch
+        n = rng.randint(0, len(probe))
+        expected = 0
+        while expected < min(n, len(stored[0])) and probe[expected] == stored[0][expected]:
+            expected += 1
+        assert tree.peek(probe, n)[0] == expected
+        assert tree.match(probe, n)[0] == expected
+        assert tree.match(probe, n)[0] == expected  # (the split node now ends there)
+
+
+def _tree_state(tree) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """Every node of a radix tree, depth first: tokens, times, lock, children's first tokens."""
+    state, stack = [], [tree.root]
+    while stack:
+        node = stack.pop()
+        state.append((tuple(node.key), node.access, node.created, node.lock, sorted(node.children)))
+        stack.extend(node.children[k] for k in sorted(node.children))
+    return [*state, (tree.clock, tree.evictable, tree.protected, len(tree.leaves))]
+
+
+def test_radix_insert_from_a_node_on_the_path_is_the_insert_from_the_root() -> None:
+    """A checkpoint walks from the request's locked node: the same tree as a walk from the root.
+
+    The nodes above it must be stamped as entering them would (an eviction later reads those
+    times), and the rest compared, split and added as usual.
+    """
+    from array import array
+
+    from tracekit.engine.sglang import RadixTree
+
+    rng = random.Random(5)
+    for _ in range(300):
+        trees = (RadixTree(), RadixTree())
+        keys = [
+            array("q", [rng.randint(0, 1) for _ in range(rng.randint(2, 40))]) for _ in range(4)
+        ]
+        lengths = [rng.randint(1, len(key)) for key in keys]
+        for tree in trees:
+            for key, length in zip(keys, lengths, strict=True):
+                tree.insert(key, length)
+        key = array("q", rng.choice(keys))
+        key.extend(array("q", [rng.randint(0, 1) for _ in range(rng.randint(0, 20))]))
+        held = rng.randint(0, len(key))
+        node = trees[0].match(key, held)[1]
+        trees[1].match(key, held)
+        assert _tree_state(trees[0]) == _tree_state(trees[1])
+        n = rng.randint(0, len(key))  # (below the held node too: then it walks from the root)
+        from_node, from_root = trees[0].insert(key, n, node), trees[1].insert(key, n)
+        assert from_node[0] == from_root[0]
+        assert _tree_state(trees[0]) == _tree_state(trees[1])
+
+
 def _steps(config, *specs) -> list[dict]:
     return [s.num_scheduled_tokens for s in run_checked(config, make_requests(*specs)).steps]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -170,8 +171,23 @@ def _break_ignore_eos_offset(monkeypatch: pytest.MonkeyPatch, fired: list[int]) 
         left = self.max_new[request.request_id] - request.num_output_tokens
         return min(left, engine_sglang.CLIP_MAX_NEW_TOKENS) * ratio
 
+    def broken_total(running, max_new, ratio, ahead=0):  # type: ignore[no-untyped-def]
+        return sum(
+            [broken(SimpleNamespace(max_new=max_new), _ahead(r, ahead), ratio) for r in running]
+        )
+
     monkeypatch.setattr(SglangScheduler, "_offset", broken)
+    monkeypatch.setattr(engine_sglang, "_total_reserved", broken_total)
     del original
+
+
+def _ahead(request, ahead: int):  # type: ignore[no-untyped-def]
+    """A running request's view as it will be ``ahead`` decodes from now."""
+    return SimpleNamespace(
+        request_id=request.request_id,
+        ignore_eos=request.ignore_eos,
+        num_output_tokens=request.num_output_tokens + ahead,
+    )
 
 
 def _break_ignore_eos_drain(monkeypatch: pytest.MonkeyPatch, fired: list[int]) -> None:

@@ -519,15 +519,15 @@ class EngineRun(ForkableRun):
         applied in one go with the same clock arithmetic, totals and records as step by step.
         """
         scheduler = cast(SglangScheduler, self.scheduler)  # (calm_leaps: SGLang mode only)
+        if not scheduler.may_leap():
+            return 0  # (asked before every step that is not leapt: the cheap refusals first)
         clock = self.clock
         feed = self.feed
         due = feed.next_due()
         deadline = feed.deadlines[0][0] if feed.deadlines else None
         first = clock.step
-        running = scheduler.running
-        n = len(running)
-        read = sum(r.num_computed_tokens for r in running)
-        if type(clock) is StepsClock:
+        steps_clock = type(clock) is StepsClock
+        if steps_clock:
             # Step j starts at j * step_s: cut before the first step that sees the arrival or
             # reaches the deadline (prepare already handled the step about to run).
             step_s = clock.step_s
@@ -539,27 +539,38 @@ class EngineRun(ForkableRun):
                 while reached * step_s < deadline:
                     reached += 1
                 limit = reached - first if limit is None else min(limit, reached - first)
-            num_steps = scheduler.calm_decodes(limit)
-            starts = [(first + i) * step_s for i in range(num_steps)]
-            durations = [step_s] * num_steps
-        else:
-            starts, durations = self._cost_model_leap(
-                scheduler.calm_decodes(limit), due, deadline, n, read
-            )
-            num_steps = len(starts)
+        num_steps = scheduler.calm_decodes(limit)
         if num_steps <= 0:
             return 0
+        running = scheduler.running
+        n = len(running)
+        read = 0
+        for request in running:
+            read += request.num_computed_tokens
+        records = self.collect or self.observer is not None
+        if steps_clock:
+            starts = [(first + i) * step_s for i in range(num_steps)] if records else []
+            durations = [step_s] * num_steps if records else []
+            last_start = (first + num_steps - 1) * step_s
+            last_end = last_start + step_s
+            before_last = (first + num_steps - 2) * step_s + step_s if num_steps > 1 else None
+        else:
+            starts, durations = self._cost_model_leap(num_steps, due, deadline, n, read)
+            num_steps = len(starts)
+            if num_steps <= 0:
+                return 0
+            last_start = starts[-1]
+            last_end = last_start + durations[-1]
+            before_last = starts[-2] + durations[-2] if num_steps > 1 else None
         free = scheduler.block_pool.num_free_blocks
         ids = [r.request_id for r in running]
-        last = ScheduledStep(first + num_steps - 1, starts[-1])
+        last = ScheduledStep(first + num_steps - 1, last_start)
         last.num_scheduled_tokens = dict.fromkeys(ids, 1)
         last.num_decode_tokens = n
         last.kv_tokens_read = read + n * num_steps
         last.cache_recorded = True
-        ends = [start + duration for start, duration in zip(starts, durations, strict=True)]
-        before_last = ends[-2] if num_steps > 1 else None
-        evicted = scheduler.apply_calm_decodes(num_steps, last, ends[-1], before_last)
-        if self.collect or self.observer is not None:
+        evicted = scheduler.apply_calm_decodes(num_steps, last, last_end, before_last)
+        if records:
             total = self._kv_blocks_total
             num_waiting = len(scheduler.waiting)
             steps = self.result.steps
@@ -577,10 +588,10 @@ class EngineRun(ForkableRun):
                 if self.observer is not None:
                     self.observer.on_step(record)
         self.result.num_steps += num_steps
-        self.result.end_s = ends[-1]
+        self.result.end_s = last_end
         clock.step += num_steps
-        if type(clock) is not StepsClock:
-            clock.now = ends[-1]  # (a steps clock's time is its step index's)
+        if not steps_clock:
+            clock.now = last_end  # (a steps clock's time is its step index's)
         if self.check_consistency:
             scheduler.check_consistency()
         return num_steps
