@@ -12,6 +12,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest, EngineResult, run_engine
 from tracekit.engine.hosts import VictimHost
@@ -189,3 +190,16 @@ def prefix_scenarios(release: str) -> list[Scenario]:
         )
         out.append(Scenario(len(out), config, tuple(random_content(seed, 100))))
     return out
+
+
+def record_values(records: list[Any]) -> list[tuple]:
+    """Every field of each record, in order (``dataclasses.astuple`` without its deep copies).
+
+    The records' own ``==`` leaves some fields out (cache hits, evictions, blocks); this does
+    not. The dicts inside are compared as they are, not copied: ``astuple`` copied every step's
+    scheduled tokens, most of the time of the tests that compare whole runs.
+    """
+    if not records:
+        return []
+    names = [f.name for f in dataclasses.fields(records[0])]
+    return [tuple(getattr(record, name) for name in names) for record in records]

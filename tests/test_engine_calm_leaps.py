@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_helpers import record_values
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest
 from tracekit.engine.engine import EngineResult, EngineRun
@@ -106,14 +107,6 @@ def _run(
     ).run_to_end()
 
 
-def _values(records: list[Any]) -> list[tuple]:
-    """Every field of each record (``astuple`` without its deep copies)."""
-    if not records:
-        return []
-    names = [f.name for f in dataclasses.fields(records[0])]
-    return [tuple(getattr(record, name) for name in names) for record in records]
-
-
 def _assert_same(a: EngineResult, b: EngineResult) -> None:
     assert (a.num_steps, a.end_s, a.num_preemptions, a.num_aborted) == (
         b.num_steps,
@@ -123,7 +116,7 @@ def _assert_same(a: EngineResult, b: EngineResult) -> None:
     )
     # Every field, those outside the records' equality too (cache hits, evictions, blocks).
     for kind in ("steps", "requests", "decisions"):
-        assert _values(getattr(a, kind)) == _values(getattr(b, kind))
+        assert record_values(getattr(a, kind)) == record_values(getattr(b, kind))
 
 
 def _fixture(name: str) -> tuple[list[EngineRequest], EngineConfig]:

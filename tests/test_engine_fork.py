@@ -13,7 +13,7 @@ import dataclasses
 import random
 
 import pytest
-from engine_helpers import make_engine, random_content
+from engine_helpers import make_engine, random_content, record_values
 
 from tracekit.engine import BuiltinHost, EngineRequest, run_engine
 from tracekit.engine.engine import EngineRun
@@ -69,9 +69,9 @@ CASES = {
 def _records(result):
     """Every record as plain tuples (the trace's content: steps, decisions, requests)."""
     return (
-        [dataclasses.astuple(s) for s in result.steps],
-        [dataclasses.astuple(d) for d in result.decisions],
-        [dataclasses.astuple(r) for r in result.requests],
+        record_values(result.steps),
+        record_values(result.decisions),
+        record_values(result.requests),
     )
 
 
@@ -208,8 +208,8 @@ def test_fork_copies_a_stateful_policy_host(strategy: str) -> None:
     original = run.run_to_end()
     assert len(original.decisions) > decided, "the tail must make decisions"
     assert _records(fork)[1:] == (
-        [dataclasses.astuple(d) for d in original.decisions[decided:]],
-        [dataclasses.astuple(r) for r in original.requests[finished:]],
+        record_values(original.decisions[decided:]),
+        record_values(original.requests[finished:]),
     )
 
 
