@@ -192,6 +192,138 @@ class _AsyncMixin(VllmScheduler):
                 self._drop_finished_waiting(finished)
         return finished
 
+    # ----------------------------------------------------------------------------- calm leaps
+    def calm_decodes(self, in_flight_step: int, limit: int | None = None) -> int:
+        """How many next steps (at most ``limit``) are calm decodes of the running batch.
+
+        A calm decode is a step in which every running request takes the running scan's fast
+        path for one decode token while its last token is in flight, and nothing else happens:
+        the step in flight (``in_flight_step``, the only one) sampled exactly the running batch,
+        each request has one placeholder and ``num_computed_tokens == prompt + outputs`` (the
+        steady state), its first token is back, nothing is stale, no admission is tried (nothing
+        waits, or the batch is at ``max_num_seqs``), and the budget holds the batch. The run
+        ends before a step whose output would finish a request (``stop_output_tokens``), whose
+        scan would skip one for reaching ``max_tokens`` or stop at ``max_model_len``, or whose
+        blocks the free pool cannot give in full. Such steps differ only in counters, block
+        takes and the prefix cache's keying of full blocks, which :meth:`apply_calm_decodes`
+        makes in the same order. 0 when the next step is not calm.
+        """
+        running = self.running
+        steps = self._in_flight_steps
+        config = self.config
+        n = len(running)
+        if (
+            not n
+            or self._stale
+            or not self._eager
+            or len(steps) != 1
+            or in_flight_step not in steps
+            or config.max_num_batched_tokens < n
+            or steps[in_flight_step][1] != running  # (identity: one comparison in C)
+        ):
+            return 0
+        pool = self.block_pool
+        free = pool.num_free_blocks
+        # The head of the waiting queue is tried after every scan (budget left, a seat free);
+        # a calm step refuses it. The pool only gives blocks away in calm steps, so a head
+        # refused with the blocks free now stays refused. Its cache hit, if it has one, must
+        # stay too: no cached block may be evicted then (the blocks the batch keys hold its
+        # own new tokens, which no other request's lookup can hit).
+        waiting = self.waiting
+        budget = config.max_num_batched_tokens - n
+        attempts = bool(waiting) and n < config.max_num_seqs and budget > 0
+        if attempts:
+            head = waiting.peek_request()
+            long_prefill = config.long_prefill_token_threshold if n + len(waiting) > 1 else 0
+            refusal = self.refused_blocks(head, budget, long_prefill)
+            watermark = self._watermark_blocks
+            if refusal is None or (
+                refusal[0] + watermark <= free and refusal[1] + watermark <= free
+            ):
+                return 0
+        bound = (1 << 62) if limit is None else limit
+        block_size = config.block_size
+        rooms = []
+        for r in running:
+            outputs = r.num_output_tokens
+            computed = r.num_computed_tokens
+            if (
+                r.num_output_placeholders != 1
+                or outputs < 1
+                or computed != r.num_prompt_tokens + outputs
+            ):
+                return 0
+            # The output step i applies (outputs + i + 1) must not reach the stop count. That
+            # also keeps step i's scan off its other exits: the stop count is at most
+            # max_tokens and max_model_len - prompt (fake_model.stop_rule), so the scan neither
+            # skips the request for reaching max_tokens (computed + i + 1 < prompt +
+            # max_tokens) nor stops at max_model_len's last position.
+            if r.stop_output_tokens - outputs - 1 < bound:
+                bound = r.stop_output_tokens - outputs - 1
+            rooms.append(r.num_blocks * block_size - computed)
+        if bound <= 0:
+            return 0
+        # A request takes a block at each step whose scan finds its blocks full: steps room,
+        # room + block_size, ... The run stops before the step the free pool cannot serve (or,
+        # with a head to refuse, that would evict a cached block: the unhashed ones go first).
+        if attempts and refusal[2]:  # type: ignore[index]
+            free = min(free, pool.num_unhashed_free)
+        if _blocks_taken(rooms, bound - 1, block_size) > free:
+            # The first step by which the batch has taken more than that.
+            low, high = 0, bound - 1
+            while low < high:
+                mid = (low + high) // 2
+                if _blocks_taken(rooms, mid, block_size) > free:
+                    high = mid
+                else:
+                    low = mid + 1
+            bound = low
+        return bound
+
+    def apply_calm_decodes(self, num_steps: int, last: ScheduledStep) -> list[tuple[int, int]]:
+        """Apply ``num_steps`` calm decodes (at most :meth:`calm_decodes`) as the steps would.
+
+        Step by step, the scan in batch order: a request whose blocks are full takes one, and
+        the full blocks of what it knows are keyed (``cache_full_blocks``). In a calm step
+        what it knows (prompt and outputs) is what it has computed, and the output then
+        applied confirms the same count, so the output's own keying finds nothing new. Each
+        request gains ``num_steps`` computed tokens and outputs; its placeholder stays one.
+        ``last`` is the last step as scheduled: it stays in flight. Returns each step's free
+        blocks after its scan and the cached blocks its takes evicted.
+        """
+        running = self.running
+        pool = self.block_pool
+        block_size = self.config.block_size
+        take_blocks = self._take_blocks
+        cache_scan = self._after_running_allocation
+        self._begin_step()
+        seen = self._evicted_seen
+        figures: list[tuple[int, int]] = []
+        for _ in range(num_steps):
+            for r in running:
+                computed = r.num_computed_tokens
+                if r.num_blocks * block_size == computed:
+                    take_blocks(r, 1)
+                if cache_scan is not None and computed // block_size > r.num_cached_blocks:
+                    cache_scan(r, computed)
+                r.num_computed_tokens = computed + 1
+            evicted = getattr(pool, "num_evicted", 0)
+            figures.append((pool.num_free_blocks, evicted - seen))
+            seen = evicted
+        for r in running:
+            r.num_output_tokens += num_steps
+        self._evicted_seen = seen
+        scheduled = last.num_scheduled_tokens
+        self._in_flight_steps = {last.step: (scheduled, running[:])}
+        self._scheduled = scheduled
+        self._num_preempted = 0
+        self._finished_since_schedule = False
+        if self.keep_in_flight_outputs:
+            last.in_flight_outputs = dict.fromkeys(scheduled, 1)
+        last.num_evicted_blocks = figures[-1][1]
+        last.cache_recorded = True
+        return figures
+
     def _drop_finished_waiting(self, finished: list[SchedulerRequest]) -> None:
         """Take requests that a stale token finished out of the waiting queue."""
         gone = {r.request_id for r in finished}
@@ -218,6 +350,19 @@ class _AsyncMixin(VllmScheduler):
             assert (stale > 0) == (request in self._stale), request
             if request.status != RequestStatus.RUNNING:
                 assert held == 0, request
+
+
+def _blocks_taken(rooms: list[int], step: int, block_size: int) -> int:
+    """Blocks a calm run's scans take by step ``step`` (from 0), the requests' rooms given.
+
+    A request with ``room`` free slots in its blocks takes one at steps ``room``,
+    ``room + block_size``, ...
+    """
+    total = 0
+    for room in rooms:
+        if room <= step:
+            total += (step - room) // block_size + 1
+    return total
 
 
 EAGER_UPDATES.add(_AsyncMixin._update_after_schedule)

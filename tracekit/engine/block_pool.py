@@ -40,6 +40,11 @@ class BlockPool:
         """Blocks currently held by requests."""
         return self.num_usable_blocks - self.num_free_blocks
 
+    @property
+    def num_unhashed_free(self) -> int:
+        """Free blocks that hold no cached key (all of them: this pool caches nothing)."""
+        return self.num_free_blocks
+
     def allocate(self, num: int) -> None:
         """Take ``num`` free blocks; the caller has checked that they are free."""
         if num > self.num_free_blocks:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
+from tracekit.engine.async_scheduler import AsyncVllmPrefixCachingScheduler, AsyncVllmScheduler
 from tracekit.engine.base import ScheduledStep
 from tracekit.engine.client_feed import ArrivalFeed, ClientLimits
 from tracekit.engine.clock import CostModelClock, StepsClock, make_clock
@@ -46,6 +47,9 @@ from tracekit.engine.sglang import SglangScheduler
 from tracekit.errors import ConfigError
 
 __all__ = ["EngineObserver", "EngineResult", "EngineRun", "run_engine"]
+
+#: vLLM's async schedulers, whose runs of calm decodes the engine takes in one go.
+_ASYNC_VLLM = (AsyncVllmScheduler, AsyncVllmPrefixCachingScheduler)
 
 
 class EngineObserver(Protocol):
@@ -156,9 +160,9 @@ def run_engine(
         loop, a TTFT timeout (:mod:`tracekit.engine.client_feed`). ``None``: every request is
         sent at its ``arrival_s``; recorded ``cancel_after_s`` still apply.
     calm_leaps
-        SGLang mode: take runs of calm decode steps in one go, with the same records and
-        results (:meth:`EngineRun.run_to_end`). Turn it off for an observer that reads the
-        scheduler's own state after every step.
+        SGLang mode, and vLLM's async scheduling: take runs of calm decode steps in one go,
+        with the same records and results (:meth:`EngineRun.run_to_end`). Turn it off for an
+        observer that reads the scheduler's own state after every step.
 
     Returns
     -------
@@ -276,13 +280,16 @@ class EngineRun(ForkableRun):
         # itself (SGLang's overlap loop): its update_from_output returns the requests an older
         # step finished, produced at its ``outputs_end_s``.
         self._late_outputs = bool(getattr(self.scheduler, "late_outputs", False))
-        # SGLang mode on a steps or roofline clock takes runs of calm decodes in one go (the
-        # embedded scheduler itself: a subclass may watch every step).
+        # SGLang mode, and vLLM's async scheduler, on a steps or roofline clock take runs of
+        # calm decodes in one go (the embedded schedulers themselves: a subclass may watch
+        # every step).
         self.calm_leaps = (
             calm_leaps
-            and type(self.scheduler) is SglangScheduler
-            and not self._async
             and type(self.clock) in (StepsClock, CostModelClock)
+            and (
+                (type(self.scheduler) is SglangScheduler and not self._async)
+                or (type(self.scheduler) in _ASYNC_VLLM and self._async)
+            )
         )
         self.done = False
 
@@ -511,15 +518,22 @@ class EngineRun(ForkableRun):
         clock.advance(duration)
 
     def _calm_leap(self, limit: int | None) -> int:
-        """Run the next calm decode steps at once (SGLang mode); how many (0: none were calm).
+        """Run the next calm decode steps at once; how many (0: none were calm).
 
-        The scheduler bounds the run of steps that only decode and finish nothing
-        (``SglangScheduler.calm_decodes``); here it is cut before the first step that an
-        arrival or a client cancel would reach (as :meth:`prepare` would see them), and then
-        applied in one go with the same clock arithmetic, totals and records as step by step.
+        SGLang mode, or vLLM's async scheduler. The scheduler bounds the run of steps that
+        only decode and finish nothing (``SglangScheduler.calm_decodes``,
+        ``_AsyncMixin.calm_decodes``); here it is cut before the first step that an arrival or
+        a client cancel would reach (as :meth:`prepare` would see them), and then applied in
+        one go with the same clock arithmetic, totals and records as step by step. Under async
+        scheduling the run's last step stays in flight, as it would.
         """
-        scheduler = cast(SglangScheduler, self.scheduler)  # (calm_leaps: SGLang mode only)
-        if not scheduler.may_leap():
+        scheduler = cast(SglangScheduler, self.scheduler)
+        vllm = self._async  # (calm leaps: SGLang mode, or vLLM's async scheduler)
+        if vllm:
+            in_flight = self._in_flight
+            if in_flight is None:
+                return 0
+        elif not scheduler.may_leap():
             return 0  # (asked before every step that is not leapt: the cheap refusals first)
         clock = self.clock
         feed = self.feed
@@ -539,7 +553,10 @@ class EngineRun(ForkableRun):
                 while reached * step_s < deadline:
                     reached += 1
                 limit = reached - first if limit is None else min(limit, reached - first)
-        num_steps = scheduler.calm_decodes(limit)
+        if vllm:
+            num_steps = cast(Any, scheduler).calm_decodes(in_flight.step, limit)
+        else:
+            num_steps = scheduler.calm_decodes(limit)
         if num_steps <= 0:
             return 0
         running = scheduler.running
@@ -569,19 +586,29 @@ class EngineRun(ForkableRun):
         last.num_decode_tokens = n
         last.kv_tokens_read = read + n * num_steps
         last.cache_recorded = True
-        evicted = scheduler.apply_calm_decodes(num_steps, last, last_end, before_last)
+        if vllm:
+            # vLLM: each step's free blocks after its scan and the cached blocks it evicted;
+            # the last step stays in flight.
+            figures = cast(Any, scheduler).apply_calm_decodes(num_steps, last)
+            self._in_flight, self._in_flight_end = last, last_end
+        else:
+            evicted = scheduler.apply_calm_decodes(num_steps, last, last_end, before_last)
+            # (The KV in use once each step's tokens are taken; the radix tree evicted
+            # ``evicted[i]`` cached tokens to make room.)
+            figures = []
+            for i in range(num_steps if records else 0):
+                free += (evicted[i] if evicted else 0) - n
+                figures.append((free, evicted[i] if evicted else 0))
         if records:
             total = self._kv_blocks_total
             num_waiting = len(scheduler.waiting)
             steps = self.result.steps
             for i in range(num_steps):
-                # (The KV in use once the step's tokens are taken; the radix tree evicted
-                # ``evicted[i]`` cached tokens to make room.)
-                free += (evicted[i] if evicted else 0) - n
+                free, evicted_blocks = figures[i]
                 record = StepRecord(
                     first + i, starts[i], durations[i], n, num_waiting,
                     total - free, total, 0, n, 0,
-                    dict.fromkeys(ids, 1), {}, evicted[i] if evicted else 0,
+                    dict.fromkeys(ids, 1), {}, evicted_blocks,
                 )  # fmt: skip
                 if self.collect:
                     steps.append(record)

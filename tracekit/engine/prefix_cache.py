@@ -240,6 +240,11 @@ class PrefixCachingBlockPool:
                 self.num_free_blocks -= 1
             block.ref_cnt += 1
 
+    @property
+    def num_unhashed_free(self) -> int:
+        """Free blocks that hold no cached key: taking them evicts nothing."""
+        return len(self._free_unhashed)
+
     def get_new_blocks(self, num: int, into: list[Block]) -> None:
         """Pop ``num`` blocks from the head of the free queue onto ``into``.
 

@@ -356,6 +356,25 @@ class VllmScheduler(SchedulerBase):
         waiting or preempted request has no computed tokens and holds no blocks; a preempted
         one recomputes its prompt and all its output so far.
         """
+        need_full, num_blocks, num_new_tokens = self._admission_blocks(
+            request, token_budget, long_prefill
+        )
+        pool = self.block_pool
+        free = pool.num_free_blocks
+        if need_full + watermark > free or num_blocks + watermark > free:
+            return 0
+        pool.num_free_blocks = free - num_blocks
+        request.num_blocks = num_blocks
+        return num_new_tokens
+
+    def _admission_blocks(
+        self, request: SchedulerRequest, token_budget: int, long_prefill: int
+    ) -> tuple[int, int, int]:
+        """What admitting ``request`` needs; it changes nothing.
+
+        ``(blocks of the whole sequence, or 0 unless it must fit, blocks of this step, new
+        tokens)``.
+        """
         config = self.config
         block_size = config.block_size
         max_model_len = config.max_model_len
@@ -365,18 +384,23 @@ class VllmScheduler(SchedulerBase):
             num_new_tokens = long_prefill
         if num_new_tokens > token_budget:
             num_new_tokens = token_budget
-        pool = self.block_pool
-        free = pool.num_free_blocks
-        if config.full_sequence_must_fit and (
-            -(-min(num_tokens, max_model_len) // block_size) + watermark > free
-        ):
-            return 0
-        num_blocks = -(-min(num_new_tokens, max_model_len) // block_size)
-        if num_blocks + watermark > free:
-            return 0
-        pool.num_free_blocks = free - num_blocks
-        request.num_blocks = num_blocks
-        return num_new_tokens
+        need_full = 0
+        if config.full_sequence_must_fit:
+            need_full = -(-min(num_tokens, max_model_len) // block_size)
+        return need_full, -(-min(num_new_tokens, max_model_len) // block_size), num_new_tokens
+
+    def refused_blocks(
+        self, request: SchedulerRequest, token_budget: int, long_prefill: int
+    ) -> tuple[int, int, int] | None:
+        """The blocks ``request``'s admission needs, as long as the pool only gives blocks away.
+
+        ``(whole sequence, this step, cached blocks it hits)``: the attempt is refused when
+        either of the first two, plus the watermark, is over the free blocks; with a hit, an
+        eviction could change them. ``None`` when that is not known without changing anything
+        (the calm leaps then step one at a time).
+        """
+        need_full, need, _ = self._admission_blocks(request, token_budget, long_prefill)
+        return need_full, need, 0
 
     def _update_after_schedule(self, out: ScheduledStep) -> None:
         """Advance ``num_computed_tokens`` of the scheduled requests; split the step (hook).
@@ -597,6 +621,31 @@ class VllmPrefixCachingScheduler(VllmScheduler):
             request.num_cached_tokens = hit_tokens
         self.step_cache_hits[request.request_id] = hit_tokens
         return num_new_tokens
+
+    def refused_blocks(
+        self, request: SchedulerRequest, token_budget: int, long_prefill: int
+    ) -> tuple[int, int, int] | None:
+        """See :meth:`VllmScheduler.refused_blocks`; known when the last attempt refused it.
+
+        That is the very lookup the last attempt refused (``_failed_key``); it holds while no
+        cached block is evicted and no reference count changes (the hit, and what of it is
+        evictable, stay).
+        """
+        pool = self.block_pool
+        hit = pool.find_longest_cache_hit(request)
+        failed = self._failed_key
+        if (
+            failed is not None
+            and failed[0] is hit
+            and failed[1] is request
+            and failed[2] == request.num_prompt_tokens + request.num_output_tokens
+            and failed[3] == token_budget
+            and failed[4] == long_prefill
+            and failed[5] == pool.ref_epoch
+        ):
+            need_full, need = self._failed_need
+            return need_full, need, len(hit)
+        return None
 
     def _release_victim(self, victim: SchedulerRequest) -> None:
         """Free the victim's blocks in reverse order (cached ones stay cached until reused)."""
