@@ -563,17 +563,9 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         num_tokens = request.num_prompt_tokens + request.num_output_tokens
         # get_computed_blocks: the longest cached prefix, capped at num_tokens - 1.
         hit = pool.find_longest_cache_hit(request)
-        failed = self._failed_key
-        if (
-            failed is not None
-            and failed[0] is hit
-            and failed[1] is request
-            and failed[2] == num_tokens
-            and failed[3] == token_budget
-            and failed[4] == long_prefill
-            and failed[5] == pool.ref_epoch
-        ):
-            need_full, need = self._failed_need
+        memo = self._memoised_need(request, hit, token_budget, long_prefill)
+        if memo is not None:
+            need_full, need = memo
             free = pool.num_free_blocks
             if need_full + watermark > free or need + watermark > free:
                 return 0
@@ -631,8 +623,19 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         cached block is evicted and no reference count changes (the hit, and what of it is
         evictable, stay).
         """
-        pool = self.block_pool
-        hit = pool.find_longest_cache_hit(request)
+        hit = self.block_pool.find_longest_cache_hit(request)
+        memo = self._memoised_need(request, hit, token_budget, long_prefill)
+        return None if memo is None else (memo[0], memo[1], len(hit))
+
+    def _memoised_need(
+        self, request: SchedulerRequest, hit: list, token_budget: int, long_prefill: int
+    ) -> tuple[int, int] | None:
+        """The blocks the last refused attempt needed, if it was this very lookup.
+
+        ``(whole sequence, this step)`` from ``_failed_need`` when ``_failed_key`` names the
+        same hit, request, tokens, budget and long-prefill cap, at the same reference epoch;
+        otherwise ``None``.
+        """
         failed = self._failed_key
         if (
             failed is not None
@@ -641,10 +644,9 @@ class VllmPrefixCachingScheduler(VllmScheduler):
             and failed[2] == request.num_prompt_tokens + request.num_output_tokens
             and failed[3] == token_budget
             and failed[4] == long_prefill
-            and failed[5] == pool.ref_epoch
+            and failed[5] == self.block_pool.ref_epoch
         ):
-            need_full, need = self._failed_need
-            return need_full, need, len(hit)
+            return self._failed_need
         return None
 
     def _release_victim(self, victim: SchedulerRequest) -> None:
