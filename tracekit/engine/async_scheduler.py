@@ -232,6 +232,7 @@ class _AsyncMixin(VllmScheduler):
         waiting = self.waiting
         budget = config.max_num_batched_tokens - n
         attempts = bool(waiting) and n < config.max_num_seqs and budget > 0
+        hit_blocks = 0  # (the refused head's cached hit)
         if attempts:
             head = waiting.peek_request()
             long_prefill = config.long_prefill_token_threshold if n + len(waiting) > 1 else 0
@@ -241,6 +242,7 @@ class _AsyncMixin(VllmScheduler):
                 refusal[0] + watermark <= free and refusal[1] + watermark <= free
             ):
                 return 0
+            hit_blocks = refusal[2]
         bound = (1 << 62) if limit is None else limit
         block_size = config.block_size
         rooms = []
@@ -266,7 +268,7 @@ class _AsyncMixin(VllmScheduler):
         # A request takes a block at each step whose scan finds its blocks full: steps room,
         # room + block_size, ... The run stops before the step the free pool cannot serve (or,
         # with a head to refuse, that would evict a cached block: the unhashed ones go first).
-        if attempts and refusal[2]:  # type: ignore[index]
+        if hit_blocks:
             free = min(free, pool.num_unhashed_free)
         if _blocks_taken(rooms, bound - 1, block_size) > free:
             # The first step by which the batch has taken more than that.

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from tracekit.engine.async_scheduler import AsyncVllmPrefixCachingScheduler, AsyncVllmScheduler
 from tracekit.engine.base import ScheduledStep
@@ -527,7 +527,9 @@ class EngineRun(ForkableRun):
         one go with the same clock arithmetic, totals and records as step by step. Under async
         scheduling the run's last step stays in flight, as it would.
         """
-        scheduler = cast(SglangScheduler, self.scheduler)
+        # (SglangScheduler, or vLLM's async scheduler: their calm_decodes and
+        # apply_calm_decodes differ in signature.)
+        scheduler: Any = self.scheduler
         vllm = self._async  # (calm leaps: SGLang mode, or vLLM's async scheduler)
         if vllm:
             in_flight = self._in_flight
@@ -554,7 +556,7 @@ class EngineRun(ForkableRun):
                     reached += 1
                 limit = reached - first if limit is None else min(limit, reached - first)
         if vllm:
-            num_steps = cast(Any, scheduler).calm_decodes(in_flight.step, limit)
+            num_steps = scheduler.calm_decodes(in_flight.step, limit)
         else:
             num_steps = scheduler.calm_decodes(limit)
         if num_steps <= 0:
@@ -579,7 +581,6 @@ class EngineRun(ForkableRun):
             last_start = starts[-1]
             last_end = last_start + durations[-1]
             before_last = starts[-2] + durations[-2] if num_steps > 1 else None
-        free = scheduler.block_pool.num_free_blocks
         ids = [r.request_id for r in running]
         last = ScheduledStep(first + num_steps - 1, last_start)
         last.num_scheduled_tokens = dict.fromkeys(ids, 1)
@@ -589,9 +590,10 @@ class EngineRun(ForkableRun):
         if vllm:
             # vLLM: each step's free blocks after its scan and the cached blocks it evicted;
             # the last step stays in flight.
-            figures = cast(Any, scheduler).apply_calm_decodes(num_steps, last)
+            figures = scheduler.apply_calm_decodes(num_steps, last)
             self._in_flight, self._in_flight_end = last, last_end
         else:
+            free = scheduler.block_pool.num_free_blocks
             evicted = scheduler.apply_calm_decodes(num_steps, last, last_end, before_last)
             # (The KV in use once each step's tokens are taken; the radix tree evicted
             # ``evicted[i]`` cached tokens to make room.)
