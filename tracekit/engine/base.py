@@ -207,22 +207,18 @@ class SchedulerBase:
             blocks = tuple(candidate_blocks(r) for r in running)
             freed = blocks[running.index(victim)][1]
             self.on_decision(
-                DecisionRecord(
-                    seq=self.num_decisions,
-                    step=step,
-                    time_s=now,
-                    requesting_request_id=requester_id,
-                    kv_cache_usage=usage,
-                    candidates=candidates,
-                    builtin_victim_id=builtin_id,
-                    raw_result=choice.raw_result,
-                    outcome=choice.outcome,
-                    victim_id=choice.victim_id,
-                    decision_reason=choice.decision_reason,
-                    counters=choice.counters,
-                    candidate_blocks=blocks,
-                    freed_blocks=freed,
-                    freed_tokens=freed * self.config.block_size,
+                DecisionRecord.of_choice(
+                    self.num_decisions,
+                    step,
+                    now,
+                    requester_id,
+                    usage,
+                    candidates,
+                    builtin_id,
+                    choice,
+                    blocks,
+                    freed,
+                    self.config.block_size,
                 )
             )
         self.num_decisions += 1

@@ -8,9 +8,12 @@ request when it finishes or is rejected. Times are engine seconds from the start
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracekit.hosts.preemption_policy import PolicyOutcome, PreemptionCandidate
+
+if TYPE_CHECKING:
+    from tracekit.engine.hosts import VictimChoice
 
 __all__ = ["DecisionRecord", "RequestRecord", "StepRecord"]
 
@@ -92,6 +95,43 @@ class DecisionRecord:
     # capacity in tokens (blocks * block_size); None when not reported.
     freed_blocks: int | None = field(default=None, compare=False)
     freed_tokens: int | None = field(default=None, compare=False)
+
+    @classmethod
+    def of_choice(
+        cls,
+        seq: int,
+        step: int,
+        time_s: float,
+        requesting_request_id: str,
+        kv_cache_usage: float,
+        candidates: tuple[PreemptionCandidate, ...],
+        builtin_victim_id: str,
+        choice: VictimChoice,
+        candidate_blocks: tuple[tuple[int, int], ...],
+        freed_blocks: int,
+        block_size: int,
+    ) -> DecisionRecord:
+        """The record of a host's ``choice``, whose victim freed ``freed_blocks`` blocks.
+
+        The embedded engine and the vLLM recorder's shim both record their decisions so.
+        """
+        return cls(
+            seq=seq,
+            step=step,
+            time_s=time_s,
+            requesting_request_id=requesting_request_id,
+            kv_cache_usage=kv_cache_usage,
+            candidates=candidates,
+            builtin_victim_id=builtin_victim_id,
+            raw_result=choice.raw_result,
+            outcome=choice.outcome,
+            victim_id=choice.victim_id,
+            decision_reason=choice.decision_reason,
+            counters=choice.counters,
+            candidate_blocks=candidate_blocks,
+            freed_blocks=freed_blocks,
+            freed_tokens=freed_blocks * block_size,
+        )
 
 
 @dataclass(slots=True)

@@ -230,28 +230,33 @@ class CalibratedModel:
             "coefficients": dict(zip(TERMS, self.coefficients, strict=True)),
             "fit": self.fit,
             "errors": self.errors,
-            **({"request_overheads": self.request_overheads} if self.request_overheads else {}),
-            **(
-                {"request_overheads_by_client": self.request_overheads_by_client}
-                if self.request_overheads_by_client
-                else {}
-            ),
-            **({"measured_error": self.measured_error} if self.measured_error else {}),
-            **(
-                {"request_spread": {"num_residuals": len(self.request_spread["ttft_s"])}}
-                if self.request_spread
-                else {}
-            ),
+            **self._measured_fields(spread_in_full=False),
         }
+
+    def _measured_fields(self, *, spread_in_full: bool) -> dict[str, Any]:
+        """What a model fitted to measured runs adds, each field only when it has one.
+
+        ``spread_in_full``: the spread's residuals themselves (the saved file), or only how
+        many there are (:meth:`describe`, which manifests and reports copy).
+        """
+        fields: dict[str, Any] = {}
+        if self.request_overheads:
+            fields["request_overheads"] = self.request_overheads
+        if self.request_overheads_by_client:
+            fields["request_overheads_by_client"] = self.request_overheads_by_client
+        if self.measured_error:
+            fields["measured_error"] = self.measured_error
+        if self.request_spread:
+            fields["request_spread"] = (
+                self.request_spread
+                if spread_in_full
+                else {"num_residuals": len(self.request_spread["ttft_s"])}
+            )
+        return fields
 
     def to_json(self) -> dict[str, Any]:
         """The versioned JSON document :func:`load_calibrated_model` reads."""
-        measured = bool(
-            self.request_overheads
-            or self.measured_error
-            or self.request_spread
-            or self.request_overheads_by_client
-        )
+        measured = self._measured_fields(spread_in_full=True)
         return {
             "format": FORMAT,
             "version": FORMAT_VERSION_MEASURED if measured else FORMAT_VERSION,
@@ -263,14 +268,7 @@ class CalibratedModel:
             "coefficients": dict(zip(TERMS, self.coefficients, strict=True)),
             "fit": self.fit,
             "errors": self.errors,
-            **({"request_overheads": self.request_overheads} if self.request_overheads else {}),
-            **(
-                {"request_overheads_by_client": self.request_overheads_by_client}
-                if self.request_overheads_by_client
-                else {}
-            ),
-            **({"measured_error": self.measured_error} if self.measured_error else {}),
-            **({"request_spread": self.request_spread} if self.request_spread else {}),
+            **measured,
         }
 
     def save(self, path: str | Path) -> Path:

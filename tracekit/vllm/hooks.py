@@ -216,22 +216,18 @@ class SchedulerHooks:
             i for i, c in enumerate(pending.candidates) if c.request_id == request.request_id
         )
         freed = pending.blocks[position][1]
-        record = DecisionRecord(
-            seq=self.num_decisions,
-            step=self.step,
-            time_s=self.now,
-            requesting_request_id=pending.requester.request_id,
-            kv_cache_usage=pending.usage,
-            candidates=pending.candidates,
-            builtin_victim_id=builtin_id,
-            raw_result=choice.raw_result,
-            outcome=choice.outcome,
-            victim_id=choice.victim_id,
-            decision_reason=choice.decision_reason,
-            counters=choice.counters,
-            candidate_blocks=pending.blocks,
-            freed_blocks=freed,
-            freed_tokens=freed * self._block_size,
+        record = DecisionRecord.of_choice(
+            self.num_decisions,
+            self.step,
+            self.now,
+            pending.requester.request_id,
+            pending.usage,
+            pending.candidates,
+            builtin_id,
+            choice,
+            pending.blocks,
+            freed,
+            self._block_size,
         )
         self.num_decisions += 1
         self.num_preempted_in_step += 1
