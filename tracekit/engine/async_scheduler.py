@@ -23,7 +23,12 @@ from tracekit.engine.base import DecisionCallback, ScheduledStep
 from tracekit.engine.config import EngineConfig
 from tracekit.engine.hosts import VictimHost
 from tracekit.engine.request import FINISHED_STATUSES, RequestStatus, SchedulerRequest
-from tracekit.engine.scheduler import EAGER_UPDATES, VllmPrefixCachingScheduler, VllmScheduler
+from tracekit.engine.scheduler import (
+    EAGER_UPDATES,
+    VllmPrefixCachingScheduler,
+    VllmScheduler,
+    admission_refused,
+)
 
 __all__ = ["AsyncVllmPrefixCachingScheduler", "AsyncVllmScheduler"]
 
@@ -237,9 +242,8 @@ class _AsyncMixin(VllmScheduler):
             head = waiting.peek_request()
             long_prefill = config.long_prefill_token_threshold if n + len(waiting) > 1 else 0
             refusal = self.refused_blocks(head, budget, long_prefill)
-            watermark = self._watermark_blocks
-            if refusal is None or (
-                refusal[0] + watermark <= free and refusal[1] + watermark <= free
+            if refusal is None or not admission_refused(
+                refusal[0], refusal[1], self._watermark_blocks, free
             ):
                 return 0
             hit_blocks = refusal[2]

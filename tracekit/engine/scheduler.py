@@ -361,7 +361,7 @@ class VllmScheduler(SchedulerBase):
         )
         pool = self.block_pool
         free = pool.num_free_blocks
-        if need_full + watermark > free or num_blocks + watermark > free:
+        if admission_refused(need_full, num_blocks, watermark, free):
             return 0
         pool.num_free_blocks = free - num_blocks
         request.num_blocks = num_blocks
@@ -567,7 +567,7 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         if memo is not None:
             need_full, need = memo
             free = pool.num_free_blocks
-            if need_full + watermark > free or need + watermark > free:
+            if admission_refused(need_full, need, watermark, free):
                 return 0
         config = self.config
         block_size = config.block_size
@@ -591,7 +591,7 @@ class VllmPrefixCachingScheduler(VllmScheduler):
         if new_blocks < 0:
             new_blocks = 0
         need = new_blocks + evictable
-        if need_full + watermark > free or need + watermark > free:
+        if admission_refused(need_full, need, watermark, free):
             epoch = pool.ref_epoch
             self._failed_key = (hit, request, num_tokens, token_budget, long_prefill, epoch)
             self._failed_need = (need_full, need)
@@ -683,6 +683,16 @@ class VllmPrefixCachingScheduler(VllmScheduler):
 
 #: The ``_update_after_schedule`` methods whose arithmetic the running scan can do inline.
 EAGER_UPDATES: set[Callable[..., None]] = {VllmScheduler._update_after_schedule}
+
+
+def admission_refused(need_full: int, need: int, watermark: int, free: int) -> bool:
+    """Whether vLLM refuses an admission for blocks (``allocate_slots`` returning None).
+
+    ``need_full``: the blocks of the whole sequence when it must fit (else 0); ``need``: the
+    blocks of this step (with prefix caching, plus the hit's evictable blocks). Either, with
+    the watermark, over the ``free`` blocks refuses it.
+    """
+    return need_full + watermark > free or need + watermark > free
 
 
 def make_vllm_scheduler(
