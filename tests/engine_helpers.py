@@ -203,3 +203,20 @@ def record_values(records: list[Any]) -> list[tuple]:
         return []
     names = [f.name for f in dataclasses.fields(records[0])]
     return [tuple(getattr(record, name) for name in names) for record in records]
+
+
+def assert_same_results(a: EngineResult, b: EngineResult) -> None:
+    """Two runs' totals and every field of their records are equal.
+
+    For a run with calm leaps against the step-by-step run; the fields outside the records'
+    ``==`` (cache hits, evictions, blocks) are compared too.
+    """
+    assert (a.num_steps, a.end_s, a.num_preemptions, a.num_aborted, a.num_decisions) == (
+        b.num_steps,
+        b.end_s,
+        b.num_preemptions,
+        b.num_aborted,
+        b.num_decisions,
+    )
+    for kind in ("steps", "requests", "decisions"):
+        assert record_values(getattr(a, kind)) == record_values(getattr(b, kind)), kind

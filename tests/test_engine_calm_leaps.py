@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import record_values
+from engine_helpers import assert_same_results
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest
 from tracekit.engine.engine import EngineResult, EngineRun
@@ -107,18 +107,6 @@ def _run(
     ).run_to_end()
 
 
-def _assert_same(a: EngineResult, b: EngineResult) -> None:
-    assert (a.num_steps, a.end_s, a.num_preemptions, a.num_aborted) == (
-        b.num_steps,
-        b.end_s,
-        b.num_preemptions,
-        b.num_aborted,
-    )
-    # Every field, those outside the records' equality too (cache hits, evictions, blocks).
-    for kind in ("steps", "requests", "decisions"):
-        assert record_values(getattr(a, kind)) == record_values(getattr(b, kind))
-
-
 def _fixture(name: str) -> tuple[list[EngineRequest], EngineConfig]:
     config, rows = read_sglang_scenario(ROOT / FIXTURES_DIR / name)
     return engine_requests(rows), config.engine_config()
@@ -132,7 +120,7 @@ def test_leaps_give_the_step_by_step_run_on_every_fixture(
     # (The consistency checks after every step run in the tests below, on fewer runs.)
     reference = _run(requests, config, leaps=False, check=False)
     leaps = _Leaps(monkeypatch)
-    _assert_same(_run(requests, config, leaps=True, check=False), reference)
+    assert_same_results(_run(requests, config, leaps=True, check=False), reference)
     assert leaps.leaps > 0
 
 
@@ -177,7 +165,7 @@ def test_leaps_under_client_cancels_on_both_clocks(
     reference = _run(requests, config, leaps=False, client=client)
     assert reference.num_aborted > 0  # (the timeout cancels some: the bound is exercised)
     leaps = _Leaps(monkeypatch)
-    _assert_same(_run(requests, config, leaps=True, client=client), reference)
+    assert_same_results(_run(requests, config, leaps=True, client=client), reference)
     assert leaps.leaps > 0
 
 
@@ -257,7 +245,7 @@ def test_leaps_over_refused_admissions_under_priority_preemption(
         return taken
 
     monkeypatch.setattr(EngineRun, "_calm_leap", counted)
-    _assert_same(_run(requests, config, leaps=True), reference)
+    assert_same_results(_run(requests, config, leaps=True), reference)
     assert refused > 0.5 * reference.num_steps
 
 
@@ -306,7 +294,7 @@ def test_a_refused_head_admitted_part_way_through_a_run_of_calm_steps(
 
     monkeypatch.setattr(EngineRun, "_calm_leap", leap)
     monkeypatch.setattr(SglangScheduler, "_refused_admissions", recorded)
-    _assert_same(_run(requests, config, leaps=True), reference)
+    assert_same_results(_run(requests, config, leaps=True), reference)
     # The leap before the admission stops exactly at it (neither later, nor earlier).
     stops = [step + refused for step, bound, refused in verdicts if 0 < refused < bound]
     assert stops == [admitted], verdicts
@@ -326,7 +314,7 @@ def test_leaps_that_evict_the_radix_tree(monkeypatch: pytest.MonkeyPatch) -> Non
         return evicted
 
     monkeypatch.setattr(SglangScheduler, "apply_calm_decodes", counted)
-    _assert_same(_run(requests, config, leaps=True), reference)
+    assert_same_results(_run(requests, config, leaps=True), reference)
     assert evicting >= 10
     assert sum(s.num_evicted_blocks for s in reference.steps) > 0
 
@@ -384,4 +372,4 @@ def test_leaps_give_the_step_by_step_run_on_random_runs(seed: int) -> None:
         assert leaping == reference
     else:
         assert isinstance(leaping, EngineResult)
-        _assert_same(leaping, reference)
+        assert_same_results(leaping, reference)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import make_engine, random_content, record_values
+from engine_helpers import assert_same_results, make_engine, random_content
 
 from tracekit.engine import BuiltinHost, EngineConfig, EngineRequest
 from tracekit.engine.engine import EngineResult, EngineRun
@@ -110,18 +110,6 @@ def _leapt(
     return run.run_to_end(), after, leapt[0]
 
 
-def _assert_same(a: EngineResult, b: EngineResult) -> None:
-    assert (a.num_steps, a.end_s, a.num_preemptions, a.num_aborted, a.num_decisions) == (
-        b.num_steps,
-        b.end_s,
-        b.num_preemptions,
-        b.num_aborted,
-        b.num_decisions,
-    )
-    for kind in ("steps", "requests", "decisions"):
-        assert record_values(getattr(a, kind)) == record_values(getattr(b, kind)), kind
-
-
 def _check(
     requests: list[EngineRequest],
     config: EngineConfig,
@@ -134,7 +122,7 @@ def _check(
     """
     expected, snapshots = _reference(requests, config, client)
     got, after, leapt = _leapt(requests, config, monkeypatch, client)
-    _assert_same(got, expected)
+    assert_same_results(got, expected)
     for step, state in after.items():
         assert state == snapshots[step], f"state after the leap to step {step}"
     return leapt, expected.num_steps
@@ -213,7 +201,7 @@ def test_a_run_with_max_steps_stops_inside_a_leap() -> None:
     for chunk in (7, 13, 1, 40, 1000):
         a = full.run_to_end(max_steps=chunk)
         b = leaping.run_to_end(max_steps=chunk)
-        _assert_same(b, a)
+        assert_same_results(b, a)
         assert _snapshot(leaping) == _snapshot(full)
 
 
