@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tracekit.engine.clock import StepsClock
 from tracekit.sglang import driver
 from tracekit.sglang.protocol import (
     PROTOCOL_VERSION,
@@ -133,6 +134,36 @@ def test_driver_imports_only_the_standard_library() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arrival_s", "step_s", "first"),
+    [
+        # Whole steps, and a float's noise either side of one (the noise a windowed Mooncake
+        # row carries: 920.05 s less the window's 912 s).
+        (0.0, 0.05, 0),
+        (0.15, 0.05, 3),
+        (8.05, 0.05, 161),
+        (8.050000000000068, 0.05, 162),
+        (16.100000000000023, 0.05, 323),
+        (0.1 + 0.2, 0.05, 7),
+        (0.30000000000000004, 0.1, 4),
+        (0.049999999999999996, 0.05, 1),
+        (2.5, 0.5, 5),
+    ],
+)
+def test_driver_admits_an_arrival_at_the_engine_clocks_step(
+    arrival_s: float, step_s: float, first: int
+) -> None:
+    # The driver feeds SGLang's queue on the engine's steps clock: the same first step, to the
+    # bit, or the recording and the engine part at the step in between.
+    clock = StepsClock(step_s)
+    assert clock.visible_step(arrival_s) == first
+    assert driver._first_step(arrival_s, step_s) == first
+    clock.step = first - 1
+    assert first == 0 or not clock.is_visible(arrival_s)
+    clock.step = first
+    assert clock.is_visible(arrival_s)
 
 
 def test_scenario_message_is_json_and_keeps_hash_ids() -> None:
