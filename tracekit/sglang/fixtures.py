@@ -66,6 +66,12 @@ The scenarios of the overlap, ``ignore_eos`` and priority options (workloads und
     ``ignore-eos-long-noradix``: ``ignore-eos-long.csv`` on a 17,000-token pool, outputs past
     ``CLIP_MAX_NEW_TOKENS``: ``add_one_req_ignore_eos``'s drain check refuses a request the
     clipped reservation would admit; ``ignore-eos-long-radix`` the same through ``add_one_req``.
+``mooncake-long-<radix|noradix>``
+    Mooncake rows arriving 912 s to 932 s (88 requests; prompts up to 32,767 tokens, longer
+    ones rejected) on a 120,000-token pool with 32 running requests, 2,048-token chunks and an
+    8,192-token prefill budget: long prompts, radix hits where they share ``hash_ids``
+    prefixes. Two arrivals sit a float's noise past a step's start (``8.050000000000068`` s:
+    step 162, not 161), where the recorder once put them a step earlier than the engine.
 ``retract-many-radix``
     ``retract-many.csv``: a long request alone until ``new_token_ratio`` has decayed, then 100
     requests of 2 to 4 prompt tokens 10 ms apart, on a 4,000-token pool with room for 128: about
@@ -291,6 +297,15 @@ for _radix in (False, True):
         {},
         _sized(17000, None, 2048, 8192, 8192, radix_cache=_radix),
         "all",
+    )
+# A real trace's long prompts on a large pool (radix hits where prompts share hash_ids), and
+# two arrivals a float's noise past a step's start (16.100000000000023 s, 8.050000000000068 s).
+for _radix in (False, True):
+    _SCENARIOS[f"mooncake-long-{'radix' if _radix else 'noradix'}"] = (
+        MOONCAKE_SAMPLE,
+        {"window": (912.0, 932.0)},
+        _sized(120000, 32, 2048, 8192, 32768, radix_cache=_radix),
+        None,
     )
 # Many small requests running beside a long one once new_token_ratio has decayed: the pool
 # runs out with about 90 running, and the newest (fewest outputs, a few tokens of KV each) are
