@@ -14,6 +14,11 @@ Four cases, each in several settings (the radix cache on and off; SGLang's overl
     conversation so far, :mod:`tracekit.workloads.sessions`), on a 40,000-token pool (an 8,000
     token context): later turns share their conversation's earlier prompt, so with the radix
     cache on about half the prompt tokens are radix hits.
+``mooncake``
+    The shipped Mooncake sample from 960 s to its end (249 requests; prompts of 32,768 tokens or
+    more are rejected) on a 120,000-token pool with 32 running requests, 2,048-token chunks and
+    an 8,192-token prefill budget (the ``mooncake-long`` fixtures' configuration): a real
+    trace's long prompts, which hit the radix cache where they share ``hash_ids`` prefixes.
 ``ignore-eos``
     ``azure`` with every request sent with ``ignore_eos`` (it runs to its ``max_tokens``, and
     SGLang reserves its whole output: ``add_one_req_ignore_eos`` with the tree disabled).
@@ -51,7 +56,7 @@ only against figures of the same run: load moves both sides, SGLang's loop more.
 least 25 times faster by CPU time in every setting, with identical decisions (exit 1 if any
 differ or a ratio is below it).
 
-Usage: ``python benchmarks/sglang_engine.py [--cases azure,sessions,ignore-eos,priority]
+Usage: ``python benchmarks/sglang_engine.py [--cases azure,sessions,mooncake,ignore-eos,priority]
 [--limit N] [--sglang-venv DIR] [--repeat N] [--engine-repeat N]``
 """
 
@@ -87,6 +92,7 @@ from tracekit.workloads import Workload, apply_ignore_eos, load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 AZURE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
+MOONCAKE = ROOT / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
 TARGET = 25.0
 #: (name, radix cache, overlap loop)
 ALL_SETTINGS = (
@@ -141,6 +147,11 @@ CASES: dict[
         dataclasses.replace(
             _azure_config(), kv_tokens=40000, max_context_len=8000, max_running_requests=32
         ),
+        OVERLAP_SETTINGS,
+    ),
+    "mooncake": (
+        lambda args, tmp: load_workload(MOONCAKE, window=(960.0, None)),
+        FIXTURES["mooncake-long-radix-overlap"].config,
         OVERLAP_SETTINGS,
     ),
     "ignore-eos": (
