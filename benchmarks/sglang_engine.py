@@ -1,6 +1,6 @@
 """The same workloads through SGLang 0.5.23's real scheduling objects and the engine's SGLang mode.
 
-Four cases, each in several settings (the radix cache on and off; SGLang's overlap loop, and for
+Five cases, each in several settings (the radix cache on and off; SGLang's overlap loop, and for
 ``azure`` also its normal loop):
 
 ``azure``
@@ -15,7 +15,7 @@ Four cases, each in several settings (the radix cache on and off; SGLang's overl
     token context): later turns share their conversation's earlier prompt, so with the radix
     cache on about half the prompt tokens are radix hits.
 ``mooncake``
-    The shipped Mooncake sample from 960 s to its end (249 requests; prompts of 32,768 tokens or
+    The shipped Mooncake sample from 960 s to its end (251 requests; prompts of 32,768 tokens or
     more are rejected) on a 120,000-token pool with 32 running requests, 2,048-token chunks and
     an 8,192-token prefill budget (the ``mooncake-long`` fixtures' configuration): a real
     trace's long prompts, which hit the radix cache where they share ``hash_ids`` prefixes.
