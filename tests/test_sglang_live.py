@@ -9,18 +9,16 @@ Set ``BIDKV_REQUIRE_SGLANG=1`` to fail instead of skipping when the environment
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import polars as pl
 import pytest
+from sglang_helpers import needs_sglang
 
 from tracekit.sglang.fixtures import FIXTURES
 from tracekit.sglang.protocol import SglangConfig
 from tracekit.sglang.record import (
     STEPS_FILE,
-    SglangUnavailableError,
-    find_sglang_python,
     read_sglang_scenario,
     read_sglang_steps,
 )
@@ -28,16 +26,7 @@ from tracekit.sglang.rerecord import FixtureCheck, check_fixtures
 from tracekit.trace.validate import validate_trace
 from tracekit.workloads.model import assemble_workload
 
-try:
-    find_sglang_python()
-    _REASON = None
-except SglangUnavailableError as error:
-    _REASON = f"no SGLang environment ({error}); run scripts/install-sglang-cpu.sh"
-
-if _REASON is not None and os.environ.get("BIDKV_REQUIRE_SGLANG") == "1":
-    raise RuntimeError(f"BIDKV_REQUIRE_SGLANG=1 but {_REASON}")
-
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
+pytestmark = needs_sglang()
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,31 +16,19 @@ instead of the least, 8. Skipped without SGLang's environment, as ``test_sglang_
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
+from typing import Any
 
-import pytest
+from sglang_helpers import ROOT, draw_trace_window, needs_sglang
 
 from tracekit.sglang.compare import compare_bundle
 from tracekit.sglang.protocol import SglangConfig
-from tracekit.sglang.record import SglangUnavailableError, find_sglang_python, record_sglang
+from tracekit.sglang.record import record_sglang
 from tracekit.workloads import Workload, apply_ignore_eos, load_workload
 
-try:
-    find_sglang_python()
-    _REASON = None
-except SglangUnavailableError as error:
-    _REASON = f"no SGLang environment ({error}); run scripts/install-sglang-cpu.sh"
+pytestmark = needs_sglang()
 
-if _REASON is not None and os.environ.get("BIDKV_REQUIRE_SGLANG") == "1":
-    raise RuntimeError(f"BIDKV_REQUIRE_SGLANG=1 but {_REASON}")
-
-pytestmark = pytest.mark.skipif(_REASON is not None, reason=_REASON or "")
-
-ROOT = Path(__file__).resolve().parents[1]
-AZURE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
-MOONCAKE = ROOT / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
 CONVERSATIONS = ROOT / "examples" / "workloads" / "conversations-synthetic.csv"
 #: The draw: its seed, its trace windows and its multi-turn runs.
 SEED = 20261206
@@ -64,23 +52,7 @@ def draw_scenarios(
     scenarios = []
     for i in range(count):
         kv_tokens = rng.choice([3000, 6000, 12000, 40000, 120000])
-        if rng.random() < 0.5:
-            start = round(rng.uniform(0, 200), 3)
-            workload = load_workload(
-                AZURE,
-                window=(start, start + rng.choice([5, 10, 15])),
-                rate_scale=rng.choice([1.0, 2.0, 4.0]),
-                priority_seed=rng.randint(0, 9),
-            )
-            name = f"{i:02d}-azure-{start}"
-        else:
-            start = round(rng.uniform(0, 1000), 3)
-            workload = load_workload(
-                MOONCAKE,
-                window=(start, start + rng.choice([10, 20])),
-                priority_seed=rng.randint(0, 9),
-            )
-            name = f"{i:02d}-mooncake-{start}"
+        name, workload, _ = draw_trace_window(rng, i)
         if rng.random() < 0.25:
             workload = apply_ignore_eos(workload)
             name += "-ignore-eos"
@@ -93,11 +65,7 @@ def draw_scenarios(
             max_context_len=min(rng.choice([2048, 4096, 8192, 32768]), kv_tokens // 2),
             radix_cache=rng.random() < 0.6,
             overlap_schedule=rng.random() < 0.6,
-            enable_priority_scheduling=priority,
-            retraction_policy="priority" if priority and rng.random() < 0.5 else "length",
-            schedule_low_priority_values_first=rng.random() < 0.5,
-            disable_priority_preemption=rng.random() < 0.5,
-            priority_scheduling_preemption_threshold=rng.choice([0, 1, 10]),
+            **_priority_options(rng, priority),
             step_s=rng.choice([0.02, 0.05, 0.1]),
             max_steps=300_000,
         )
@@ -113,11 +81,7 @@ def draw_scenarios(
             max_context_len=kv_tokens // 2 if kv_tokens > 5000 else kv_tokens,
             radix_cache=True,
             overlap_schedule=rng.random() < 0.6,
-            enable_priority_scheduling=priority,
-            retraction_policy="priority" if priority and rng.random() < 0.5 else "length",
-            schedule_low_priority_values_first=rng.random() < 0.5,
-            disable_priority_preemption=rng.random() < 0.5,
-            priority_scheduling_preemption_threshold=rng.choice([0, 1, 10]),
+            **_priority_options(rng, priority),
             step_s=rng.choice([0.02, 0.05]),
             max_steps=300_000,
         )
@@ -128,6 +92,17 @@ def draw_scenarios(
         )
         scenarios.append((f"{count + i:02d}-conversations", workload, config))
     return scenarios
+
+
+def _priority_options(rng: random.Random, enabled: bool) -> dict[str, Any]:
+    """SGLang's priority options at random (the retraction policy ``priority`` only if enabled)."""
+    return {
+        "enable_priority_scheduling": enabled,
+        "retraction_policy": "priority" if enabled and rng.random() < 0.5 else "length",
+        "schedule_low_priority_values_first": rng.random() < 0.5,
+        "disable_priority_preemption": rng.random() < 0.5,
+        "priority_scheduling_preemption_threshold": rng.choice([0, 1, 10]),
+    }
 
 
 def test_random_configurations_match_sglang_step_by_step(tmp_path: Path) -> None:

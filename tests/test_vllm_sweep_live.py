@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from sglang_helpers import draw_trace_window
 from vllm_helpers import environments, vllm_version
 
 from tracekit.engine.config import EngineConfig
@@ -26,13 +27,9 @@ from tracekit.real_engine.fidelity import compare_fidelity
 from tracekit.recording.sim import SimRun, record_sim
 from tracekit.strategies import resolve_strategy
 from tracekit.vllm.record import record_vllm
-from tracekit.workloads import load_workload
 
 pytestmark = pytest.mark.vllm
 
-ROOT = Path(__file__).resolve().parents[1]
-AZURE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
-MOONCAKE = ROOT / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
 #: The draw: its seed and size.
 SEED = 20261206
 COUNT = 16
@@ -47,25 +44,9 @@ def draw_runs(seed: int, count: int, release: str) -> dict[str, SimRun]:
     runs = {}
     for i in range(count):
         block_size = rng.choice([16, 16, 32])
-        if rng.random() < 0.5:
-            start = round(rng.uniform(0, 200), 3)
-            workload = load_workload(
-                AZURE,
-                window=(start, start + rng.choice([5, 10, 15])),
-                rate_scale=rng.choice([1.0, 2.0, 4.0]),
-                priority_seed=rng.randint(0, 9),
-            )
-            num_blocks = rng.choice([64, 128, 256, 512])
-            name = f"{i:02d}-azure-{start}"
-        else:
-            start = round(rng.uniform(0, 1000), 3)
-            workload = load_workload(
-                MOONCAKE,
-                window=(start, start + rng.choice([10, 20])),
-                priority_seed=rng.randint(0, 9),
-            )
-            num_blocks = rng.choice([800, 1500, 4000])
-            name = f"{i:02d}-mooncake-{start}"
+        name, workload, azure = draw_trace_window(rng, i)
+        # Azure's short prompts on small caches, Mooncake's long ones on larger caches.
+        num_blocks = rng.choice([64, 128, 256, 512] if azure else [800, 1500, 4000])
         config = EngineConfig(
             mode="vllm",
             num_blocks=num_blocks,
