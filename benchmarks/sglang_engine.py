@@ -77,6 +77,7 @@ import polars as pl
 
 from tracekit.engine import BuiltinHost, EngineResult, run_engine
 from tracekit.real_engine.environment import SGLANG
+from tracekit.real_engine.fixtures import AZURE_SAMPLE, MOONCAKE_SAMPLE
 from tracekit.real_engine.process import record_runs, run_messages
 from tracekit.sglang.compare import compare_bundle, engine_requests
 from tracekit.sglang.fixtures import FIXTURES
@@ -91,8 +92,8 @@ from tracekit.sglang.record import (
 from tracekit.workloads import Workload, apply_ignore_eos, load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
-AZURE = ROOT / "traces" / "azure-llm-2023" / "azure_conv_sample.csv"
-MOONCAKE = ROOT / "traces" / "mooncake-synthetic" / "synthetic_trace.jsonl"
+AZURE = ROOT / AZURE_SAMPLE
+MOONCAKE = ROOT / MOONCAKE_SAMPLE
 TARGET = 25.0
 #: (name, radix cache, overlap loop)
 ALL_SETTINGS = (
